@@ -1,0 +1,339 @@
+#include "ptstore/client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "client/connection.h"
+#include "core/messages.h"
+
+namespace ptstore {
+
+using client::ClientCore;
+using client::Connection;
+using core::MsgType;
+
+namespace {
+// Saves at least this large first ask what is stored, so that only the new
+// blocks are copied into the staging buffer.
+constexpr uint64_t kSkipStoredThreshold = 4ull << 20;
+
+uint64_t TokensThatFit(uint64_t matched_tokens, const Layout& l, uint64_t capacity) {
+  uint64_t fit_blocks = capacity / l.BytesPerBlock();
+  return std::min(matched_tokens, fit_blocks * l.block_tokens);
+}
+}  // namespace
+
+// ------------------------------------------------------------ PinnedPrefix
+
+PinnedPrefix::PinnedPrefix(PinnedPrefix&& o) noexcept
+    : core_(std::move(o.core_)), conn_(std::move(o.conn_)), lease_(std::exchange(o.lease_, 0)),
+      tokens_(std::exchange(o.tokens_, 0)), extents_(std::move(o.extents_)) {}
+
+PinnedPrefix& PinnedPrefix::operator=(PinnedPrefix&& o) noexcept {
+  if (this != &o) {
+    Release().IgnoreError();
+    core_ = std::move(o.core_);
+    conn_ = std::move(o.conn_);
+    lease_ = std::exchange(o.lease_, 0);
+    tokens_ = std::exchange(o.tokens_, 0);
+    extents_ = std::move(o.extents_);
+  }
+  return *this;
+}
+
+PinnedPrefix::~PinnedPrefix() { Release().IgnoreError(); }
+
+uint64_t PinnedPrefix::bytes() const {
+  uint64_t b = 0;
+  for (const Extent& e : extents_) b += e.length;
+  return b;
+}
+
+const uint8_t* PinnedPrefix::data(const Extent& e) const { return conn_->arena()->data() + e.arena_offset; }
+
+Status PinnedPrefix::CopyTo(void* dst, uint64_t bytes) const {
+  if (bytes > this->bytes()) {
+    return InvalidArgument("cannot copy " + std::to_string(bytes) + " bytes out of a pinned prefix of " +
+                           std::to_string(this->bytes()));
+  }
+  if (bytes > 0 && lease_ == 0) return InvalidArgument("the prefix is no longer pinned");
+  auto* out = static_cast<uint8_t*>(dst);
+  for (const Extent& e : extents_) {
+    if (bytes == 0) break;
+    uint64_t n = std::min(bytes, e.length);
+    std::memcpy(out, data(e), n);
+    out += n;
+    bytes -= n;
+  }
+  return Status::OK();
+}
+
+Status PinnedPrefix::Release() {
+  if (lease_ == 0) return Status::OK();
+  uint64_t lease = std::exchange(lease_, 0);
+  // The lease belongs to the session (connection) that pinned it.
+  std::lock_guard lk(conn_->mu);
+  if (conn_->broken()) return Status::OK();  // the server dropped the session's leases
+  core::ReleaseRequest req{lease};
+  core::EmptyReply rep;
+  return conn_->Call(MsgType::kRelease, req, MsgType::kReleaseReply, &rep);
+}
+
+// -------------------------------------------------------- RegisteredBuffer
+
+struct RegisteredBuffer::Impl {
+  std::shared_ptr<Connection> conn;
+  std::unique_ptr<core::SharedMemory> shm;
+  uint32_t id = 0;
+};
+
+RegisteredBuffer::~RegisteredBuffer() = default;
+uint8_t* RegisteredBuffer::data() const { return impl_ ? impl_->shm->data() : nullptr; }
+uint64_t RegisteredBuffer::size() const { return impl_ ? impl_->shm->size() : 0; }
+
+// ------------------------------------------------------------------ Client
+
+Client::Client(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto core = std::make_shared<ClientCore>(options);
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core->Acquire());  // says Hello now: fail early
+  h.lock.unlock();
+  return std::unique_ptr<Client>(new Client(std::move(core)));
+}
+
+bool Client::mapped() const { return core_->hello().mapped; }
+uint32_t Client::node_id() const { return core_->hello().node_id; }
+
+Result<NamespaceInfo> Client::CreateNamespace(const std::string& name, const Layout& layout, const std::string& salt,
+                                              uint32_t mode, bool exist_ok) {
+  PTS_RETURN_IF_ERROR(ValidateNamespaceName(name));
+  PTS_RETURN_IF_ERROR(layout.Validate());
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::CreateNamespaceRequest req{name, layout, salt, mode, exist_ok};
+  core::NamespaceReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kCreateNamespace, req, MsgType::kCreateNamespaceReply, &rep));
+  return rep.info;
+}
+
+Result<NamespaceInfo> Client::GetNamespace(const std::string& name) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::NameRequest req{name};
+  core::NamespaceReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kGetNamespace, req, MsgType::kGetNamespaceReply, &rep));
+  return rep.info;
+}
+
+Result<std::vector<NamespaceInfo>> Client::ListNamespaces() {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::ListNamespacesReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kListNamespaces, core::NameRequest{}, MsgType::kListNamespacesReply, &rep));
+  return std::move(rep.namespaces);
+}
+
+Result<RemoveResult> Client::DropNamespace(const std::string& name) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::RemoveReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kDropNamespace, core::NameRequest{name}, MsgType::kDropNamespaceReply, &rep));
+  core_->ForgetLayout(name);
+  return RemoveResult{rep.nodes, rep.bytes};
+}
+
+Result<SaveResult> Client::Save(const std::string& ns, std::span<const uint32_t> tokens, const void* kv,
+                                uint64_t bytes) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  PTS_ASSIGN_OR_RETURN(Layout layout, core_->LayoutOf(h, ns));
+  const uint64_t blocks = tokens.size() / layout.block_tokens;
+  const uint64_t bb = layout.BytesPerBlock();
+  if (bytes != blocks * bb) {
+    return InvalidArgument("save: the KV buffer holds " + std::to_string(bytes) + " bytes, but " +
+                           std::to_string(blocks) + " whole blocks in layout {" + layout.ToString() + "} need " +
+                           std::to_string(blocks * bb));
+  }
+  uint64_t first_block = 0;
+  if (bytes >= kSkipStoredThreshold) {
+    core::PrefixRequest lreq;
+    lreq.ns = ns;
+    lreq.tokens.assign(tokens.begin(), tokens.end());
+    core::PrefixReply lrep;
+    PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLookup, lreq, MsgType::kLookupReply, &lrep));
+    first_block = lrep.matched_tokens / layout.block_tokens;
+  }
+  for (;;) {
+    const uint64_t offset = first_block * bb;
+    const uint64_t len = bytes - offset;
+    PTS_RETURN_IF_ERROR(h.conn->EnsureStaging(std::max<uint64_t>(len, 1)));
+    std::memcpy(h.conn->staging(), static_cast<const uint8_t*>(kv) + offset, len);
+    core::SaveRequest req;
+    req.ns = ns;
+    req.tokens.assign(tokens.begin(), tokens.end());
+    req.buffer_id = h.conn->staging_id();
+    req.buffer_offset = 0;
+    req.length = len;
+    req.first_block = first_block;
+    core::SaveReply rep;
+    Status st = h.conn->Call(MsgType::kSave, req, MsgType::kSaveReply, &rep);
+    if (st.code() == Code::kAborted && first_block > 0) {
+      first_block = 0;  // what we skipped was evicted meanwhile: send it all
+      continue;
+    }
+    PTS_RETURN_IF_ERROR(st);
+    return SaveResult{rep.matched_tokens, rep.stored_tokens, rep.new_bytes};
+  }
+}
+
+Result<SaveResult> Client::Save(const std::string& ns, std::span<const uint32_t> tokens, const RegisteredBuffer& buf,
+                                uint64_t offset, uint64_t bytes) {
+  if (!buf.impl_) return InvalidArgument("save: the registered buffer is empty (moved from?)");
+  std::lock_guard lk(buf.impl_->conn->mu);
+  core::SaveRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  req.buffer_id = buf.impl_->id;
+  req.buffer_offset = offset;
+  req.length = bytes;
+  core::SaveReply rep;
+  PTS_RETURN_IF_ERROR(buf.impl_->conn->Call(MsgType::kSave, req, MsgType::kSaveReply, &rep));
+  return SaveResult{rep.matched_tokens, rep.stored_tokens, rep.new_bytes};
+}
+
+Result<PrefixInfo> Client::Lookup(const std::string& ns, std::span<const uint32_t> tokens) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::PrefixRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLookup, req, MsgType::kLookupReply, &rep));
+  return PrefixInfo{rep.matched_tokens, std::move(rep.extents)};
+}
+
+Result<PinnedPrefix> Client::Pin(const std::string& ns, std::span<const uint32_t> tokens) {
+  if (!mapped()) {
+    return PermissionDenied("this client has no arena mapping (not trusted with every namespace): use Load");
+  }
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::PrefixRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kPin, req, MsgType::kPinReply, &rep));
+  PinnedPrefix p;
+  p.core_ = core_;
+  p.conn_ = h.conn;
+  p.lease_ = rep.lease_id;
+  p.tokens_ = rep.matched_tokens;
+  p.extents_ = std::move(rep.extents);
+  const uint64_t arena = h.conn->arena() ? h.conn->arena()->size() : 0;
+  for (const Extent& e : p.extents_) {
+    if (e.arena_offset > arena || e.length > arena - e.arena_offset) {
+      return ProtocolError("the server returned an extent outside its arena");
+    }
+  }
+  return p;
+}
+
+Result<uint64_t> Client::Load(const std::string& ns, std::span<const uint32_t> tokens, void* dst,
+                              uint64_t capacity) {
+  if (mapped()) {
+    PTS_ASSIGN_OR_RETURN(PinnedPrefix pin, Pin(ns, tokens));
+    if (pin.tokens() == 0) return uint64_t{0};
+    Layout layout;
+    {
+      PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+      PTS_ASSIGN_OR_RETURN(layout, core_->LayoutOf(h, ns));
+    }
+    const uint64_t n = TokensThatFit(pin.tokens(), layout, capacity);
+    PTS_RETURN_IF_ERROR(pin.CopyTo(dst, n * layout.BytesPerToken()));
+    PTS_RETURN_IF_ERROR(pin.Release());
+    return n;
+  }
+  // Copy path: the server copies into our staging buffer, we copy out.
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  PTS_ASSIGN_OR_RETURN(Layout layout, core_->LayoutOf(h, ns));
+  core::PrefixRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixReply look;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLookup, req, MsgType::kLookupReply, &look));
+  const uint64_t want = TokensThatFit(look.matched_tokens, layout, capacity) * layout.BytesPerToken();
+  if (want == 0) return uint64_t{0};
+  PTS_RETURN_IF_ERROR(h.conn->EnsureStaging(want));
+  req.buffer_id = h.conn->staging_id();
+  req.buffer_offset = 0;
+  req.capacity = want;
+  core::PrefixReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLoadCopy, req, MsgType::kLoadCopyReply, &rep));
+  std::memcpy(dst, h.conn->staging(), rep.matched_tokens * layout.BytesPerToken());
+  return rep.matched_tokens;
+}
+
+Result<uint64_t> Client::Load(const std::string& ns, std::span<const uint32_t> tokens, const RegisteredBuffer& buf,
+                              uint64_t offset, uint64_t capacity) {
+  if (!buf.impl_) return InvalidArgument("load: the registered buffer is empty (moved from?)");
+  std::lock_guard lk(buf.impl_->conn->mu);
+  core::PrefixRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  req.buffer_id = buf.impl_->id;
+  req.buffer_offset = offset;
+  req.capacity = capacity;
+  core::PrefixReply rep;
+  PTS_RETURN_IF_ERROR(buf.impl_->conn->Call(MsgType::kLoadCopy, req, MsgType::kLoadCopyReply, &rep));
+  return rep.matched_tokens;
+}
+
+Result<RemoveResult> Client::Remove(const std::string& ns, std::span<const uint32_t> tokens) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::RemoveRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  core::RemoveReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kRemove, req, MsgType::kRemoveReply, &rep));
+  return RemoveResult{rep.nodes, rep.bytes};
+}
+
+Result<RemoveResult> Client::RemoveByKey(const std::string& ns, const ChainKey& key) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::RemoveRequest req;
+  req.ns = ns;
+  req.by_key = true;
+  req.key = key;
+  core::RemoveReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kRemove, req, MsgType::kRemoveReply, &rep));
+  return RemoveResult{rep.nodes, rep.bytes};
+}
+
+Result<StoreStats> Client::Stats() {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::StatsReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kStats, core::NameRequest{}, MsgType::kStatsReply, &rep));
+  return rep.stats;
+}
+
+Result<std::vector<PrefixNodeInfo>> Client::ListTree(const std::string& ns, const ChainKey& parent, bool recursive) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::ListTreeRequest req{ns, parent, recursive};
+  core::ListTreeReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kListTree, req, MsgType::kListTreeReply, &rep));
+  return std::move(rep.nodes);
+}
+
+Result<RegisteredBuffer> Client::AllocateBuffer(uint64_t bytes) {
+  if (bytes == 0) return InvalidArgument("cannot allocate an empty buffer");
+  core::SharedMemory::CreateOptions o;
+  o.name = "ptstore-buffer";
+  o.try_huge_pages = false;
+  o.seal_future_writes = false;
+  PTS_ASSIGN_OR_RETURN(auto shm, core::SharedMemory::Create(bytes, o));
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  PTS_ASSIGN_OR_RETURN(uint32_t id, h.conn->Register(*shm));
+  RegisteredBuffer b;
+  b.impl_ = std::make_shared<RegisteredBuffer::Impl>();
+  b.impl_->conn = h.conn;
+  b.impl_->shm = std::move(shm);
+  b.impl_->id = id;
+  return b;
+}
+
+}  // namespace ptstore

@@ -1,0 +1,412 @@
+#include "core/messages.h"
+
+namespace ptstore::core {
+
+const char* MsgTypeName(uint16_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kError: return "Error";
+    case MsgType::kHello: return "Hello";
+    case MsgType::kHelloReply: return "HelloReply";
+    case MsgType::kRegisterBuffer: return "RegisterBuffer";
+    case MsgType::kRegisterBufferReply: return "RegisterBufferReply";
+    case MsgType::kCreateNamespace: return "CreateNamespace";
+    case MsgType::kCreateNamespaceReply: return "CreateNamespaceReply";
+    case MsgType::kGetNamespace: return "GetNamespace";
+    case MsgType::kGetNamespaceReply: return "GetNamespaceReply";
+    case MsgType::kListNamespaces: return "ListNamespaces";
+    case MsgType::kListNamespacesReply: return "ListNamespacesReply";
+    case MsgType::kSave: return "Save";
+    case MsgType::kSaveReply: return "SaveReply";
+    case MsgType::kLookup: return "Lookup";
+    case MsgType::kLookupReply: return "LookupReply";
+    case MsgType::kPin: return "Pin";
+    case MsgType::kPinReply: return "PinReply";
+    case MsgType::kLoadCopy: return "LoadCopy";
+    case MsgType::kLoadCopyReply: return "LoadCopyReply";
+    case MsgType::kRelease: return "Release";
+    case MsgType::kReleaseReply: return "ReleaseReply";
+    case MsgType::kRemove: return "Remove";
+    case MsgType::kRemoveReply: return "RemoveReply";
+    case MsgType::kStats: return "Stats";
+    case MsgType::kStatsReply: return "StatsReply";
+    case MsgType::kListTree: return "ListTree";
+    case MsgType::kListTreeReply: return "ListTreeReply";
+    case MsgType::kDropNamespace: return "DropNamespace";
+    case MsgType::kDropNamespaceReply: return "DropNamespaceReply";
+  }
+  return "Unknown";
+}
+
+namespace {
+
+void PutKey(Encoder& e, const ChainKey& k) {
+  e.PutU64(k.hi);
+  e.PutU64(k.lo);
+}
+Status GetKey(Decoder& d, const char* field, ChainKey* k) {
+  PTS_RETURN_IF_ERROR(d.GetU64(field, &k->hi));
+  return d.GetU64(field, &k->lo);
+}
+
+void PutLayout(Encoder& e, const Layout& l) {
+  e.PutU32(l.layers);
+  e.PutU32(l.kv_heads);
+  e.PutU32(l.head_dim);
+  e.PutU8(static_cast<uint8_t>(l.dtype));
+  e.PutU32(l.block_tokens);
+}
+// Layouts are validated where they are used (the server), not while decoding.
+Status GetLayout(Decoder& d, Layout* l) {
+  uint8_t dtype;
+  PTS_RETURN_IF_ERROR(d.GetU32("layout.layers", &l->layers));
+  PTS_RETURN_IF_ERROR(d.GetU32("layout.kv_heads", &l->kv_heads));
+  PTS_RETURN_IF_ERROR(d.GetU32("layout.head_dim", &l->head_dim));
+  PTS_RETURN_IF_ERROR(d.GetU8("layout.dtype", &dtype));
+  l->dtype = static_cast<DType>(dtype);
+  return d.GetU32("layout.block_tokens", &l->block_tokens);
+}
+
+void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n) {
+  e.PutString(n.name);
+  PutLayout(e, n.layout);
+  e.PutBool(n.salted);
+  e.PutU32(n.uid);
+  e.PutU32(n.gid);
+  e.PutU32(n.mode);
+  e.PutU64(n.bytes);
+  e.PutU64(n.prefixes);
+}
+Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n) {
+  PTS_RETURN_IF_ERROR(d.GetString("namespace.name", &n->name, 4096));
+  PTS_RETURN_IF_ERROR(GetLayout(d, &n->layout));
+  PTS_RETURN_IF_ERROR(d.GetBool("namespace.salted", &n->salted));
+  PTS_RETURN_IF_ERROR(d.GetU32("namespace.uid", &n->uid));
+  PTS_RETURN_IF_ERROR(d.GetU32("namespace.gid", &n->gid));
+  PTS_RETURN_IF_ERROR(d.GetU32("namespace.mode", &n->mode));
+  PTS_RETURN_IF_ERROR(d.GetU64("namespace.bytes", &n->bytes));
+  return d.GetU64("namespace.prefixes", &n->prefixes);
+}
+
+// Bounds the element counts of lists so a hostile count cannot make us
+// allocate more than the body could possibly describe.
+Status GetCount(Decoder& d, const char* field, size_t min_elem_bytes, uint32_t* n) {
+  PTS_RETURN_IF_ERROR(d.GetU32(field, n));
+  if (min_elem_bytes && *n > d.remaining() / min_elem_bytes) {
+    return ProtocolError(std::string("field '") + field + "' count " + std::to_string(*n) +
+                         " does not fit in the " + std::to_string(d.remaining()) + " remaining bytes");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+void ErrorReply::Encode(Encoder& e) const {
+  e.PutU16(static_cast<uint16_t>(code));
+  e.PutString(message);
+}
+Status ErrorReply::Decode(Decoder& d) {
+  uint16_t c;
+  PTS_RETURN_IF_ERROR(d.GetU16("code", &c));
+  code = CodeFromWire(c);
+  PTS_RETURN_IF_ERROR(d.GetString("message", &message, 1u << 16));
+  return d.Finish("ErrorReply");
+}
+
+void HelloRequest::Encode(Encoder& e) const {
+  e.PutString(client_name);
+  e.PutBool(want_mapping);
+}
+Status HelloRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("client_name", &client_name, 256));
+  PTS_RETURN_IF_ERROR(d.GetBool("want_mapping", &want_mapping));
+  return d.Finish("Hello");
+}
+
+void HelloReply::Encode(Encoder& e) const {
+  e.PutU32(node_id);
+  e.PutU64(arena_bytes);
+  e.PutBool(mapped);
+  e.PutU64(session_id);
+  e.PutU64(lease_ms);
+}
+Status HelloReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU32("node_id", &node_id));
+  PTS_RETURN_IF_ERROR(d.GetU64("arena_bytes", &arena_bytes));
+  PTS_RETURN_IF_ERROR(d.GetBool("mapped", &mapped));
+  PTS_RETURN_IF_ERROR(d.GetU64("session_id", &session_id));
+  PTS_RETURN_IF_ERROR(d.GetU64("lease_ms", &lease_ms));
+  return d.Finish("HelloReply");
+}
+
+void RegisterBufferRequest::Encode(Encoder& e) const { e.PutU64(size); }
+Status RegisterBufferRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("size", &size));
+  return d.Finish("RegisterBuffer");
+}
+void RegisterBufferReply::Encode(Encoder& e) const { e.PutU32(buffer_id); }
+Status RegisterBufferReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU32("buffer_id", &buffer_id));
+  return d.Finish("RegisterBufferReply");
+}
+
+void CreateNamespaceRequest::Encode(Encoder& e) const {
+  e.PutString(name);
+  PutLayout(e, layout);
+  e.PutString(salt);
+  e.PutU32(mode);
+  e.PutBool(exist_ok);
+}
+Status CreateNamespaceRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("name", &name, 4096));
+  PTS_RETURN_IF_ERROR(GetLayout(d, &layout));
+  PTS_RETURN_IF_ERROR(d.GetString("salt", &salt, 4096));
+  PTS_RETURN_IF_ERROR(d.GetU32("mode", &mode));
+  PTS_RETURN_IF_ERROR(d.GetBool("exist_ok", &exist_ok));
+  return d.Finish("CreateNamespace");
+}
+
+void NamespaceReply::Encode(Encoder& e) const { PutNamespaceInfo(e, info); }
+Status NamespaceReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(GetNamespaceInfo(d, &info));
+  return d.Finish("NamespaceReply");
+}
+
+void NameRequest::Encode(Encoder& e) const { e.PutString(name); }
+Status NameRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("name", &name, 4096));
+  return d.Finish("NameRequest");
+}
+
+void ListNamespacesReply::Encode(Encoder& e) const {
+  e.PutU32(static_cast<uint32_t>(namespaces.size()));
+  for (const auto& n : namespaces) PutNamespaceInfo(e, n);
+}
+Status ListNamespacesReply::Decode(Decoder& d) {
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "namespaces", 40, &n));
+  namespaces.resize(n);
+  for (auto& ns : namespaces) PTS_RETURN_IF_ERROR(GetNamespaceInfo(d, &ns));
+  return d.Finish("ListNamespacesReply");
+}
+
+void SaveRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU32Array(tokens);
+  e.PutU32(buffer_id);
+  e.PutU64(buffer_offset);
+  e.PutU64(length);
+  e.PutU64(first_block);
+}
+Status SaveRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &tokens));
+  PTS_RETURN_IF_ERROR(d.GetU32("buffer_id", &buffer_id));
+  PTS_RETURN_IF_ERROR(d.GetU64("buffer_offset", &buffer_offset));
+  PTS_RETURN_IF_ERROR(d.GetU64("length", &length));
+  PTS_RETURN_IF_ERROR(d.GetU64("first_block", &first_block));
+  return d.Finish("Save");
+}
+void SaveReply::Encode(Encoder& e) const {
+  e.PutU64(matched_tokens);
+  e.PutU64(stored_tokens);
+  e.PutU64(new_bytes);
+}
+Status SaveReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("matched_tokens", &matched_tokens));
+  PTS_RETURN_IF_ERROR(d.GetU64("stored_tokens", &stored_tokens));
+  PTS_RETURN_IF_ERROR(d.GetU64("new_bytes", &new_bytes));
+  return d.Finish("SaveReply");
+}
+
+void PrefixRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU32Array(tokens);
+  e.PutU32(buffer_id);
+  e.PutU64(buffer_offset);
+  e.PutU64(capacity);
+}
+Status PrefixRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &tokens));
+  PTS_RETURN_IF_ERROR(d.GetU32("buffer_id", &buffer_id));
+  PTS_RETURN_IF_ERROR(d.GetU64("buffer_offset", &buffer_offset));
+  PTS_RETURN_IF_ERROR(d.GetU64("capacity", &capacity));
+  return d.Finish("PrefixRequest");
+}
+void PrefixReply::Encode(Encoder& e) const {
+  e.PutU64(matched_tokens);
+  e.PutU64(lease_id);
+  e.PutU32(static_cast<uint32_t>(extents.size()));
+  for (const auto& x : extents) {
+    e.PutU64(x.tensor.value);
+    e.PutU64(x.offset);
+    e.PutU64(x.length);
+    e.PutU64(x.arena_offset);
+  }
+}
+Status PrefixReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("matched_tokens", &matched_tokens));
+  PTS_RETURN_IF_ERROR(d.GetU64("lease_id", &lease_id));
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "extents", 32, &n));
+  extents.resize(n);
+  for (auto& x : extents) {
+    PTS_RETURN_IF_ERROR(d.GetU64("extent.tensor", &x.tensor.value));
+    PTS_RETURN_IF_ERROR(d.GetU64("extent.offset", &x.offset));
+    PTS_RETURN_IF_ERROR(d.GetU64("extent.length", &x.length));
+    PTS_RETURN_IF_ERROR(d.GetU64("extent.arena_offset", &x.arena_offset));
+  }
+  return d.Finish("PrefixReply");
+}
+
+void ReleaseRequest::Encode(Encoder& e) const { e.PutU64(lease_id); }
+Status ReleaseRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("lease_id", &lease_id));
+  return d.Finish("Release");
+}
+
+void RemoveRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutBool(by_key);
+  PutKey(e, key);
+  e.PutU32Array(tokens);
+}
+Status RemoveRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(d.GetBool("by_key", &by_key));
+  PTS_RETURN_IF_ERROR(GetKey(d, "key", &key));
+  PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &tokens));
+  return d.Finish("Remove");
+}
+void RemoveReply::Encode(Encoder& e) const {
+  e.PutU64(nodes);
+  e.PutU64(bytes);
+}
+Status RemoveReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("nodes", &nodes));
+  PTS_RETURN_IF_ERROR(d.GetU64("bytes", &bytes));
+  return d.Finish("RemoveReply");
+}
+
+namespace {
+// The stats struct is all u64 counters, in declaration order.
+template <typename F>
+void ForEachStat(StoreStats& s, F f) {
+  f("arena_bytes", s.arena_bytes); f("used_bytes", s.used_bytes);
+  f("owned_bytes", s.owned_bytes); f("replica_bytes", s.replica_bytes);
+  f("pinned_bytes", s.pinned_bytes); f("tensors", s.tensors);
+  f("prefix_nodes", s.prefix_nodes); f("namespaces", s.namespaces);
+  f("lookups", s.lookups); f("hits", s.hits); f("misses", s.misses);
+  f("hit_tokens", s.hit_tokens); f("requested_tokens", s.requested_tokens);
+  f("saves", s.saves); f("saved_bytes", s.saved_bytes); f("dedup_bytes", s.dedup_bytes);
+  f("evictions", s.evictions); f("evicted_bytes", s.evicted_bytes);
+  f("active_leases", s.active_leases); f("expired_leases", s.expired_leases);
+}
+}  // namespace
+
+void StatsReply::Encode(Encoder& e) const {
+  StoreStats copy = stats;
+  ForEachStat(copy, [&](const char*, uint64_t& v) { e.PutU64(v); });
+}
+Status StatsReply::Decode(Decoder& d) {
+  Status st;
+  ForEachStat(stats, [&](const char* name, uint64_t& v) {
+    if (st.ok()) st = d.GetU64(name, &v);
+  });
+  PTS_RETURN_IF_ERROR(st);
+  return d.Finish("StatsReply");
+}
+
+void ListTreeRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  PutKey(e, parent);
+  e.PutBool(recursive);
+}
+Status ListTreeRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(GetKey(d, "parent", &parent));
+  PTS_RETURN_IF_ERROR(d.GetBool("recursive", &recursive));
+  return d.Finish("ListTree");
+}
+void ListTreeReply::Encode(Encoder& e) const {
+  e.PutU32(static_cast<uint32_t>(nodes.size()));
+  for (const auto& n : nodes) {
+    PutKey(e, n.key);
+    PutKey(e, n.parent);
+    e.PutU64(n.start_token);
+    e.PutU64(n.tokens);
+    e.PutU64(n.bytes);
+    e.PutU64(n.hits);
+    e.PutU64(n.tensor.value);
+    e.PutU8(static_cast<uint8_t>(n.cache_class));
+    e.PutU32(n.children);
+    e.PutU32(n.pins);
+  }
+}
+Status ListTreeReply::Decode(Decoder& d) {
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "nodes", 81, &n));
+  nodes.resize(n);
+  for (auto& x : nodes) {
+    uint8_t cls;
+    PTS_RETURN_IF_ERROR(GetKey(d, "node.key", &x.key));
+    PTS_RETURN_IF_ERROR(GetKey(d, "node.parent", &x.parent));
+    PTS_RETURN_IF_ERROR(d.GetU64("node.start_token", &x.start_token));
+    PTS_RETURN_IF_ERROR(d.GetU64("node.tokens", &x.tokens));
+    PTS_RETURN_IF_ERROR(d.GetU64("node.bytes", &x.bytes));
+    PTS_RETURN_IF_ERROR(d.GetU64("node.hits", &x.hits));
+    PTS_RETURN_IF_ERROR(d.GetU64("node.tensor", &x.tensor.value));
+    PTS_RETURN_IF_ERROR(d.GetU8("node.class", &cls));
+    if (cls > 1) return ProtocolError("field 'node.class' has unknown value " + std::to_string(cls));
+    x.cache_class = static_cast<CacheClass>(cls);
+    PTS_RETURN_IF_ERROR(d.GetU32("node.children", &x.children));
+    PTS_RETURN_IF_ERROR(d.GetU32("node.pins", &x.pins));
+  }
+  return d.Finish("ListTreeReply");
+}
+
+namespace {
+template <typename M>
+Status DecodeAs(std::span<const uint8_t> body) {
+  Decoder d(body);
+  M m;
+  return m.Decode(d);
+}
+}  // namespace
+
+Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kError: return DecodeAs<ErrorReply>(body);
+    case MsgType::kHello: return DecodeAs<HelloRequest>(body);
+    case MsgType::kHelloReply: return DecodeAs<HelloReply>(body);
+    case MsgType::kRegisterBuffer: return DecodeAs<RegisterBufferRequest>(body);
+    case MsgType::kRegisterBufferReply: return DecodeAs<RegisterBufferReply>(body);
+    case MsgType::kCreateNamespace: return DecodeAs<CreateNamespaceRequest>(body);
+    case MsgType::kCreateNamespaceReply:
+    case MsgType::kGetNamespaceReply: return DecodeAs<NamespaceReply>(body);
+    case MsgType::kGetNamespace:
+    case MsgType::kDropNamespace: return DecodeAs<NameRequest>(body);
+    case MsgType::kListNamespaces:
+    case MsgType::kStats: return DecodeAs<NameRequest>(body);
+    case MsgType::kListNamespacesReply: return DecodeAs<ListNamespacesReply>(body);
+    case MsgType::kSave: return DecodeAs<SaveRequest>(body);
+    case MsgType::kSaveReply: return DecodeAs<SaveReply>(body);
+    case MsgType::kLookup:
+    case MsgType::kPin:
+    case MsgType::kLoadCopy: return DecodeAs<PrefixRequest>(body);
+    case MsgType::kLookupReply:
+    case MsgType::kPinReply:
+    case MsgType::kLoadCopyReply: return DecodeAs<PrefixReply>(body);
+    case MsgType::kRelease: return DecodeAs<ReleaseRequest>(body);
+    case MsgType::kReleaseReply: return DecodeAs<EmptyReply>(body);
+    case MsgType::kRemove: return DecodeAs<RemoveRequest>(body);
+    case MsgType::kRemoveReply:
+    case MsgType::kDropNamespaceReply: return DecodeAs<RemoveReply>(body);
+    case MsgType::kStatsReply: return DecodeAs<StatsReply>(body);
+    case MsgType::kListTree: return DecodeAs<ListTreeRequest>(body);
+    case MsgType::kListTreeReply: return DecodeAs<ListTreeReply>(body);
+  }
+  return ProtocolError("unknown message type " + std::to_string(type));
+}
+
+}  // namespace ptstore::core

@@ -1,0 +1,199 @@
+// The messages of the local protocol (client <-> ptstored over the unix
+// socket). Each request type T has reply type T+1; any request may instead be
+// answered by ErrorReply. Field order is the encoding order; see
+// docs/wire-format.md. Decode() of every message is total: any byte string
+// either decodes or yields kProtocol naming the bad field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/wire.h"
+#include "ptstore/types.h"
+
+namespace ptstore::core {
+
+enum class MsgType : uint16_t {
+  kError = 1,
+  kHello = 2, kHelloReply = 3,
+  kRegisterBuffer = 4, kRegisterBufferReply = 5,
+  kCreateNamespace = 6, kCreateNamespaceReply = 7,
+  kGetNamespace = 8, kGetNamespaceReply = 9,
+  kListNamespaces = 10, kListNamespacesReply = 11,
+  kSave = 12, kSaveReply = 13,
+  kLookup = 14, kLookupReply = 15,
+  kPin = 16, kPinReply = 17,
+  kLoadCopy = 18, kLoadCopyReply = 19,
+  kRelease = 20, kReleaseReply = 21,
+  kRemove = 22, kRemoveReply = 23,
+  kStats = 24, kStatsReply = 25,
+  kListTree = 26, kListTreeReply = 27,
+  kDropNamespace = 28, kDropNamespaceReply = 29,
+};
+const char* MsgTypeName(uint16_t type);
+
+struct ErrorReply {
+  static constexpr MsgType kType = MsgType::kError;
+  Code code = Code::kInternal;
+  std::string message;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+  Status ToStatus() const { return Status(code == Code::kOk ? Code::kProtocol : code, message); }
+};
+
+struct HelloRequest {
+  static constexpr MsgType kType = MsgType::kHello;
+  std::string client_name;
+  bool want_mapping = true;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct HelloReply {
+  static constexpr MsgType kType = MsgType::kHelloReply;
+  uint32_t node_id = 0;
+  uint64_t arena_bytes = 0;
+  bool mapped = false;       // an arena fd rides along with this reply
+  uint64_t session_id = 0;
+  uint64_t lease_ms = 0;     // default lease of a pin
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct RegisterBufferRequest {  // a memfd rides along
+  static constexpr MsgType kType = MsgType::kRegisterBuffer;
+  uint64_t size = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct RegisterBufferReply {
+  static constexpr MsgType kType = MsgType::kRegisterBufferReply;
+  uint32_t buffer_id = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct CreateNamespaceRequest {
+  static constexpr MsgType kType = MsgType::kCreateNamespace;
+  std::string name;
+  Layout layout;
+  std::string salt;
+  uint32_t mode = 0755;
+  bool exist_ok = true;  // an existing namespace with the same layout is fine
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct NamespaceReply {  // reply to Create and Get
+  static constexpr MsgType kType = MsgType::kGetNamespaceReply;
+  NamespaceInfo info;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct NameRequest {  // GetNamespace, DropNamespace
+  static constexpr MsgType kType = MsgType::kGetNamespace;
+  std::string name;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct ListNamespacesReply {
+  static constexpr MsgType kType = MsgType::kListNamespacesReply;
+  std::vector<NamespaceInfo> namespaces;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct SaveRequest {
+  static constexpr MsgType kType = MsgType::kSave;
+  std::string ns;
+  std::vector<uint32_t> tokens;
+  uint32_t buffer_id = 0;
+  uint64_t buffer_offset = 0;  // where the KV of block `first_block` starts
+  uint64_t length = 0;         // bytes present in the buffer
+  uint64_t first_block = 0;    // the buffer holds blocks [first_block, ...)
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct SaveReply {
+  static constexpr MsgType kType = MsgType::kSaveReply;
+  uint64_t matched_tokens = 0;  // already stored before this save
+  uint64_t stored_tokens = 0;   // newly stored by this save
+  uint64_t new_bytes = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct PrefixRequest {  // Lookup, Pin, LoadCopy
+  static constexpr MsgType kType = MsgType::kLookup;
+  std::string ns;
+  std::vector<uint32_t> tokens;
+  uint32_t buffer_id = 0;       // LoadCopy: destination buffer
+  uint64_t buffer_offset = 0;
+  uint64_t capacity = 0;        // LoadCopy: bytes available at buffer_offset
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct PrefixReply {  // Lookup, Pin, LoadCopy
+  static constexpr MsgType kType = MsgType::kLookupReply;
+  uint64_t matched_tokens = 0;
+  uint64_t lease_id = 0;        // Pin only
+  std::vector<Extent> extents;  // arena offsets filled for Pin
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct ReleaseRequest {
+  static constexpr MsgType kType = MsgType::kRelease;
+  uint64_t lease_id = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct EmptyReply {
+  static constexpr MsgType kType = MsgType::kReleaseReply;
+  void Encode(Encoder&) const {}
+  Status Decode(Decoder& d) { return d.Finish("EmptyReply"); }
+};
+
+struct RemoveRequest {
+  static constexpr MsgType kType = MsgType::kRemove;
+  std::string ns;
+  bool by_key = false;          // remove the subtree of the node named `key`
+  ChainKey key;
+  std::vector<uint32_t> tokens; // otherwise: the subtree below this prefix
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct RemoveReply {
+  static constexpr MsgType kType = MsgType::kRemoveReply;
+  uint64_t nodes = 0;
+  uint64_t bytes = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct StatsReply {
+  static constexpr MsgType kType = MsgType::kStatsReply;
+  StoreStats stats;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+struct ListTreeRequest {
+  static constexpr MsgType kType = MsgType::kListTree;
+  std::string ns;
+  ChainKey parent;          // zero: children of the root
+  bool recursive = false;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct ListTreeReply {
+  static constexpr MsgType kType = MsgType::kListTreeReply;
+  std::vector<PrefixNodeInfo> nodes;  // parents before children
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// Decodes `body` as message `type` of either direction; used by the fuzzer
+// and by tests to prove every decoder is total.
+Status DecodeAny(uint16_t type, std::span<const uint8_t> body);
+
+}  // namespace ptstore::core

@@ -1,0 +1,142 @@
+// libptstore: the client API of the local ptstored.
+//
+//   auto client = ptstore::Client::Connect({}).value();
+//   client->CreateNamespace("mistral-7b", ptstore::MistralLayout());
+//   client->Save("mistral-7b", tokens, kv.data(), kv.size());
+//   uint64_t got = client->Load("mistral-7b", tokens, dst, dst_bytes).value();
+//
+// Prefixes are token-id sequences; only whole blocks of the namespace's
+// block_tokens count (a partial last block is ignored, never an error). KV
+// bytes are token-major: bytes_per_token per token, in token order.
+//
+// A cache miss is not an error: Load returns the number of tokens it filled
+// (possibly 0), always a whole number of blocks from the start of the prompt.
+//
+// Thread safety: a Client may be used from many threads at once; requests
+// run in parallel over up to max_connections connections. A PinnedPrefix is
+// used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ptstore/layout.h"
+#include "ptstore/options.h"
+#include "ptstore/status.h"
+#include "ptstore/types.h"
+
+namespace ptstore {
+
+namespace client {
+class Connection;
+class ClientCore;
+}  // namespace client
+
+// The extents of a prefix pinned in the server's arena: they cannot be
+// evicted until this object is released or destroyed (or its lease runs
+// out: lease_ms from the Hello, 30 s by default). Move-only.
+class PinnedPrefix {
+ public:
+  PinnedPrefix() = default;
+  PinnedPrefix(PinnedPrefix&& other) noexcept;
+  PinnedPrefix& operator=(PinnedPrefix&& other) noexcept;
+  ~PinnedPrefix();  // Release(), errors ignored
+
+  uint64_t tokens() const { return tokens_; }
+  uint64_t bytes() const;
+  const std::vector<Extent>& extents() const { return extents_; }
+  // Read-only pointer to an extent's bytes in the mapped arena.
+  const uint8_t* data(const Extent& e) const;
+  // Copies the first `bytes` bytes of the prefix into dst (bytes <= bytes()).
+  Status CopyTo(void* dst, uint64_t bytes) const;
+  // Unpins now. A second call is a no-op.
+  Status Release();
+  bool pinned() const { return lease_ != 0; }
+
+ private:
+  friend class Client;
+  std::shared_ptr<client::ClientCore> core_;
+  std::shared_ptr<client::Connection> conn_;
+  uint64_t lease_ = 0;
+  uint64_t tokens_ = 0;
+  std::vector<Extent> extents_;
+};
+
+// A buffer shared with the server (a memfd both sides map). Saves from it
+// and copied loads into it cost one copy, made by the server. Move-only;
+// valid while its Client lives.
+class RegisteredBuffer {
+ public:
+  RegisteredBuffer() = default;
+  RegisteredBuffer(RegisteredBuffer&&) noexcept = default;
+  RegisteredBuffer& operator=(RegisteredBuffer&&) noexcept = default;
+  ~RegisteredBuffer();
+  uint8_t* data() const;
+  uint64_t size() const;
+
+ private:
+  friend class Client;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+class Client {
+ public:
+  // Connects and says Hello. Unavailable when no server listens there.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+
+  // True when loads copy straight out of the mapped arena.
+  bool mapped() const;
+  uint32_t node_id() const;
+
+  // Creates a namespace (owned by the caller's uid/gid). With exist_ok, an
+  // existing one with the same layout and salt is returned as is.
+  Result<NamespaceInfo> CreateNamespace(const std::string& name, const Layout& layout, const std::string& salt = "",
+                                        uint32_t mode = 0755, bool exist_ok = true);
+  Result<NamespaceInfo> GetNamespace(const std::string& name);
+  Result<std::vector<NamespaceInfo>> ListNamespaces();
+  Result<RemoveResult> DropNamespace(const std::string& name);
+
+  // Saves the KV of the whole blocks of `tokens`; `kv` holds exactly
+  // whole_blocks * bytes_per_block bytes (InvalidArgument otherwise). Only
+  // blocks past what is already stored are written.
+  Result<SaveResult> Save(const std::string& ns, std::span<const uint32_t> tokens, const void* kv, uint64_t bytes);
+  Result<SaveResult> Save(const std::string& ns, std::span<const uint32_t> tokens, const RegisteredBuffer& buf,
+                          uint64_t offset, uint64_t bytes);
+
+  // Longest stored prefix: matched tokens and its extents (no pin, no hit).
+  Result<PrefixInfo> Lookup(const std::string& ns, std::span<const uint32_t> tokens);
+
+  // Pins the longest stored prefix (mapped clients only). A miss gives an
+  // unpinned PinnedPrefix with tokens() == 0.
+  Result<PinnedPrefix> Pin(const std::string& ns, std::span<const uint32_t> tokens);
+
+  // Loads the longest stored prefix that fits in `capacity` bytes into dst;
+  // returns the tokens loaded (0 on a miss).
+  Result<uint64_t> Load(const std::string& ns, std::span<const uint32_t> tokens, void* dst, uint64_t capacity);
+  // Same, into a registered buffer (the server copies; no arena mapping).
+  Result<uint64_t> Load(const std::string& ns, std::span<const uint32_t> tokens, const RegisteredBuffer& buf,
+                        uint64_t offset, uint64_t capacity);
+
+  // Removes the increment holding the prefix's last block and all below it.
+  Result<RemoveResult> Remove(const std::string& ns, std::span<const uint32_t> tokens);
+  Result<RemoveResult> RemoveByKey(const std::string& ns, const ChainKey& key);
+
+  Result<StoreStats> Stats();
+  // Increments below `parent` (zero key: the namespace root).
+  Result<std::vector<PrefixNodeInfo>> ListTree(const std::string& ns, const ChainKey& parent = {},
+                                               bool recursive = false);
+
+  // A buffer of at least `bytes` bytes registered with the server.
+  Result<RegisteredBuffer> AllocateBuffer(uint64_t bytes);
+
+ private:
+  explicit Client(std::shared_ptr<client::ClientCore> core);
+  std::shared_ptr<client::ClientCore> core_;
+};
+
+}  // namespace ptstore

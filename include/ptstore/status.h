@@ -1,0 +1,137 @@
+// Status and Result<T>: the one error vocabulary of PTStore.
+//
+// A Status is either OK (which costs one null pointer) or a Code plus a
+// human-readable message naming what was wrong. Codes are a registry: their
+// numeric values cross the wire (docs/wire-format.md), map to errno for the
+// filesystem (ToErrno) and to Python exceptions. Never renumber a code; only
+// append.
+//
+// Thread safety: Status and Result are values; distinct objects may be used
+// from distinct threads without synchronisation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace ptstore {
+
+enum class Code : uint16_t {
+  kOk = 0,
+  kNotFound = 1,            // unknown namespace, path, lease, buffer
+  kInvalidArgument = 2,     // bad layout, wrong buffer size, bad name
+  kAlreadyExists = 3,       // namespace exists with another layout
+  kPermissionDenied = 4,    // namespace mode or peer credentials deny it
+  kResourceExhausted = 5,   // arena full of pinned data, too many leases
+  kUnavailable = 6,         // server gone, connection lost
+  kDeadlineExceeded = 7,    // an RPC ran past its deadline
+  kCorruption = 8,          // checksum mismatch in stored data
+  kProtocol = 9,            // malformed, truncated or unknown wire message
+  kIOError = 10,            // a system call on a file or socket failed
+  kAborted = 11,            // the operation lost a race and was undone
+  kInternal = 12,           // an invariant broke: a bug
+  kUnimplemented = 13,      // a feature this build or node does not have
+};
+
+// Stable lower_snake name of a code ("not_found"), used in logs and JSON.
+std::string_view CodeName(Code code);
+// errno equivalent of a code, for fs/ (ENOENT, EINVAL, EACCES, ...).
+int ToErrno(Code code);
+// Code from its wire value; values outside the registry become kProtocol.
+Code CodeFromWire(uint16_t value);
+
+class [[nodiscard]] Status {
+ public:
+  Status() noexcept = default;  // OK
+  Status(Code code, std::string message);
+  Status(const Status& other);
+  Status& operator=(const Status& other);
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+
+  static Status OK() { return Status(); }
+
+  bool ok() const { return state_ == nullptr; }
+  Code code() const { return state_ ? state_->code : Code::kOk; }
+  // Empty for OK.
+  const std::string& message() const;
+  // "not_found: namespace 'foo' does not exist" or "ok".
+  std::string ToString() const;
+
+  // Returns a copy whose message is "context: message". OK stays OK.
+  Status WithContext(std::string_view context) const;
+
+  // Marks a status as deliberately dropped.
+  void IgnoreError() const {}
+
+ private:
+  struct State {
+    Code code;
+    std::string message;
+  };
+  std::unique_ptr<State> state_;
+};
+
+inline Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
+inline Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
+inline Status Corruption(std::string m) { return {Code::kCorruption, std::move(m)}; }
+inline Status ProtocolError(std::string m) { return {Code::kProtocol, std::move(m)}; }
+inline Status IOError(std::string m) { return {Code::kIOError, std::move(m)}; }
+inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
+inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status Unimplemented(std::string m) { return {Code::kUnimplemented, std::move(m)}; }
+// IOError carrying strerror(err): "what: No such file or directory".
+Status ErrnoError(std::string_view what, int err);
+
+// A value or the Status saying why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT
+    if (status_.ok()) status_ = Internal("Result constructed from OK status without a value");
+  }
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  // REQUIRES: ok()
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace ptstore
+
+#define PTS_CONCAT_INNER(a, b) a##b
+#define PTS_CONCAT(a, b) PTS_CONCAT_INNER(a, b)
+
+// Returns the Status of `expr` from the enclosing function unless it is OK.
+#define PTS_RETURN_IF_ERROR(expr)                 \
+  do {                                            \
+    ::ptstore::Status pts_status_ = (expr);       \
+    if (!pts_status_.ok()) return pts_status_;    \
+  } while (0)
+
+// `lhs = value of expr`, or returns its Status from the enclosing function.
+#define PTS_ASSIGN_OR_RETURN(lhs, expr) \
+  PTS_ASSIGN_OR_RETURN_IMPL(PTS_CONCAT(pts_result_, __LINE__), lhs, expr)
+#define PTS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                              \
+  if (!tmp.ok()) return tmp.status();             \
+  lhs = std::move(tmp).value()

@@ -1,0 +1,113 @@
+// Value types shared by the client API, the server and the tools.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ptstore/keys.h"
+#include "ptstore/layout.h"
+
+namespace ptstore {
+
+// A node of the cluster (the local node is 0 until cluster membership lands).
+struct NodeId {
+  uint32_t value = 0;
+  bool operator==(const NodeId&) const = default;
+};
+
+// A tensor: an immutable contiguous byte range on its owner node. Globally
+// unique without coordination: owner node in the top 24 bits, a local
+// sequence number in the low 40.
+struct TensorId {
+  uint64_t value = 0;
+  static TensorId Make(NodeId owner, uint64_t seq) { return TensorId{(uint64_t{owner.value} << 40) | (seq & ((uint64_t{1} << 40) - 1))}; }
+  NodeId owner() const { return NodeId{static_cast<uint32_t>(value >> 40)}; }
+  uint64_t seq() const { return value & ((uint64_t{1} << 40) - 1); }
+  bool operator==(const TensorId&) const = default;
+  auto operator<=>(const TensorId&) const = default;
+};
+
+enum class CacheClass : uint8_t { kOwned = 0, kReplica = 1 };
+const char* CacheClassName(CacheClass c);  // "owned" / "replica"
+
+// One slice of a prefix: `length` bytes at `offset` inside `tensor`.
+// `arena_offset` is where those bytes sit in the server's shared arena; it is
+// only meaningful inside a pinned load (Pin), and 0 in a plain Lookup.
+struct Extent {
+  TensorId tensor;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t arena_offset = 0;
+  bool operator==(const Extent&) const = default;
+};
+
+struct NamespaceInfo {
+  std::string name;
+  Layout layout;
+  bool salted = false;  // the salt itself never leaves the server
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t mode = 0755;  // read bit = may look up and load; write bit = may save and remove
+  uint64_t bytes = 0;    // bytes stored in this namespace on this node
+  uint64_t prefixes = 0; // radix nodes (increments)
+};
+
+// One increment of the radix tree, as listed by tools.
+struct PrefixNodeInfo {
+  ChainKey key;         // chain key at the node's last block: its name
+  ChainKey parent;      // key of the parent node; zero for a child of the root
+  uint64_t start_token = 0;  // depth of the node's first token in the prefix
+  uint64_t tokens = 0;       // tokens in this increment
+  uint64_t bytes = 0;
+  uint64_t hits = 0;
+  TensorId tensor;
+  CacheClass cache_class = CacheClass::kOwned;
+  uint32_t children = 0;
+  uint32_t pins = 0;
+};
+
+// What a save did: tokens already present, tokens it added, bytes written.
+struct SaveResult {
+  uint64_t matched_tokens = 0;
+  uint64_t stored_tokens = 0;
+  uint64_t new_bytes = 0;
+};
+
+// The longest stored prefix of a prompt: its length and where its bytes are.
+struct PrefixInfo {
+  uint64_t matched_tokens = 0;
+  std::vector<Extent> extents;
+};
+
+// What a removal took away (increments and their bytes).
+struct RemoveResult {
+  uint64_t nodes = 0;
+  uint64_t bytes = 0;
+};
+
+// Counters of one node (all namespaces, or one when asked).
+struct StoreStats {
+  uint64_t arena_bytes = 0;        // capacity of the DRAM arena
+  uint64_t used_bytes = 0;         // bytes allocated to tensors
+  uint64_t owned_bytes = 0;
+  uint64_t replica_bytes = 0;
+  uint64_t pinned_bytes = 0;
+  uint64_t tensors = 0;
+  uint64_t prefix_nodes = 0;
+  uint64_t namespaces = 0;
+  uint64_t lookups = 0;
+  uint64_t hits = 0;               // lookups/loads that matched at least one block
+  uint64_t misses = 0;
+  uint64_t hit_tokens = 0;         // tokens served from the store
+  uint64_t requested_tokens = 0;   // whole-block tokens asked for by lookups/loads
+  uint64_t saves = 0;
+  uint64_t saved_bytes = 0;        // bytes actually written into the arena
+  uint64_t dedup_bytes = 0;        // bytes offered by saves but already stored
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t active_leases = 0;
+  uint64_t expired_leases = 0;
+};
+
+}  // namespace ptstore

@@ -1,0 +1,199 @@
+#include "rdma/framed_socket.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace ptstore::rdma {
+
+Frame::Frame(Frame&& o) noexcept
+    : type(o.type), request_id(o.request_id), body(std::move(o.body)), fd(o.TakeFd()) {}
+
+Frame& Frame::operator=(Frame&& o) noexcept {
+  if (this != &o) {
+    if (fd >= 0) close(fd);
+    type = o.type;
+    request_id = o.request_id;
+    body = std::move(o.body);
+    fd = o.TakeFd();
+  }
+  return *this;
+}
+
+Frame::~Frame() {
+  if (fd >= 0) close(fd);
+}
+
+FramedSocket::FramedSocket(int fd) : fd_(fd) {}
+
+FramedSocket::~FramedSocket() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void FramedSocket::Shutdown() {
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+}
+
+Status FramedSocket::Send(uint16_t type, uint64_t request_id, std::span<const uint8_t> body, int pass_fd) {
+  uint8_t header[core::kFrameHeaderBytes];
+  core::EncodeFrameHeader(type, request_id, body, header);
+  struct iovec iov[2] = {{header, sizeof(header)}, {const_cast<uint8_t*>(body.data()), body.size()}};
+  size_t total = sizeof(header) + body.size();
+  size_t sent = 0;
+  bool fd_sent = pass_fd < 0;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  while (sent < total) {
+    // Skip what is already out.
+    struct iovec cur[2];
+    int n = 0;
+    size_t skip = sent;
+    for (auto& v : iov) {
+      if (skip >= v.iov_len) {
+        skip -= v.iov_len;
+        continue;
+      }
+      cur[n].iov_base = static_cast<uint8_t*>(v.iov_base) + skip;
+      cur[n].iov_len = v.iov_len - skip;
+      skip = 0;
+      ++n;
+    }
+    struct msghdr msg {};
+    msg.msg_iov = cur;
+    msg.msg_iovlen = n;
+    if (!fd_sent) {
+      std::memset(control, 0, sizeof(control));
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    ssize_t w = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(std::string("sending ") + core::MsgTypeName(type), errno);
+    }
+    fd_sent = true;
+    sent += static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Status FramedSocket::ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  size_t done = 0;
+  while (done < n) {
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return DeadlineExceeded("no reply from the peer within " + std::to_string(timeout_ms) + " ms");
+      wait_ms = static_cast<int>(left);
+    }
+    struct pollfd pfd {fd_, POLLIN, 0};
+    int pr = poll(&pfd, 1, wait_ms);
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("poll", errno);
+    }
+    if (pr == 0) continue;  // the deadline check above decides
+    struct iovec iov {p + done, n - done};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    struct msghdr msg {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t r = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoError("receiving from the peer", errno);
+    }
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (*got_fd < 0) *got_fd = f;
+        else close(f);  // one descriptor per frame; extras are dropped
+      }
+    }
+    if (r == 0) return Unavailable(done == 0 ? "the peer closed the connection" : "the peer closed the connection mid-message");
+    done += static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+Result<Frame> FramedSocket::Receive(int timeout_ms) {
+  Frame f;
+  uint8_t header[core::kFrameHeaderBytes];
+  PTS_RETURN_IF_ERROR(ReadFull(header, sizeof(header), timeout_ms, &f.fd));
+  PTS_ASSIGN_OR_RETURN(core::FrameHeader h, core::DecodeFrameHeader(header));
+  f.type = h.type;
+  f.request_id = h.request_id;
+  f.body.resize(h.body_len);
+  if (h.body_len) PTS_RETURN_IF_ERROR(ReadFull(f.body.data(), h.body_len, timeout_ms, &f.fd));
+  PTS_RETURN_IF_ERROR(core::VerifyFrameChecksum(header, f.body));
+  return f;
+}
+
+namespace {
+Result<sockaddr_un> UnixAddress(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return InvalidArgument("unix socket path '" + path + "' must be 1.." +
+                           std::to_string(sizeof(addr.sun_path) - 1) + " characters");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+}  // namespace
+
+Result<int> ConnectUnix(const std::string& path) {
+  PTS_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError("socket", errno);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    Status st = ErrnoError("connecting to ptstored at " + path, err);
+    if (err == ENOENT || err == ECONNREFUSED) st = Unavailable(st.message() + " (is ptstored running?)");
+    return st;
+  }
+  return fd;
+}
+
+Result<int> ListenUnix(const std::string& path, uint32_t mode) {
+  PTS_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  // A socket file left by a dead server is replaced; a live server keeps it.
+  if (auto probe = ConnectUnix(path); probe.ok()) {
+    close(*probe);
+    return Status(Code::kAlreadyExists, "another ptstored is already listening on " + path);
+  }
+  unlink(path.c_str());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError("socket", errno);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoError("binding " + path, err);
+  }
+  if (chmod(path.c_str(), mode) != 0 || listen(fd, 128) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoError("listening on " + path, err);
+  }
+  return fd;
+}
+
+}  // namespace ptstore::rdma

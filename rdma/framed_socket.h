@@ -1,0 +1,81 @@
+// Framed messages (core/wire.h) over a connected stream socket, with
+// optional file-descriptor passing (SCM_RIGHTS) on unix sockets.
+//
+// Every receive has a deadline: a peer that stops talking yields
+// DeadlineExceeded, one that goes away Unavailable, one that sends garbage
+// Protocol. Nothing blocks forever.
+//
+// Thread safety: Send and Receive may each be called by one thread at a
+// time; Shutdown may be called from any thread to wake a blocked Receive.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/messages.h"
+#include "core/wire.h"
+#include "ptstore/status.h"
+
+namespace ptstore::rdma {
+
+struct Frame {
+  uint16_t type = 0;
+  uint64_t request_id = 0;
+  std::vector<uint8_t> body;
+  int fd = -1;  // a descriptor that came with the frame; the receiver owns it
+
+  Frame() = default;
+  Frame(Frame&& o) noexcept;
+  Frame& operator=(Frame&& o) noexcept;
+  Frame(const Frame&) = delete;
+  ~Frame();
+  // Hands the descriptor over to the caller.
+  int TakeFd() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+class FramedSocket {
+ public:
+  explicit FramedSocket(int fd);  // takes ownership
+  ~FramedSocket();
+  FramedSocket(const FramedSocket&) = delete;
+  FramedSocket& operator=(const FramedSocket&) = delete;
+
+  Status Send(uint16_t type, uint64_t request_id, std::span<const uint8_t> body, int pass_fd = -1);
+  // timeout_ms < 0 waits forever (servers waiting for the next request).
+  Result<Frame> Receive(int timeout_ms);
+  void Shutdown();
+  int fd() const { return fd_; }
+
+  template <typename M>
+  Status SendMessage(uint64_t request_id, const M& m, int pass_fd = -1) {
+    core::Encoder e;
+    m.Encode(e);
+    return Send(static_cast<uint16_t>(M::kType), request_id, e.buffer(), pass_fd);
+  }
+
+ private:
+  Status ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd);
+
+  int fd_;
+};
+
+// Decodes a frame body as M, naming M when it fails.
+template <typename M>
+Status DecodeBody(const Frame& f, M* m) {
+  core::Decoder d(f.body);
+  Status st = m->Decode(d);
+  if (!st.ok()) return st.WithContext(std::string("decoding ") + core::MsgTypeName(f.type));
+  return st;
+}
+
+Result<int> ConnectUnix(const std::string& path);
+// Binds and listens; replaces a stale socket file; chmods it to `mode`.
+Result<int> ListenUnix(const std::string& path, uint32_t mode);
+
+}  // namespace ptstore::rdma

@@ -1,0 +1,133 @@
+#include "storage/config.h"
+
+#include <grp.h>
+
+#include <charconv>
+#include <set>
+#include <toml++/toml.h>
+
+namespace ptstore::storage {
+
+Result<uint64_t> ParseSize(std::string_view text) {
+  std::string_view t = text;
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  uint64_t number = 0;
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), number);
+  if (ec != std::errc() || p == t.data()) {
+    return InvalidArgument("size '" + std::string(text) + "' does not start with a number");
+  }
+  std::string_view unit(p, t.data() + t.size() - p);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  uint64_t mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1ull << 10;
+  else if (unit == "M" || unit == "MiB") mult = 1ull << 20;
+  else if (unit == "G" || unit == "GiB") mult = 1ull << 30;
+  else if (unit == "T" || unit == "TiB") mult = 1ull << 40;
+  else return InvalidArgument("size '" + std::string(text) + "' has unknown unit '" + std::string(unit) + "' (use KiB, MiB, GiB, TiB)");
+  if (number > UINT64_MAX / mult) return InvalidArgument("size '" + std::string(text) + "' overflows");
+  return number * mult;
+}
+
+namespace {
+
+Status CheckKeys(const toml::table& t, const std::string& where, const std::set<std::string>& known) {
+  for (const auto& [k, v] : t) {
+    if (!known.count(std::string(k.str()))) {
+      return InvalidArgument("config: unknown key '" + std::string(k.str()) + "' in [" + where + "]");
+    }
+  }
+  return Status::OK();
+}
+
+Status SizeField(const toml::table& t, const char* key, uint64_t* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::OK();
+  if (auto i = n->value<int64_t>()) {
+    if (*i < 0) return InvalidArgument(std::string("config: ") + key + " must not be negative");
+    *out = static_cast<uint64_t>(*i);
+    return Status::OK();
+  }
+  if (auto s = n->value<std::string>()) {
+    PTS_ASSIGN_OR_RETURN(*out, ParseSize(*s));
+    return Status::OK();
+  }
+  return InvalidArgument(std::string("config: ") + key + " must be a number of bytes or a size like \"4GiB\"");
+}
+
+template <typename T>
+Status Field(const toml::table& t, const char* key, T* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::OK();
+  if (auto v = n->value<T>()) {
+    *out = *v;
+    return Status::OK();
+  }
+  return InvalidArgument(std::string("config: key '") + key + "' has the wrong type");
+}
+
+}  // namespace
+
+Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::string where = e.source().begin ? " at line " + std::to_string(e.source().begin.line) : "";
+    return InvalidArgument("config " + path + where + ": " + std::string(e.description()));
+  }
+  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "server", "log"}));
+  if (auto* node = root["node"].as_table()) {
+    PTS_RETURN_IF_ERROR(CheckKeys(*node, "node", {"id"}));
+    int64_t id = config->store.node_id;
+    PTS_RETURN_IF_ERROR(Field(*node, "id", &id));
+    if (id < 0 || id >= (1 << 24)) return InvalidArgument("config: node.id must be in [0, 16777215]");
+    config->store.node_id = static_cast<uint32_t>(id);
+  }
+  if (auto* arena = root["arena"].as_table()) {
+    PTS_RETURN_IF_ERROR(CheckKeys(*arena, "arena", {"size", "replica_share", "prefault", "huge_pages", "alignment"}));
+    PTS_RETURN_IF_ERROR(SizeField(*arena, "size", &config->store.arena_bytes));
+    PTS_RETURN_IF_ERROR(SizeField(*arena, "alignment", &config->store.alignment));
+    PTS_RETURN_IF_ERROR(Field(*arena, "replica_share", &config->store.replica_share));
+    PTS_RETURN_IF_ERROR(Field(*arena, "prefault", &config->store.prefault));
+    PTS_RETURN_IF_ERROR(Field(*arena, "huge_pages", &config->store.try_huge_pages));
+  }
+  if (auto* server = root["server"].as_table()) {
+    PTS_RETURN_IF_ERROR(CheckKeys(*server, "server", {"socket", "group", "lease_ms", "max_sessions"}));
+    PTS_RETURN_IF_ERROR(Field(*server, "socket", &config->server.socket_path));
+    PTS_RETURN_IF_ERROR(Field(*server, "group", &config->trusted_group));
+    int64_t lease = static_cast<int64_t>(config->store.default_lease_ms);
+    PTS_RETURN_IF_ERROR(Field(*server, "lease_ms", &lease));
+    if (lease <= 0) return InvalidArgument("config: server.lease_ms must be positive");
+    config->store.default_lease_ms = static_cast<uint64_t>(lease);
+    int64_t sessions = config->server.max_sessions;
+    PTS_RETURN_IF_ERROR(Field(*server, "max_sessions", &sessions));
+    if (sessions <= 0) return InvalidArgument("config: server.max_sessions must be positive");
+    config->server.max_sessions = static_cast<uint32_t>(sessions);
+  }
+  if (auto* log = root["log"].as_table()) {
+    PTS_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
+    PTS_RETURN_IF_ERROR(Field(*log, "level", &config->log_level));
+  }
+  return Status::OK();
+}
+
+Status ResolveTrustedGroup(DaemonConfig* config) {
+  const std::string& g = config->trusted_group;
+  if (g.empty()) {
+    config->server.trusted_gid = -1;
+    return Status::OK();
+  }
+  uint32_t gid = 0;
+  auto [p, ec] = std::from_chars(g.data(), g.data() + g.size(), gid);
+  if (ec == std::errc() && p == g.data() + g.size()) {
+    config->server.trusted_gid = gid;
+    return Status::OK();
+  }
+  struct group* gr = getgrnam(g.c_str());
+  if (gr == nullptr) return NotFound("store group '" + g + "' does not exist");
+  config->server.trusted_gid = gr->gr_gid;
+  return Status::OK();
+}
+
+}  // namespace ptstore::storage

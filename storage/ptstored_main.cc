@@ -1,0 +1,101 @@
+// ptstored: the PTStore node server (see man/ptstored.8).
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "core/logging.h"
+#include "storage/config.h"
+#include "storage/server.h"
+#include "storage/store.h"
+
+using namespace ptstore;
+
+int main(int argc, char** argv) {
+  CLI::App app{"ptstored: the PTStore node server (DRAM arena of KV prefixes)"};
+  std::string config_path, socket, arena_size, group, log_level;
+  double replica_share = -1;
+  int64_t node_id = -1;
+  bool no_prefault = false;
+  app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
+  app.add_option("-s,--socket", socket, "unix socket path for local clients");
+  app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
+  app.add_option("--replica-share", replica_share, "largest share of the arena replicas may use (0..1)");
+  app.add_option("--node-id", node_id, "this node's id in the cluster");
+  app.add_option("--group", group, "store group: its members get the zero-copy arena mapping");
+  app.add_option("--log-level", log_level, "debug, info, warn or error");
+  app.add_flag("--no-prefault", no_prefault, "do not touch the arena's pages at start (slower first use)");
+  CLI11_PARSE(app, argc, argv);
+
+  core::SetLogProgramName("ptstored");
+  storage::DaemonConfig cfg;
+  auto fail = [](const Status& st) {
+    std::fprintf(stderr, "ptstored: %s\n", st.ToString().c_str());
+    return 1;
+  };
+  if (!config_path.empty()) {
+    if (Status st = storage::LoadConfigFile(config_path, &cfg); !st.ok()) return fail(st);
+  }
+  if (!socket.empty()) cfg.server.socket_path = socket;
+  if (!arena_size.empty()) {
+    auto size = storage::ParseSize(arena_size);
+    if (!size.ok()) return fail(size.status().WithContext("--arena-size"));
+    cfg.store.arena_bytes = *size;
+  }
+  if (replica_share >= 0) cfg.store.replica_share = replica_share;
+  if (node_id >= 0) cfg.store.node_id = static_cast<uint32_t>(node_id);
+  if (!group.empty()) cfg.trusted_group = group;
+  if (!log_level.empty()) cfg.log_level = log_level;
+  if (no_prefault) cfg.store.prefault = false;
+  core::LogLevel level;
+  if (!core::ParseLogLevel(cfg.log_level, &level)) {
+    return fail(InvalidArgument("log level '" + cfg.log_level + "' is not debug, info, warn or error"));
+  }
+  core::SetLogLevel(level);
+  if (Status st = storage::ResolveTrustedGroup(&cfg); !st.ok()) return fail(st);
+
+  // Signals are taken synchronously by the main thread below; every other
+  // thread inherits the blocked mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(cfg.server.socket_path).parent_path(), ec);
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto store = storage::Store::Open(cfg.store);
+  if (!store.ok()) return fail(store.status().WithContext("opening the arena"));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  PTS_INFO("store", "arena of " << (*store)->arena_bytes() / double(1 << 20) << " MiB ready in " << secs << " s"
+                                << ((*store)->huge_pages() ? " (huge pages)" : "")
+                                << (cfg.store.prefault ? ", pre-faulted" : "") << "; node " << cfg.store.node_id
+                                << ", replica share " << cfg.store.replica_share);
+
+  storage::Server server(store->get(), cfg.server);
+  if (Status st = server.Start(); !st.ok()) return fail(st);
+  PTS_INFO("main", "ready");
+
+  int sig = 0;
+  while (sigwait(&sigs, &sig) == 0) {
+    if (sig == SIGHUP) {
+      PTS_INFO("main", "SIGHUP: nothing to reload; send SIGTERM to stop");
+      continue;
+    }
+    break;
+  }
+  PTS_INFO("main", "signal " << sig << " (" << strsignal(sig) << "): shutting down");
+  server.Stop();
+  StoreStats s = (*store)->Stats();
+  PTS_INFO("main", "served " << s.hits << " hits, " << s.misses << " misses, " << s.saves << " saves; bye");
+  return 0;
+}

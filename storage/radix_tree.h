@@ -1,0 +1,93 @@
+// The radix index of one namespace: a trie of increments keyed by chain keys.
+//
+// Each node is a run of whole blocks: its token ids and the (tensor, offset,
+// length) slice that holds their KV. A node's children are found by the chain
+// key of their first block, and every step of a match also compares the token
+// ids, so a hash collision can only shorten a match. A new prefix that
+// branches inside a node splits the node's metadata in two; the bytes stay
+// where they are.
+//
+// Thread safety: none; the Store serialises all access under its mutex.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "ptstore/keys.h"
+#include "ptstore/types.h"
+#include "storage/tensor.h"
+
+namespace ptstore::storage {
+
+struct RadixNode {
+  RadixNode* parent = nullptr;
+  ChainKey first_key;              // key of the first block: its name in parent->children
+  ChainKey key;                    // key of the last block: its name in paths
+  uint64_t start_block = 0;        // depth of its first block
+  std::vector<uint32_t> tokens;    // blocks() * block_tokens token ids
+  Tensor* tensor = nullptr;        // nullptr only for the root
+  uint64_t offset = 0;             // byte offset of its first block in tensor
+  uint64_t length = 0;             // bytes
+  uint64_t hits = 0;
+  std::unordered_map<ChainKey, std::unique_ptr<RadixNode>, ChainKeyHash> children;
+};
+
+// One step of a match: `blocks` blocks matched at the start of `node`.
+struct MatchStep {
+  RadixNode* node;
+  uint64_t blocks;
+};
+
+struct Match {
+  std::vector<MatchStep> path;  // root excluded
+  uint64_t blocks = 0;          // total whole blocks matched
+  // True when the match ends strictly inside the last node (a split point).
+  bool partial_last = false;
+};
+
+class RadixTree {
+ public:
+  explicit RadixTree(uint32_t block_tokens, uint64_t block_bytes);
+  RadixTree(const RadixTree&) = delete;
+  RadixTree& operator=(const RadixTree&) = delete;
+
+  // Longest match of `tokens` (whole blocks only; keys[i] is the chain key of
+  // block i, as ChainKeys computes).
+  Match Longest(std::span<const uint32_t> tokens, std::span<const ChainKey> keys) const;
+
+  // Inserts the blocks [m.blocks, keys.size()) of `tokens`, whose bytes are
+  // all of `tensor` from offset 0, below the end of match `m` (splitting the
+  // last node when the match ends inside it). REQUIRES: m is a current match
+  // of these tokens and keys.size() > m.blocks. Returns the new node.
+  RadixNode* Insert(const Match& m, std::span<const uint32_t> tokens, std::span<const ChainKey> keys,
+                    Tensor* tensor);
+
+  // Detaches the subtree rooted at `node` (not the root) and calls
+  // `on_removed` for each of its nodes, children before parents, before
+  // destroying them.
+  void RemoveSubtree(RadixNode* node, const std::function<void(RadixNode*)>& on_removed);
+
+  RadixNode* root() { return &root_; }
+  RadixNode* FindByKey(const ChainKey& key) const;
+  size_t node_count() const { return by_key_.size(); }
+  uint64_t blocks_of(const RadixNode* n) const { return n->tokens.size() / block_tokens_; }
+  uint32_t block_tokens() const { return block_tokens_; }
+  uint64_t block_bytes() const { return block_bytes_; }
+
+ private:
+  // Splits `node` after `blocks` blocks; returns the new upper node, which
+  // takes node's place under its parent. `upper_key` is the key of the
+  // upper node's last block.
+  RadixNode* Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key);
+
+  uint32_t block_tokens_;
+  uint64_t block_bytes_;
+  RadixNode root_;
+  std::unordered_map<ChainKey, RadixNode*, ChainKeyHash> by_key_;
+};
+
+}  // namespace ptstore::storage

@@ -1,0 +1,82 @@
+#include "storage/server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/logging.h"
+#include "rdma/framed_socket.h"
+#include "storage/session.h"
+
+namespace ptstore::storage {
+
+Server::Server(Store* store, ServerOptions options) : store_(store), options_(std::move(options)) {}
+
+Server::~Server() { Stop(); }
+
+Status Server::Start() {
+  PTS_ASSIGN_OR_RETURN(listen_fd_, rdma::ListenUnix(options_.socket_path, options_.socket_mode));
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  reap_thread_ = std::thread([this] { ReapLoop(); });
+  PTS_INFO("server", "listening on " << options_.socket_path);
+  return Status::OK();
+}
+
+void Server::AcceptLoop() {
+  while (!stopping_.load()) {
+    struct pollfd pfd {listen_fd_, POLLIN, 0};
+    int pr = poll(&pfd, 1, 200);
+    if (pr <= 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EINTR && errno != EAGAIN) PTS_WARN("server", "accept: " << ErrnoError("accept", errno).message());
+      continue;
+    }
+    std::lock_guard lk(mu_);
+    // Finished sessions are joined here, off the hot path of their peers.
+    sessions_.remove_if([](const std::unique_ptr<Session>& s) { return s->done(); });
+    if (sessions_.size() >= options_.max_sessions) {
+      PTS_WARN("server", "refusing a client: " << sessions_.size() << " sessions already open");
+      close(fd);
+      continue;
+    }
+    auto s = std::make_unique<Session>(store_, &options_, fd, next_session_++);
+    s->Start();
+    sessions_.push_back(std::move(s));
+  }
+}
+
+void Server::ReapLoop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_.load()) {
+    reap_cv_.wait_for(lk, std::chrono::milliseconds(options_.lease_reap_ms));
+    if (stopping_.load()) break;
+    lk.unlock();
+    store_->ExpireLeases(Store::Clock::now());
+    lk.lock();
+  }
+}
+
+void Server::Stop() {
+  if (stopping_.exchange(true)) return;
+  reap_cv_.notify_all();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  if (reap_thread_.joinable()) reap_thread_.join();
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(options_.socket_path.c_str());
+    listen_fd_ = -1;
+  }
+  std::list<std::unique_ptr<Session>> sessions;
+  {
+    std::lock_guard lk(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& s : sessions) s->Stop();
+  sessions.clear();  // joins each
+  PTS_INFO("server", "stopped");
+}
+
+}  // namespace ptstore::storage

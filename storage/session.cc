@@ -1,0 +1,213 @@
+#include "storage/session.h"
+
+#include <unistd.h>
+
+#include "core/logging.h"
+#include "core/messages.h"
+#include "storage/server.h"
+
+namespace ptstore::storage {
+
+using core::MsgType;
+
+namespace {
+constexpr uint32_t kMaxBuffers = 64;
+}
+
+Session::Session(Store* store, const ServerOptions* options, int fd, uint64_t id)
+    : store_(store), options_(options), socket_(fd), id_(id) {}
+
+Session::~Session() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Session::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Session::Stop() { socket_.Shutdown(); }
+
+void Session::Run() {
+  auto creds = PeerCredentials(socket_.fd());
+  if (!creds.ok()) {
+    PTS_WARN("server", "session " << id_ << ": " << creds.status().ToString());
+    done_ = true;
+    return;
+  }
+  peer_ = *creds;
+  trusted_ = peer_.uid == 0 || peer_.uid == geteuid() ||
+             (options_->trusted_gid >= 0 && peer_.InGroup(static_cast<uint32_t>(options_->trusted_gid)));
+  for (;;) {
+    Result<rdma::Frame> f = socket_.Receive(-1);
+    if (!f.ok()) {
+      if (f.status().code() == Code::kProtocol) {
+        // A malformed frame: say why, then drop the connection (we can no
+        // longer find the next frame boundary).
+        PTS_WARN("server", "session " << id_ << " (pid " << peer_.pid << "): " << f.status().ToString());
+        core::ErrorReply e{Code::kProtocol, f.status().message()};
+        socket_.SendMessage(0, e).IgnoreError();
+      }
+      break;
+    }
+    Status st = Dispatch(*f);
+    if (!st.ok()) {
+      core::ErrorReply e{st.code(), st.message()};
+      if (!socket_.SendMessage(f->request_id, e).ok()) break;
+    }
+  }
+  store_->ReleaseSession(id_);
+  buffers_.clear();
+  PTS_DEBUG("server", "session " << id_ << " (pid " << peer_.pid << ") ended");
+  done_ = true;
+}
+
+Result<NamespaceInfo> Session::Authorize(const std::string& ns, Access access) {
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(ns));
+  PTS_RETURN_IF_ERROR(CheckAccess(info, peer_, access));
+  return info;
+}
+
+Result<uint8_t*> Session::BufferRange(uint32_t buffer_id, uint64_t offset, uint64_t bytes) {
+  auto it = buffers_.find(buffer_id);
+  if (it == buffers_.end()) return NotFound("buffer " + std::to_string(buffer_id) + " is not registered");
+  const uint64_t size = it->second->size();
+  if (offset > size || bytes > size - offset) {
+    return InvalidArgument("range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                           ") is outside registered buffer " + std::to_string(buffer_id) + " of " +
+                           std::to_string(size) + " bytes");
+  }
+  return it->second->data() + offset;
+}
+
+Status Session::Dispatch(const rdma::Frame& f) {
+  const auto type = static_cast<MsgType>(f.type);
+  if (!hello_ && type != MsgType::kHello) {
+    return ProtocolError(std::string("expected Hello first, got ") + core::MsgTypeName(f.type));
+  }
+  switch (type) {
+    case MsgType::kHello: {
+      core::HelloRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      hello_ = true;
+      core::HelloReply rep;
+      rep.node_id = store_->options().node_id;
+      rep.arena_bytes = store_->arena_bytes();
+      rep.mapped = trusted_ && req.want_mapping;
+      rep.session_id = id_;
+      rep.lease_ms = store_->options().default_lease_ms;
+      PTS_INFO("server", "session " << id_ << ": '" << req.client_name << "' pid " << peer_.pid << " uid "
+                                    << peer_.uid << (rep.mapped ? " (arena mapped)" : " (copy loads)"));
+      return Reply(f, rep, rep.mapped ? store_->arena_fd() : -1);
+    }
+    case MsgType::kRegisterBuffer: {
+      core::RegisterBufferRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      int fd = const_cast<rdma::Frame&>(f).TakeFd();
+      if (fd < 0) return InvalidArgument("RegisterBuffer carried no file descriptor");
+      if (buffers_.size() >= kMaxBuffers) {
+        close(fd);
+        return ResourceExhausted("a session may register at most " + std::to_string(kMaxBuffers) + " buffers");
+      }
+      if (req.size == 0) {
+        close(fd);
+        return InvalidArgument("cannot register an empty buffer");
+      }
+      PTS_ASSIGN_OR_RETURN(auto shm, core::SharedMemory::Map(fd, req.size, /*read_only=*/false, /*populate=*/true));
+      uint32_t id = next_buffer_++;
+      buffers_.emplace(id, std::move(shm));
+      return Reply(f, core::RegisterBufferReply{id});
+    }
+    case MsgType::kCreateNamespace: {
+      core::CreateNamespaceRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->CreateNamespace(req.name, req.layout, req.salt, peer_.uid,
+                                                                       peer_.gid, req.mode, req.exist_ok));
+      return Reply(f, core::NamespaceReply{info});
+    }
+    case MsgType::kGetNamespace: {
+      core::NameRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(req.name));
+      return Reply(f, core::NamespaceReply{info});
+    }
+    case MsgType::kListNamespaces: {
+      return Reply(f, core::ListNamespacesReply{store_->ListNamespaces()});
+    }
+    case MsgType::kDropNamespace: {
+      core::NameRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(req.name));
+      if (peer_.uid != 0 && peer_.uid != info.uid) {
+        return PermissionDenied("only the owner (uid " + std::to_string(info.uid) + ") or root may drop namespace '" +
+                                req.name + "'");
+      }
+      PTS_ASSIGN_OR_RETURN(RemoveResult r, store_->DropNamespace(req.name));
+      core::RemoveReply rep{r.nodes, r.bytes};
+      return Reply(f, rep);
+    }
+    case MsgType::kSave: {
+      core::SaveRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
+      PTS_ASSIGN_OR_RETURN(uint8_t * data, BufferRange(req.buffer_id, req.buffer_offset, req.length));
+      PTS_ASSIGN_OR_RETURN(SaveResult r, store_->Save(req.ns, req.tokens, data, req.length, req.first_block));
+      return Reply(f, core::SaveReply{r.matched_tokens, r.stored_tokens, r.new_bytes});
+    }
+    case MsgType::kLookup: {
+      core::PrefixRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      PTS_ASSIGN_OR_RETURN(PrefixResult r, store_->Lookup(req.ns, req.tokens));
+      return Reply(f, core::PrefixReply{r.matched_tokens, 0, std::move(r.extents)});
+    }
+    case MsgType::kPin: {
+      core::PrefixRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      if (!trusted_) {
+        return PermissionDenied("this client does not map the arena (uid " + std::to_string(peer_.uid) +
+                                " is not in the store group): load by copy instead");
+      }
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      PTS_ASSIGN_OR_RETURN(PrefixResult r, store_->Pin(req.ns, req.tokens, id_));
+      core::PrefixReply rep{r.matched_tokens, r.lease_id, std::move(r.extents)};
+      return Reply(f, rep);
+    }
+    case MsgType::kLoadCopy: {
+      core::PrefixRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      PTS_ASSIGN_OR_RETURN(uint8_t * dst, BufferRange(req.buffer_id, req.buffer_offset, req.capacity));
+      PTS_ASSIGN_OR_RETURN(uint64_t tokens, store_->LoadCopy(req.ns, req.tokens, dst, req.capacity));
+      core::PrefixReply rep{tokens, 0, {}};
+      return Reply(f, rep);
+    }
+    case MsgType::kRelease: {
+      core::ReleaseRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(store_->Release(req.lease_id, id_));
+      return Reply(f, core::EmptyReply{});
+    }
+    case MsgType::kRemove: {
+      core::RemoveRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
+      Result<RemoveResult> r = req.by_key ? store_->RemoveByKey(req.ns, req.key) : store_->Remove(req.ns, req.tokens);
+      PTS_RETURN_IF_ERROR(r.status());
+      return Reply(f, core::RemoveReply{r->nodes, r->bytes});
+    }
+    case MsgType::kStats: {
+      return Reply(f, core::StatsReply{store_->Stats()});
+    }
+    case MsgType::kListTree: {
+      core::ListTreeRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      PTS_ASSIGN_OR_RETURN(auto nodes, store_->ListTree(req.ns, req.parent, req.recursive));
+      return Reply(f, core::ListTreeReply{std::move(nodes)});
+    }
+    default:
+      return ProtocolError(std::string("unexpected message type ") + std::to_string(f.type) + " (" +
+                           core::MsgTypeName(f.type) + ") from a client");
+  }
+}
+
+}  // namespace ptstore::storage

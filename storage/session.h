@@ -1,0 +1,61 @@
+// One client connection of ptstored: decodes requests, checks permissions,
+// calls the Store, encodes replies.
+//
+// Thread safety: a Session runs on its own thread; Stop() may be called from
+// another thread to end it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "core/shm.h"
+#include "rdma/framed_socket.h"
+#include "storage/access.h"
+#include "storage/store.h"
+
+namespace ptstore::storage {
+
+struct ServerOptions;
+
+class Session {
+ public:
+  Session(Store* store, const ServerOptions* options, int fd, uint64_t id);
+  ~Session();  // joins the thread
+
+  void Start();
+  void Stop();  // wakes the thread; the session then releases its leases
+  bool done() const { return done_.load(); }
+
+ private:
+  void Run();
+  // Handles one request and sends its reply; a failure it returns is sent
+  // back by the caller as an ErrorReply.
+  Status Dispatch(const rdma::Frame& f);
+  // Replies to `req` with `m` as message type req.type + 1.
+  template <typename M>
+  Status Reply(const rdma::Frame& req, const M& m, int pass_fd = -1) {
+    core::Encoder e;
+    m.Encode(e);
+    return socket_.Send(static_cast<uint16_t>(req.type + 1), req.request_id, e.buffer(), pass_fd);
+  }
+  Result<NamespaceInfo> Authorize(const std::string& ns, Access access);
+  // The registered buffer range [offset, offset + bytes), or an error.
+  Result<uint8_t*> BufferRange(uint32_t buffer_id, uint64_t offset, uint64_t bytes);
+
+  Store* store_;
+  const ServerOptions* options_;
+  rdma::FramedSocket socket_;
+  const uint64_t id_;
+  Credentials peer_;
+  bool trusted_ = false;
+  bool hello_ = false;
+  std::map<uint32_t, std::unique_ptr<core::SharedMemory>> buffers_;
+  uint32_t next_buffer_ = 1;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+}  // namespace ptstore::storage

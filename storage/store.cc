@@ -1,0 +1,550 @@
+#include "storage/store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/logging.h"
+
+namespace ptstore::storage {
+
+namespace {
+constexpr uint64_t kInternalSession = 0;
+
+std::string Bytes(uint64_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / double(1ull << 20));
+  else std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  if (options.arena_bytes < (1u << 20)) {
+    return InvalidArgument("arena size " + std::to_string(options.arena_bytes) + " is below the 1 MiB minimum");
+  }
+  if (options.replica_share < 0 || options.replica_share > 1) {
+    return InvalidArgument("replica_share " + std::to_string(options.replica_share) + " is not in [0, 1]");
+  }
+  if (options.alignment < 64 || (options.alignment & (options.alignment - 1)) != 0) {
+    return InvalidArgument("arena alignment " + std::to_string(options.alignment) +
+                           " must be a power of two >= 64");
+  }
+  core::SharedMemory::CreateOptions shm;
+  shm.name = "ptstore-arena";
+  shm.prefault = options.prefault;
+  shm.try_huge_pages = options.try_huge_pages;
+  PTS_ASSIGN_OR_RETURN(auto arena, core::SharedMemory::Create(options.arena_bytes, shm));
+  return std::unique_ptr<Store>(new Store(options, std::move(arena)));
+}
+
+Store::Store(const StoreOptions& options, std::unique_ptr<core::SharedMemory> arena)
+    : options_(options), arena_(std::move(arena)), alloc_(arena_->size(), options.alignment) {
+  stats_.arena_bytes = arena_->size();
+}
+
+Store::~Store() = default;
+
+// ---------------------------------------------------------------- namespaces
+
+Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layout& layout, const std::string& salt,
+                                             uint32_t uid, uint32_t gid, uint32_t mode, bool exist_ok) {
+  PTS_RETURN_IF_ERROR(ValidateNamespaceName(name));
+  PTS_RETURN_IF_ERROR(layout.Validate());
+  if (mode > 07777) return InvalidArgument("namespace mode " + std::to_string(mode) + " is not a permission mode");
+  std::lock_guard lk(mu_);
+  auto it = namespaces_.find(name);
+  if (it != namespaces_.end()) {
+    const Namespace& n = *it->second;
+    if (!exist_ok) return AlreadyExists("namespace '" + name + "' already exists");
+    if (n.info.layout != layout) {
+      return AlreadyExists("namespace '" + name + "' exists with layout {" + n.info.layout.ToString() +
+                           "}, not {" + layout.ToString() + "}");
+    }
+    if (n.salt != salt) return AlreadyExists("namespace '" + name + "' exists with a different salt");
+    return n.info;
+  }
+  auto n = std::make_unique<Namespace>();
+  n->id = next_namespace_id_++;
+  n->info.name = name;
+  n->info.layout = layout;
+  n->info.salted = !salt.empty();
+  n->info.uid = uid;
+  n->info.gid = gid;
+  n->info.mode = mode;
+  n->salt = salt;
+  n->root_key = RootKey(name, salt);
+  n->tree = std::make_unique<RadixTree>(layout.block_tokens, layout.BytesPerBlock());
+  NamespaceInfo info = n->info;
+  namespaces_.emplace(name, std::move(n));
+  PTS_INFO("store", "created namespace '" << name << "' {" << layout.ToString() << "} owner " << uid << ":" << gid
+                                          << " mode " << std::oct << mode);
+  return info;
+}
+
+Result<Namespace*> Store::FindLocked(const std::string& name) const {
+  auto it = namespaces_.find(name);
+  if (it == namespaces_.end()) return NotFound("namespace '" + name + "' does not exist");
+  return it->second.get();
+}
+
+Result<NamespaceInfo> Store::GetNamespace(const std::string& name) const {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(name));
+  return n->info;
+}
+
+std::vector<NamespaceInfo> Store::ListNamespaces() const {
+  std::lock_guard lk(mu_);
+  std::vector<NamespaceInfo> out;
+  for (const auto& [name, n] : namespaces_) out.push_back(n->info);
+  return out;
+}
+
+Result<RemoveResult> Store::DropNamespace(const std::string& name) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(name));
+  RemoveResult r;
+  std::vector<RadixNode*> tops;
+  for (auto& [k, c] : n->tree->root()->children) tops.push_back(c.get());
+  for (RadixNode* c : tops) RemoveSubtreeLocked(n, c, &r);
+  namespaces_.erase(name);
+  inflight_done_.notify_all();
+  PTS_INFO("store", "dropped namespace '" << name << "': " << r.nodes << " increments, " << Bytes(r.bytes));
+  return r;
+}
+
+// ------------------------------------------------------------------ tensors
+
+void Store::PinLocked(Tensor* t) {
+  if (t->pins++ == 0) stats_.pinned_bytes += t->allocated;
+}
+
+void Store::UnpinLocked(Tensor* t) {
+  if (--t->pins == 0) {
+    stats_.pinned_bytes -= t->allocated;
+    if (!t->in_index) FreeTensorLocked(t);
+  }
+}
+
+void Store::FreeTensorLocked(Tensor* t) {
+  alloc_.Free(t->arena_offset);
+  (t->cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) -= t->allocated;
+  tensors_.erase(t->id.value);
+}
+
+void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
+  Tensor* t = n->tensor;
+  result->nodes++;
+  result->bytes += n->length;
+  auto& chain = t->nodes;
+  chain.erase(std::remove(chain.begin(), chain.end(), n), chain.end());
+  if (chain.empty() && t->in_index) {
+    t->in_index = false;
+    queue_[static_cast<int>(t->cache_class)].Remove(t);
+    t->ns->info.bytes -= t->bytes;
+    if (t->pins == 0) FreeTensorLocked(t);
+  }
+}
+
+void Store::RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result) {
+  ns->tree->RemoveSubtree(node, [&](RadixNode* x) { OnNodeRemovedLocked(x, result); });
+  ns->info.prefixes = ns->tree->node_count();
+}
+
+void Store::EvictLocked(Tensor* t) {
+  gdsf_.OnEvict(*t);
+  stats_.evictions++;
+  stats_.evicted_bytes += t->bytes;
+  PTS_DEBUG("store", "evict tensor " << t->id.value << " (" << CacheClassName(t->cache_class) << ", "
+                                     << Bytes(t->bytes) << ", priority " << t->priority << ")");
+  RemoveResult ignored;
+  // A leaf tensor's nodes are one chain: removing its top node removes all.
+  RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+}
+
+bool Store::EvictOneLocked(CacheClass from) {
+  Tensor* victim = queue_[static_cast<int>(from)].PickVictim();
+  if (victim == nullptr) return false;
+  EvictLocked(victim);
+  return true;
+}
+
+Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls) {
+  const uint64_t capacity = alloc_.capacity();
+  auto exhausted = [&](const char* why) {
+    return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + ": " + why + " (arena " +
+                             Bytes(capacity) + ", used " + Bytes(alloc_.used_bytes()) + ", pinned " +
+                             Bytes(stats_.pinned_bytes) + ", largest free extent " +
+                             Bytes(alloc_.largest_free_extent()) + ")");
+  };
+  if (bytes + stats_.pinned_bytes > capacity) return exhausted("the arena is too small or too much of it is pinned");
+  if (cls == CacheClass::kReplica) {
+    const uint64_t share = static_cast<uint64_t>(options_.replica_share * static_cast<double>(capacity));
+    if (bytes > share) return exhausted("larger than the replica share");
+    while (stats_.replica_bytes + bytes > share) {
+      if (!EvictOneLocked(CacheClass::kReplica)) return exhausted("the replica share is full of pinned replicas");
+    }
+  }
+  for (;;) {
+    if (auto off = alloc_.Allocate(bytes)) return *off;
+    // Replicas can be fetched again: they go first. Owned data only makes
+    // room for owned data.
+    if (EvictOneLocked(CacheClass::kReplica)) continue;
+    if (cls == CacheClass::kOwned && EvictOneLocked(CacheClass::kOwned)) continue;
+    return exhausted("everything evictable is gone");
+  }
+}
+
+// --------------------------------------------------------------------- save
+
+Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint32_t> tokens, const uint8_t* data,
+                               uint64_t length, uint64_t first_block, CacheClass cache_class) {
+  std::unique_lock lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const uint64_t ns_id = ns->id;
+  const uint32_t bt = ns->info.layout.block_tokens;
+  const uint64_t bb = ns->info.layout.BytesPerBlock();
+  const uint64_t blocks = tokens.size() / bt;
+  if (first_block > blocks) {
+    return InvalidArgument("save: first_block " + std::to_string(first_block) + " is past the " +
+                           std::to_string(blocks) + " whole blocks of the prompt");
+  }
+  const uint64_t want = (blocks - first_block) * bb;
+  if (length != want) {
+    return InvalidArgument("save: the KV buffer holds " + std::to_string(length) + " bytes, but " +
+                           std::to_string(blocks - first_block) + " blocks of " + std::to_string(bt) +
+                           " tokens in layout {" + ns->info.layout.ToString() + "} need " + std::to_string(want));
+  }
+  if (length > 0 && data == nullptr) return InvalidArgument("save: null KV buffer");
+  auto full = tokens.first(blocks * bt);
+  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
+  stats_.saves++;
+
+  Match m;
+  std::pair<Namespace*, ChainKey> claim;
+  for (;;) {
+    m = ns->tree->Longest(full, keys);
+    if (m.blocks >= blocks) {
+      stats_.dedup_bytes += blocks * bb;
+      return SaveResult{blocks * bt, 0, 0};
+    }
+    if (m.blocks < first_block) {
+      return Aborted("save: blocks before first_block " + std::to_string(first_block) +
+                     " are no longer stored; save again from block 0");
+    }
+    claim = {ns, keys[m.blocks]};
+    if (!inflight_.count(claim)) break;
+    // Someone is storing the same next block: wait, then look again.
+    inflight_done_.wait(lk);
+    PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
+    if (ns->id != ns_id) return Aborted("save: namespace '" + ns_name + "' was replaced during the save");
+  }
+  inflight_.insert(claim);
+
+  // Pin the matched path: neither eviction for our own allocation nor
+  // another client's may free the parent we are about to hang below.
+  std::vector<Tensor*> path_tensors;
+  for (const MatchStep& s : m.path) {
+    if (path_tensors.empty() || path_tensors.back() != s.node->tensor) path_tensors.push_back(s.node->tensor);
+  }
+  for (Tensor* t : path_tensors) PinLocked(t);
+  auto finish_claim = [&] {
+    for (Tensor* t : path_tensors) UnpinLocked(t);
+    inflight_.erase(claim);
+    inflight_done_.notify_all();
+  };
+
+  const uint64_t new_blocks = blocks - m.blocks;
+  const uint64_t bytes = new_blocks * bb;
+  Result<uint64_t> off = AllocateLocked(bytes, cache_class);
+  if (!off.ok()) {
+    finish_claim();
+    return off.status();
+  }
+  auto owned = std::make_unique<Tensor>();
+  Tensor* t = owned.get();
+  t->id = TensorId::Make(NodeId{options_.node_id}, next_tensor_seq_++);
+  t->cache_class = cache_class;
+  t->ns = ns;
+  t->arena_offset = *off;
+  t->bytes = bytes;
+  t->allocated = alloc_.AllocatedSize(*off);
+  t->start_token = m.blocks * bt;
+  t->tokens = new_blocks * bt;
+  t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
+  (cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) += t->allocated;
+  tensors_.emplace(t->id.value, std::move(owned));
+
+  // The copy runs without the lock: the region is ours, the path is pinned.
+  lk.unlock();
+  std::memcpy(arena_->data() + t->arena_offset, data + (m.blocks - first_block) * bb, bytes);
+  lk.lock();
+
+  finish_claim();
+  Result<Namespace*> again = FindLocked(ns_name);
+  Match m2;
+  if (again.ok() && (*again)->id == ns_id) m2 = ns->tree->Longest(full, keys);
+  if (!again.ok() || (*again)->id != ns_id || m2.blocks != m.blocks) {
+    // A removal of the parent (or of the namespace) won the race: the save is
+    // ordered before it, so its bytes are gone with it.
+    FreeTensorLocked(t);
+    return SaveResult{m2.blocks * bt, 0, 0};
+  }
+  t->in_index = true;
+  RadixNode* node = ns->tree->Insert(m2, full, keys, t);
+  t->priority = gdsf_.Priority(*t);
+  queue_[static_cast<int>(cache_class)].Add(t);
+  PropagateLocked(node, t->priority);
+  ns->info.bytes += bytes;
+  ns->info.prefixes = ns->tree->node_count();
+  stats_.saved_bytes += bytes;
+  stats_.dedup_bytes += m.blocks * bb;
+  return SaveResult{m.blocks * bt, new_blocks * bt, bytes};
+}
+
+void Store::PropagateLocked(RadixNode* node, double p) {
+  for (RadixNode* a = node->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
+    Tensor* t = a->tensor;
+    if (t->priority < p) queue_[static_cast<int>(t->cache_class)].Update(t, p);
+  }
+}
+
+// ----------------------------------------------------------- lookup and pin
+
+std::vector<Extent> Store::ExtentsLocked(const Match& m, uint64_t block_bytes, bool with_arena) const {
+  std::vector<Extent> out;
+  for (const MatchStep& s : m.path) {
+    const RadixNode* n = s.node;
+    Extent x{n->tensor->id, n->offset, s.blocks * block_bytes, with_arena ? n->tensor->arena_offset + n->offset : 0};
+    if (!out.empty() && out.back().tensor == x.tensor && out.back().offset + out.back().length == x.offset) {
+      out.back().length += x.length;  // consecutive slices of one tensor: one extent
+    } else {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+void Store::HitLocked(const Match& m) {
+  std::vector<Tensor*> path;
+  for (const MatchStep& s : m.path) {
+    s.node->hits++;
+    if (path.empty() || path.back() != s.node->tensor) path.push_back(s.node->tensor);
+  }
+  double running = 0;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    Tensor* t = *it;
+    t->hits++;
+    running = std::max(running, std::max(t->priority, gdsf_.Priority(*t)));
+    queue_[static_cast<int>(t->cache_class)].Update(t, running);
+  }
+}
+
+Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const uint32_t> tokens) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const uint32_t bt = ns->info.layout.block_tokens;
+  auto full = tokens.first(tokens.size() / bt * bt);
+  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
+  Match m = ns->tree->Longest(full, keys);
+  stats_.lookups++;
+  PrefixResult r;
+  r.matched_tokens = m.blocks * bt;
+  r.extents = ExtentsLocked(m, ns->info.layout.BytesPerBlock(), false);
+  return r;
+}
+
+Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
+                                uint64_t lease_ms) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const uint32_t bt = ns->info.layout.block_tokens;
+  auto full = tokens.first(tokens.size() / bt * bt);
+  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
+  Match m = ns->tree->Longest(full, keys);
+  stats_.requested_tokens += full.size();
+  PrefixResult r;
+  if (m.blocks == 0) {
+    stats_.misses++;
+    return r;
+  }
+  if (leases_.size() >= options_.max_leases) {
+    return ResourceExhausted("too many active leases (" + std::to_string(leases_.size()) +
+                             "): release pins or raise max_leases");
+  }
+  stats_.hits++;
+  stats_.hit_tokens += m.blocks * bt;
+  HitLocked(m);
+  Lease lease;
+  lease.session = session;
+  lease.expiry = Clock::now() + std::chrono::milliseconds(lease_ms ? lease_ms : options_.default_lease_ms);
+  for (const MatchStep& s : m.path) {
+    if (lease.tensors.empty() || lease.tensors.back() != s.node->tensor) lease.tensors.push_back(s.node->tensor);
+  }
+  for (Tensor* t : lease.tensors) PinLocked(t);
+  r.lease_id = next_lease_++;
+  r.matched_tokens = m.blocks * bt;
+  r.extents = ExtentsLocked(m, ns->info.layout.BytesPerBlock(), true);
+  leases_.emplace(r.lease_id, std::move(lease));
+  return r;
+}
+
+Status Store::Release(uint64_t lease_id, uint64_t session) {
+  std::lock_guard lk(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.session != session) {
+    return NotFound("lease " + std::to_string(lease_id) + " is not held by this client (released or expired)");
+  }
+  for (Tensor* t : it->second.tensors) UnpinLocked(t);
+  leases_.erase(it);
+  return Status::OK();
+}
+
+void Store::ReleaseSession(uint64_t session) {
+  std::lock_guard lk(mu_);
+  size_t n = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.session == session) {
+      for (Tensor* t : it->second.tensors) UnpinLocked(t);
+      it = leases_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  if (n) PTS_INFO("store", "released " << n << " lease(s) of session " << session << " that ended");
+}
+
+size_t Store::ExpireLeases(Clock::time_point now) {
+  std::lock_guard lk(mu_);
+  size_t n = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.expiry <= now) {
+      for (Tensor* t : it->second.tensors) UnpinLocked(t);
+      it = leases_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  stats_.expired_leases += n;
+  if (n) PTS_WARN("store", n << " lease(s) expired before their client released them");
+  return n;
+}
+
+Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t> tokens, uint8_t* dst,
+                                 uint64_t capacity) {
+  PTS_ASSIGN_OR_RETURN(PrefixResult pin, Pin(ns, tokens, kInternalSession));
+  if (pin.matched_tokens == 0) return uint64_t{0};
+  uint64_t bpt;
+  {
+    std::lock_guard lk(mu_);
+    PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(ns));
+    bpt = n->info.layout.BytesPerBlock() / n->info.layout.block_tokens;
+    const uint64_t bt = n->info.layout.block_tokens;
+    uint64_t fit_tokens = std::min(pin.matched_tokens, capacity / bpt / bt * bt);
+    pin.matched_tokens = fit_tokens;
+  }
+  uint64_t left = pin.matched_tokens * bpt;
+  uint8_t* out = dst;
+  for (const Extent& x : pin.extents) {
+    if (left == 0) break;
+    uint64_t n = std::min(left, x.length);
+    std::memcpy(out, arena_->data() + x.arena_offset, n);
+    out += n;
+    left -= n;
+  }
+  Release(pin.lease_id, kInternalSession).IgnoreError();
+  return pin.matched_tokens;
+}
+
+// ------------------------------------------------------------------ removal
+
+Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const uint32_t bt = ns->info.layout.block_tokens;
+  auto full = tokens.first(tokens.size() / bt * bt);
+  if (full.empty()) return InvalidArgument("remove: the prefix has no whole block");
+  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
+  Match m = ns->tree->Longest(full, keys);
+  if (m.blocks * bt < full.size()) {
+    return NotFound("remove: the prefix of " + std::to_string(full.size()) + " tokens is not stored in '" +
+                    ns_name + "' (" + std::to_string(m.blocks * bt) + " tokens are)");
+  }
+  RemoveResult r;
+  RemoveSubtreeLocked(ns, m.path.back().node, &r);
+  return r;
+}
+
+Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainKey& key) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  RadixNode* node = ns->tree->FindByKey(key);
+  if (node == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
+  RemoveResult r;
+  RemoveSubtreeLocked(ns, node, &r);
+  return r;
+}
+
+// ---------------------------------------------------------------- listing
+
+Result<std::vector<PrefixNodeInfo>> Store::ListTree(const std::string& ns_name, const ChainKey& parent,
+                                                    bool recursive) const {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const RadixNode* start = ns->tree->root();
+  if (parent != ChainKey{}) {
+    start = ns->tree->FindByKey(parent);
+    if (start == nullptr) {
+      return NotFound("no increment named " + parent.ToHex() + " in namespace '" + ns_name + "'");
+    }
+  }
+  const uint32_t bt = ns->info.layout.block_tokens;
+  std::vector<PrefixNodeInfo> out;
+  auto sorted_children = [](const RadixNode* n) {
+    std::vector<const RadixNode*> c;
+    for (const auto& [k, child] : n->children) c.push_back(child.get());
+    std::sort(c.begin(), c.end(), [](auto* a, auto* b) { return a->key < b->key; });
+    return c;
+  };
+  std::vector<const RadixNode*> stack;
+  auto top = sorted_children(start);
+  for (auto it = top.rbegin(); it != top.rend(); ++it) stack.push_back(*it);
+  while (!stack.empty()) {
+    const RadixNode* n = stack.back();
+    stack.pop_back();
+    PrefixNodeInfo info;
+    info.key = n->key;
+    info.parent = n->parent->tensor ? n->parent->key : ChainKey{};
+    info.start_token = n->start_block * bt;
+    info.tokens = n->tokens.size();
+    info.bytes = n->length;
+    info.hits = n->hits;
+    info.tensor = n->tensor->id;
+    info.cache_class = n->tensor->cache_class;
+    info.children = static_cast<uint32_t>(n->children.size());
+    info.pins = n->tensor->pins;
+    out.push_back(info);
+    if (recursive) {
+      auto c = sorted_children(n);
+      for (auto it = c.rbegin(); it != c.rend(); ++it) stack.push_back(*it);
+    }
+  }
+  return out;
+}
+
+StoreStats Store::Stats() const {
+  std::lock_guard lk(mu_);
+  StoreStats s = stats_;
+  s.used_bytes = alloc_.used_bytes();
+  s.tensors = tensors_.size();
+  s.namespaces = namespaces_.size();
+  s.prefix_nodes = 0;
+  for (const auto& [name, n] : namespaces_) s.prefix_nodes += n->tree->node_count();
+  s.active_leases = leases_.size();
+  return s;
+}
+
+}  // namespace ptstore::storage

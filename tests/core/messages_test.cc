@@ -1,0 +1,644 @@
+// Tests of the protocol messages (core/messages.h): every message type
+// round-trips through a frame with non-trivial values, and every decoder is
+// total: truncations, trailing bytes, bad enums and hostile counts all give
+// kProtocol without crashing or allocating more than the body describes.
+#include "core/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <cstdlib>
+#include <functional>
+#include <new>
+#include <string>
+#include <vector>
+
+// ---- allocation probe ------------------------------------------------------
+// Replaces global operator new so a test can see the largest single
+// allocation made while decoding a hostile message.
+namespace {
+std::atomic<bool> g_track{false};
+std::atomic<size_t> g_max_alloc{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_track.load(std::memory_order_relaxed)) {
+    size_t cur = g_max_alloc.load(std::memory_order_relaxed);
+    while (n > cur && !g_max_alloc.compare_exchange_weak(cur, n)) {
+    }
+  }
+  void* p = std::malloc(n ? n : 1);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+// Out of line, or gcc inlines free() at delete sites and warns that the
+// pointer came from operator new (-Wmismatched-new-delete).
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace ptstore::core {
+namespace {
+
+class AllocProbe {
+ public:
+  AllocProbe() {
+    g_max_alloc = 0;
+    g_track = true;
+  }
+  ~AllocProbe() { g_track = false; }
+  size_t max() const { return g_max_alloc.load(); }
+};
+
+// ---- samples with non-trivial values ----------------------------------------
+
+Layout OddLayout() {
+  Layout l;
+  l.layers = 61;
+  l.kv_heads = 3;
+  l.head_dim = 0x01020304;  // not validated while decoding
+  l.dtype = DType::kFP8;
+  l.block_tokens = 0xfffffffe;
+  return l;
+}
+
+NamespaceInfo SampleInfo(int i) {
+  NamespaceInfo n;
+  n.name = "mistral-7b-instruct-v0.2#" + std::to_string(i);
+  n.layout = i % 2 ? MistralLayout() : OddLayout();
+  n.salted = i % 2 == 0;
+  n.uid = 1000 + i;
+  n.gid = 0xfffffffe - i;
+  n.mode = 0640;
+  n.bytes = (uint64_t{1} << 40) + i;
+  n.prefixes = 0x0123456789abcdefULL - i;
+  return n;
+}
+
+std::vector<uint32_t> SampleTokens(size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i * 2654435761u);
+  return t;
+}
+
+void ExpectSameLayout(const Layout& a, const Layout& b) {
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.kv_heads, b.kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.block_tokens, b.block_tokens);
+}
+
+void ExpectSameInfo(const NamespaceInfo& a, const NamespaceInfo& b) {
+  EXPECT_EQ(a.name, b.name);
+  ExpectSameLayout(a.layout, b.layout);
+  EXPECT_EQ(a.salted, b.salted);
+  EXPECT_EQ(a.uid, b.uid);
+  EXPECT_EQ(a.gid, b.gid);
+  EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.prefixes, b.prefixes);
+}
+
+template <typename M>
+std::vector<uint8_t> EncodeBody(const M& m) {
+  Encoder e;
+  m.Encode(e);
+  return e.Take();
+}
+
+// Frames `m` as `type`, checks the frame, decodes it back and returns the
+// decoded message; also runs the totality checks over the body.
+template <typename M>
+M RoundTrip(uint16_t type, const M& m) {
+  std::vector<uint8_t> body = EncodeBody(m);
+  uint8_t header[kFrameHeaderBytes];
+  EncodeFrameHeader(type, 0xabcdef0123456789ULL, body, header);
+  std::vector<uint8_t> frame(header, header + kFrameHeaderBytes);
+  frame.insert(frame.end(), body.begin(), body.end());
+
+  Result<FrameHeader> h = DecodeFrameHeader(frame);
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (!h.ok()) return M{};
+  EXPECT_EQ(h->type, type);
+  EXPECT_EQ(h->request_id, 0xabcdef0123456789ULL);
+  EXPECT_EQ(h->body_len, body.size());
+  std::span<const uint8_t> got_body = std::span(frame).subspan(kFrameHeaderBytes, h->body_len);
+  EXPECT_TRUE(VerifyFrameChecksum(frame.data(), got_body).ok());
+
+  Status any = DecodeAny(type, got_body);
+  EXPECT_TRUE(any.ok()) << MsgTypeName(type) << ": " << any.ToString();
+
+  M out;
+  Decoder d(got_body);
+  Status s = out.Decode(d);
+  EXPECT_TRUE(s.ok()) << MsgTypeName(type) << ": " << s.ToString();
+
+  // Re-encoding the decoded message gives the same bytes.
+  EXPECT_EQ(EncodeBody(out), body) << MsgTypeName(type);
+
+  // Every strict prefix is rejected with kProtocol.
+  for (size_t n = 0; n < body.size(); ++n) {
+    std::vector<uint8_t> prefix(body.begin(), body.begin() + n);  // own buffer: ASan sees over-reads
+    Status t = DecodeAny(type, prefix);
+    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " prefix " << n << " of " << body.size();
+    EXPECT_FALSE(t.message().empty());
+  }
+  // Trailing bytes are rejected.
+  for (size_t extra : {1, 3, 64}) {
+    std::vector<uint8_t> longer = body;
+    longer.resize(body.size() + extra, 0);
+    Status t = DecodeAny(type, longer);
+    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " +" << extra;
+    EXPECT_NE(t.message().find("trailing"), std::string::npos) << t.message();
+  }
+  return out;
+}
+
+uint16_t T(MsgType t) { return static_cast<uint16_t>(t); }
+
+// ---- registry -------------------------------------------------------------
+
+TEST(MsgTypeTest, RequestsAreEvenAndRepliesFollow) {
+  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kDropNamespace); t += 2) {
+    std::string req = MsgTypeName(t);
+    EXPECT_NE(req, "Unknown") << t;
+    EXPECT_EQ(std::string(MsgTypeName(t + 1)), req + "Reply") << t;
+  }
+  EXPECT_STREQ(MsgTypeName(T(MsgType::kError)), "Error");
+  for (uint16_t t : {0, 30, 31, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
+}
+
+TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
+  std::vector<uint8_t> body = {0, 0, 0, 0};
+  for (uint16_t t : {0, 30, 31, 0x100, 0xffff}) {
+    Status s = DecodeAny(t, body);
+    EXPECT_EQ(s.code(), Code::kProtocol) << t;
+    EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);
+  }
+}
+
+// ---- round trips -------------------------------------------------------------
+
+TEST(MessagesTest, ErrorReply) {
+  ErrorReply m;
+  m.code = Code::kPermissionDenied;
+  m.message = "namespace 'x' is mode 0700, owned by uid 12";
+  ErrorReply out = RoundTrip(T(MsgType::kError), m);
+  EXPECT_EQ(out.code, m.code);
+  EXPECT_EQ(out.message, m.message);
+  Status st = out.ToStatus();
+  EXPECT_EQ(st.code(), Code::kPermissionDenied);
+  EXPECT_EQ(st.message(), m.message);
+}
+
+TEST(MessagesTest, ErrorReplyWithEveryCode) {
+  for (uint16_t c = 0; c <= static_cast<uint16_t>(Code::kUnimplemented); ++c) {
+    ErrorReply m;
+    m.code = static_cast<Code>(c);
+    m.message = "m" + std::to_string(c);
+    ErrorReply out = RoundTrip(T(MsgType::kError), m);
+    EXPECT_EQ(out.code, m.code);
+  }
+}
+
+TEST(MessagesTest, ErrorReplyUnknownCodeBecomesProtocol) {
+  Encoder e;
+  e.PutU16(500);
+  e.PutString("from a newer peer");
+  std::vector<uint8_t> body = e.Take();
+  ErrorReply out;
+  Decoder d(body);
+  ASSERT_TRUE(out.Decode(d).ok());
+  EXPECT_EQ(out.code, Code::kProtocol);
+  EXPECT_EQ(out.ToStatus().code(), Code::kProtocol);
+  EXPECT_EQ(out.message, "from a newer peer");
+}
+
+TEST(MessagesTest, ErrorReplyWithOkCodeIsNotSuccess) {
+  ErrorReply m;
+  m.code = Code::kOk;
+  m.message = "confused peer";
+  EXPECT_EQ(m.ToStatus().code(), Code::kProtocol);
+}
+
+TEST(MessagesTest, ErrorReplyMessageLimit) {
+  ErrorReply m;
+  m.message = std::string((1u << 16) + 1, 'x');
+  std::vector<uint8_t> body = EncodeBody(m);
+  Status s = DecodeAny(T(MsgType::kError), body);
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_NE(s.message().find("'message'"), std::string::npos);
+}
+
+TEST(MessagesTest, Hello) {
+  HelloRequest m;
+  m.client_name = "vllm-worker-3 (pid 4242)";
+  m.want_mapping = false;
+  HelloRequest out = RoundTrip(T(MsgType::kHello), m);
+  EXPECT_EQ(out.client_name, m.client_name);
+  EXPECT_EQ(out.want_mapping, false);
+  m.want_mapping = true;
+  EXPECT_TRUE(RoundTrip(T(MsgType::kHello), m).want_mapping);
+}
+
+TEST(MessagesTest, HelloNameLimit) {
+  HelloRequest m;
+  m.client_name = std::string(256, 'c');
+  EXPECT_TRUE(DecodeAny(T(MsgType::kHello), EncodeBody(m)).ok());
+  m.client_name.push_back('c');
+  Status s = DecodeAny(T(MsgType::kHello), EncodeBody(m));
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_NE(s.message().find("client_name"), std::string::npos);
+}
+
+TEST(MessagesTest, HelloReply) {
+  HelloReply m;
+  m.node_id = 0x00abcdef;
+  m.arena_bytes = uint64_t{48} << 30;
+  m.mapped = true;
+  m.session_id = 0xfedcba9876543210ULL;
+  m.lease_ms = 30000;
+  HelloReply out = RoundTrip(T(MsgType::kHelloReply), m);
+  EXPECT_EQ(out.node_id, m.node_id);
+  EXPECT_EQ(out.arena_bytes, m.arena_bytes);
+  EXPECT_EQ(out.mapped, true);
+  EXPECT_EQ(out.session_id, m.session_id);
+  EXPECT_EQ(out.lease_ms, m.lease_ms);
+}
+
+TEST(MessagesTest, RegisterBuffer) {
+  RegisterBufferRequest m;
+  m.size = (uint64_t{1} << 33) + 7;
+  EXPECT_EQ(RoundTrip(T(MsgType::kRegisterBuffer), m).size, m.size);
+  RegisterBufferReply r;
+  r.buffer_id = 0x80000001u;
+  EXPECT_EQ(RoundTrip(T(MsgType::kRegisterBufferReply), r).buffer_id, r.buffer_id);
+}
+
+TEST(MessagesTest, CreateNamespace) {
+  CreateNamespaceRequest m;
+  m.name = "llama-3-70b";
+  m.layout = MistralLayout();
+  m.layout.dtype = DType::kFP32;
+  m.layout.block_tokens = 32;
+  m.salt = std::string("tenant\0with\xffnul", 15);
+  m.mode = 01750;
+  m.exist_ok = false;
+  CreateNamespaceRequest out = RoundTrip(T(MsgType::kCreateNamespace), m);
+  EXPECT_EQ(out.name, m.name);
+  ExpectSameLayout(out.layout, m.layout);
+  EXPECT_EQ(out.salt, m.salt);
+  EXPECT_EQ(out.mode, m.mode);
+  EXPECT_EQ(out.exist_ok, false);
+}
+
+TEST(MessagesTest, LayoutIsNotValidatedWhileDecoding) {
+  // The server validates layouts; the decoder only carries them.
+  CreateNamespaceRequest m;
+  m.name = "n";
+  m.layout = OddLayout();
+  m.layout.dtype = static_cast<DType>(77);
+  CreateNamespaceRequest out = RoundTrip(T(MsgType::kCreateNamespace), m);
+  EXPECT_EQ(static_cast<int>(out.layout.dtype), 77);
+  EXPECT_FALSE(out.layout.Validate().ok());
+}
+
+TEST(MessagesTest, NamespaceReplyForCreateAndGet) {
+  NamespaceReply m;
+  m.info = SampleInfo(4);
+  for (MsgType t : {MsgType::kCreateNamespaceReply, MsgType::kGetNamespaceReply}) {
+    NamespaceReply out = RoundTrip(T(t), m);
+    ExpectSameInfo(out.info, m.info);
+  }
+}
+
+TEST(MessagesTest, NameRequests) {
+  NameRequest m;
+  m.name = "mistral-7b-instruct-v0.2";
+  for (MsgType t : {MsgType::kGetNamespace, MsgType::kDropNamespace, MsgType::kListNamespaces, MsgType::kStats}) {
+    EXPECT_EQ(RoundTrip(T(t), m).name, m.name) << MsgTypeName(T(t));
+  }
+  m.name.clear();  // ListNamespaces / Stats of everything
+  EXPECT_EQ(RoundTrip(T(MsgType::kStats), m).name, "");
+}
+
+TEST(MessagesTest, ListNamespacesReply) {
+  ListNamespacesReply m;
+  for (int i = 0; i < 5; ++i) m.namespaces.push_back(SampleInfo(i));
+  ListNamespacesReply out = RoundTrip(T(MsgType::kListNamespacesReply), m);
+  ASSERT_EQ(out.namespaces.size(), 5u);
+  for (int i = 0; i < 5; ++i) ExpectSameInfo(out.namespaces[i], m.namespaces[i]);
+  EXPECT_TRUE(RoundTrip(T(MsgType::kListNamespacesReply), ListNamespacesReply{}).namespaces.empty());
+}
+
+TEST(MessagesTest, Save) {
+  SaveRequest m;
+  m.ns = "ns-1";
+  m.tokens = SampleTokens(16 * 5 + 3);
+  m.buffer_id = 17;
+  m.buffer_offset = uint64_t{3} << 32;
+  m.length = 131072ull * 48;
+  m.first_block = 2;
+  SaveRequest out = RoundTrip(T(MsgType::kSave), m);
+  EXPECT_EQ(out.ns, m.ns);
+  EXPECT_EQ(out.tokens, m.tokens);
+  EXPECT_EQ(out.buffer_id, m.buffer_id);
+  EXPECT_EQ(out.buffer_offset, m.buffer_offset);
+  EXPECT_EQ(out.length, m.length);
+  EXPECT_EQ(out.first_block, m.first_block);
+
+  SaveReply r;
+  r.matched_tokens = 32;
+  r.stored_tokens = 48;
+  r.new_bytes = 48ull * 131072;
+  SaveReply ro = RoundTrip(T(MsgType::kSaveReply), r);
+  EXPECT_EQ(ro.matched_tokens, r.matched_tokens);
+  EXPECT_EQ(ro.stored_tokens, r.stored_tokens);
+  EXPECT_EQ(ro.new_bytes, r.new_bytes);
+}
+
+TEST(MessagesTest, PrefixRequestsAndReplies) {
+  PrefixRequest m;
+  m.ns = "ns-2";
+  m.tokens = SampleTokens(100);
+  m.buffer_id = 3;
+  m.buffer_offset = 4096;
+  m.capacity = ~uint64_t{0} >> 1;
+  PrefixReply r;
+  r.matched_tokens = 96;
+  r.lease_id = 0x1122334455667788ULL;
+  for (uint64_t i = 0; i < 4; ++i) {
+    r.extents.push_back(Extent{TensorId::Make(NodeId{7}, 1000 + i), i * 4096, 2097152 + i, (i + 1) << 30});
+  }
+  for (MsgType t : {MsgType::kLookup, MsgType::kPin, MsgType::kLoadCopy}) {
+    SCOPED_TRACE(MsgTypeName(T(t)));
+    PrefixRequest out = RoundTrip(T(t), m);
+    EXPECT_EQ(out.ns, m.ns);
+    EXPECT_EQ(out.tokens, m.tokens);
+    EXPECT_EQ(out.buffer_id, m.buffer_id);
+    EXPECT_EQ(out.buffer_offset, m.buffer_offset);
+    EXPECT_EQ(out.capacity, m.capacity);
+
+    PrefixReply ro = RoundTrip(static_cast<uint16_t>(T(t) + 1), r);
+    EXPECT_EQ(ro.matched_tokens, r.matched_tokens);
+    EXPECT_EQ(ro.lease_id, r.lease_id);
+    EXPECT_EQ(ro.extents, r.extents);
+    EXPECT_EQ(ro.extents[2].tensor.owner(), NodeId{7});
+  }
+}
+
+TEST(MessagesTest, ReleaseAndEmptyReply) {
+  ReleaseRequest m;
+  m.lease_id = 0xdeadbeefcafef00dULL;
+  EXPECT_EQ(RoundTrip(T(MsgType::kRelease), m).lease_id, m.lease_id);
+  EXPECT_TRUE(EncodeBody(EmptyReply{}).empty());
+  RoundTrip(T(MsgType::kReleaseReply), EmptyReply{});
+}
+
+TEST(MessagesTest, Remove) {
+  RemoveRequest m;
+  m.ns = "ns-3";
+  m.by_key = true;
+  m.key = ChainKey{0x0123456789abcdefULL, 0x0fedcba987654321ULL};
+  m.tokens = SampleTokens(7);
+  RemoveRequest out = RoundTrip(T(MsgType::kRemove), m);
+  EXPECT_EQ(out.ns, m.ns);
+  EXPECT_TRUE(out.by_key);
+  EXPECT_EQ(out.key, m.key);
+  EXPECT_EQ(out.tokens, m.tokens);
+
+  RemoveReply r;
+  r.nodes = 12;
+  r.bytes = 12ull << 21;
+  for (MsgType t : {MsgType::kRemoveReply, MsgType::kDropNamespaceReply}) {
+    RemoveReply ro = RoundTrip(T(t), r);
+    EXPECT_EQ(ro.nodes, r.nodes);
+    EXPECT_EQ(ro.bytes, r.bytes);
+  }
+}
+
+TEST(MessagesTest, StatsReplyCarriesEveryCounter) {
+  StatsReply m;
+  constexpr size_t kCounters = sizeof(StoreStats) / sizeof(uint64_t);
+  static_assert(kCounters == 20, "a StoreStats counter was added: update ForEachStat and the docs");
+  uint64_t fields[kCounters];
+  for (size_t i = 0; i < kCounters; ++i) fields[i] = 0x0101010101010101ULL * (i + 1) + i;
+  std::memcpy(&m.stats, fields, sizeof(fields));
+  EXPECT_EQ(EncodeBody(m).size(), kCounters * 8);
+  StatsReply out = RoundTrip(T(MsgType::kStatsReply), m);
+  uint64_t got[kCounters];
+  std::memcpy(got, &out.stats, sizeof(got));
+  for (size_t i = 0; i < kCounters; ++i) EXPECT_EQ(got[i], fields[i]) << "counter " << i;
+  // Declaration order is the wire order.
+  std::vector<uint8_t> body = EncodeBody(m);
+  uint64_t first, last;
+  std::memcpy(&first, body.data(), 8);
+  std::memcpy(&last, body.data() + body.size() - 8, 8);
+  EXPECT_EQ(first, m.stats.arena_bytes);
+  EXPECT_EQ(last, m.stats.expired_leases);
+}
+
+TEST(MessagesTest, ListTree) {
+  ListTreeRequest m;
+  m.ns = "ns-4";
+  m.parent = ChainKey{1, 2};
+  m.recursive = true;
+  ListTreeRequest out = RoundTrip(T(MsgType::kListTree), m);
+  EXPECT_EQ(out.ns, m.ns);
+  EXPECT_EQ(out.parent, m.parent);
+  EXPECT_TRUE(out.recursive);
+
+  ListTreeReply r;
+  for (uint32_t i = 0; i < 3; ++i) {
+    PrefixNodeInfo n;
+    n.key = ChainKey{0x1000 + i, 0x2000 + i};
+    n.parent = i ? r.nodes.back().key : ChainKey{};
+    n.start_token = 16 * i;
+    n.tokens = 16;
+    n.bytes = 16 * 131072;
+    n.hits = 1000 - i;
+    n.tensor = TensorId::Make(NodeId{i}, 99 + i);
+    n.cache_class = i % 2 ? CacheClass::kReplica : CacheClass::kOwned;
+    n.children = i == 2 ? 0 : 1;
+    n.pins = 3 * i;
+    r.nodes.push_back(n);
+  }
+  ListTreeReply ro = RoundTrip(T(MsgType::kListTreeReply), r);
+  ASSERT_EQ(ro.nodes.size(), r.nodes.size());
+  for (size_t i = 0; i < r.nodes.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(ro.nodes[i].key, r.nodes[i].key);
+    EXPECT_EQ(ro.nodes[i].parent, r.nodes[i].parent);
+    EXPECT_EQ(ro.nodes[i].start_token, r.nodes[i].start_token);
+    EXPECT_EQ(ro.nodes[i].tokens, r.nodes[i].tokens);
+    EXPECT_EQ(ro.nodes[i].bytes, r.nodes[i].bytes);
+    EXPECT_EQ(ro.nodes[i].hits, r.nodes[i].hits);
+    EXPECT_EQ(ro.nodes[i].tensor, r.nodes[i].tensor);
+    EXPECT_EQ(ro.nodes[i].cache_class, r.nodes[i].cache_class);
+    EXPECT_EQ(ro.nodes[i].children, r.nodes[i].children);
+    EXPECT_EQ(ro.nodes[i].pins, r.nodes[i].pins);
+  }
+}
+
+TEST(MessagesTest, DefaultMessagesRoundTripToo) {
+  // Empty strings, empty arrays, zero counters: the minimal encodings.
+  RoundTrip(T(MsgType::kError), ErrorReply{});
+  RoundTrip(T(MsgType::kHello), HelloRequest{});
+  RoundTrip(T(MsgType::kHelloReply), HelloReply{});
+  RoundTrip(T(MsgType::kRegisterBuffer), RegisterBufferRequest{});
+  RoundTrip(T(MsgType::kRegisterBufferReply), RegisterBufferReply{});
+  RoundTrip(T(MsgType::kCreateNamespace), CreateNamespaceRequest{});
+  RoundTrip(T(MsgType::kGetNamespaceReply), NamespaceReply{});
+  RoundTrip(T(MsgType::kGetNamespace), NameRequest{});
+  RoundTrip(T(MsgType::kListNamespacesReply), ListNamespacesReply{});
+  RoundTrip(T(MsgType::kSave), SaveRequest{});
+  RoundTrip(T(MsgType::kSaveReply), SaveReply{});
+  RoundTrip(T(MsgType::kLookup), PrefixRequest{});
+  RoundTrip(T(MsgType::kLookupReply), PrefixReply{});
+  RoundTrip(T(MsgType::kRelease), ReleaseRequest{});
+  RoundTrip(T(MsgType::kRemove), RemoveRequest{});
+  RoundTrip(T(MsgType::kRemoveReply), RemoveReply{});
+  RoundTrip(T(MsgType::kStatsReply), StatsReply{});
+  RoundTrip(T(MsgType::kListTree), ListTreeRequest{});
+  RoundTrip(T(MsgType::kListTreeReply), ListTreeReply{});
+}
+
+// ---- bad values ---------------------------------------------------------------
+
+TEST(MessagesTest, BadBooleanNamesTheField) {
+  HelloRequest m;
+  m.client_name = "x";
+  std::vector<uint8_t> body = EncodeBody(m);
+  body.back() = 2;
+  Status s = DecodeAny(T(MsgType::kHello), body);
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_NE(s.message().find("want_mapping"), std::string::npos) << s.message();
+}
+
+TEST(MessagesTest, UnknownCacheClassRejected) {
+  ListTreeReply r;
+  r.nodes.resize(1);
+  std::vector<uint8_t> body = EncodeBody(r);
+  // count(4) key(16) parent(16) 5*u64(40) -> class at offset 76.
+  ASSERT_EQ(body.size(), 4u + 81);
+  ASSERT_EQ(body[76], 0);
+  for (uint8_t cls : {2, 3, 0x80, 0xff}) {
+    body[76] = cls;
+    Status s = DecodeAny(T(MsgType::kListTreeReply), body);
+    EXPECT_EQ(s.code(), Code::kProtocol);
+    EXPECT_NE(s.message().find("node.class"), std::string::npos) << s.message();
+  }
+  body[76] = 1;
+  EXPECT_TRUE(DecodeAny(T(MsgType::kListTreeReply), body).ok());
+}
+
+// ---- hostile counts -------------------------------------------------------------
+
+struct Hostile {
+  const char* what;
+  uint16_t type;
+  std::vector<uint8_t> body;
+};
+
+// A body made of `prefix`, then a u32 count, then `tail` bytes of 0x5a.
+std::vector<uint8_t> WithCount(std::vector<uint8_t> prefix, uint32_t count, size_t tail) {
+  Encoder e;
+  e.PutRaw(prefix.data(), prefix.size());
+  e.PutU32(count);
+  std::vector<uint8_t> b = e.Take();
+  b.resize(b.size() + tail, 0x5a);
+  return b;
+}
+
+std::vector<Hostile> HostileBodies() {
+  std::vector<Hostile> out;
+  std::vector<uint8_t> ns_prefix = EncodeBody(NameRequest{"ns"});  // u32 len + "ns"
+  std::vector<uint8_t> u64x2(16, 1);                                // matched_tokens, lease_id
+  std::vector<uint8_t> remove_prefix = ns_prefix;
+  remove_prefix.push_back(0);                          // by_key
+  remove_prefix.resize(remove_prefix.size() + 16, 2);  // key
+  std::vector<uint8_t> create_prefix = EncodeBody(NameRequest{"n"});
+  create_prefix.resize(create_prefix.size() + 17, 1);  // layout
+  for (uint32_t count : {0xffffffffu, 0x80000000u, 1u << 22, (1u << 22) + 1, 1000000u, 100u}) {
+    for (size_t tail : {size_t{0}, size_t{7}, size_t{200}}) {
+      // Arrays: even 100 elements need more than 200 bytes.
+      out.push_back({"namespaces", T(MsgType::kListNamespacesReply), WithCount({}, count, tail)});
+      out.push_back({"extents", T(MsgType::kLookupReply), WithCount(u64x2, count, tail)});
+      out.push_back({"nodes", T(MsgType::kListTreeReply), WithCount({}, count, tail)});
+      out.push_back({"tokens", T(MsgType::kSave), WithCount(ns_prefix, count, tail)});
+      out.push_back({"tokens", T(MsgType::kLookup), WithCount(ns_prefix, count, tail)});
+      out.push_back({"tokens", T(MsgType::kRemove), WithCount(remove_prefix, count, tail)});
+      if (count <= tail) continue;  // a string of `count` bytes would fit
+      out.push_back({"name", T(MsgType::kGetNamespace), WithCount({}, count, tail)});
+      out.push_back({"client_name", T(MsgType::kHello), WithCount({}, count, tail)});
+      out.push_back({"message", T(MsgType::kError), WithCount({9, 0}, count, tail)});
+      out.push_back({"ns", T(MsgType::kListTree), WithCount({}, count, tail)});
+      out.push_back({"salt", T(MsgType::kCreateNamespace), WithCount(create_prefix, count, tail)});
+    }
+  }
+  return out;
+}
+
+TEST(MessagesTest, HostileCountsAreRejectedWithoutHugeAllocations) {
+  for (const Hostile& h : HostileBodies()) {
+    SCOPED_TRACE(std::string(MsgTypeName(h.type)) + " " + h.what + " body " + std::to_string(h.body.size()));
+    Status s;
+    size_t max_alloc;
+    {
+      AllocProbe probe;
+      s = DecodeAny(h.type, h.body);
+      max_alloc = probe.max();
+    }
+    EXPECT_EQ(s.code(), Code::kProtocol) << s.ToString();
+    EXPECT_NE(s.message().find("'" + std::string(h.what) + "'"), std::string::npos) << s.message();
+    // Nothing larger than the error message and a few times the body.
+    EXPECT_LE(max_alloc, 4 * h.body.size() + 1024);
+  }
+}
+
+TEST(MessagesTest, LargestCountThatFitsAllocatesInProportionToTheBody) {
+  // The largest count each list's bound admits, over junk elements: whether
+  // the decode then succeeds (fixed-size extents) or fails part way, it never
+  // allocated more than a small multiple of the body.
+  struct Case {
+    uint16_t type;
+    size_t prefix_len;
+    size_t min_elem;  // the bound in messages.cc
+  };
+  for (const Case& c : {Case{T(MsgType::kListNamespacesReply), 0, 40}, Case{T(MsgType::kLookupReply), 16, 32},
+                        Case{T(MsgType::kListTreeReply), 0, 81}}) {
+    for (uint8_t fill : {0x00, 0x01, 0xff}) {
+      SCOPED_TRACE(std::string(MsgTypeName(c.type)) + " fill " + std::to_string(fill));
+      const size_t elems_bytes = 100000;
+      std::vector<uint8_t> body(c.prefix_len + 4 + elems_bytes, fill);
+      uint32_t count = static_cast<uint32_t>(elems_bytes / c.min_elem);
+      std::memcpy(body.data() + c.prefix_len, &count, 4);
+      Status s;
+      size_t max_alloc;
+      {
+        AllocProbe probe;
+        s = DecodeAny(c.type, body);
+        max_alloc = probe.max();
+      }
+      EXPECT_TRUE(s.ok() || s.code() == Code::kProtocol) << s.ToString();
+      EXPECT_LE(max_alloc, 4 * body.size()) << s.ToString();
+    }
+  }
+}
+
+TEST(MessagesTest, ExactCountWithAllBytesPresentDecodes) {
+  // Boundary: count * min_size == remaining must be accepted.
+  PrefixReply r;
+  r.extents.resize(1000);
+  EXPECT_TRUE(DecodeAny(T(MsgType::kPinReply), EncodeBody(r)).ok());
+  ListTreeReply t;
+  t.nodes.resize(1000);
+  EXPECT_TRUE(DecodeAny(T(MsgType::kListTreeReply), EncodeBody(t)).ok());
+  ListNamespacesReply n;
+  n.namespaces.resize(1000);
+  EXPECT_TRUE(DecodeAny(T(MsgType::kListNamespacesReply), EncodeBody(n)).ok());
+}
+
+}  // namespace
+}  // namespace ptstore::core

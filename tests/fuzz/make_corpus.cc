@@ -1,0 +1,205 @@
+// Seed corpus for wire_fuzz: one valid, non-trivial encoded frame (header and
+// body) per message type.
+//
+//   make_corpus <dir>   writes <dir>/<type>-<name>.bin, one file per type
+//
+// SampleFrames() is also linked into tests/core/wire_fuzz_replay_test.cc
+// (built with PTSTORE_FUZZ_NO_MAIN) as the inputs it mutates.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/messages.h"
+#include "core/wire.h"
+
+namespace ptstore::fuzz {
+
+using namespace ptstore::core;  // NOLINT: test tool, every name is a message
+
+namespace {
+
+template <typename M>
+std::pair<uint16_t, std::vector<uint8_t>> Frame(MsgType type, const M& m) {
+  Encoder e;
+  m.Encode(e);
+  std::vector<uint8_t> body = e.Take();
+  std::vector<uint8_t> frame(kFrameHeaderBytes);
+  EncodeFrameHeader(static_cast<uint16_t>(type), 0x0102030405060708ULL + static_cast<uint16_t>(type), body,
+                    frame.data());
+  frame.insert(frame.end(), body.begin(), body.end());
+  return {static_cast<uint16_t>(type), std::move(frame)};
+}
+
+std::vector<uint32_t> Tokens(size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(1000 + 37 * i);
+  return t;
+}
+
+NamespaceInfo Info(const std::string& name) {
+  NamespaceInfo n;
+  n.name = name;
+  n.layout = MistralLayout();
+  n.salted = true;
+  n.uid = 1000;
+  n.gid = 100;
+  n.mode = 0750;
+  n.bytes = 3 * 131072 * 16;
+  n.prefixes = 3;
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
+  std::vector<std::pair<uint16_t, std::vector<uint8_t>>> out;
+
+  ErrorReply err;
+  err.code = Code::kNotFound;
+  err.message = "namespace 'x' does not exist";
+  out.push_back(Frame(MsgType::kError, err));
+
+  HelloRequest hello;
+  hello.client_name = "fuzz-client";
+  hello.want_mapping = true;
+  out.push_back(Frame(MsgType::kHello, hello));
+  HelloReply hello_reply;
+  hello_reply.node_id = 3;
+  hello_reply.arena_bytes = uint64_t{1} << 34;
+  hello_reply.mapped = true;
+  hello_reply.session_id = 77;
+  hello_reply.lease_ms = 30000;
+  out.push_back(Frame(MsgType::kHelloReply, hello_reply));
+
+  out.push_back(Frame(MsgType::kRegisterBuffer, RegisterBufferRequest{.size = 1 << 26}));
+  out.push_back(Frame(MsgType::kRegisterBufferReply, RegisterBufferReply{.buffer_id = 5}));
+
+  CreateNamespaceRequest create;
+  create.name = "mistral";
+  create.layout = MistralLayout();
+  create.salt = "tenant-a";
+  create.mode = 0700;
+  create.exist_ok = false;
+  out.push_back(Frame(MsgType::kCreateNamespace, create));
+  NamespaceReply ns_reply;
+  ns_reply.info = Info("mistral");
+  out.push_back(Frame(MsgType::kCreateNamespaceReply, ns_reply));
+  out.push_back(Frame(MsgType::kGetNamespace, NameRequest{.name = "mistral"}));
+  out.push_back(Frame(MsgType::kGetNamespaceReply, ns_reply));
+  out.push_back(Frame(MsgType::kListNamespaces, NameRequest{.name = ""}));
+  ListNamespacesReply list;
+  list.namespaces = {Info("a"), Info("bb")};
+  out.push_back(Frame(MsgType::kListNamespacesReply, list));
+
+  SaveRequest save;
+  save.ns = "mistral";
+  save.tokens = Tokens(35);
+  save.buffer_id = 5;
+  save.buffer_offset = 4096;
+  save.length = 2 * 16 * 131072;
+  save.first_block = 0;
+  out.push_back(Frame(MsgType::kSave, save));
+  SaveReply save_reply;
+  save_reply.matched_tokens = 16;
+  save_reply.stored_tokens = 16;
+  save_reply.new_bytes = 16 * 131072;
+  out.push_back(Frame(MsgType::kSaveReply, save_reply));
+
+  PrefixRequest prefix;
+  prefix.ns = "mistral";
+  prefix.tokens = Tokens(33);
+  prefix.buffer_id = 5;
+  prefix.buffer_offset = 0;
+  prefix.capacity = 1 << 24;
+  PrefixReply prefix_reply;
+  prefix_reply.matched_tokens = 32;
+  prefix_reply.lease_id = 9;
+  prefix_reply.extents = {Extent{TensorId::Make(NodeId{0}, 1), 0, 16 * 131072, 1 << 20},
+                          Extent{TensorId::Make(NodeId{2}, 8), 16 * 131072, 16 * 131072, 1 << 22}};
+  for (MsgType t : {MsgType::kLookup, MsgType::kPin, MsgType::kLoadCopy}) {
+    out.push_back(Frame(t, prefix));
+    out.push_back(Frame(static_cast<MsgType>(static_cast<uint16_t>(t) + 1), prefix_reply));
+  }
+
+  out.push_back(Frame(MsgType::kRelease, ReleaseRequest{.lease_id = 9}));
+  out.push_back(Frame(MsgType::kReleaseReply, EmptyReply{}));
+
+  RemoveRequest remove;
+  remove.ns = "mistral";
+  remove.by_key = true;
+  remove.key = ChainKey{0x1111, 0x2222};
+  remove.tokens = Tokens(16);
+  out.push_back(Frame(MsgType::kRemove, remove));
+  out.push_back(Frame(MsgType::kRemoveReply, RemoveReply{.nodes = 2, .bytes = 32 * 131072}));
+
+  out.push_back(Frame(MsgType::kStats, NameRequest{.name = "mistral"}));
+  StatsReply stats;
+  stats.stats.arena_bytes = uint64_t{1} << 34;
+  stats.stats.used_bytes = 1 << 30;
+  stats.stats.lookups = 100;
+  stats.stats.hits = 60;
+  stats.stats.expired_leases = 1;
+  out.push_back(Frame(MsgType::kStatsReply, stats));
+
+  ListTreeRequest tree;
+  tree.ns = "mistral";
+  tree.parent = ChainKey{};
+  tree.recursive = true;
+  out.push_back(Frame(MsgType::kListTree, tree));
+  ListTreeReply tree_reply;
+  PrefixNodeInfo node;
+  node.key = ChainKey{0xaaaa, 0xbbbb};
+  node.start_token = 0;
+  node.tokens = 16;
+  node.bytes = 16 * 131072;
+  node.hits = 4;
+  node.tensor = TensorId::Make(NodeId{1}, 3);
+  node.cache_class = CacheClass::kReplica;
+  node.children = 1;
+  node.pins = 2;
+  tree_reply.nodes.push_back(node);
+  node.parent = node.key;
+  node.key = ChainKey{0xcccc, 0xdddd};
+  node.start_token = 16;
+  node.cache_class = CacheClass::kOwned;
+  node.children = 0;
+  tree_reply.nodes.push_back(node);
+  out.push_back(Frame(MsgType::kListTreeReply, tree_reply));
+
+  out.push_back(Frame(MsgType::kDropNamespace, NameRequest{.name = "mistral"}));
+  out.push_back(Frame(MsgType::kDropNamespaceReply, RemoveReply{.nodes = 5, .bytes = 5 * 131072}));
+  return out;
+}
+
+}  // namespace ptstore::fuzz
+
+#ifndef PTSTORE_FUZZ_NO_MAIN
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus-dir>\n", argv[0]);
+    return 2;
+  }
+  int n = 0;
+  for (const auto& [type, frame] : ptstore::fuzz::SampleFrames()) {
+    std::string path = std::string(argv[1]) + "/" + std::to_string(type) + "-" +
+                       ptstore::core::MsgTypeName(type) + ".bin";
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) {
+      std::fprintf(stderr, "make_corpus: cannot create %s: %s\n", path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    bool ok = std::fwrite(frame.data(), 1, frame.size(), f) == frame.size();
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok) {
+      std::fprintf(stderr, "make_corpus: cannot write %s\n", path.c_str());
+      return 1;
+    }
+    ++n;
+  }
+  std::printf("make_corpus: wrote %d seed frames to %s\n", n, argv[1]);
+  return 0;
+}
+#endif

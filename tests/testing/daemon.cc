@@ -1,0 +1,109 @@
+#include "tests/testing/daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace ptstore::testing {
+
+std::string PtstoredPath() { return PTSTORE_PTSTORED_PATH; }
+
+std::string MakeTempDir(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return "";
+  chmod(buf.data(), 0755);
+  return buf.data();
+}
+
+Daemon::Daemon() = default;
+Daemon::~Daemon() { Stop(); }
+
+Status Daemon::Start(const Options& options) {
+  dir_ = MakeTempDir("ptstored-test");
+  if (dir_.empty()) return ErrnoError("mkdtemp", errno);
+  socket_ = dir_ + "/ptstored.sock";
+  log_ = dir_ + "/ptstored.log";
+  std::vector<std::string> args = {PtstoredPath(), "--socket", socket_, "--arena-size", options.arena_size};
+  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+  pid_ = fork();
+  if (pid_ < 0) return ErrnoError("fork", errno);
+  if (pid_ == 0) {
+    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Wait until the socket accepts a connection (or the daemon dies).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return Unavailable("ptstored exited during start: " + ReadLog());
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
+    bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (ok) return Status::OK();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Kill();
+  return DeadlineExceeded("ptstored did not start within 60 s: " + ReadLog());
+}
+
+int Daemon::Stop() {
+  if (pid_ <= 0) return 0;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+void Daemon::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::string Daemon::ReadLog() const {
+  std::ifstream in(log_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace ptstore::testing

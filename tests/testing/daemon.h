@@ -1,0 +1,51 @@
+// A real ptstored process owned by a test: started on a private socket in a
+// temporary directory, stopped (SIGTERM, then SIGKILL) when destroyed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "ptstore/status.h"
+
+namespace ptstore::testing {
+
+// Path of the ptstored binary of this build (set by CMake).
+std::string PtstoredPath();
+// A fresh directory under $TMPDIR, removed by the caller (or left for
+// post-mortems when a test fails).
+std::string MakeTempDir(const std::string& prefix);
+
+class Daemon {
+ public:
+  struct Options {
+    std::string arena_size = "64MiB";
+    std::vector<std::string> extra_args;
+  };
+  Daemon();
+  ~Daemon();  // Stop()
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Starts ptstored and waits until its socket accepts connections.
+  Status Start(const Options& options);
+  Status Start() { return Start(Options{}); }
+  // SIGTERM and wait; returns the exit status (or -signal).
+  int Stop();
+  // SIGKILL: the server dies without cleaning up.
+  void Kill();
+  pid_t pid() const { return pid_; }
+  const std::string& socket_path() const { return socket_; }
+  const std::string& dir() const { return dir_; }
+  const std::string& log_path() const { return log_; }
+  std::string ReadLog() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_;
+  std::string socket_;
+  std::string log_;
+};
+
+}  // namespace ptstore::testing
