@@ -54,6 +54,8 @@ void Session::Run() {
       if (!socket_.SendMessage(f->request_id, e).ok()) break;
     }
   }
+  // Let the peer see the end now, not when the Session object is reaped.
+  socket_.Shutdown();
   store_->ReleaseSession(id_);
   buffers_.clear();
   PTS_DEBUG("server", "session " << id_ << " (pid " << peer_.pid << ") ended");

@@ -1,0 +1,444 @@
+// libptstore against a real ptstored process.
+#include "ptstore/client.h"
+
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "tests/testing/daemon.h"
+
+namespace ptstore {
+namespace {
+
+using testing::Daemon;
+
+// 2 layers, 2 heads, 16 dims, bf16: 256 B/token; blocks of 4 tokens (1 KiB).
+Layout SmallLayout() {
+  Layout l;
+  l.layers = 2;
+  l.kv_heads = 2;
+  l.head_dim = 16;
+  l.dtype = DType::kBF16;
+  l.block_tokens = 4;
+  return l;
+}
+
+// KV of token `pos` with id `tok`: a function of both, so shared prefixes
+// have equal bytes and any mix-up shows.
+void FillKv(std::span<const uint32_t> tokens, uint64_t bpt, uint8_t* out) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint64_t x = (uint64_t{tokens[i]} << 32) ^ (i * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
+    for (uint64_t b = 0; b < bpt; b += 8) {
+      x ^= x >> 33;
+      x *= 0xff51afd7ed558ccdULL;
+      x ^= x >> 29;
+      std::memcpy(out + i * bpt + b, &x, std::min<uint64_t>(8, bpt - b));
+    }
+  }
+}
+
+std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) {
+  std::vector<uint8_t> kv(tokens.size() * l.BytesPerToken());
+  FillKv(tokens, l.BytesPerToken(), kv.data());
+  return kv;
+}
+
+std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  std::mt19937 rng(seed);
+  for (auto& x : t) x = rng() % 32000;
+  return t;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(daemon_.Start().ok());
+    ClientOptions o;
+    o.socket_path = daemon_.socket_path();
+    o.rpc_timeout_ms = 10000;
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(*c);
+    ASSERT_TRUE(client_->CreateNamespace("ns", SmallLayout()).ok());
+  }
+  ClientOptions Options() {
+    ClientOptions o;
+    o.socket_path = daemon_.socket_path();
+    o.rpc_timeout_ms = 10000;
+    return o;
+  }
+
+  Daemon daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientTest, SaveLookupLoadRoundTripIsByteExact) {
+  const Layout l = SmallLayout();
+  auto toks = Tokens(64, 1);
+  auto kv = Kv(toks, l);
+  EXPECT_TRUE(client_->mapped());
+  auto s = client_->Save("ns", toks, kv.data(), kv.size());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->stored_tokens, 64u);
+  EXPECT_EQ(s->new_bytes, kv.size());
+
+  auto look = client_->Lookup("ns", toks);
+  ASSERT_TRUE(look.ok());
+  EXPECT_EQ(look->matched_tokens, 64u);
+  ASSERT_EQ(look->extents.size(), 1u);
+
+  std::vector<uint8_t> out(kv.size());
+  auto got = client_->Load("ns", toks, out.data(), out.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 64u);
+  EXPECT_EQ(out, kv);
+}
+
+TEST_F(ClientTest, BranchingPrefixesShareTheirCommonPart) {
+  const Layout l = SmallLayout();
+  auto a = Tokens(40, 2);
+  auto b = a;
+  for (size_t i = 20; i < b.size(); ++i) b[i] = 31999 - b[i];  // branch at token 20 (block 5)
+  auto kva = Kv(a, l), kvb = Kv(b, l);
+  ASSERT_TRUE(client_->Save("ns", a, kva.data(), kva.size()).ok());
+  auto sb = client_->Save("ns", b, kvb.data(), kvb.size());
+  ASSERT_TRUE(sb.ok());
+  EXPECT_EQ(sb->matched_tokens, 20u);
+  EXPECT_EQ(sb->stored_tokens, 20u);
+  EXPECT_EQ(sb->new_bytes, 20 * l.BytesPerToken());
+  for (auto* p : {&a, &b}) {
+    auto kv = Kv(*p, l);
+    std::vector<uint8_t> out(kv.size());
+    auto got = client_->Load("ns", *p, out.data(), out.size());
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 40u);
+    EXPECT_EQ(out, kv);
+  }
+  auto tree = client_->ListTree("ns", {}, true);
+  ASSERT_TRUE(tree.ok());
+  EXPECT_EQ(tree->size(), 3u);  // the split common part and two branches
+}
+
+TEST_F(ClientTest, PartialBlockIsIgnoredAndMissIsNotAnError) {
+  const Layout l = SmallLayout();
+  auto toks = Tokens(10, 3);  // 2 whole blocks + 2 tokens
+  auto kv = Kv(std::span<const uint32_t>(toks).first(8), l);
+  auto s = client_->Save("ns", toks, kv.data(), kv.size());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->stored_tokens, 8u);
+  std::vector<uint8_t> out(10 * l.BytesPerToken());
+  auto got = client_->Load("ns", Tokens(12, 99), out.data(), out.size());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, 0u);
+}
+
+TEST_F(ClientTest, BadInputGetsClearErrors) {
+  auto toks = Tokens(16, 4);
+  std::vector<uint8_t> kv(100);
+  auto s = client_->Save("ns", toks, kv.data(), kv.size());
+  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("100 bytes"), std::string::npos) << s.status().message();
+
+  auto u = client_->Lookup("nope", toks);
+  EXPECT_EQ(u.status().code(), Code::kNotFound);
+  EXPECT_NE(u.status().message().find("nope"), std::string::npos);
+
+  Layout bad = SmallLayout();
+  bad.layers = 0;
+  EXPECT_EQ(client_->CreateNamespace("bad", bad).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->CreateNamespace("../etc", SmallLayout()).status().code(), Code::kInvalidArgument);
+  Layout other = SmallLayout();
+  other.head_dim = 32;
+  auto dup = client_->CreateNamespace("ns", other);
+  EXPECT_EQ(dup.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(dup.status().message().find("head_dim=16"), std::string::npos) << dup.status().message();
+}
+
+TEST_F(ClientTest, PinsAreRaiiAndReleasedWhenDropped) {
+  const Layout l = SmallLayout();
+  auto toks = Tokens(32, 5);
+  auto kv = Kv(toks, l);
+  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  {
+    auto pin = client_->Pin("ns", toks);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_EQ(pin->tokens(), 32u);
+    std::vector<uint8_t> out(kv.size());
+    ASSERT_TRUE(pin->CopyTo(out.data(), out.size()).ok());
+    EXPECT_EQ(out, kv);
+    EXPECT_GT(client_->Stats()->pinned_bytes, 0u);
+  }
+  EXPECT_EQ(client_->Stats()->pinned_bytes, 0u);
+  EXPECT_EQ(client_->Stats()->active_leases, 0u);
+}
+
+TEST_F(ClientTest, RegisteredBufferSaveAndLoad) {
+  const Layout l = SmallLayout();
+  auto toks = Tokens(24, 6);
+  auto kv = Kv(toks, l);
+  auto buf = client_->AllocateBuffer(2 * kv.size());
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  std::memcpy(buf->data(), kv.data(), kv.size());
+  ASSERT_TRUE(client_->Save("ns", toks, *buf, 0, kv.size()).ok());
+  std::memset(buf->data(), 0, buf->size());
+  auto got = client_->Load("ns", toks, *buf, kv.size(), kv.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 24u);
+  EXPECT_EQ(0, std::memcmp(buf->data() + kv.size(), kv.data(), kv.size()));
+  // A range outside the buffer is refused, naming the buffer.
+  auto bad = client_->Load("ns", toks, *buf, buf->size(), 1);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(ClientTest, RemoveSubtreeThenLookupMisses) {
+  const Layout l = SmallLayout();
+  auto a = Tokens(32, 7);
+  auto kv = Kv(a, l);
+  ASSERT_TRUE(client_->Save("ns", a, kv.data(), kv.size()).ok());
+  auto r = client_->Remove("ns", a);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->bytes, kv.size());
+  EXPECT_EQ(client_->Lookup("ns", a)->matched_tokens, 0u);
+  EXPECT_EQ(client_->Remove("ns", a).status().code(), Code::kNotFound);
+}
+
+TEST_F(ClientTest, ManyThreadsShareOneClient) {
+  const Layout l = SmallLayout();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        auto toks = Tokens(16 + 4 * (i % 8), 1000 + (i % 10));  // shared prefixes across threads
+        auto kv = Kv(toks, l);
+        if (!client_->Save("ns", toks, kv.data(), kv.size()).ok()) failures++;
+        std::vector<uint8_t> out(kv.size());
+        auto got = client_->Load("ns", toks, out.data(), out.size());
+        if (!got.ok() || *got != toks.size() || out != kv) failures++;
+      }
+      (void)t;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto st = client_->Stats();
+  EXPECT_EQ(st->pinned_bytes, 0u);
+}
+
+// A client that dies holding pins: the server releases them when its
+// session ends.
+TEST_F(ClientTest, ClientDeathReleasesItsPins) {
+  const Layout l = SmallLayout();
+  auto toks = Tokens(32, 8);
+  auto kv = Kv(toks, l);
+  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto c = Client::Connect(Options());
+    if (!c.ok()) _exit(2);
+    auto pin = (*c)->Pin("ns", toks);
+    if (!pin.ok() || pin->tokens() != 32) _exit(3);
+    auto* leak = new PinnedPrefix(std::move(*pin));  // never released
+    (void)leak;
+    _exit(0);  // dies without releasing
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 200 && client_->Stats()->active_leases != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(client_->Stats()->active_leases, 0u);
+  EXPECT_EQ(client_->Stats()->pinned_bytes, 0u);
+}
+
+// Runs `fn` in a child as uid/gid 65534 (nobody) and returns its exit code.
+int RunAsNobody(const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+    _exit(fn());
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+TEST_F(ClientTest, UntrustedClientsLoadByCopyAndRespectModes) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to another uid";
+  const Layout l = SmallLayout();
+  auto toks = Tokens(32, 9);
+  auto kv = Kv(toks, l);
+  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());  // ns is 0755
+  ASSERT_TRUE(client_->CreateNamespace("private", l, "", 0700).ok());
+  ASSERT_TRUE(client_->Save("private", toks, kv.data(), kv.size()).ok());
+  ClientOptions o = Options();
+  int rc = RunAsNobody([&] {
+    auto c = Client::Connect(o);
+    if (!c.ok()) return 2;
+    if ((*c)->mapped()) return 3;  // must not get the arena
+    std::vector<uint8_t> out(kv.size());
+    auto got = (*c)->Load("ns", toks, out.data(), out.size());
+    if (!got.ok() || *got != 32 || out != kv) return 4;
+    if ((*c)->Pin("ns", toks).status().code() != Code::kPermissionDenied) return 5;
+    // Readable but not writable by others.
+    if ((*c)->Save("ns", toks, kv.data(), kv.size()).status().code() != Code::kPermissionDenied) return 6;
+    // Not readable at all.
+    auto denied = (*c)->Load("private", toks, out.data(), out.size());
+    if (denied.status().code() != Code::kPermissionDenied) return 7;
+    if (denied.status().message().find("private") == std::string::npos) return 8;
+    if ((*c)->Lookup("private", toks).status().code() != Code::kPermissionDenied) return 9;
+    return 0;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(ServerTest, MalformedMessagesAreRefusedAndTheServerLivesOn) {
+  Daemon d;
+  ASSERT_TRUE(d.Start().ok());
+  const std::vector<std::vector<uint8_t>> garbage = {
+      {'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {0x50, 0x54, 0x53, 0x31, 1, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0},  // huge body
+      {0x50, 0x54, 0x53, 0x31, 9, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  // bad version
+      {0x50, 0x54, 0x53, 0x31, 1, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1, 2, 3, 4, 1, 2},  // bad checksum, truncated
+  };
+  for (const auto& g : garbage) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, d.socket_path().c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(write(fd, g.data(), g.size()), static_cast<ssize_t>(g.size()));
+    shutdown(fd, SHUT_WR);
+    // The server answers with an error frame or just closes; it never hangs.
+    char buf[512];
+    struct timeval tv {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t n;
+    size_t total = 0;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) total += n;
+    EXPECT_EQ(n, 0) << "the server must close the connection, not time out";
+    close(fd);
+  }
+  // A well-behaved client is still served.
+  ClientOptions o;
+  o.socket_path = d.socket_path();
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE((*c)->Stats().ok());
+  EXPECT_NE(d.ReadLog().find("protocol_error"), std::string::npos) << d.ReadLog();
+}
+
+// The server killed in the middle of loads: every load either returns the
+// right bytes or an error, and none hangs.
+TEST(ServerTest, ServerKilledDuringLoadsGivesErrorsNotHangsOrWrongBytes) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"256MiB", {}}).ok());
+  ClientOptions o;
+  o.socket_path = d.socket_path();
+  o.rpc_timeout_ms = 3000;
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok());
+  Layout l = SmallLayout();
+  l.head_dim = 1024;  // 16 KiB per token
+  ASSERT_TRUE((*c)->CreateNamespace("big", l).ok());
+  auto toks = Tokens(4096, 10);  // 64 MiB
+  auto kv = Kv(toks, l);
+  ASSERT_TRUE((*c)->Save("big", toks, kv.data(), kv.size()).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok_loads{0}, errors{0}, wrong{0};
+  std::thread loader([&] {
+    std::vector<uint8_t> out(kv.size());
+    while (!stop) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto got = (*c)->Load("big", toks, out.data(), out.size());
+      auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (secs > 10) wrong++;  // a hang would show here
+      if (got.ok()) {
+        if (*got == toks.size() && std::memcmp(out.data(), kv.data(), kv.size()) != 0) wrong++;
+        ok_loads++;
+      } else {
+        errors++;
+        if (errors > 5) break;
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  d.Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  loader.join();
+  EXPECT_GT(ok_loads.load(), 0);
+  EXPECT_GT(errors.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  auto after = (*c)->Lookup("big", toks);
+  EXPECT_EQ(after.status().code(), Code::kUnavailable) << after.status().ToString();
+}
+
+TEST(ServerTest, ExpiredLeasesAreDropped) {
+  Daemon d;
+  std::string dir = testing::MakeTempDir("ptstore-cfg");
+  std::string cfg = dir + "/ptstored.toml";
+  std::ofstream(cfg) << "[server]\nlease_ms = 200\n";
+  ASSERT_TRUE(d.Start({"64MiB", {"--config", cfg}}).ok());
+  ClientOptions o;
+  o.socket_path = d.socket_path();
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->CreateNamespace("ns", SmallLayout()).ok());
+  auto toks = Tokens(16, 11);
+  auto kv = Kv(toks, SmallLayout());
+  ASSERT_TRUE((*c)->Save("ns", toks, kv.data(), kv.size()).ok());
+  auto pin = (*c)->Pin("ns", toks);
+  ASSERT_TRUE(pin.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  auto st = (*c)->Stats();
+  EXPECT_EQ(st->active_leases, 0u);
+  EXPECT_GE(st->expired_leases, 1u);
+  EXPECT_EQ(st->pinned_bytes, 0u);
+  // Releasing an expired lease is harmless for the caller's data.
+  EXPECT_EQ(pin->Release().code(), Code::kNotFound);
+}
+
+TEST(ServerTest, BadConfigIsRefusedWithTheKeyNamed) {
+  std::string dir = testing::MakeTempDir("ptstore-cfg");
+  std::string cfg = dir + "/bad.toml";
+  std::ofstream(cfg) << "[arena]\nsize = \"64MiB\"\nsizee = 3\n";
+  Daemon d;
+  Status st = d.Start({"64MiB", {"--config", cfg}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("sizee"), std::string::npos) << st.message();
+}
+
+TEST(ServerTest, SigtermShutsDownCleanly) {
+  Daemon d;
+  ASSERT_TRUE(d.Start().ok());
+  std::string sock = d.socket_path();
+  EXPECT_EQ(d.Stop(), 0);
+  EXPECT_NE(access(sock.c_str(), F_OK), 0) << "socket file left behind";
+  EXPECT_NE(d.ReadLog().find("shutting down"), std::string::npos);
+}
+
+TEST(ServerTest, NoServerIsUnavailable) {
+  ClientOptions o;
+  o.socket_path = "/nonexistent/ptstored.sock";
+  auto c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), Code::kUnavailable);
+  EXPECT_NE(c.status().message().find("is ptstored running"), std::string::npos) << c.status().message();
+}
+
+}  // namespace
+}  // namespace ptstore

@@ -1,0 +1,141 @@
+// Formatting for the PTStore command-line tools (ptstore-ls, ptstore-stat):
+// human-readable sizes, aligned tables, the increment tree, and the JSON
+// form of the client API's value types.
+//
+// Everything here is pure (no I/O, no client), so it is unit-tested on its
+// own (tests/tools/format_test.cc).
+//
+// JSON conventions (the --json output of every tool):
+//   - byte counts, token counts and counters are exact integers;
+//   - chain keys are 32 lowercase hex digits; a zero key (the namespace
+//     root) is null;
+//   - modes are octal strings ("0755");
+//   - ratios are numbers in [0, 1], or null when undefined (0 / 0).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ptstore/keys.h"
+#include "ptstore/layout.h"
+#include "ptstore/types.h"
+
+namespace ptstore::tools {
+
+// ------------------------------------------------------------------ values
+
+// Binary units with one decimal: "0 B", "1023 B", "1.0 KiB", "2.0 MiB",
+// "1.5 GiB" (up to EiB). Rounding never shows "1024.0" of a unit.
+std::string HumanBytes(uint64_t bytes);
+
+// "0755"
+std::string OctalMode(uint32_t mode);
+// "rwxr-xr-x" (the low nine bits)
+std::string SymbolicMode(uint32_t mode);
+
+// part / whole, or nullopt when whole is 0.
+std::optional<double> Ratio(uint64_t part, uint64_t whole);
+// "75.0%", or "n/a" for nullopt.
+std::string Percent(std::optional<double> ratio);
+
+// Display width of a UTF-8 string (code points; the tree glyphs are one
+// column wide).
+size_t DisplayWidth(const std::string& s);
+
+// ------------------------------------------------------------------ tables
+
+// Columns separated by two spaces; the header and every cell padded to the
+// widest cell of its column; right-aligned columns for numbers. The last
+// column is never padded (no trailing spaces).
+class Table {
+ public:
+  enum class Align { kLeft, kRight };
+  struct Column {
+    std::string header;
+    Align align = Align::kLeft;
+  };
+  explicit Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+  // REQUIRES: cells.size() == number of columns.
+  void AddRow(std::vector<std::string> cells);
+  size_t rows() const { return rows_.size(); }
+  // Every row ends in '\n'; with_header adds the header line first.
+  std::string Render(bool with_header = true) const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// ------------------------------------------------------------------ trees
+
+// Glyphs of an indented tree: Unicode box drawing ("├── ") or ASCII ("|-- ").
+enum class TreeStyle { kAscii, kUnicode };
+
+// A forest built from a flat ListTree answer: node indices in pre-order,
+// with their depth (0 = child of `root`) and the prefix to draw before each
+// node's name. A node whose parent is not in the list hangs from the root.
+struct TreeLine {
+  size_t index = 0;  // into the nodes given
+  size_t depth = 0;
+  std::string prefix;  // e.g. "|   `-- "
+};
+std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, TreeStyle style);
+
+// --------------------------------------------------------------- rendering
+
+// ptstore-ls with no namespace. Short: one name per line. Long: a table of
+// NAME LAYOUT OWNER MODE BYTES INCREMENTS (bytes human-readable).
+std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format);
+
+// Increments as a flat list (short: one key per line; long: a table of
+// KEY START TOKENS BYTES HITS CLASS PINS CHILDREN).
+std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format);
+
+// Increments as an indented tree below `root` (short: keys only; long: the
+// table of RenderIncrements with the tree drawn in the KEY column).
+std::string RenderTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, bool long_format,
+                       TreeStyle style);
+
+// The aggregate of a namespace's increments (from a recursive ListTree).
+struct TreeSummary {
+  uint64_t increments = 0;
+  uint64_t tokens = 0;  // sum of the increments' tokens (stored tokens)
+  uint64_t bytes = 0;
+  uint64_t hits = 0;
+  uint64_t owned_bytes = 0;
+  uint64_t replica_bytes = 0;
+  uint64_t pinned_increments = 0;
+  uint64_t max_depth_tokens = 0;  // longest stored prefix, in tokens
+};
+TreeSummary Summarize(const std::vector<PrefixNodeInfo>& nodes);
+
+// What ptstore-stat shows about one namespace.
+struct NamespaceReport {
+  NamespaceInfo info;
+  std::optional<TreeSummary> tree;  // absent if the tree could not be listed
+};
+
+// ptstore-stat's text: "label  value" lines, labels padded to one column.
+std::string RenderStats(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
+
+// -------------------------------------------------------------------- JSON
+
+nlohmann::json KeyJson(const ChainKey& key);  // hex, or null for the zero key
+nlohmann::json ToJson(const Layout& layout);
+nlohmann::json ToJson(const NamespaceInfo& info);
+nlohmann::json ToJson(const PrefixNodeInfo& node);
+nlohmann::json ToJson(const StoreStats& stats);  // the counters plus hit_rate, token_hit_rate, dedup_ratio
+nlohmann::json ToJson(const TreeSummary& summary);
+
+// The increments below `root` nested: each node's object gets "subtree", the
+// array of its children's objects.
+nlohmann::json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root);
+
+// ptstore-stat --json: {"node_id", "stats", "namespace"?}.
+nlohmann::json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
+
+}  // namespace ptstore::tools
