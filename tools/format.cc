@@ -1,0 +1,430 @@
+#include "tools/format.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <functional>
+#include <unordered_map>
+
+namespace ptstore::tools {
+
+// ------------------------------------------------------------------ values
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  size_t unit = 0;
+  double v = static_cast<double>(bytes);
+  while (v >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    v /= 1024.0;
+    ++unit;
+  }
+  // 1048575 bytes is 1023.999 KiB: printed with one decimal that would be
+  // "1024.0 KiB"; show "1.0 MiB" instead.
+  if (v >= 1023.95 && unit + 1 < std::size(kUnits)) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string OctalMode(uint32_t mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04o", mode & 07777);
+  return buf;
+}
+
+std::string SymbolicMode(uint32_t mode) {
+  std::string s = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) {
+    if (!(mode & (0400u >> i))) s[i] = '-';
+  }
+  return s;
+}
+
+std::optional<double> Ratio(uint64_t part, uint64_t whole) {
+  if (whole == 0) return std::nullopt;
+  return static_cast<double>(part) / static_cast<double>(whole);
+}
+
+std::string Percent(std::optional<double> ratio) {
+  if (!ratio) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", *ratio * 100.0);
+  return buf;
+}
+
+size_t DisplayWidth(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xC0) != 0x80) ++n;  // count every byte that starts a code point
+  }
+  return n;
+}
+
+// ------------------------------------------------------------------ tables
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(columns_.size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::Render(bool with_header) const {
+  const size_t n = columns_.size();
+  std::vector<size_t> width(n, 0);
+  if (with_header) {
+    for (size_t c = 0; c < n; ++c) width[c] = DisplayWidth(columns_[c].header);
+  }
+  for (const auto& row : rows_) {
+    for (size_t c = 0; c < n; ++c) width[c] = std::max(width[c], DisplayWidth(row[c]));
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l;
+    for (size_t c = 0; c < n; ++c) {
+      if (c > 0) l += "  ";
+      const size_t pad = width[c] - DisplayWidth(cells[c]);
+      if (columns_[c].align == Align::kRight) {
+        l.append(pad, ' ');
+        l += cells[c];
+      } else {
+        l += cells[c];
+        if (c + 1 < n) l.append(pad, ' ');
+      }
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out += l;
+    out += '\n';
+  };
+  if (with_header) {
+    std::vector<std::string> header;
+    for (const auto& col : columns_) header.push_back(col.header);
+    line(header);
+  }
+  for (const auto& row : rows_) line(row);
+  return out;
+}
+
+// ------------------------------------------------------------------ trees
+
+namespace {
+
+struct Forest {
+  std::vector<size_t> roots;
+  std::vector<std::vector<size_t>> children;
+};
+
+// Children keep the order of the input (the server lists them by key).
+Forest BuildForest(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root) {
+  Forest f;
+  f.children.resize(nodes.size());
+  std::unordered_map<ChainKey, size_t, ChainKeyHash> by_key;
+  for (size_t i = 0; i < nodes.size(); ++i) by_key.emplace(nodes[i].key, i);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const ChainKey& p = nodes[i].parent;
+    auto it = p == root || p == nodes[i].key ? by_key.end() : by_key.find(p);
+    if (it == by_key.end()) {
+      f.roots.push_back(i);
+    } else {
+      f.children[it->second].push_back(i);
+    }
+  }
+  return f;
+}
+
+// Pre-order walk; nodes caught in a parent cycle (never reachable from a
+// root: only a corrupt answer has them) are visited as extra roots.
+void WalkForest(const Forest& f, const std::function<void(size_t index, size_t depth,
+                                                          const std::vector<bool>& last_at_depth)>& visit) {
+  std::vector<bool> seen(f.children.size(), false);
+  std::vector<bool> last;  // last[d]: the ancestor at depth d is its parent's last child
+  std::function<void(size_t, size_t, bool)> walk = [&](size_t i, size_t depth, bool is_last) {
+    if (seen[i]) return;
+    seen[i] = true;
+    last.resize(depth + 1);
+    last[depth] = is_last;
+    visit(i, depth, last);
+    const auto& c = f.children[i];
+    for (size_t k = 0; k < c.size(); ++k) walk(c[k], depth + 1, k + 1 == c.size());
+  };
+  for (size_t k = 0; k < f.roots.size(); ++k) walk(f.roots[k], 0, k + 1 == f.roots.size());
+  for (size_t i = 0; i < f.children.size(); ++i) walk(i, 0, true);
+}
+
+}  // namespace
+
+std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, TreeStyle style) {
+  const bool u = style == TreeStyle::kUnicode;
+  const std::string tee = u ? "\u251c\u2500\u2500 " : "|-- ";
+  const std::string elbow = u ? "\u2514\u2500\u2500 " : "`-- ";
+  const std::string pipe = u ? "\u2502   " : "|   ";
+  const std::string blank = "    ";
+  std::vector<TreeLine> out;
+  Forest f = BuildForest(nodes, root);
+  WalkForest(f, [&](size_t i, size_t depth, const std::vector<bool>& last) {
+    TreeLine line;
+    line.index = i;
+    line.depth = depth;
+    // Depth 0 hangs from the (invisible) root: no glyph. Below it, one
+    // column per ancestor that is not at depth 0, then this node's branch.
+    for (size_t d = 1; d < depth; ++d) line.prefix += last[d] ? blank : pipe;
+    if (depth > 0) line.prefix += last[depth] ? elbow : tee;
+    out.push_back(std::move(line));
+  });
+  return out;
+}
+
+// --------------------------------------------------------------- rendering
+
+std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format) {
+  if (!long_format) {
+    std::string out;
+    for (const auto& ns : namespaces) out += ns.name + "\n";
+    return out;
+  }
+  using A = Table::Align;
+  Table t({{"NAME"}, {"LAYOUT"}, {"OWNER"}, {"MODE"}, {"BYTES", A::kRight}, {"INCREMENTS", A::kRight}});
+  for (const auto& ns : namespaces) {
+    t.AddRow({ns.name + (ns.salted ? " (salted)" : ""), ns.layout.ToString(),
+              std::to_string(ns.uid) + ":" + std::to_string(ns.gid), SymbolicMode(ns.mode), HumanBytes(ns.bytes),
+              std::to_string(ns.prefixes)});
+  }
+  return t.rows() ? t.Render() : "";
+}
+
+namespace {
+
+Table IncrementTable() {
+  using A = Table::Align;
+  return Table({{"KEY"},
+                {"START", A::kRight},
+                {"TOKENS", A::kRight},
+                {"BYTES", A::kRight},
+                {"HITS", A::kRight},
+                {"CLASS"},
+                {"PINS", A::kRight},
+                {"CHILDREN", A::kRight}});
+}
+
+std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeInfo& n) {
+  return {name,
+          std::to_string(n.start_token),
+          std::to_string(n.tokens),
+          HumanBytes(n.bytes),
+          std::to_string(n.hits),
+          CacheClassName(n.cache_class),
+          std::to_string(n.pins),
+          std::to_string(n.children)};
+}
+
+}  // namespace
+
+std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format) {
+  if (!long_format) {
+    std::string out;
+    for (const auto& n : nodes) out += n.key.ToHex() + "\n";
+    return out;
+  }
+  Table t = IncrementTable();
+  for (const auto& n : nodes) t.AddRow(IncrementRow(n.key.ToHex(), n));
+  return t.rows() ? t.Render() : "";
+}
+
+std::string RenderTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, bool long_format,
+                       TreeStyle style) {
+  std::vector<TreeLine> lines = LayoutTree(nodes, root, style);
+  if (!long_format) {
+    std::string out;
+    for (const auto& l : lines) out += l.prefix + nodes[l.index].key.ToHex() + "\n";
+    return out;
+  }
+  Table t = IncrementTable();
+  for (const auto& l : lines) t.AddRow(IncrementRow(l.prefix + nodes[l.index].key.ToHex(), nodes[l.index]));
+  return t.rows() ? t.Render() : "";
+}
+
+TreeSummary Summarize(const std::vector<PrefixNodeInfo>& nodes) {
+  TreeSummary s;
+  for (const auto& n : nodes) {
+    s.increments++;
+    s.tokens += n.tokens;
+    s.bytes += n.bytes;
+    s.hits += n.hits;
+    (n.cache_class == CacheClass::kReplica ? s.replica_bytes : s.owned_bytes) += n.bytes;
+    if (n.pins > 0) s.pinned_increments++;
+    s.max_depth_tokens = std::max(s.max_depth_tokens, n.start_token + n.tokens);
+  }
+  return s;
+}
+
+std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::optional<NamespaceReport>& ns) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  auto add = [&](std::string label, std::string value) { rows.emplace_back(std::move(label), std::move(value)); };
+  auto num = [](uint64_t v) { return std::to_string(v); };
+  add("node", num(node_id));
+  add("arena size", HumanBytes(s.arena_bytes));
+  add("arena used", HumanBytes(s.used_bytes) + " (" + Percent(Ratio(s.used_bytes, s.arena_bytes)) + ")");
+  add("arena owned", HumanBytes(s.owned_bytes));
+  add("arena replica", HumanBytes(s.replica_bytes));
+  add("arena pinned", HumanBytes(s.pinned_bytes));
+  add("namespaces", num(s.namespaces));
+  add("tensors", num(s.tensors));
+  add("increments", num(s.prefix_nodes));
+  add("lookups", num(s.lookups));
+  add("hits", num(s.hits));
+  add("misses", num(s.misses));
+  add("hit rate", Percent(Ratio(s.hits, s.hits + s.misses)));
+  add("hit tokens",
+      num(s.hit_tokens) + " of " + num(s.requested_tokens) + " (" + Percent(Ratio(s.hit_tokens, s.requested_tokens)) +
+          ")");
+  add("saves", num(s.saves));
+  add("saved bytes", HumanBytes(s.saved_bytes));
+  add("dedup saving", HumanBytes(s.dedup_bytes) + " (" +
+                          Percent(Ratio(s.dedup_bytes, s.saved_bytes + s.dedup_bytes)) + " of bytes offered)");
+  add("evictions", num(s.evictions) + " (" + HumanBytes(s.evicted_bytes) + ")");
+  add("active leases", num(s.active_leases));
+  add("expired leases", num(s.expired_leases));
+  size_t node_rows = rows.size();
+  if (ns) {
+    const NamespaceInfo& i = ns->info;
+    add("namespace", i.name);
+    add("layout", i.layout.ToString());
+    add("bytes per token", HumanBytes(i.layout.BytesPerToken()));
+    add("owner", num(i.uid) + ":" + num(i.gid));
+    add("mode", OctalMode(i.mode) + " (" + SymbolicMode(i.mode) + ")");
+    add("salted", i.salted ? "yes" : "no");
+    add("stored bytes", HumanBytes(i.bytes) + " (" + Percent(Ratio(i.bytes, s.used_bytes)) + " of arena used)");
+    add("stored increments", num(i.prefixes));
+    if (ns->tree) {
+      const TreeSummary& t = *ns->tree;
+      add("stored tokens", num(t.tokens));
+      add("longest prefix", num(t.max_depth_tokens) + " tokens");
+      add("increment hits", num(t.hits));
+      add("owned bytes", HumanBytes(t.owned_bytes));
+      add("replica bytes", HumanBytes(t.replica_bytes));
+      add("pinned increments", num(t.pinned_increments));
+    }
+  }
+  size_t width = 0;
+  for (const auto& [label, value] : rows) width = std::max(width, label.size());
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (r == node_rows) out += "\n";
+    out += rows[r].first;
+    out.append(width + 2 - rows[r].first.size(), ' ');
+    out += rows[r].second;
+    out += "\n";
+  }
+  return out;
+}
+
+// -------------------------------------------------------------------- JSON
+
+namespace {
+nlohmann::json RatioJson(std::optional<double> r) { return r ? nlohmann::json(*r) : nlohmann::json(nullptr); }
+}  // namespace
+
+nlohmann::json KeyJson(const ChainKey& key) {
+  if (key == ChainKey{}) return nullptr;
+  return key.ToHex();
+}
+
+nlohmann::json ToJson(const Layout& l) {
+  return {{"layers", l.layers},
+          {"kv_heads", l.kv_heads},
+          {"head_dim", l.head_dim},
+          {"dtype", std::string(DTypeName(l.dtype))},
+          {"block_tokens", l.block_tokens},
+          {"bytes_per_token", l.BytesPerToken()},
+          {"bytes_per_block", l.BytesPerBlock()}};
+}
+
+nlohmann::json ToJson(const NamespaceInfo& i) {
+  return {{"name", i.name},   {"layout", ToJson(i.layout)}, {"salted", i.salted},
+          {"uid", i.uid},     {"gid", i.gid},               {"mode", OctalMode(i.mode)},
+          {"bytes", i.bytes}, {"increments", i.prefixes}};
+}
+
+nlohmann::json ToJson(const PrefixNodeInfo& n) {
+  return {{"key", KeyJson(n.key)},
+          {"parent", KeyJson(n.parent)},
+          {"start_token", n.start_token},
+          {"tokens", n.tokens},
+          {"bytes", n.bytes},
+          {"hits", n.hits},
+          {"class", CacheClassName(n.cache_class)},
+          {"pins", n.pins},
+          {"children", n.children},
+          // Split so that no number exceeds 2^53 (JavaScript, jq).
+          {"tensor", {{"owner", n.tensor.owner().value}, {"seq", n.tensor.seq()}}}};
+}
+
+nlohmann::json ToJson(const StoreStats& s) {
+  return {{"arena_bytes", s.arena_bytes},
+          {"used_bytes", s.used_bytes},
+          {"owned_bytes", s.owned_bytes},
+          {"replica_bytes", s.replica_bytes},
+          {"pinned_bytes", s.pinned_bytes},
+          {"tensors", s.tensors},
+          {"increments", s.prefix_nodes},
+          {"namespaces", s.namespaces},
+          {"lookups", s.lookups},
+          {"hits", s.hits},
+          {"misses", s.misses},
+          {"hit_rate", RatioJson(Ratio(s.hits, s.hits + s.misses))},
+          {"hit_tokens", s.hit_tokens},
+          {"requested_tokens", s.requested_tokens},
+          {"token_hit_rate", RatioJson(Ratio(s.hit_tokens, s.requested_tokens))},
+          {"saves", s.saves},
+          {"saved_bytes", s.saved_bytes},
+          {"dedup_bytes", s.dedup_bytes},
+          {"dedup_ratio", RatioJson(Ratio(s.dedup_bytes, s.saved_bytes + s.dedup_bytes))},
+          {"evictions", s.evictions},
+          {"evicted_bytes", s.evicted_bytes},
+          {"active_leases", s.active_leases},
+          {"expired_leases", s.expired_leases}};
+}
+
+nlohmann::json ToJson(const TreeSummary& t) {
+  return {{"increments", t.increments},       {"tokens", t.tokens},
+          {"bytes", t.bytes},                 {"hits", t.hits},
+          {"owned_bytes", t.owned_bytes},     {"replica_bytes", t.replica_bytes},
+          {"pinned_increments", t.pinned_increments}, {"longest_prefix_tokens", t.max_depth_tokens}};
+}
+
+nlohmann::json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root) {
+  Forest f = BuildForest(nodes, root);
+  std::vector<bool> seen(nodes.size(), false);
+  std::function<nlohmann::json(size_t)> build = [&](size_t i) {
+    seen[i] = true;
+    nlohmann::json j = ToJson(nodes[i]);
+    nlohmann::json sub = nlohmann::json::array();
+    for (size_t c : f.children[i]) {
+      if (!seen[c]) sub.push_back(build(c));
+    }
+    j["subtree"] = std::move(sub);
+    return j;
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t r : f.roots) {
+    if (!seen[r]) out.push_back(build(r));
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!seen[i]) out.push_back(build(i));
+  }
+  return out;
+}
+
+nlohmann::json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns) {
+  nlohmann::json j = {{"node_id", node_id}, {"stats", ToJson(stats)}};
+  if (ns) {
+    nlohmann::json n = ToJson(ns->info);
+    n["tree"] = ns->tree ? ToJson(*ns->tree) : nlohmann::json(nullptr);
+    j["namespace"] = std::move(n);
+  }
+  return j;
+}
+
+}  // namespace ptstore::tools
