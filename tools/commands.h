@@ -1,0 +1,66 @@
+// The commands behind ptstore-ls and ptstore-stat. The executables are thin
+// mains (tools/ls_main.cc, tools/stat_main.cc) that parse the command line
+// with CLI11 and call RunLs / RunStat.
+//
+// Exit status of every tool: 0 success; 1 a failure reported by the server
+// or the connection (unknown namespace, permission denied, no server); 2 a
+// usage error (bad option, malformed namespace name or chain key).
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include "ptstore/client.h"
+#include "ptstore/keys.h"
+#include "ptstore/status.h"
+#include "tools/format.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ptstore::tools {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// What ptstore-ls lists: "NAMESPACE", "NAMESPACE/" or "NAMESPACE/KEY" (KEY:
+// 32 hex digits). InvalidArgument naming the bad part otherwise.
+struct LsTarget {
+  std::string ns;
+  ChainKey key;  // zero: the namespace root
+  bool has_key = false;
+};
+Result<LsTarget> ParseLsTarget(std::string_view arg);
+
+struct LsOptions {
+  std::string socket;  // empty: $PTSTORE_SOCKET, else the default
+  bool long_format = false;
+  bool recursive = false;
+  bool json = false;
+  std::optional<std::string> target;  // none: list the namespaces
+  TreeStyle style = TreeStyle::kAscii;
+};
+int RunLs(const LsOptions& options, std::ostream& out, std::ostream& err);
+
+struct StatOptions {
+  std::string socket;
+  bool json = false;
+  std::optional<std::string> ns;
+};
+int RunStat(const StatOptions& options, std::ostream& out, std::ostream& err);
+
+// Parses argv into `app`. Returns nullopt to go on, or the exit status to
+// return now: 0 after --help/--version (printed to out), kExitUsage after a
+// one-line "prog: message (see --help)" on err.
+std::optional<int> ParseCommandLine(CLI::App& app, const char* prog, int argc, char** argv, std::ostream& out,
+                                    std::ostream& err);
+
+// Box-drawing glyphs when the locale's character set is UTF-8 (call after
+// setlocale), ASCII otherwise.
+TreeStyle TreeStyleFromLocale();
+
+}  // namespace ptstore::tools
