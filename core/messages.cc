@@ -102,7 +102,7 @@ Status GetCount(Decoder& d, const char* field, size_t min_elem_bytes, uint32_t* 
 
 void ErrorReply::Encode(Encoder& e) const {
   e.PutU16(static_cast<uint16_t>(code));
-  e.PutString(message);
+  e.PutString(std::string_view(message).substr(0, 1u << 16));  // the decoder's limit
 }
 Status ErrorReply::Decode(Decoder& d) {
   uint16_t c;
@@ -183,7 +183,7 @@ void ListNamespacesReply::Encode(Encoder& e) const {
 }
 Status ListNamespacesReply::Decode(Decoder& d) {
   uint32_t n;
-  PTS_RETURN_IF_ERROR(GetCount(d, "namespaces", 40, &n));
+  PTS_RETURN_IF_ERROR(GetCount(d, "namespaces", 50, &n));
   namespaces.resize(n);
   for (auto& ns : namespaces) PTS_RETURN_IF_ERROR(GetNamespaceInfo(d, &ns));
   return d.Finish("ListNamespacesReply");

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -140,8 +141,16 @@ Result<Frame> FramedSocket::Receive(int timeout_ms) {
   PTS_ASSIGN_OR_RETURN(core::FrameHeader h, core::DecodeFrameHeader(header));
   f.type = h.type;
   f.request_id = h.request_id;
-  f.body.resize(h.body_len);
-  if (h.body_len) PTS_RETURN_IF_ERROR(ReadFull(f.body.data(), h.body_len, timeout_ms, &f.fd));
+  // Grow the body as bytes arrive: a header alone must not make us hold
+  // kMaxBodyBytes for a peer that then stalls.
+  constexpr size_t kChunk = 1u << 20;
+  size_t have = 0;
+  while (have < h.body_len) {
+    size_t n = std::min<size_t>(kChunk, h.body_len - have);
+    f.body.resize(have + n);
+    PTS_RETURN_IF_ERROR(ReadFull(f.body.data() + have, n, timeout_ms, &f.fd));
+    have += n;
+  }
   PTS_RETURN_IF_ERROR(core::VerifyFrameChecksum(header, f.body));
   return f;
 }

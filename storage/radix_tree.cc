@@ -76,6 +76,10 @@ RadixNode* RadixTree::Insert(const Match& m, std::span<const uint32_t> tokens, s
     const MatchStep& last = m.path.back();
     parent = m.partial_last ? Split(last.node, last.blocks, keys[m.blocks - 1]) : last.node;
   }
+  // The slot is taken only if another increment's first block has the same
+  // chain key but other tokens (Longest compared them): a hash collision.
+  // There is nowhere to file this one; refuse rather than corrupt the index.
+  if (parent->children.count(keys[m.blocks]) != 0) return nullptr;
   auto node = std::make_unique<RadixNode>();
   node->parent = parent;
   node->first_key = keys[m.blocks];
@@ -117,8 +121,11 @@ void RadixTree::RemoveSubtree(RadixNode* node, const std::function<void(RadixNod
     on_removed(n);
     auto bk = by_key_.find(n->key);
     if (bk != by_key_.end() && bk->second == n) by_key_.erase(bk);
+    // Its children were handled (and emptied) before it: destroying them
+    // now is shallow, so no destructor recurses once per level.
+    n->children.clear();
   }
-  // `owned` destroys the whole subtree here.
+  // `owned` (now childless) is destroyed here.
 }
 
 RadixNode* RadixTree::FindByKey(const ChainKey& key) const {

@@ -226,7 +226,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   for (;;) {
     m = ns->tree->Longest(full, keys);
     if (m.blocks >= blocks) {
-      stats_.dedup_bytes += blocks * bb;
+      stats_.dedup_bytes += (blocks - first_block) * bb;  // what the client sent
       return SaveResult{blocks * bt, 0, 0};
     }
     if (m.blocks < first_block) {
@@ -291,15 +291,22 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     FreeTensorLocked(t);
     return SaveResult{m2.blocks * bt, 0, 0};
   }
-  t->in_index = true;
   RadixNode* node = ns->tree->Insert(m2, full, keys, t);
+  if (node == nullptr) {
+    // A chain-key collision with an increment of other tokens: there is
+    // nowhere to file this one. A miss, never a wrong answer: drop it.
+    ns->info.prefixes = ns->tree->node_count();
+    FreeTensorLocked(t);
+    return SaveResult{m2.blocks * bt, 0, 0};
+  }
+  t->in_index = true;
   t->priority = gdsf_.Priority(*t);
   queue_[static_cast<int>(cache_class)].Add(t);
   PropagateLocked(node, t->priority);
   ns->info.bytes += bytes;
   ns->info.prefixes = ns->tree->node_count();
   stats_.saved_bytes += bytes;
-  stats_.dedup_bytes += m.blocks * bb;
+  stats_.dedup_bytes += (m.blocks - first_block) * bb;  // sent, but already stored
   return SaveResult{m.blocks * bt, new_blocks * bt, bytes};
 }
 
@@ -349,6 +356,13 @@ Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const u
   const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
   Match m = ns->tree->Longest(full, keys);
   stats_.lookups++;
+  stats_.requested_tokens += full.size();
+  if (m.blocks == 0) {
+    stats_.misses++;
+  } else {
+    stats_.hits++;
+    stats_.hit_tokens += m.blocks * bt;
+  }
   PrefixResult r;
   r.matched_tokens = m.blocks * bt;
   r.extents = ExtentsLocked(m, ns->info.layout.BytesPerBlock(), false);
@@ -435,17 +449,25 @@ size_t Store::ExpireLeases(Clock::time_point now) {
 
 Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t> tokens, uint8_t* dst,
                                  uint64_t capacity) {
-  PTS_ASSIGN_OR_RETURN(PrefixResult pin, Pin(ns, tokens, kInternalSession));
-  if (pin.matched_tokens == 0) return uint64_t{0};
-  uint64_t bpt;
+  Layout layout;
   {
     std::lock_guard lk(mu_);
     PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(ns));
-    bpt = n->info.layout.BytesPerBlock() / n->info.layout.block_tokens;
-    const uint64_t bt = n->info.layout.block_tokens;
-    uint64_t fit_tokens = std::min(pin.matched_tokens, capacity / bpt / bt * bt);
-    pin.matched_tokens = fit_tokens;
+    layout = n->info.layout;
   }
+  PTS_ASSIGN_OR_RETURN(PrefixResult pin, Pin(ns, tokens, kInternalSession));
+  if (pin.matched_tokens == 0) return uint64_t{0};
+  const uint64_t bpt = layout.BytesPerToken();
+  const uint64_t bt = layout.block_tokens;
+  uint64_t pinned_bytes = 0;
+  for (const Extent& x : pin.extents) pinned_bytes += x.length;
+  if (pinned_bytes != pin.matched_tokens * bpt) {
+    // The namespace was dropped and made again with another layout between
+    // the two steps: the pinned bytes are not in the layout read above.
+    Release(pin.lease_id, kInternalSession).IgnoreError();
+    return Aborted("load: namespace '" + ns + "' was replaced during the load");
+  }
+  pin.matched_tokens = std::min(pin.matched_tokens, capacity / bpt / bt * bt);
   uint64_t left = pin.matched_tokens * bpt;
   uint8_t* out = dst;
   for (const Extent& x : pin.extents) {

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <functional>
+#include <string_view>
 #include <unordered_map>
 
 namespace ptstore::tools {
@@ -185,11 +186,11 @@ std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool 
     return out;
   }
   using A = Table::Align;
-  Table t({{"NAME"}, {"LAYOUT"}, {"OWNER"}, {"MODE"}, {"BYTES", A::kRight}, {"INCREMENTS", A::kRight}});
+  // The layout is long: last, so that the short columns line up.
+  Table t({{"NAME"}, {"OWNER"}, {"MODE"}, {"BYTES", A::kRight}, {"INCREMENTS", A::kRight}, {"LAYOUT"}});
   for (const auto& ns : namespaces) {
-    t.AddRow({ns.name + (ns.salted ? " (salted)" : ""), ns.layout.ToString(),
-              std::to_string(ns.uid) + ":" + std::to_string(ns.gid), SymbolicMode(ns.mode), HumanBytes(ns.bytes),
-              std::to_string(ns.prefixes)});
+    t.AddRow({ns.name + (ns.salted ? " (salted)" : ""), std::to_string(ns.uid) + ":" + std::to_string(ns.gid),
+              SymbolicMode(ns.mode), HumanBytes(ns.bytes), std::to_string(ns.prefixes), ns.layout.ToString()});
   }
   return t.rows() ? t.Render() : "";
 }
@@ -307,7 +308,9 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
       add("pinned increments", num(t.pinned_increments));
     }
   }
-  size_t width = 0;
+  // Values start in one column whether or not a namespace is shown, so
+  // that scripts may cut them at a fixed offset.
+  size_t width = std::string_view("pinned increments").size();
   for (const auto& [label, value] : rows) width = std::max(width, label.size());
   std::string out;
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -323,15 +326,15 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
 // -------------------------------------------------------------------- JSON
 
 namespace {
-nlohmann::json RatioJson(std::optional<double> r) { return r ? nlohmann::json(*r) : nlohmann::json(nullptr); }
+Json RatioJson(std::optional<double> r) { return r ? Json(*r) : Json(nullptr); }
 }  // namespace
 
-nlohmann::json KeyJson(const ChainKey& key) {
+Json KeyJson(const ChainKey& key) {
   if (key == ChainKey{}) return nullptr;
   return key.ToHex();
 }
 
-nlohmann::json ToJson(const Layout& l) {
+Json ToJson(const Layout& l) {
   return {{"layers", l.layers},
           {"kv_heads", l.kv_heads},
           {"head_dim", l.head_dim},
@@ -341,13 +344,13 @@ nlohmann::json ToJson(const Layout& l) {
           {"bytes_per_block", l.BytesPerBlock()}};
 }
 
-nlohmann::json ToJson(const NamespaceInfo& i) {
+Json ToJson(const NamespaceInfo& i) {
   return {{"name", i.name},   {"layout", ToJson(i.layout)}, {"salted", i.salted},
           {"uid", i.uid},     {"gid", i.gid},               {"mode", OctalMode(i.mode)},
           {"bytes", i.bytes}, {"increments", i.prefixes}};
 }
 
-nlohmann::json ToJson(const PrefixNodeInfo& n) {
+Json ToJson(const PrefixNodeInfo& n) {
   return {{"key", KeyJson(n.key)},
           {"parent", KeyJson(n.parent)},
           {"start_token", n.start_token},
@@ -361,7 +364,7 @@ nlohmann::json ToJson(const PrefixNodeInfo& n) {
           {"tensor", {{"owner", n.tensor.owner().value}, {"seq", n.tensor.seq()}}}};
 }
 
-nlohmann::json ToJson(const StoreStats& s) {
+Json ToJson(const StoreStats& s) {
   return {{"arena_bytes", s.arena_bytes},
           {"used_bytes", s.used_bytes},
           {"owned_bytes", s.owned_bytes},
@@ -387,27 +390,27 @@ nlohmann::json ToJson(const StoreStats& s) {
           {"expired_leases", s.expired_leases}};
 }
 
-nlohmann::json ToJson(const TreeSummary& t) {
+Json ToJson(const TreeSummary& t) {
   return {{"increments", t.increments},       {"tokens", t.tokens},
           {"bytes", t.bytes},                 {"hits", t.hits},
           {"owned_bytes", t.owned_bytes},     {"replica_bytes", t.replica_bytes},
           {"pinned_increments", t.pinned_increments}, {"longest_prefix_tokens", t.max_depth_tokens}};
 }
 
-nlohmann::json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root) {
+Json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root) {
   Forest f = BuildForest(nodes, root);
   std::vector<bool> seen(nodes.size(), false);
-  std::function<nlohmann::json(size_t)> build = [&](size_t i) {
+  std::function<Json(size_t)> build = [&](size_t i) {
     seen[i] = true;
-    nlohmann::json j = ToJson(nodes[i]);
-    nlohmann::json sub = nlohmann::json::array();
+    Json j = ToJson(nodes[i]);
+    Json sub = Json::array();
     for (size_t c : f.children[i]) {
       if (!seen[c]) sub.push_back(build(c));
     }
     j["subtree"] = std::move(sub);
     return j;
   };
-  nlohmann::json out = nlohmann::json::array();
+  Json out = Json::array();
   for (size_t r : f.roots) {
     if (!seen[r]) out.push_back(build(r));
   }
@@ -417,11 +420,11 @@ nlohmann::json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey
   return out;
 }
 
-nlohmann::json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns) {
-  nlohmann::json j = {{"node_id", node_id}, {"stats", ToJson(stats)}};
+Json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns) {
+  Json j = {{"node_id", node_id}, {"stats", ToJson(stats)}};
   if (ns) {
-    nlohmann::json n = ToJson(ns->info);
-    n["tree"] = ns->tree ? ToJson(*ns->tree) : nlohmann::json(nullptr);
+    Json n = ToJson(ns->info);
+    n["tree"] = ns->tree ? ToJson(*ns->tree) : Json(nullptr);
     j["namespace"] = std::move(n);
   }
   return j;

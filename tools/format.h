@@ -26,6 +26,9 @@
 
 namespace ptstore::tools {
 
+// Keys keep the order they are written in (the most useful first).
+using Json = nlohmann::ordered_json;
+
 // ------------------------------------------------------------------ values
 
 // Binary units with one decimal: "0 B", "1023 B", "1.0 KiB", "2.0 MiB",
@@ -88,7 +91,7 @@ std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const
 // --------------------------------------------------------------- rendering
 
 // ptstore-ls with no namespace. Short: one name per line. Long: a table of
-// NAME LAYOUT OWNER MODE BYTES INCREMENTS (bytes human-readable).
+// NAME OWNER MODE BYTES INCREMENTS LAYOUT (bytes human-readable).
 std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format);
 
 // Increments as a flat list (short: one key per line; long: a table of
@@ -124,18 +127,18 @@ std::string RenderStats(uint32_t node_id, const StoreStats& stats, const std::op
 
 // -------------------------------------------------------------------- JSON
 
-nlohmann::json KeyJson(const ChainKey& key);  // hex, or null for the zero key
-nlohmann::json ToJson(const Layout& layout);
-nlohmann::json ToJson(const NamespaceInfo& info);
-nlohmann::json ToJson(const PrefixNodeInfo& node);
-nlohmann::json ToJson(const StoreStats& stats);  // the counters plus hit_rate, token_hit_rate, dedup_ratio
-nlohmann::json ToJson(const TreeSummary& summary);
+Json KeyJson(const ChainKey& key);  // hex, or null for the zero key
+Json ToJson(const Layout& layout);
+Json ToJson(const NamespaceInfo& info);
+Json ToJson(const PrefixNodeInfo& node);
+Json ToJson(const StoreStats& stats);  // the counters plus hit_rate, token_hit_rate, dedup_ratio
+Json ToJson(const TreeSummary& summary);
 
 // The increments below `root` nested: each node's object gets "subtree", the
 // array of its children's objects.
-nlohmann::json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root);
+Json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root);
 
 // ptstore-stat --json: {"node_id", "stats", "namespace"?}.
-nlohmann::json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
+Json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
 
 }  // namespace ptstore::tools

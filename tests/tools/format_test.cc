@@ -1,0 +1,357 @@
+// Unit tests of the tools' formatting code (tools/format.h) and argument
+// parsing (tools/commands.h).
+#include "tools/format.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <sstream>
+
+#include "tools/commands.h"
+
+namespace ptstore::tools {
+namespace {
+
+ChainKey K(uint64_t lo) { return ChainKey{0, lo}; }
+
+PrefixNodeInfo Node(uint64_t key, uint64_t parent, uint64_t start, uint64_t tokens, uint64_t bytes,
+                    uint64_t hits = 0, uint32_t children = 0) {
+  PrefixNodeInfo n;
+  n.key = K(key);
+  n.parent = K(parent);
+  n.start_token = start;
+  n.tokens = tokens;
+  n.bytes = bytes;
+  n.hits = hits;
+  n.children = children;
+  n.tensor = TensorId::Make(NodeId{3}, key);
+  return n;
+}
+
+TEST(ToolsFormat, HumanBytesUnits) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1), "1 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
+  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+  EXPECT_EQ(HumanBytes(2ull << 20), "2.0 MiB");
+  EXPECT_EQ(HumanBytes(3ull << 29), "1.5 GiB");
+  EXPECT_EQ(HumanBytes(1ull << 40), "1.0 TiB");
+  EXPECT_EQ(HumanBytes(UINT64_MAX), "16.0 EiB");
+}
+
+TEST(ToolsFormat, HumanBytesNeverShows1024OfAUnit) {
+  EXPECT_EQ(HumanBytes((1ull << 20) - 1), "1.0 MiB");
+  EXPECT_EQ(HumanBytes((1ull << 30) - 1), "1.0 GiB");
+  EXPECT_EQ(HumanBytes(1023 * 1024 + 900), "1023.9 KiB");
+}
+
+TEST(ToolsFormat, ModesOctalAndSymbolic) {
+  EXPECT_EQ(OctalMode(0755), "0755");
+  EXPECT_EQ(OctalMode(0640), "0640");
+  EXPECT_EQ(SymbolicMode(0755), "rwxr-xr-x");
+  EXPECT_EQ(SymbolicMode(0640), "rw-r-----");
+  EXPECT_EQ(SymbolicMode(0), "---------");
+}
+
+TEST(ToolsFormat, RatiosPercentAndUndefined) {
+  EXPECT_FALSE(Ratio(0, 0).has_value());
+  EXPECT_DOUBLE_EQ(*Ratio(3, 4), 0.75);
+  EXPECT_EQ(Percent(Ratio(3, 4)), "75.0%");
+  EXPECT_EQ(Percent(Ratio(1, 3)), "33.3%");
+  EXPECT_EQ(Percent(std::nullopt), "n/a");
+}
+
+TEST(ToolsFormat, DisplayWidthCountsCodePoints) {
+  EXPECT_EQ(DisplayWidth("abc"), 3u);
+  EXPECT_EQ(DisplayWidth("\u251c\u2500\u2500 x"), 5u);
+}
+
+TEST(ToolsFormat, TableAlignsColumnsWithoutTrailingSpaces) {
+  Table t({{"NAME"}, {"N", Table::Align::kRight}, {"LAST"}});
+  t.AddRow({"a", "1", "x"});
+  t.AddRow({"longer", "12345", ""});
+  EXPECT_EQ(t.Render(),
+            "NAME        N  LAST\n"
+            "a           1  x\n"
+            "longer  12345\n");
+  EXPECT_EQ(t.Render(false),
+            "a           1  x\n"
+            "longer  12345\n");
+}
+
+TEST(ToolsFormat, TableUnicodeCellsAlignByColumns) {
+  Table t({{"KEY"}, {"V", Table::Align::kRight}});
+  t.AddRow({"\u2514\u2500\u2500 ab", "1"});
+  t.AddRow({"abcdef", "22"});
+  EXPECT_EQ(t.Render(false),
+            "\u2514\u2500\u2500 ab   1\n"
+            "abcdef  22\n");
+}
+
+// root
+//   1 (0..32)
+//     2 (32..48)
+//       4 (48..64)
+//     3 (32..64)
+//   5 (0..16)
+std::vector<PrefixNodeInfo> SampleTree() {
+  return {Node(1, 0, 0, 32, 4096, 7, 2), Node(2, 1, 32, 16, 2048, 1, 1), Node(4, 2, 48, 16, 2048),
+          Node(3, 1, 32, 32, 4096, 2), Node(5, 0, 0, 16, 2048)};
+}
+
+TEST(ToolsFormat, TreeAsciiLayout) {
+  auto nodes = SampleTree();
+  std::string k1 = K(1).ToHex(), k2 = K(2).ToHex(), k3 = K(3).ToHex(), k4 = K(4).ToHex(), k5 = K(5).ToHex();
+  EXPECT_EQ(RenderTree(nodes, {}, false, TreeStyle::kAscii),
+            k1 + "\n" +
+            "|-- " + k2 + "\n" +
+            "|   `-- " + k4 + "\n" +
+            "`-- " + k3 + "\n" +
+            k5 + "\n");
+}
+
+TEST(ToolsFormat, TreeUnicodeLayout) {
+  auto lines = LayoutTree(SampleTree(), {}, TreeStyle::kUnicode);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0].prefix, "");
+  EXPECT_EQ(lines[1].prefix, "\u251c\u2500\u2500 ");
+  EXPECT_EQ(lines[2].prefix, "\u2502   \u2514\u2500\u2500 ");
+  EXPECT_EQ(lines[3].prefix, "\u2514\u2500\u2500 ");
+  EXPECT_EQ(lines[4].depth, 0u);
+}
+
+TEST(ToolsFormat, TreeSubtreeBelowAKey) {
+  // ListTree(parent = 1, recursive): the descendants of 1 only.
+  std::vector<PrefixNodeInfo> nodes = {Node(2, 1, 32, 16, 2048), Node(4, 2, 48, 16, 2048), Node(3, 1, 32, 32, 4096)};
+  auto lines = LayoutTree(nodes, K(1), TreeStyle::kAscii);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].depth, 0u);
+  EXPECT_EQ(lines[1].depth, 1u);
+  EXPECT_EQ(lines[1].prefix, "`-- ");
+  EXPECT_EQ(lines[2].depth, 0u);
+}
+
+TEST(ToolsFormat, TreeOrphansAndCyclesAreStillShownOnce) {
+  std::vector<PrefixNodeInfo> nodes = {Node(7, 99, 0, 16, 1), Node(8, 9, 0, 16, 1), Node(9, 8, 0, 16, 1)};
+  auto lines = LayoutTree(nodes, {}, TreeStyle::kAscii);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].index, 0u);
+  auto j = TreeJson(nodes, {});
+  size_t count = 0;
+  std::function<void(const Json&)> walk = [&](const Json& a) {
+    for (const auto& n : a) {
+      ++count;
+      walk(n["subtree"]);
+    }
+  };
+  walk(j);
+  EXPECT_EQ(count, 3u);
+}
+
+TEST(ToolsFormat, TreeLongFormatDrawsTheTreeInTheKeyColumn) {
+  std::string s = RenderTree(SampleTree(), {}, true, TreeStyle::kAscii);
+  std::istringstream in(s);
+  std::string header, l1, l2, l3;
+  std::getline(in, header);
+  std::getline(in, l1);
+  std::getline(in, l2);
+  std::getline(in, l3);
+  EXPECT_EQ(header.rfind("KEY", 0), 0u) << s;
+  EXPECT_NE(header.find("START  TOKENS"), std::string::npos) << s;
+  EXPECT_EQ(l1.rfind(K(1).ToHex(), 0), 0u) << s;
+  EXPECT_EQ(l2.rfind("|-- " + K(2).ToHex(), 0), 0u) << s;
+  EXPECT_EQ(l3.rfind("|   `-- " + K(4).ToHex(), 0), 0u) << s;
+  EXPECT_NE(l1.find("4.0 KiB"), std::string::npos) << s;
+  EXPECT_NE(l1.find("owned"), std::string::npos) << s;
+  // Every row has the same width up to the last column (CHILDREN, right-aligned).
+  EXPECT_EQ(DisplayWidth(header), DisplayWidth(l1));
+  EXPECT_EQ(DisplayWidth(l1), DisplayWidth(l3));
+}
+
+TEST(ToolsFormat, IncrementsShortAndLong) {
+  auto nodes = SampleTree();
+  nodes.resize(1);
+  EXPECT_EQ(RenderIncrements(nodes, false), K(1).ToHex() + "\n");
+  EXPECT_EQ(RenderIncrements(nodes, true),
+            "KEY                               START  TOKENS    BYTES  HITS  CLASS  PINS  CHILDREN\n" +
+                K(1).ToHex() + "      0      32  4.0 KiB     7  owned     0         2\n");
+  EXPECT_EQ(RenderIncrements({}, true), "");
+}
+
+TEST(ToolsFormat, NamespacesShortAndLong) {
+  NamespaceInfo a;
+  a.name = "mistral-7b";
+  a.layout = MistralLayout();
+  a.uid = 1000;
+  a.gid = 100;
+  a.mode = 0750;
+  a.bytes = 2ull << 20;
+  a.prefixes = 3;
+  NamespaceInfo b = a;
+  b.name = "t";
+  b.salted = true;
+  b.bytes = 0;
+  b.prefixes = 0;
+  EXPECT_EQ(RenderNamespaces({a, b}, false), "mistral-7b\nt\n");
+  std::string l = RenderNamespaces({a, b}, true);
+  EXPECT_NE(l.find("NAME"), std::string::npos);
+  EXPECT_EQ(l.substr(0, l.find('\n')), "NAME        OWNER     MODE         BYTES  INCREMENTS  LAYOUT") << l;
+  EXPECT_NE(l.find("\nmistral-7b  1000:100  rwxr-x---  2.0 MiB           3  " + MistralLayout().ToString() + "\n"),
+            std::string::npos)
+      << l;
+  EXPECT_NE(l.find("t (salted)"), std::string::npos) << l;
+}
+
+TEST(ToolsFormat, JsonPrefixNode) {
+  PrefixNodeInfo n = Node(2, 1, 32, 16, 2048, 5, 1);
+  n.cache_class = CacheClass::kReplica;
+  n.pins = 2;
+  n.tensor = TensorId::Make(NodeId{0xABCDEF}, 42);
+  auto j = ToJson(n);
+  EXPECT_EQ(j["key"], K(2).ToHex());
+  EXPECT_EQ(j["parent"], K(1).ToHex());
+  EXPECT_EQ(j["start_token"], 32);
+  EXPECT_EQ(j["tokens"], 16);
+  EXPECT_EQ(j["bytes"], 2048);
+  EXPECT_EQ(j["hits"], 5);
+  EXPECT_EQ(j["class"], "replica");
+  EXPECT_EQ(j["pins"], 2);
+  EXPECT_EQ(j["children"], 1);
+  EXPECT_EQ(j["tensor"]["owner"], 0xABCDEF);
+  EXPECT_EQ(j["tensor"]["seq"], 42);
+  EXPECT_TRUE(ToJson(Node(1, 0, 0, 16, 1))["parent"].is_null());
+}
+
+TEST(ToolsFormat, JsonNamespaceAndLayout) {
+  NamespaceInfo a;
+  a.name = "m";
+  a.layout = MistralLayout();
+  a.mode = 0640;
+  a.uid = 7;
+  a.gid = 8;
+  a.bytes = (1ull << 40) + 1;  // exact, not rounded
+  a.prefixes = 9;
+  auto j = ToJson(a);
+  EXPECT_EQ(j["name"], "m");
+  EXPECT_EQ(j["mode"], "0640");
+  EXPECT_EQ(j["uid"], 7);
+  EXPECT_EQ(j["gid"], 8);
+  EXPECT_EQ(j["bytes"].get<uint64_t>(), (1ull << 40) + 1);
+  EXPECT_EQ(j["increments"], 9);
+  EXPECT_EQ(j["salted"], false);
+  EXPECT_EQ(j["layout"]["layers"], 32);
+  EXPECT_EQ(j["layout"]["dtype"], "bf16");
+  EXPECT_EQ(j["layout"]["bytes_per_token"], 131072);
+  EXPECT_EQ(j["layout"]["bytes_per_block"], 131072 * 16);
+}
+
+TEST(ToolsFormat, JsonStatsWithDerivedRatios) {
+  StoreStats s;
+  s.arena_bytes = 1 << 20;
+  s.hits = 3;
+  s.misses = 1;
+  s.hit_tokens = 48;
+  s.requested_tokens = 64;
+  s.saved_bytes = 300;
+  s.dedup_bytes = 100;
+  s.prefix_nodes = 5;
+  auto j = ToJson(s);
+  EXPECT_EQ(j["arena_bytes"], 1 << 20);
+  EXPECT_EQ(j["increments"], 5);
+  EXPECT_DOUBLE_EQ(j["hit_rate"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["token_hit_rate"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["dedup_ratio"].get<double>(), 0.25);
+  auto empty = ToJson(StoreStats{});
+  EXPECT_TRUE(empty["hit_rate"].is_null());
+  EXPECT_TRUE(empty["dedup_ratio"].is_null());
+  EXPECT_EQ(empty.size(), j.size());
+}
+
+TEST(ToolsFormat, JsonNestedTree) {
+  auto j = TreeJson(SampleTree(), {});
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["key"], K(1).ToHex());
+  ASSERT_EQ(j[0]["subtree"].size(), 2u);
+  EXPECT_EQ(j[0]["subtree"][0]["key"], K(2).ToHex());
+  EXPECT_EQ(j[0]["subtree"][0]["subtree"][0]["key"], K(4).ToHex());
+  EXPECT_EQ(j[0]["subtree"][1]["key"], K(3).ToHex());
+  EXPECT_TRUE(j[1]["subtree"].empty());
+}
+
+TEST(ToolsFormat, StatsTextReport) {
+  StoreStats s;
+  s.arena_bytes = 64ull << 20;
+  s.used_bytes = 2ull << 20;
+  s.hits = 1;
+  s.misses = 1;
+  s.saved_bytes = 3 << 20;
+  s.dedup_bytes = 1 << 20;
+  std::string t = RenderStats(4, s, std::nullopt);
+  EXPECT_EQ(t.rfind("node ", 0), 0u) << t;
+  EXPECT_NE(t.find("arena size         64.0 MiB\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("arena used         2.0 MiB (3.1%)\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("hit rate           50.0%\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("hit tokens         0 of 0 (n/a)\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("dedup saving       1.0 MiB (25.0% of bytes offered)\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("\nnamespace "), std::string::npos) << t;
+
+  NamespaceReport r;
+  r.info.name = "m";
+  r.info.layout = MistralLayout();
+  r.info.bytes = 1 << 20;
+  r.tree = Summarize(SampleTree());
+  std::string n = RenderStats(4, s, r);
+  EXPECT_NE(n.find("\n\nnamespace "), std::string::npos) << n;
+  EXPECT_NE(n.find("bytes per token    128.0 KiB\n"), std::string::npos) << n;
+  EXPECT_NE(n.find("stored tokens      112\n"), std::string::npos) << n;
+  EXPECT_NE(n.find("longest prefix     64 tokens\n"), std::string::npos) << n;
+}
+
+TEST(ToolsFormat, SummarizeAddsUp) {
+  auto nodes = SampleTree();
+  nodes[3].cache_class = CacheClass::kReplica;
+  nodes[4].pins = 1;
+  TreeSummary t = Summarize(nodes);
+  EXPECT_EQ(t.increments, 5u);
+  EXPECT_EQ(t.tokens, 112u);
+  EXPECT_EQ(t.bytes, 14336u);
+  EXPECT_EQ(t.hits, 10u);
+  EXPECT_EQ(t.replica_bytes, 4096u);
+  EXPECT_EQ(t.owned_bytes, 10240u);
+  EXPECT_EQ(t.pinned_increments, 1u);
+  EXPECT_EQ(t.max_depth_tokens, 64u);
+}
+
+TEST(ToolsFormat, LsTargetParses) {
+  std::string hex = K(0x1234).ToHex();
+  auto a = ParseLsTarget("mistral-7b");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->ns, "mistral-7b");
+  EXPECT_FALSE(a->has_key);
+  auto b = ParseLsTarget("mistral-7b/");
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->has_key);
+  auto c = ParseLsTarget("m/" + hex);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->has_key);
+  EXPECT_EQ(c->key, K(0x1234));
+  auto d = ParseLsTarget("m/" + hex + "/");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->key, K(0x1234));
+}
+
+TEST(ToolsFormat, LsTargetRejects) {
+  std::string hex = K(0x1234).ToHex();
+  for (const std::string& bad : std::vector<std::string>{"", "/" + hex, "bad name", ".hidden", "m/xyz", "m/" + hex + "0", "m/" + hex + "/" + hex,
+                          "m/" + std::string(31, '0') + "g"}) {
+    auto r = ParseLsTarget(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ptstore::tools

@@ -1,0 +1,513 @@
+// ptstore-ls and ptstore-stat against a real ptstored: a namespace with a
+// few branching prefixes saved by the C++ client, then the real binaries'
+// text and --json output checked against what the client API reports, and
+// their errors (no server, unknown namespace, malformed key).
+#include <fcntl.h>
+#include <locale.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "ptstore/client.h"
+#include "tests/testing/daemon.h"
+
+namespace ptstore {
+namespace {
+
+using nlohmann::json;
+
+struct ToolRun {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a tool with LC_ALL=C (ASCII tree glyphs) and the given extra
+// environment; PTSTORE_SOCKET is unset unless given there.
+ToolRun RunTool(const std::string& binary, const std::vector<std::string>& args,
+            const std::map<std::string, std::string>& env = {}) {
+  std::string dir = testing::MakeTempDir("ptstore-tools-test");
+  std::string out_path = dir + "/out", err_path = dir + "/err";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    unsetenv("PTSTORE_SOCKET");
+    setenv("LC_ALL", "C", 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<std::string> all = {binary};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ToolRun r;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// 2 layers, 2 KV heads, head_dim 64, bf16: 1 KiB per token, 16 KiB per block
+// of 16 tokens.
+Layout SmallLayout() {
+  Layout l;
+  l.layers = 2;
+  l.kv_heads = 2;
+  l.head_dim = 64;
+  l.dtype = DType::kBF16;
+  l.block_tokens = 16;
+  return l;
+}
+
+std::vector<uint32_t> Tokens(uint32_t first, size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = first + static_cast<uint32_t>(i);
+  return t;
+}
+
+constexpr const char* kNs = "tools-test";
+const std::string kLs = PTSTORE_LS_PATH;
+const std::string kStat = PTSTORE_STAT_PATH;
+
+class ToolsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(daemon_.Start().ok());
+    ClientOptions o;
+    o.socket_path = daemon_.socket_path();
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(*c);
+    ASSERT_TRUE(client_->CreateNamespace(kNs, SmallLayout(), "", 0750).ok());
+    ASSERT_TRUE(client_->CreateNamespace("empty-ns", MistralLayout(), "salt", 0700).ok());
+    // A: 64 tokens (4 blocks).            root ── [0,32) ── [32,64)  (A)
+    // B: A's first 32 tokens, then 48     │              └── [32,80) (B)
+    //    others: splits A's increment.    └── [0,32)             (C, other tokens)
+    // C: 32 unrelated tokens.
+    // D: A + 16 more: a child of A's tail.
+    const uint64_t bpt = SmallLayout().BytesPerToken();
+    auto save = [&](const std::vector<uint32_t>& t) {
+      std::vector<uint8_t> kv(t.size() / 16 * 16 * bpt, 0x5a);
+      auto r = client_->Save(kNs, t, kv.data(), kv.size());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    };
+    a_ = Tokens(1000, 64);
+    b_ = Tokens(1000, 32);
+    auto b_tail = Tokens(5000, 48);
+    b_.insert(b_.end(), b_tail.begin(), b_tail.end());
+    c_ = Tokens(9000, 32);
+    d_ = a_;
+    auto d_tail = Tokens(7000, 16);
+    d_.insert(d_.end(), d_tail.begin(), d_tail.end());
+    save(a_);
+    save(b_);
+    save(c_);
+    save(d_);
+    save(a_);  // all present: dedup
+    // Loads make hits (and one miss).
+    std::vector<uint8_t> dst(d_.size() * bpt);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Load(kNs, d_, dst.data(), dst.size()).ok());
+    ASSERT_TRUE(client_->Load(kNs, b_, dst.data(), dst.size()).ok());
+    ASSERT_EQ(*client_->Load(kNs, Tokens(123456, 32), dst.data(), dst.size()), 0u);
+  }
+
+  std::string Socket() const { return daemon_.socket_path(); }
+  ToolRun Ls(std::vector<std::string> args) {
+    args.insert(args.begin(), {"-s", Socket()});
+    return RunTool(kLs, args);
+  }
+  ToolRun Stat(std::vector<std::string> args) {
+    args.insert(args.begin(), {"-s", Socket()});
+    return RunTool(kStat, args);
+  }
+  std::vector<PrefixNodeInfo> Tree(const ChainKey& parent = {}, bool recursive = false) {
+    auto r = client_->ListTree(kNs, parent, recursive);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::vector<PrefixNodeInfo>{};
+  }
+
+  testing::Daemon daemon_;
+  std::unique_ptr<Client> client_;
+  std::vector<uint32_t> a_, b_, c_, d_;
+};
+
+void ExpectNodeJson(const json& j, const PrefixNodeInfo& n) {
+  EXPECT_EQ(j["key"], n.key.ToHex());
+  if (n.parent == ChainKey{}) {
+    EXPECT_TRUE(j["parent"].is_null());
+  } else {
+    EXPECT_EQ(j["parent"], n.parent.ToHex());
+  }
+  EXPECT_EQ(j["start_token"].get<uint64_t>(), n.start_token);
+  EXPECT_EQ(j["tokens"].get<uint64_t>(), n.tokens);
+  EXPECT_EQ(j["bytes"].get<uint64_t>(), n.bytes);
+  EXPECT_EQ(j["hits"].get<uint64_t>(), n.hits);
+  EXPECT_EQ(j["class"], CacheClassName(n.cache_class));
+  EXPECT_EQ(j["pins"].get<uint32_t>(), n.pins);
+  EXPECT_EQ(j["children"].get<uint32_t>(), n.children);
+  EXPECT_EQ(j["tensor"]["seq"].get<uint64_t>(), n.tensor.seq());
+}
+
+TEST_F(ToolsTest, ListsNamespaces) {
+  ToolRun r = Ls({});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "empty-ns\ntools-test\n");
+  EXPECT_EQ(r.err, "");
+
+  r = Ls({"-l"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0].rfind("NAME", 0), 0u) << r.out;
+  std::string owner = std::to_string(getuid()) + ":" + std::to_string(getgid());
+  auto info = *client_->GetNamespace(kNs);
+  EXPECT_EQ(lines[2].rfind("tools-test", 0), 0u) << r.out;
+  EXPECT_EQ(lines[2].substr(lines[2].size() - SmallLayout().ToString().size()), SmallLayout().ToString()) << r.out;
+  EXPECT_NE(lines[2].find(owner), std::string::npos) << r.out;
+  EXPECT_NE(lines[2].find("rwxr-x---"), std::string::npos) << r.out;
+  EXPECT_NE(lines[2].find(" KiB"), std::string::npos) << r.out;  // human-readable
+  EXPECT_NE(lines[2].find(" " + std::to_string(info.prefixes) + "  layers="), std::string::npos) << r.out;
+  EXPECT_NE(lines[2].find("160.0 KiB"), std::string::npos) << r.out;
+  EXPECT_NE(lines[1].find("empty-ns (salted)"), std::string::npos) << r.out;
+  EXPECT_NE(lines[1].find("rwx------"), std::string::npos) << r.out;
+
+  r = Ls({"--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["namespaces"].size(), 2u);
+  auto listed = *client_->ListNamespaces();
+  std::map<std::string, NamespaceInfo> by_name;
+  for (const auto& n : listed) by_name[n.name] = n;
+  for (const auto& n : j["namespaces"]) {
+    const NamespaceInfo& want = by_name.at(n["name"].get<std::string>());
+    EXPECT_EQ(n["bytes"].get<uint64_t>(), want.bytes);
+    EXPECT_EQ(n["increments"].get<uint64_t>(), want.prefixes);
+    EXPECT_EQ(n["uid"].get<uint32_t>(), want.uid);
+    EXPECT_EQ(n["gid"].get<uint32_t>(), want.gid);
+    EXPECT_EQ(n["salted"].get<bool>(), want.salted);
+    EXPECT_EQ(n["layout"]["block_tokens"].get<uint32_t>(), want.layout.block_tokens);
+    EXPECT_EQ(n["layout"]["bytes_per_token"].get<uint64_t>(), want.layout.BytesPerToken());
+  }
+  EXPECT_EQ(j["namespaces"][1]["mode"], "0750");
+  EXPECT_GT(by_name.at(kNs).bytes, 0u);
+  EXPECT_EQ(by_name.at(kNs).bytes, 160u * 1024);  // 64 + 48 + 32 + 16 tokens, 1 KiB each
+}
+
+TEST_F(ToolsTest, ListsTopIncrements) {
+  auto top = Tree();
+  ASSERT_EQ(top.size(), 2u);  // [0,32) of A/B/D, and C
+
+  ToolRun r = Ls({kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, top[0].key.ToHex() + "\n" + top[1].key.ToHex() + "\n");
+
+  r = Ls({"--json", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["namespace"], kNs);
+  EXPECT_TRUE(j["parent"].is_null());
+  ASSERT_EQ(j["increments"].size(), top.size());
+  for (size_t i = 0; i < top.size(); ++i) ExpectNodeJson(j["increments"][i], top[i]);
+  // The shared [0,32) increment: 32 tokens, 32 KiB, hit by all four loads
+  // that matched (3 of D, 1 of B).
+  const PrefixNodeInfo& shared = top[0].children == 2 ? top[0] : top[1];
+  EXPECT_EQ(shared.tokens, 32u);
+  EXPECT_EQ(shared.bytes, 32u * 1024);
+  EXPECT_EQ(shared.hits, 4u);
+
+  r = Ls({"-l", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0], "KEY                               START  TOKENS     BYTES  HITS  CLASS  PINS  CHILDREN");
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(lines[i + 1].rfind(top[i].key.ToHex(), 0), 0u) << r.out;
+    EXPECT_NE(lines[i + 1].find("32.0 KiB"), std::string::npos) << r.out;
+    EXPECT_NE(lines[i + 1].find("owned"), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(ToolsTest, ListsChildrenOfAKey) {
+  auto top = Tree();
+  const PrefixNodeInfo& shared = top[0].children == 2 ? top[0] : top[1];
+  auto kids = Tree(shared.key);
+  ASSERT_EQ(kids.size(), 2u);
+
+  ToolRun r = Ls({"--json", std::string(kNs) + "/" + shared.key.ToHex()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["parent"], shared.key.ToHex());
+  ASSERT_EQ(j["increments"].size(), kids.size());
+  for (size_t i = 0; i < kids.size(); ++i) {
+    ExpectNodeJson(j["increments"][i], kids[i]);
+    EXPECT_EQ(kids[i].start_token, 32u);
+    EXPECT_EQ(kids[i].parent, shared.key);
+  }
+  std::set<uint64_t> tokens = {kids[0].tokens, kids[1].tokens};
+  EXPECT_EQ(tokens, (std::set<uint64_t>{32, 48}));
+
+  // Trailing slash and upper-case hex are accepted.
+  std::string upper = shared.key.ToHex();
+  for (char& ch : upper) ch = static_cast<char>(toupper(ch));
+  r = Ls({std::string(kNs) + "/" + upper + "/"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, kids[0].key.ToHex() + "\n" + kids[1].key.ToHex() + "\n");
+}
+
+TEST_F(ToolsTest, RecursiveTreeShape) {
+  auto all = Tree({}, true);
+  ASSERT_EQ(all.size(), 5u);  // [0,32), [32,64) A, [64,80) D, [32,80) B, C
+
+  // Depth of each node from the parent links the client reports.
+  std::map<ChainKey, size_t> depth;
+  for (const auto& n : all) depth[n.key] = n.parent == ChainKey{} ? 0 : depth.at(n.parent) + 1;
+
+  ToolRun r = Ls({"-R", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), all.size()) << r.out;
+  size_t max_depth = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    // Each line: 4 columns of tree glyphs per level below the top, then the key.
+    const std::string& l = lines[i];
+    ASSERT_GE(l.size(), 32u);
+    EXPECT_EQ(l.substr(l.size() - 32), all[i].key.ToHex()) << r.out;
+    EXPECT_EQ((l.size() - 32) / 4, depth.at(all[i].key)) << r.out;
+    max_depth = std::max(max_depth, depth.at(all[i].key));
+  }
+  EXPECT_EQ(max_depth, 2u);
+  EXPECT_EQ(lines[0].find(' '), std::string::npos);  // a top increment: no glyph
+  // The glyphs are those of tree(1) in ASCII.
+  EXPECT_NE(r.out.find("|-- "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("`-- "), std::string::npos) << r.out;
+
+  // Long form: the same tree in the KEY column of the table.
+  r = Ls({"-lR", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), all.size() + 1) << r.out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_NE(lines[i + 1].find(all[i].key.ToHex()), std::string::npos) << r.out;
+    EXPECT_NE(lines[i + 1].find(all[i].tokens == 16 ? "16.0 KiB" : all[i].tokens == 48 ? "48.0 KiB" : "32.0 KiB"),
+              std::string::npos)
+        << r.out;
+  }
+
+  // JSON: nested "subtree" arrays mirror the parent links.
+  r = Ls({"-R", "--json", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_TRUE(j["recursive"].get<bool>());
+  std::map<std::string, const PrefixNodeInfo*> by_key;
+  for (const auto& n : all) by_key[n.key.ToHex()] = &n;
+  size_t seen = 0;
+  std::function<void(const json&, const std::string&)> walk = [&](const json& arr, const std::string& parent) {
+    for (const auto& n : arr) {
+      ++seen;
+      const PrefixNodeInfo& want = *by_key.at(n["key"].get<std::string>());
+      ExpectNodeJson(n, want);
+      EXPECT_EQ(want.parent == ChainKey{} ? "" : want.parent.ToHex(), parent);
+      EXPECT_EQ(n["subtree"].size(), want.children);
+      walk(n["subtree"], n["key"].get<std::string>());
+    }
+  };
+  walk(j["increments"], "");
+  EXPECT_EQ(seen, all.size());
+
+  // Below a key: only its descendants, hanging from it.
+  const PrefixNodeInfo& shared = *std::find_if(all.begin(), all.end(), [](auto& n) { return n.children == 2; });
+  r = Ls({"-R", std::string(kNs) + "/" + shared.key.ToHex()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).size(), 3u) << r.out;
+  EXPECT_EQ(Lines(r.out)[0].size(), 32u) << r.out;  // a child of the key: no glyph
+
+  // -R without a namespace: every namespace with its tree.
+  r = Ls({"-R"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("empty-ns:\n\ntools-test:\n", 0), 0u) << r.out;
+  EXPECT_EQ(Lines(r.out).size(), 3u + all.size()) << r.out;
+  r = Ls({"-R", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  j = json::parse(r.out);
+  ASSERT_EQ(j["namespaces"].size(), 2u);
+  EXPECT_TRUE(j["namespaces"][0]["tree"].empty());
+  EXPECT_EQ(j["namespaces"][1]["tree"].size(), 2u);
+}
+
+TEST_F(ToolsTest, UnicodeTreeInAUtf8Locale) {
+  locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", nullptr);
+  if (utf8 == nullptr) GTEST_SKIP() << "no C.UTF-8 locale here";
+  freelocale(utf8);
+  ToolRun r = RunTool(kLs, {"-R", "-s", Socket(), kNs}, {{"LC_ALL", "C.UTF-8"}});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\u2514\u2500\u2500 "), std::string::npos) << r.out;
+}
+
+TEST_F(ToolsTest, NodeStats) {
+  auto want = *client_->Stats();
+  ToolRun r = Stat({"--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["node_id"].get<uint32_t>(), client_->node_id());
+  const json& s = j["stats"];
+  EXPECT_EQ(s["arena_bytes"].get<uint64_t>(), want.arena_bytes);
+  EXPECT_EQ(s["used_bytes"].get<uint64_t>(), want.used_bytes);
+  EXPECT_EQ(s["owned_bytes"].get<uint64_t>(), want.owned_bytes);
+  EXPECT_EQ(s["tensors"].get<uint64_t>(), want.tensors);
+  EXPECT_EQ(s["increments"].get<uint64_t>(), want.prefix_nodes);
+  EXPECT_EQ(s["namespaces"].get<uint64_t>(), 2u);
+  EXPECT_EQ(s["hits"].get<uint64_t>(), 4u);
+  EXPECT_EQ(s["misses"].get<uint64_t>(), 1u);
+  EXPECT_DOUBLE_EQ(s["hit_rate"].get<double>(), 0.8);
+  EXPECT_EQ(s["hit_tokens"].get<uint64_t>(), want.hit_tokens);
+  EXPECT_EQ(s["requested_tokens"].get<uint64_t>(), want.requested_tokens);
+  EXPECT_EQ(s["saves"].get<uint64_t>(), want.saves);
+  EXPECT_EQ(s["saved_bytes"].get<uint64_t>(), 160u * 1024);
+  EXPECT_EQ(s["dedup_bytes"].get<uint64_t>(), want.dedup_bytes);
+  EXPECT_GT(want.dedup_bytes, 0u);
+  EXPECT_DOUBLE_EQ(s["dedup_ratio"].get<double>(),
+                   double(want.dedup_bytes) / double(want.saved_bytes + want.dedup_bytes));
+  EXPECT_EQ(s["active_leases"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(j.contains("namespace"));
+
+  r = Stat({});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("arena size         64.0 MiB\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hit rate           80.0%\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("saved bytes        160.0 KiB\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hits               4\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("misses             1\n"), std::string::npos) << r.out;
+}
+
+TEST_F(ToolsTest, NamespaceStats) {
+  auto info = *client_->GetNamespace(kNs);
+  auto all = Tree({}, true);
+  ToolRun r = Stat({"--json", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  const json& n = j["namespace"];
+  EXPECT_EQ(n["name"], kNs);
+  EXPECT_EQ(n["bytes"].get<uint64_t>(), info.bytes);
+  EXPECT_EQ(n["increments"].get<uint64_t>(), info.prefixes);
+  EXPECT_EQ(n["layout"]["layers"], 2);
+  EXPECT_EQ(n["layout"]["bytes_per_block"].get<uint64_t>(), SmallLayout().BytesPerBlock());
+  uint64_t hits = 0;
+  for (const auto& x : all) hits += x.hits;
+  EXPECT_EQ(n["tree"]["increments"].get<uint64_t>(), all.size());
+  EXPECT_EQ(n["tree"]["tokens"].get<uint64_t>(), 160u);
+  EXPECT_EQ(n["tree"]["hits"].get<uint64_t>(), hits);
+  EXPECT_EQ(n["tree"]["longest_prefix_tokens"].get<uint64_t>(), 80u);
+
+  r = Stat({kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("namespace          tools-test\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layout             " + SmallLayout().ToString() + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stored bytes       160.0 KiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mode               0750 (rwxr-x---)\n"), std::string::npos) << r.out;
+}
+
+TEST_F(ToolsTest, SocketFromEnvironment) {
+  ToolRun r = RunTool(kLs, {}, {{"PTSTORE_SOCKET", Socket()}});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "empty-ns\ntools-test\n");
+  r = RunTool(kStat, {"--json"}, {{"PTSTORE_SOCKET", Socket()}});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["stats"]["namespaces"], 2);
+  // -s wins over the environment.
+  r = RunTool(kLs, {"-s", Socket()}, {{"PTSTORE_SOCKET", "/nonexistent/ptstored.sock"}});
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+TEST_F(ToolsTest, UnknownNamespaceOrKey) {
+  for (const std::string& tool : {kLs, kStat}) {
+    ToolRun r = RunTool(tool, {"-s", Socket(), "no-such-ns"});
+    EXPECT_EQ(r.rc, 1) << tool;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("not_found"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("'no-such-ns'"), std::string::npos) << r.err;
+  }
+  ToolRun r = Ls({std::string(kNs) + "/" + std::string(32, 'a')});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("ptstore-ls: not_found: no increment named " + std::string(32, 'a')), std::string::npos)
+      << r.err;
+}
+
+TEST_F(ToolsTest, UsageErrors) {
+  for (const std::string& bad : {std::string(kNs) + "/xyz", std::string(kNs) + "/" + std::string(31, '0') + "g",
+                                 std::string("bad name"), std::string(kNs) + "/" + std::string(32, '0') + "/x"}) {
+    ToolRun r = Ls({bad});
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_EQ(r.err.rfind("ptstore-ls: '" + bad + "'", 0), 0u) << r.err;
+  }
+  ToolRun r = Ls({std::string(kNs) + "/xyz"});
+  EXPECT_EQ(r.err, "ptstore-ls: '" + std::string(kNs) + "/xyz': chain key 'xyz' must be 32 hex digits (see --help)\n");
+  r = Ls({"--no-such-flag"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err.rfind("ptstore-ls: ", 0), 0u) << r.err;
+  r = Stat({"a", "b"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err.rfind("ptstore-stat: ", 0), 0u) << r.err;
+  r = Stat({".dot"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  r = RunTool(kLs, {"--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("Usage: ptstore-ls"), std::string::npos) << r.out;
+}
+
+TEST(ToolsTestNoServer, ClearMessageAndExit1) {
+  std::string dir = testing::MakeTempDir("ptstore-tools-nosrv");
+  std::string sock = dir + "/ptstored.sock";
+  for (const std::string& tool : {kLs, kStat}) {
+    std::string name = tool == kLs ? "ptstore-ls" : "ptstore-stat";
+    ToolRun r = RunTool(tool, {"-s", sock});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, name + ": unavailable: connecting to ptstored at " + sock +
+                         ": No such file or directory (is ptstored running?)\n");
+    r = RunTool(tool, {}, {{"PTSTORE_SOCKET", sock}});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("at " + sock + ":"), std::string::npos) << r.err;
+  }
+  // A usage error is found before connecting.
+  ToolRun r = RunTool(kLs, {"-s", sock, "ns/zz"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ptstore

@@ -1,0 +1,208 @@
+#include "tools/commands.h"
+
+#include <langinfo.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace ptstore::tools {
+
+Result<LsTarget> ParseLsTarget(std::string_view arg) {
+  LsTarget t;
+  std::string_view ns = arg;
+  std::string_view key;
+  if (size_t slash = arg.find('/'); slash != std::string_view::npos) {
+    ns = arg.substr(0, slash);
+    key = arg.substr(slash + 1);
+    if (!key.empty() && key.back() == '/') key.remove_suffix(1);  // "ns/KEY/"
+    if (key.find('/') != std::string_view::npos) {
+      return InvalidArgument("'" + std::string(arg) + "' is not NAMESPACE or NAMESPACE/KEY (one key only)");
+    }
+  }
+  if (Status st = ValidateNamespaceName(ns); !st.ok()) {
+    return InvalidArgument("'" + std::string(arg) + "': " + st.message());
+  }
+  t.ns = std::string(ns);
+  if (!key.empty()) {
+    auto k = ChainKey::FromHex(key);
+    if (!k.ok()) return InvalidArgument("'" + std::string(arg) + "': " + k.status().message());
+    t.key = *k;
+    t.has_key = true;
+  }
+  return t;
+}
+
+namespace {
+
+// One line: "prog: code: message".
+void Report(std::ostream& err, const char* prog, const Status& st) { err << prog << ": " << st.ToString() << "\n"; }
+
+int Usage(std::ostream& err, const char* prog, const std::string& message) {
+  err << prog << ": " << message << " (see --help)\n";
+  return kExitUsage;
+}
+
+Result<std::unique_ptr<Client>> ConnectTool(const std::string& socket, const char* prog) {
+  ClientOptions o;
+  o.socket_path = socket;  // empty: $PTSTORE_SOCKET, else the default
+  o.client_name = prog;
+  o.want_mapping = false;  // a tool never loads: do not map the arena
+  o.max_connections = 1;
+  return Client::Connect(o);
+}
+
+void Emit(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }
+
+}  // namespace
+
+int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
+  constexpr const char* kProg = "ptstore-ls";
+  std::optional<LsTarget> target;
+  if (opt.target) {
+    auto t = ParseLsTarget(*opt.target);
+    if (!t.ok()) return Usage(err, kProg, t.status().message());
+    target = *t;
+  }
+  auto client = ConnectTool(opt.socket, kProg);
+  if (!client.ok()) {
+    Report(err, kProg, client.status());
+    return kExitFailure;
+  }
+  Client& c = **client;
+
+  if (target) {
+    auto nodes = c.ListTree(target->ns, target->key, opt.recursive);
+    if (!nodes.ok()) {
+      Report(err, kProg, nodes.status());
+      return kExitFailure;
+    }
+    if (opt.json) {
+      Json j = {{"namespace", target->ns},
+                          {"parent", KeyJson(target->key)},
+                          {"recursive", opt.recursive}};
+      if (opt.recursive) {
+        j["increments"] = TreeJson(*nodes, target->key);
+      } else {
+        Json a = Json::array();
+        for (const auto& n : *nodes) a.push_back(ToJson(n));
+        j["increments"] = std::move(a);
+      }
+      Emit(out, j);
+    } else if (opt.recursive) {
+      out << RenderTree(*nodes, target->key, opt.long_format, opt.style);
+    } else {
+      out << RenderIncrements(*nodes, opt.long_format);
+    }
+    return kExitOk;
+  }
+
+  auto listed = c.ListNamespaces();
+  if (!listed.ok()) {
+    Report(err, kProg, listed.status());
+    return kExitFailure;
+  }
+  std::vector<NamespaceInfo> namespaces = std::move(*listed);
+  std::sort(namespaces.begin(), namespaces.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+
+  if (!opt.recursive) {
+    if (opt.json) {
+      Json a = Json::array();
+      for (const auto& ns : namespaces) a.push_back(ToJson(ns));
+      Emit(out, {{"namespaces", std::move(a)}});
+    } else {
+      out << RenderNamespaces(namespaces, opt.long_format);
+    }
+    return kExitOk;
+  }
+
+  // -R without a namespace: every namespace and its whole tree. A namespace
+  // that cannot be listed (no read permission, dropped meanwhile) is
+  // reported and skipped; the exit status then says so.
+  int rc = kExitOk;
+  Json a = Json::array();
+  bool first = true;
+  for (const auto& ns : namespaces) {
+    auto nodes = c.ListTree(ns.name, {}, true);
+    if (!nodes.ok()) {
+      Report(err, kProg, nodes.status());
+      rc = kExitFailure;
+      if (nodes.status().code() == Code::kUnavailable) return rc;
+      continue;
+    }
+    if (opt.json) {
+      Json j = ToJson(ns);
+      j["tree"] = TreeJson(*nodes, {});
+      a.push_back(std::move(j));
+    } else {
+      if (!first) out << "\n";
+      first = false;
+      out << ns.name << ":\n" << RenderTree(*nodes, {}, opt.long_format, opt.style);
+    }
+  }
+  if (opt.json) Emit(out, {{"namespaces", std::move(a)}});
+  return rc;
+}
+
+int RunStat(const StatOptions& opt, std::ostream& out, std::ostream& err) {
+  constexpr const char* kProg = "ptstore-stat";
+  if (opt.ns) {
+    if (Status st = ValidateNamespaceName(*opt.ns); !st.ok()) return Usage(err, kProg, st.message());
+  }
+  auto client = ConnectTool(opt.socket, kProg);
+  if (!client.ok()) {
+    Report(err, kProg, client.status());
+    return kExitFailure;
+  }
+  Client& c = **client;
+  auto stats = c.Stats();
+  if (!stats.ok()) {
+    Report(err, kProg, stats.status());
+    return kExitFailure;
+  }
+  std::optional<NamespaceReport> report;
+  if (opt.ns) {
+    auto info = c.GetNamespace(*opt.ns);
+    if (!info.ok()) {
+      Report(err, kProg, info.status());
+      return kExitFailure;
+    }
+    report = NamespaceReport{*info, std::nullopt};
+    // The per-increment figures need read access to the namespace; without
+    // it the node-wide figures and the namespace's totals are still shown.
+    auto nodes = c.ListTree(*opt.ns, {}, true);
+    if (nodes.ok()) {
+      report->tree = Summarize(*nodes);
+    } else {
+      err << kProg << ": warning: cannot list the increments of '" << *opt.ns << "': " << nodes.status().ToString()
+          << "\n";
+    }
+  }
+  if (opt.json) {
+    Emit(out, StatsReportJson(c.node_id(), *stats, report));
+  } else {
+    out << RenderStats(c.node_id(), *stats, report);
+  }
+  return kExitOk;
+}
+
+std::optional<int> ParseCommandLine(CLI::App& app, const char* prog, int argc, char** argv, std::ostream& out,
+                                    std::ostream& err) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e, out, err);  // --help
+    return Usage(err, prog, e.what());
+  }
+  return std::nullopt;
+}
+
+TreeStyle TreeStyleFromLocale() {
+  const char* cs = nl_langinfo(CODESET);
+  return cs != nullptr && (std::strcmp(cs, "UTF-8") == 0 || std::strcmp(cs, "utf8") == 0) ? TreeStyle::kUnicode
+                                                                                           : TreeStyle::kAscii;
+}
+
+}  // namespace ptstore::tools

@@ -1,0 +1,19 @@
+// ptstore-stat: the statistics of the local ptstored, and of one namespace
+// (see man/ptstore-stat.1).
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  ptstore::tools::StatOptions o;
+  std::string ns;
+  CLI::App app{"ptstore-stat: statistics of the local PTStore node server (ptstored)", "ptstore-stat"};
+  app.set_version_flag("--version", "ptstore-stat " PTSTORE_VERSION);
+  app.add_option("-s,--socket", o.socket, "ptstored's unix socket (default: $PTSTORE_SOCKET, else /run/ptstore/ptstored.sock)");
+  app.add_flag("--json", o.json, "machine-readable JSON (exact sizes)");
+  app.add_option("namespace", ns, "also show this namespace's layout, sizes and counters");
+  if (auto rc = ptstore::tools::ParseCommandLine(app, "ptstore-stat", argc, argv, std::cout, std::cerr)) return *rc;
+  if (app.count("namespace")) o.ns = ns;
+  return ptstore::tools::RunStat(o, std::cout, std::cerr);
+}
