@@ -32,7 +32,7 @@ struct Options {
   std::string socket, arena_size = "1536MiB", ptstored;
   uint64_t tokens = 8192;
   int reps = 7;
-  bool quick = false, json = false, huge = false;
+  bool quick = false, json = false, huge = false, inject = false;
 };
 
 struct Method {
@@ -160,6 +160,7 @@ Status Run(const Options& o) {
       const auto s = Clock::now();
       PTS_RETURN_IF_ERROR(m.run(m.dst).WithContext(m.name));
       m.seconds.push_back(SecondsSince(s));
+      if (o.inject && !m.is_baseline && rep == o.reps - 1) m.dst[bytes - 1] ^= 0x01;  // test hook
       PTS_RETURN_IF_ERROR(CheckCopy(m, src.data(), m.dst, bytes));
     }
   }
@@ -234,6 +235,7 @@ int main(int argc, char** argv) {
   app.add_flag("--huge", o.huge, "transparent huge pages for the host buffers");
   app.add_flag("--quick", o.quick, "512 tokens (64 MiB), 3 repetitions, 160MiB arena");
   app.add_flag("--json", o.json, "print the results as JSON");
+  app.add_flag("--inject-corruption", o.inject, "test hook: flip a loaded byte (the run must fail)")->group("");
   CLI11_PARSE(app, argc, argv);
   if (o.quick) {
     if (!app.count("--tokens")) o.tokens = 512;

@@ -29,7 +29,7 @@ struct DemoOptions {
   std::string socket, arena_size = "3GiB", ptstored, ns = "ptstore-demo", order = "interleaved";
   QaWorkloadOptions workload;
   double scale = 1.0;
-  bool json = false, quick = false, keep = false, verbose = false, no_final_check = false;
+  bool json = false, quick = false, keep = false, verbose = false, no_final_check = false, inject = false;
 };
 
 Layout ScaledMistral(double scale) {
@@ -158,6 +158,7 @@ Status Run(DemoOptions& o) {
   ro.ns = o.ns;
   ro.layout = layout;
   ro.final_check = !o.no_final_check;
+  ro.inject_corruption = o.inject;
   Result<QaRunReport> r = RunQa(*client, w, ro);
   if (!o.keep || !r.ok()) client->DropNamespace(o.ns).status().IgnoreError();
   PTS_RETURN_IF_ERROR(r.status());
@@ -201,6 +202,8 @@ int main(int argc, char** argv) {
   app.add_flag("--verbose,-v", o.verbose, "print one line per request");
   app.add_flag("--no-final-check", o.no_final_check, "skip reloading every prompt at the end");
   app.add_flag("--keep", o.keep, "keep the namespace at the end (with --socket)");
+  app.add_flag("--inject-corruption", o.inject, "test hook: flip a loaded byte (the run must fail)")
+      ->group("");  // hidden
   CLI11_PARSE(app, argc, argv);
 
   if (o.quick) {

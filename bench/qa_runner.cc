@@ -97,6 +97,7 @@ Result<QaRunReport> RunQa(Client& client, const QaWorkload& workload, const QaRu
         return Internal(Format("load of doc %u question %u returned %llu tokens: not whole blocks of the prompt",
                                req.doc, req.question, static_cast<unsigned long long>(loaded)));
       }
+      if (o.inject_corruption && loaded > 0 && r.load.calls == 1) buf.data()[loaded * bpt / 2] ^= 0x01;
       if (o.verify && loaded > 0) {
         t0 = Clock::now();
         PTS_RETURN_IF_ERROR(CheckBytes(req, loaded, bpt, buf.data(), "load"));

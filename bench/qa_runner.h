@@ -32,6 +32,9 @@ struct QaRunOptions {
   Layout layout;
   bool verify = true;        // check every loaded byte
   bool final_check = true;   // reload and check every prompt at the end
+  // Test hook: flip one byte of the first loaded prefix before it is checked,
+  // to prove that a wrong byte fails the run.
+  bool inject_corruption = false;
 };
 
 struct QaRequestRecord {

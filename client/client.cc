@@ -248,20 +248,19 @@ Result<uint64_t> Client::Load(const std::string& ns, std::span<const uint32_t> t
     PTS_RETURN_IF_ERROR(pin.Release());
     return n;
   }
-  // Copy path: the server copies into our staging buffer, we copy out.
+  // Copy path: the server copies into our staging buffer, we copy out. One
+  // RPC, so the server counts the hit or the miss as for a pinned load.
   PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
   PTS_ASSIGN_OR_RETURN(Layout layout, core_->LayoutOf(h, ns));
+  const uint64_t most = TokensThatFit(tokens.size() / layout.block_tokens * layout.block_tokens, layout, capacity) *
+                        layout.BytesPerToken();
+  PTS_RETURN_IF_ERROR(h.conn->EnsureStaging(std::max<uint64_t>(most, 1)));
   core::PrefixRequest req;
   req.ns = ns;
   req.tokens.assign(tokens.begin(), tokens.end());
-  core::PrefixReply look;
-  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLookup, req, MsgType::kLookupReply, &look));
-  const uint64_t want = TokensThatFit(look.matched_tokens, layout, capacity) * layout.BytesPerToken();
-  if (want == 0) return uint64_t{0};
-  PTS_RETURN_IF_ERROR(h.conn->EnsureStaging(want));
   req.buffer_id = h.conn->staging_id();
   req.buffer_offset = 0;
-  req.capacity = want;
+  req.capacity = most;
   core::PrefixReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLoadCopy, req, MsgType::kLoadCopyReply, &rep));
   std::memcpy(dst, h.conn->staging(), rep.matched_tokens * layout.BytesPerToken());

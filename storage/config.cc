@@ -24,7 +24,7 @@ Result<uint64_t> ParseSize(std::string_view text) {
   else if (unit == "M" || unit == "MiB") mult = 1ull << 20;
   else if (unit == "G" || unit == "GiB") mult = 1ull << 30;
   else if (unit == "T" || unit == "TiB") mult = 1ull << 40;
-  else return InvalidArgument("size '" + std::string(text) + "' has unknown unit '" + std::string(unit) + "' (use KiB, MiB, GiB, TiB)");
+  else return InvalidArgument("size '" + std::string(text) + "' has unknown unit '" + std::string(unit) + "' (use B, KiB/K, MiB/M, GiB/G or TiB/T)");
   if (number > UINT64_MAX / mult) return InvalidArgument("size '" + std::string(text) + "' overflows");
   return number * mult;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "core/logging.h"
 #include "storage/config.h"
@@ -19,18 +20,24 @@ using namespace ptstore;
 int main(int argc, char** argv) {
   CLI::App app{"ptstored: the PTStore node server (DRAM arena of KV prefixes)"};
   std::string config_path, socket, arena_size, group, log_level;
-  double replica_share = -1;
-  int64_t node_id = -1;
+  std::optional<double> replica_share;
+  std::optional<uint32_t> node_id;
   bool no_prefault = false;
   app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket, "unix socket path for local clients");
   app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
-  app.add_option("--replica-share", replica_share, "largest share of the arena replicas may use (0..1)");
-  app.add_option("--node-id", node_id, "this node's id in the cluster");
+  app.add_option("--replica-share", replica_share, "largest share of the arena replicas may use (0..1)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--node-id", node_id, "this node's id in the cluster")->check(CLI::Range(0u, (1u << 24) - 1));
   app.add_option("--group", group, "store group: its members get the zero-copy arena mapping");
   app.add_option("--log-level", log_level, "debug, info, warn or error");
   app.add_flag("--no-prefault", no_prefault, "do not touch the arena's pages at start (slower first use)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;  // usage errors exit 2, as documented in ptstored(8)
+  }
 
   core::SetLogProgramName("ptstored");
   storage::DaemonConfig cfg;
@@ -47,8 +54,8 @@ int main(int argc, char** argv) {
     if (!size.ok()) return fail(size.status().WithContext("--arena-size"));
     cfg.store.arena_bytes = *size;
   }
-  if (replica_share >= 0) cfg.store.replica_share = replica_share;
-  if (node_id >= 0) cfg.store.node_id = static_cast<uint32_t>(node_id);
+  if (replica_share) cfg.store.replica_share = *replica_share;
+  if (node_id) cfg.store.node_id = *node_id;
   if (!group.empty()) cfg.trusted_group = group;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (no_prefault) cfg.store.prefault = false;
