@@ -65,7 +65,7 @@ void PrintReport(const DemoOptions& o, const Layout& layout, const QaWorkload& w
       const auto& x = r.records[i];
       t.Row({std::to_string(i), std::to_string(x.doc), std::to_string(x.question), std::to_string(x.tokens),
              std::to_string(x.lookup_tokens), std::to_string(x.loaded_tokens), std::to_string(x.expected_tokens),
-             std::to_string(x.stored_tokens), Format("%.1f", 1e3 * x.load_seconds),
+             x.save_refused ? std::string("refused") : std::to_string(x.stored_tokens), Format("%.1f", 1e3 * x.load_seconds),
              Format("%.1f", 1e3 * x.save_seconds),
              Format("%.2f", GBps(x.stored_tokens * r.bytes_per_token, x.save_seconds))});
     }
@@ -82,14 +82,16 @@ void PrintReport(const DemoOptions& o, const Layout& layout, const QaWorkload& w
                                        100 * r.request_hit_rate())});
   s.Row({"  ... beyond the system prompt", Format("%llu = %.1f%%", u(r.doc_hit_requests),
                                                  pct(r.doc_hit_requests, r.requests))});
-  s.Row({"bytes stored in the store", Format("%s (%llu tokens)", HumanBytes(r.stored_bytes).c_str(),
-                                             u(r.stored_tokens))});
+  s.Row({"bytes stored in the store", Format("%s (%llu tokens; held at the end: %s)",
+                                             HumanBytes(r.stored_bytes).c_str(), u(r.stored_tokens),
+                                             HumanBytes(r.namespace_bytes).c_str())});
   s.Row({"bytes if every request were stored whole", HumanBytes(r.whole_bytes)});
   s.Row({"dedup ratio (whole / stored)", Format("%.2fx", r.dedup_ratio())});
   s.Row({"load throughput", Format("%.2f GB/s (%llu loads, %s)", GBps(r.load.bytes, r.load.seconds),
                                    u(r.load.calls), HumanBytes(r.load.bytes).c_str())});
   s.Row({"bytes verified", Format("%s, every byte right", HumanBytes(r.verified_bytes + r.final_check.bytes).c_str())});
   s.Row({"evictions during the run", std::to_string(r.evictions())});
+  if (r.refused_saves) s.Row({"saves refused (arena full)", std::to_string(r.refused_saves)});
   std::printf("%s\n", s.ToString().c_str());
 
   Table p({"phase", "calls", "seconds", "ms/call", "GB/s"});
@@ -107,7 +109,7 @@ void PrintReport(const DemoOptions& o, const Layout& layout, const QaWorkload& w
   p.Separator();
   p.Row({"whole run", std::to_string(r.requests), Format("%.3f", r.wall_seconds), "-", "-"});
   std::printf("%s", p.ToString().c_str());
-  if (r.records.size() > 1 && r.records[0].stored_tokens > 0) {
+  if (r.records.size() > 1 && r.records[0].stored_tokens > 0 && r.save.calls > 1) {
     // The first save allocates the client's staging buffer: fresh pages,
     // faulted in once (PERF-NOTES: ~0.3-1 GB/s). Show it apart.
     const auto& first = r.records[0];

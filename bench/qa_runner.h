@@ -44,6 +44,7 @@ struct QaRequestRecord {
   uint64_t loaded_tokens = 0;   // filled by Load
   uint64_t expected_tokens = 0; // the oracle's match
   uint64_t stored_tokens = 0;   // added by Save
+  bool save_refused = false;    // the arena had no room (ResourceExhausted): not cached
   double load_seconds = 0, save_seconds = 0;
 };
 
@@ -59,6 +60,7 @@ struct QaRunReport {
   uint64_t hit_requests = 0;         // served at least one block
   uint64_t doc_hit_requests = 0;     // served more than the system prompt
   uint64_t stored_tokens = 0;        // added by saves
+  uint64_t refused_saves = 0;        // saves the server had no room for
   uint64_t expected_stored_tokens = 0;
   uint64_t stored_bytes = 0;         // SaveResult::new_bytes summed
   uint64_t namespace_bytes = 0;      // the server's count for the namespace at the end
@@ -77,8 +79,10 @@ struct QaRunReport {
 };
 
 // Runs the workload. Fails with Corruption on any wrong byte, Internal when
-// the store served or stored other than the oracle says (without eviction),
-// and with the client's Status on any request that fails.
+// the store served or stored other than the oracle says (checked only when
+// nothing was evicted or refused), and with the client's Status on any
+// request that fails. A save refused for lack of room (ResourceExhausted) is
+// what a cache may do: it is counted, not fatal.
 Result<QaRunReport> RunQa(Client& client, const QaWorkload& workload, const QaRunOptions& options);
 
 // The report as JSON (workload options included).

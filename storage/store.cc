@@ -9,6 +9,7 @@ namespace ptstore::storage {
 
 namespace {
 constexpr uint64_t kInternalSession = 0;
+constexpr uint64_t kNeverExpires = UINT64_MAX;  // lease_ms of the store's own pins
 
 std::string Bytes(uint64_t b) {
   char buf[64];
@@ -392,7 +393,12 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
   HitLocked(m);
   Lease lease;
   lease.session = session;
-  lease.expiry = Clock::now() + std::chrono::milliseconds(lease_ms ? lease_ms : options_.default_lease_ms);
+  // Saturating: a lease too long for the clock never expires (and does not
+  // wrap around into the past).
+  const uint64_t ms = lease_ms ? lease_ms : options_.default_lease_ms;
+  const Clock::time_point now = Clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now).count();
+  lease.expiry = ms >= static_cast<uint64_t>(room) ? Clock::time_point::max() : now + std::chrono::milliseconds(ms);
   for (const MatchStep& s : m.path) {
     if (lease.tensors.empty() || lease.tensors.back() != s.node->tensor) lease.tensors.push_back(s.node->tensor);
   }
@@ -455,7 +461,10 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
     PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(ns));
     layout = n->info.layout;
   }
-  PTS_ASSIGN_OR_RETURN(PrefixResult pin, Pin(ns, tokens, kInternalSession));
+  // The pin lives only as long as this copy: it must not expire under it
+  // however short the configured lease is, or the bytes could be freed and
+  // reused mid-copy.
+  PTS_ASSIGN_OR_RETURN(PrefixResult pin, Pin(ns, tokens, kInternalSession, kNeverExpires));
   if (pin.matched_tokens == 0) return uint64_t{0};
   const uint64_t bpt = layout.BytesPerToken();
   const uint64_t bt = layout.block_tokens;

@@ -748,6 +748,19 @@ TEST_F(StoreTest, ExpireLeasesDropsOnlyLeasesPastTheirTime) {
   ExpectStored(a, 4 * kBt);
 }
 
+TEST_F(StoreTest, AVeryLongLeaseDoesNotWrapIntoThePast) {
+  Tokens t = Gen(1, 4 * kBt);
+  Save(t);
+  auto p = store_->Pin("ns", t, kSession, UINT64_MAX);
+  ASSERT_TRUE(p.ok());
+  auto q = store_->Pin("ns", t, kSession, uint64_t{1} << 62);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(store_->ExpireLeases(Store::Clock::now() + std::chrono::hours(24 * 365)), 0u);
+  EXPECT_EQ(store_->Stats().active_leases, 2u);
+  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_TRUE(store_->Release(q->lease_id, kSession).ok());
+}
+
 TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
   StoreOptions o = SmallOptions();
   o.max_leases = 2;
@@ -1221,6 +1234,31 @@ TEST_F(StoreEvictionTest, ReplicasNeverEvictOwnedData) {
   EXPECT_EQ(s.evictions, 0u);
   EXPECT_EQ(s.owned_bytes, kMiB);
   for (uint64_t i = 0; i < 64; ++i) EXPECT_TRUE(Present(Prompt(i)));
+}
+
+TEST_F(StoreEvictionTest, AReplicaBelowOwnedDataGoesFirstAndIsCountedAsAReplica) {
+  Tokens a = Prompt(0, 8);
+  Tokens ar = Cat(a, Prompt(1, 8));  // fetched from a peer: a replica below owned data
+  Save(a);
+  SaveResult r = Save(ar, 0, CacheClass::kReplica);
+  EXPECT_EQ(r.matched_tokens, 8 * kBt);
+  EXPECT_EQ(r.new_bytes, 8 * kBb);
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.owned_bytes, 8 * kBb);
+  EXPECT_EQ(s.replica_bytes, 8 * kBb);
+  ExpectStored(ar, 16 * kBt);
+  auto nodes = Tree();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].cache_class, CacheClass::kOwned);
+  EXPECT_EQ(nodes[1].cache_class, CacheClass::kReplica);
+  // Fill the arena with cold owned data: the replica goes, its owned parent stays.
+  for (uint64_t i = 10; i < 73; ++i) Save(Prompt(i));  // exactly full
+  ASSERT_EQ(store_->Stats().evictions, 0u);
+  Save(Prompt(73));
+  EXPECT_EQ(Matched(ar), 8 * kBt);
+  EXPECT_EQ(store_->Stats().replica_bytes, 0u);
+  EXPECT_EQ(store_->Stats().evictions, 2u) << "the replica, then one cold owned prompt next to it";
+  ExpectStatsConsistent();
 }
 
 TEST_F(StoreEvictionTest, AnAncestorGoesOnlyAfterItsDescendants) {
