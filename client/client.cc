@@ -87,7 +87,19 @@ struct RegisteredBuffer::Impl {
   uint32_t id = 0;
 };
 
-RegisteredBuffer::~RegisteredBuffer() = default;
+RegisteredBuffer& RegisteredBuffer::operator=(RegisteredBuffer&& other) noexcept {
+  if (this != &other) {
+    RegisteredBuffer old(std::move(*this));  // unregistered when `old` goes
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+RegisteredBuffer::~RegisteredBuffer() {
+  if (!impl_) return;
+  std::lock_guard lk(impl_->conn->mu);
+  if (!impl_->conn->broken()) impl_->conn->Unregister(impl_->id).IgnoreError();
+}
 uint8_t* RegisteredBuffer::data() const { return impl_ ? impl_->shm->data() : nullptr; }
 uint64_t RegisteredBuffer::size() const { return impl_ ? impl_->shm->size() : 0; }
 

@@ -70,11 +70,18 @@ Result<uint32_t> Connection::Register(const core::SharedMemory& shm) {
   return rep.buffer_id;
 }
 
+Status Connection::Unregister(uint32_t buffer_id) {
+  core::UnregisterBufferRequest req{buffer_id};
+  core::EmptyReply rep;
+  return Call(MsgType::kUnregisterBuffer, req, MsgType::kUnregisterBufferReply, &rep);
+}
+
 Status Connection::EnsureStaging(uint64_t bytes) {
   if (staging_ && staging_->size() >= bytes) return Status::OK();
-  uint64_t size = std::max<uint64_t>(initial_staging_, 1 << 20);
-  if (staging_) size = staging_->size();
-  while (size < bytes) size *= 2;
+  // Exactly what is needed, in whole 2 MiB units: a staging buffer is
+  // pre-faulted, so every byte of slack costs time once and memory always.
+  constexpr uint64_t kUnit = 2ull << 20;
+  uint64_t size = std::max<uint64_t>(initial_staging_, (bytes + kUnit - 1) / kUnit * kUnit);
   core::SharedMemory::CreateOptions o;
   o.name = "ptstore-staging";
   o.prefault = true;  // paid once; fresh pages are slow on every later touch otherwise
@@ -82,6 +89,7 @@ Status Connection::EnsureStaging(uint64_t bytes) {
   o.seal_future_writes = false;  // the server maps it writable
   PTS_ASSIGN_OR_RETURN(auto shm, core::SharedMemory::Create(size, o));
   PTS_ASSIGN_OR_RETURN(uint32_t id, Register(*shm));
+  if (staging_) Unregister(staging_id_).IgnoreError();  // the old one is unmapped on both sides
   staging_ = std::move(shm);
   staging_id_ = id;
   return Status::OK();

@@ -45,6 +45,8 @@ class Connection {
   uint32_t staging_id() const { return staging_id_; }
   // Registers a memfd of `shm` with the server. REQUIRES: mu held.
   Result<uint32_t> Register(const core::SharedMemory& shm);
+  // Tells the server to unmap a registered buffer. REQUIRES: mu held.
+  Status Unregister(uint32_t buffer_id);
 
   bool broken() const { return broken_.load(); }
   std::shared_ptr<core::SharedMemory> arena() const { return arena_; }

@@ -33,6 +33,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kListTreeReply: return "ListTreeReply";
     case MsgType::kDropNamespace: return "DropNamespace";
     case MsgType::kDropNamespaceReply: return "DropNamespaceReply";
+    case MsgType::kUnregisterBuffer: return "UnregisterBuffer";
+    case MsgType::kUnregisterBufferReply: return "UnregisterBufferReply";
   }
   return "Unknown";
 }
@@ -142,6 +144,11 @@ void RegisterBufferRequest::Encode(Encoder& e) const { e.PutU64(size); }
 Status RegisterBufferRequest::Decode(Decoder& d) {
   PTS_RETURN_IF_ERROR(d.GetU64("size", &size));
   return d.Finish("RegisterBuffer");
+}
+void UnregisterBufferRequest::Encode(Encoder& e) const { e.PutU32(buffer_id); }
+Status UnregisterBufferRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU32("buffer_id", &buffer_id));
+  return d.Finish("UnregisterBuffer");
 }
 void RegisterBufferReply::Encode(Encoder& e) const { e.PutU32(buffer_id); }
 Status RegisterBufferReply::Decode(Decoder& d) {
@@ -405,6 +412,8 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kStatsReply: return DecodeAs<StatsReply>(body);
     case MsgType::kListTree: return DecodeAs<ListTreeRequest>(body);
     case MsgType::kListTreeReply: return DecodeAs<ListTreeReply>(body);
+    case MsgType::kUnregisterBuffer: return DecodeAs<UnregisterBufferRequest>(body);
+    case MsgType::kUnregisterBufferReply: return DecodeAs<EmptyReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

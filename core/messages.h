@@ -30,6 +30,7 @@ enum class MsgType : uint16_t {
   kStats = 24, kStatsReply = 25,
   kListTree = 26, kListTreeReply = 27,
   kDropNamespace = 28, kDropNamespaceReply = 29,
+  kUnregisterBuffer = 30, kUnregisterBufferReply = 31,
 };
 const char* MsgTypeName(uint16_t type);
 
@@ -63,6 +64,12 @@ struct HelloReply {
 struct RegisterBufferRequest {  // a memfd rides along
   static constexpr MsgType kType = MsgType::kRegisterBuffer;
   uint64_t size = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct UnregisterBufferRequest {
+  static constexpr MsgType kType = MsgType::kUnregisterBuffer;
+  uint32_t buffer_id = 0;
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

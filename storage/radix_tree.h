@@ -62,7 +62,10 @@ class RadixTree {
   // Inserts the blocks [m.blocks, keys.size()) of `tokens`, whose bytes are
   // all of `tensor` from offset 0, below the end of match `m` (splitting the
   // last node when the match ends inside it). REQUIRES: m is a current match
-  // of these tokens and keys.size() > m.blocks. Returns the new node.
+  // of these tokens and keys.size() > m.blocks. Returns the new node, or
+  // nullptr when another child already holds the first new block's key (a
+  // chain-key collision with different tokens): the caller then stores
+  // nothing, which costs a miss, never a wrong answer.
   RadixNode* Insert(const Match& m, std::span<const uint32_t> tokens, std::span<const ChainKey> keys,
                     Tensor* tensor);
 

@@ -118,6 +118,14 @@ Status Session::Dispatch(const rdma::Frame& f) {
       buffers_.emplace(id, std::move(shm));
       return Reply(f, core::RegisterBufferReply{id});
     }
+    case MsgType::kUnregisterBuffer: {
+      core::UnregisterBufferRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      if (buffers_.erase(req.buffer_id) == 0) {
+        return NotFound("buffer " + std::to_string(req.buffer_id) + " is not registered");
+      }
+      return Reply(f, core::EmptyReply{});
+    }
     case MsgType::kCreateNamespace: {
       core::CreateNamespaceRequest req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));

@@ -107,8 +107,10 @@ class Store {
   Result<uint64_t> LoadCopy(const std::string& ns, std::span<const uint32_t> tokens, uint8_t* dst,
                             uint64_t capacity);
 
-  // Removes the subtree below the node that ends at `tokens` (or, when the
-  // prefix ends inside a node, the part of it from there on).
+  // Removes the increment (radix node) that holds the last whole block of
+  // `tokens`, with everything below it: the prefix and every longer prompt
+  // stored through it. Ancestors shared with other prompts stay. NotFound if
+  // the prefix is not fully stored.
   Result<RemoveResult> Remove(const std::string& ns, std::span<const uint32_t> tokens);
   Result<RemoveResult> RemoveByKey(const std::string& ns, const ChainKey& key);
 

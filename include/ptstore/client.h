@@ -72,8 +72,8 @@ class RegisteredBuffer {
  public:
   RegisteredBuffer() = default;
   RegisteredBuffer(RegisteredBuffer&&) noexcept = default;
-  RegisteredBuffer& operator=(RegisteredBuffer&&) noexcept = default;
-  ~RegisteredBuffer();
+  RegisteredBuffer& operator=(RegisteredBuffer&& other) noexcept;
+  ~RegisteredBuffer();  // unregisters it from the server
   uint8_t* data() const;
   uint64_t size() const;
 

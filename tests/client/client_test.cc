@@ -203,6 +203,22 @@ TEST_F(ClientTest, RegisteredBufferSaveAndLoad) {
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
 }
 
+// Dropped buffers are unregistered, so a long-lived client can allocate
+// many more than the server's per-session limit over its life.
+TEST_F(ClientTest, DroppedBuffersAreUnregistered) {
+  for (int i = 0; i < 100; ++i) {
+    auto buf = client_->AllocateBuffer(64 << 10);
+    ASSERT_TRUE(buf.ok()) << "buffer " << i << ": " << buf.status().ToString();
+  }
+  // Staging buffers that grow replace their predecessor the same way.
+  const Layout l = SmallLayout();
+  for (size_t n = 64; n <= 64 * 1024; n *= 4) {
+    auto toks = Tokens(n, static_cast<uint32_t>(n));
+    auto kv = Kv(toks, l);
+    ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  }
+}
+
 TEST_F(ClientTest, RemoveSubtreeThenLookupMisses) {
   const Layout l = SmallLayout();
   auto a = Tokens(32, 7);

@@ -166,12 +166,12 @@ TEST(MsgTypeTest, RequestsAreEvenAndRepliesFollow) {
     EXPECT_EQ(std::string(MsgTypeName(t + 1)), req + "Reply") << t;
   }
   EXPECT_STREQ(MsgTypeName(T(MsgType::kError)), "Error");
-  for (uint16_t t : {0, 30, 31, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
+  for (uint16_t t : {0, 32, 33, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
 }
 
 TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
   std::vector<uint8_t> body = {0, 0, 0, 0};
-  for (uint16_t t : {0, 30, 31, 0x100, 0xffff}) {
+  for (uint16_t t : {0, 32, 33, 0x100, 0xffff}) {
     Status s = DecodeAny(t, body);
     EXPECT_EQ(s.code(), Code::kProtocol) << t;
     EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);
@@ -238,6 +238,13 @@ TEST(MessagesTest, ErrorReplyMessageLimit) {
   Status s = DecodeAny(T(MsgType::kError), e.buffer());
   EXPECT_EQ(s.code(), Code::kProtocol);
   EXPECT_NE(s.message().find("'message'"), std::string::npos);
+}
+
+TEST(MessagesTest, UnregisterBuffer) {
+  UnregisterBufferRequest m;
+  m.buffer_id = 0xdeadbeef;
+  EXPECT_EQ(RoundTrip(T(MsgType::kUnregisterBuffer), m).buffer_id, 0xdeadbeefu);
+  EXPECT_TRUE(DecodeAny(T(MsgType::kUnregisterBufferReply), {}).ok());
 }
 
 TEST(MessagesTest, Hello) {

@@ -171,6 +171,8 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
 
   out.push_back(Frame(MsgType::kDropNamespace, NameRequest{.name = "mistral"}));
   out.push_back(Frame(MsgType::kDropNamespaceReply, RemoveReply{.nodes = 5, .bytes = 5 * 131072}));
+  out.push_back(Frame(MsgType::kUnregisterBuffer, UnregisterBufferRequest{.buffer_id = 3}));
+  out.push_back(Frame(MsgType::kUnregisterBufferReply, EmptyReply{}));
   return out;
 }
 

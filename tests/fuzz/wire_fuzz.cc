@@ -118,6 +118,8 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kStatsReply: return CheckTyped<core::StatsReply>(type, body, any);
     case MsgType::kListTree: return CheckTyped<core::ListTreeRequest>(type, body, any);
     case MsgType::kListTreeReply: return CheckTyped<core::ListTreeReply>(type, body, any);
+    case MsgType::kUnregisterBuffer: return CheckTyped<core::UnregisterBufferRequest>(type, body, any);
+    case MsgType::kUnregisterBufferReply: return CheckTyped<core::EmptyReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";
