@@ -26,7 +26,7 @@ using namespace ptstore::bench;
 namespace {
 
 struct DemoOptions {
-  std::string socket, arena_size = "3GiB", ptstored, ns = "ptstore-demo", order = "interleaved";
+  std::string socket, arena_size = "4GiB", ptstored, ns = "ptstore-demo", order = "interleaved";
   QaWorkloadOptions workload;
   double scale = 1.0;
   bool json = false, quick = false, keep = false, verbose = false, no_final_check = false, inject = false;
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   DemoOptions o;
   QaWorkloadOptions& w = o.workload;
   // The README's job: documents of 1k-8k tokens in Mistral-7B geometry,
-  // about 2.5 GiB of unique KV, inside the default 3 GiB arena.
+  // about 3 GiB of unique KV, inside the default 4 GiB arena.
   w.docs = 4;
   w.max_doc_tokens = 8192;
   app.add_option("--socket", o.socket, "socket of a running ptstored (default: start one for this run)");

@@ -227,7 +227,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   for (;;) {
     m = ns->tree->Longest(full, keys);
     if (m.blocks >= blocks) {
-      stats_.dedup_bytes += (blocks - first_block) * bb;  // what the client sent
+      stats_.dedup_bytes += blocks * bb;  // the whole prompt was stored already
       return SaveResult{blocks * bt, 0, 0};
     }
     if (m.blocks < first_block) {
@@ -307,7 +307,9 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   ns->info.bytes += bytes;
   ns->info.prefixes = ns->tree->node_count();
   stats_.saved_bytes += bytes;
-  stats_.dedup_bytes += (m.blocks - first_block) * bb;  // sent, but already stored
+  // Blocks of the prompt that were stored already, whether or not the client
+  // copied them (it skips them when it looked them up first).
+  stats_.dedup_bytes += m.blocks * bb;
   return SaveResult{m.blocks * bt, new_blocks * bt, bytes};
 }
 

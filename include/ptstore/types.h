@@ -103,7 +103,7 @@ struct StoreStats {
   uint64_t requested_tokens = 0;   // whole-block tokens asked for by lookups/loads
   uint64_t saves = 0;
   uint64_t saved_bytes = 0;        // bytes actually written into the arena
-  uint64_t dedup_bytes = 0;        // bytes offered by saves but already stored
+  uint64_t dedup_bytes = 0;        // bytes of saved prompts' whole blocks that were already stored
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
   uint64_t active_leases = 0;

@@ -995,14 +995,16 @@ TEST_F(StoreTest, CountersAddUp) {
   uint64_t offered = 0;
   auto save = [&](const Tokens& t, uint64_t first_block, CacheClass cls = CacheClass::kOwned,
                   const std::string& ns = "ns") {
-    offered += (Blocks(t) - first_block) * kBb;
+    // A save offers every whole block of its prompt, also those the client
+    // did not copy because it knew they were stored (first_block > 0).
+    offered += Blocks(t) * kBb;
     return Save(t, first_block, cls, ns);
   };
   save(a, 0);                               // 4 new
   save(a, 0);                               // 4 dedup
   save(ab, 0);                              // 4 dedup, 2 new
-  save(ab, 4);                              // 2 offered, 2 dedup
-  save(abc, 6);                             // 3 offered, 3 new
+  save(ab, 4);                              // 6 dedup (4 of them not sent)
+  save(abc, 6);                             // 6 dedup (not sent), 3 new
   save(Head(a, 2), 0);                      // nothing offered
   save(Gen(4, 5 * kBt), 0, CacheClass::kReplica, "rep");  // 5 new replica bytes
   StoreStats s = store_->Stats();
@@ -1010,7 +1012,7 @@ TEST_F(StoreTest, CountersAddUp) {
   EXPECT_EQ(s.saved_bytes, (4 + 2 + 3 + 5) * kBb);
   EXPECT_EQ(s.saved_bytes + s.dedup_bytes, offered)
       << "every offered byte is either written or already stored (dedup_bytes=" << s.dedup_bytes << ")";
-  EXPECT_EQ(s.dedup_bytes, (4 + 4 + 2) * kBb);
+  EXPECT_EQ(s.dedup_bytes, (4 + 4 + 6 + 6) * kBb);
   EXPECT_EQ(s.tensors, 4u);
   EXPECT_EQ(s.prefix_nodes, 4u);
   EXPECT_EQ(s.namespaces, 2u);
