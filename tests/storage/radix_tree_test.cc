@@ -20,6 +20,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/storage/kv_fixture.h"
 #include <pthread.h>
 
 #include "ptstore/keys.h"
@@ -28,16 +30,9 @@
 namespace ptstore::storage {
 namespace {
 
-constexpr uint32_t kBt = 4;           // tokens per block
-constexpr uint64_t kBpt = 256;        // bytes per token (layers=2 kv_heads=2 head_dim=16 bf16)
-constexpr uint64_t kBb = kBt * kBpt;  // bytes per block
+using namespace testkv;  // NOLINT: the shared test fixture
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+
 
 std::vector<uint32_t> Tokens(uint64_t seed, size_t n) {
   std::mt19937_64 rng(seed * 7919 + 17);
@@ -53,25 +48,6 @@ std::vector<uint32_t> Cat(std::vector<uint32_t> a, const std::vector<uint32_t>& 
 
 std::vector<uint32_t> Head(const std::vector<uint32_t>& a, size_t n) { return {a.begin(), a.begin() + n}; }
 
-// KV bytes of tokens [from, to) of `tokens`: token i's bytes depend on its
-// position and on every token id up to and including it.
-std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, size_t from, size_t to) {
-  std::vector<uint8_t> out;
-  out.reserve((to - from) * kBpt);
-  uint64_t h = 0x5eed;
-  for (size_t i = 0; i < to; ++i) {
-    h = Mix(h ^ (uint64_t{tokens[i]} << 20) ^ i);
-    if (i < from) continue;
-    uint64_t s = h;
-    for (uint64_t b = 0; b < kBpt; b += 8) {
-      s = Mix(s + b);
-      uint8_t w[8];
-      std::memcpy(w, &s, 8);
-      out.insert(out.end(), w, w + 8);
-    }
-  }
-  return out;
-}
 
 class RadixTreeTest : public ::testing::Test {
  protected:

@@ -22,6 +22,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/storage/kv_fixture.h"
+
 #include "ptstore/keys.h"
 #include "ptstore/layout.h"
 #include "ptstore/status.h"
@@ -30,64 +32,16 @@
 namespace ptstore::storage {
 namespace {
 
-constexpr uint64_t kKiB = 1024;
-constexpr uint64_t kMiB = 1024 * kKiB;
-constexpr uint32_t kBt = 4;
-constexpr uint64_t kBpt = 256;
-constexpr uint64_t kBb = kBt * kBpt;
+using namespace testkv;  // NOLINT: the shared test fixture
+
 constexpr uint64_t kSession = 77;
 
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kBF16;
-  l.block_tokens = kBt;
-  return l;
-}
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
-using Tokens = std::vector<uint32_t>;
 
-Tokens Gen(uint64_t seed, size_t n) {
-  std::mt19937_64 rng(seed * 104729 + 3);
-  Tokens t(n);
-  for (auto& x : t) x = static_cast<uint32_t>(rng() % 32000);
-  return t;
-}
 
-Tokens Cat(Tokens a, const Tokens& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
-Tokens Head(const Tokens& a, size_t n) { return {a.begin(), a.begin() + n}; }
 
-// KV bytes of tokens [from, to) of `tokens` (see the file comment).
-std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, size_t from, size_t to) {
-  std::vector<uint8_t> out;
-  out.reserve((to - from) * kBpt);
-  uint64_t h = 0x5eed;
-  for (size_t i = 0; i < to; ++i) {
-    h = Mix(h ^ (uint64_t{tokens[i]} << 20) ^ i);
-    if (i < from) continue;
-    uint64_t s = h;
-    for (uint64_t b = 0; b < kBpt; b += 8) {
-      s = Mix(s + b);
-      uint8_t w[8];
-      std::memcpy(w, &s, 8);
-      out.insert(out.end(), w, w + 8);
-    }
-  }
-  return out;
-}
 
 uint64_t Blocks(const Tokens& t) { return t.size() / kBt; }
 
