@@ -17,6 +17,13 @@ namespace {
 // blocks are copied into the staging buffer.
 constexpr uint64_t kSkipStoredThreshold = 4ull << 20;
 
+core::PrefixRequest PrefixRequestFor(const std::string& ns, std::span<const uint32_t> tokens) {
+  core::PrefixRequest req;
+  req.ns = ns;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  return req;
+}
+
 uint64_t TokensThatFit(uint64_t matched_tokens, const Layout& l, uint64_t capacity) {
   uint64_t fit_blocks = capacity / l.BytesPerBlock();
   return std::min(matched_tokens, fit_blocks * l.block_tokens);
@@ -165,9 +172,7 @@ Result<SaveResult> Client::Save(const std::string& ns, std::span<const uint32_t>
   }
   uint64_t first_block = 0;
   if (bytes >= kSkipStoredThreshold) {
-    core::PrefixRequest lreq;
-    lreq.ns = ns;
-    lreq.tokens.assign(tokens.begin(), tokens.end());
+    core::PrefixRequest lreq = PrefixRequestFor(ns, tokens);
     core::PrefixReply lrep;
     PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLookup, lreq, MsgType::kLookupReply, &lrep));
     first_block = lrep.matched_tokens / layout.block_tokens;
@@ -212,9 +217,7 @@ Result<SaveResult> Client::Save(const std::string& ns, std::span<const uint32_t>
 
 Result<PrefixInfo> Client::Lookup(const std::string& ns, std::span<const uint32_t> tokens) {
   PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
-  core::PrefixRequest req;
-  req.ns = ns;
-  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixRequest req = PrefixRequestFor(ns, tokens);
   core::PrefixReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLookup, req, MsgType::kLookupReply, &rep));
   return PrefixInfo{rep.matched_tokens, std::move(rep.extents)};
@@ -225,9 +228,7 @@ Result<PinnedPrefix> Client::Pin(const std::string& ns, std::span<const uint32_t
     return PermissionDenied("this client has no arena mapping (not trusted with every namespace): use Load");
   }
   PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
-  core::PrefixRequest req;
-  req.ns = ns;
-  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixRequest req = PrefixRequestFor(ns, tokens);
   core::PrefixReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kPin, req, MsgType::kPinReply, &rep));
   PinnedPrefix p;
@@ -267,9 +268,7 @@ Result<uint64_t> Client::Load(const std::string& ns, std::span<const uint32_t> t
   const uint64_t most = TokensThatFit(tokens.size() / layout.block_tokens * layout.block_tokens, layout, capacity) *
                         layout.BytesPerToken();
   PTS_RETURN_IF_ERROR(h.conn->EnsureStaging(std::max<uint64_t>(most, 1)));
-  core::PrefixRequest req;
-  req.ns = ns;
-  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixRequest req = PrefixRequestFor(ns, tokens);
   req.buffer_id = h.conn->staging_id();
   req.buffer_offset = 0;
   req.capacity = most;
@@ -283,9 +282,7 @@ Result<uint64_t> Client::Load(const std::string& ns, std::span<const uint32_t> t
                               uint64_t offset, uint64_t capacity) {
   if (!buf.impl_) return InvalidArgument("load: the registered buffer is empty (moved from?)");
   std::lock_guard lk(buf.impl_->conn->mu);
-  core::PrefixRequest req;
-  req.ns = ns;
-  req.tokens.assign(tokens.begin(), tokens.end());
+  core::PrefixRequest req = PrefixRequestFor(ns, tokens);
   req.buffer_id = buf.impl_->id;
   req.buffer_offset = offset;
   req.capacity = capacity;

@@ -351,21 +351,30 @@ void Store::HitLocked(const Match& m) {
   }
 }
 
+Match Store::MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens) const {
+  const uint32_t bt = ns.info.layout.block_tokens;
+  auto full = tokens.first(tokens.size() / bt * bt);
+  const std::vector<ChainKey> keys = ChainKeys(ns.root_key, full, bt);
+  return ns.tree->Longest(full, keys);
+}
+
+void Store::CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens) {
+  stats_.requested_tokens += requested_tokens;
+  if (matched_tokens == 0) {
+    stats_.misses++;
+  } else {
+    stats_.hits++;
+    stats_.hit_tokens += matched_tokens;
+  }
+}
+
 Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const uint32_t> tokens) {
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
-  auto full = tokens.first(tokens.size() / bt * bt);
-  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
-  Match m = ns->tree->Longest(full, keys);
+  Match m = MatchLocked(*ns, tokens);
   stats_.lookups++;
-  stats_.requested_tokens += full.size();
-  if (m.blocks == 0) {
-    stats_.misses++;
-  } else {
-    stats_.hits++;
-    stats_.hit_tokens += m.blocks * bt;
-  }
+  CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
   PrefixResult r;
   r.matched_tokens = m.blocks * bt;
   r.extents = ExtentsLocked(m, ns->info.layout.BytesPerBlock(), false);
@@ -377,21 +386,14 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
-  auto full = tokens.first(tokens.size() / bt * bt);
-  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
-  Match m = ns->tree->Longest(full, keys);
-  stats_.requested_tokens += full.size();
+  Match m = MatchLocked(*ns, tokens);
   PrefixResult r;
-  if (m.blocks == 0) {
-    stats_.misses++;
-    return r;
-  }
-  if (leases_.size() >= options_.max_leases) {
+  if (m.blocks > 0 && leases_.size() >= options_.max_leases) {
     return ResourceExhausted("too many active leases (" + std::to_string(leases_.size()) +
                              "): release pins or raise max_leases");
   }
-  stats_.hits++;
-  stats_.hit_tokens += m.blocks * bt;
+  CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
+  if (m.blocks == 0) return r;
   HitLocked(m);
   Lease lease;
   lease.session = session;
@@ -498,13 +500,12 @@ Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const u
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
-  auto full = tokens.first(tokens.size() / bt * bt);
-  if (full.empty()) return InvalidArgument("remove: the prefix has no whole block");
-  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
-  Match m = ns->tree->Longest(full, keys);
-  if (m.blocks * bt < full.size()) {
-    return NotFound("remove: the prefix of " + std::to_string(full.size()) + " tokens is not stored in '" +
-                    ns_name + "' (" + std::to_string(m.blocks * bt) + " tokens are)");
+  const uint64_t whole = tokens.size() / bt * bt;
+  if (whole == 0) return InvalidArgument("remove: the prefix has no whole block");
+  Match m = MatchLocked(*ns, tokens);
+  if (m.blocks * bt < whole) {
+    return NotFound("remove: the prefix of " + std::to_string(whole) + " tokens is not stored in '" + ns_name +
+                    "' (" + std::to_string(m.blocks * bt) + " tokens are)");
   }
   RemoveResult r;
   RemoveSubtreeLocked(ns, m.path.back().node, &r);

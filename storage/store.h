@@ -136,6 +136,11 @@ class Store {
   Store(const StoreOptions& options, std::unique_ptr<core::SharedMemory> arena);
 
   Result<Namespace*> FindLocked(const std::string& name) const;
+  // Longest stored match of the whole blocks of `tokens`.
+  Match MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens) const;
+  // Counts a lookup or load of `requested_tokens` whole-block tokens that
+  // matched `matched_tokens`: a hit when it matched anything, else a miss.
+  void CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens);
   // Allocates `bytes` for a tensor of `cls`, evicting by GDSF as needed.
   Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls);
   bool EvictOneLocked(CacheClass from);
