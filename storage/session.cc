@@ -80,7 +80,7 @@ Result<uint8_t*> Session::BufferRange(uint32_t buffer_id, uint64_t offset, uint6
   return it->second->data() + offset;
 }
 
-Status Session::Dispatch(const rdma::Frame& f) {
+Status Session::Dispatch(rdma::Frame& f) {
   const auto type = static_cast<MsgType>(f.type);
   if (!hello_ && type != MsgType::kHello) {
     return ProtocolError(std::string("expected Hello first, got ") + core::MsgTypeName(f.type));
@@ -103,7 +103,7 @@ Status Session::Dispatch(const rdma::Frame& f) {
     case MsgType::kRegisterBuffer: {
       core::RegisterBufferRequest req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
-      int fd = const_cast<rdma::Frame&>(f).TakeFd();
+      int fd = f.TakeFd();
       if (fd < 0) return InvalidArgument("RegisterBuffer carried no file descriptor");
       if (buffers_.size() >= kMaxBuffers) {
         close(fd);

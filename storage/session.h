@@ -33,7 +33,7 @@ class Session {
   void Run();
   // Handles one request and sends its reply; a failure it returns is sent
   // back by the caller as an ErrorReply.
-  Status Dispatch(const rdma::Frame& f);
+  Status Dispatch(rdma::Frame& f);
   // Replies to `req` with `m` as message type req.type + 1.
   template <typename M>
   Status Reply(const rdma::Frame& req, const M& m, int pass_fd = -1) {
