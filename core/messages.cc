@@ -308,6 +308,16 @@ void ForEachStat(StoreStats& s, F f) {
   f("saves", s.saves); f("saved_bytes", s.saved_bytes); f("dedup_bytes", s.dedup_bytes);
   f("evictions", s.evictions); f("evicted_bytes", s.evicted_bytes);
   f("active_leases", s.active_leases); f("expired_leases", s.expired_leases);
+  f("ssd_capacity", s.ssd_capacity); f("ssd_file_bytes", s.ssd_file_bytes);
+  f("ssd_live_bytes", s.ssd_live_bytes); f("ssd_segments", s.ssd_segments);
+  f("ssd_tensors", s.ssd_tensors); f("ssd_hits", s.ssd_hits);
+  f("ssd_fills", s.ssd_fills); f("ssd_fill_bytes", s.ssd_fill_bytes);
+  f("ssd_spills", s.ssd_spills); f("ssd_spill_bytes", s.ssd_spill_bytes);
+  f("ssd_stored_bytes", s.ssd_stored_bytes); f("ssd_spill_failures", s.ssd_spill_failures);
+  f("ssd_evictions", s.ssd_evictions); f("ssd_read_errors", s.ssd_read_errors);
+  f("ssd_compactions", s.ssd_compactions); f("recovered_tensors", s.recovered_tensors);
+  f("recovered_bytes", s.recovered_bytes); f("recovery_corrupt", s.recovery_corrupt);
+  f("recovery_dropped", s.recovery_dropped);
 }
 }  // namespace
 
@@ -348,11 +358,12 @@ void ListTreeReply::Encode(Encoder& e) const {
     e.PutU8(static_cast<uint8_t>(n.cache_class));
     e.PutU32(n.children);
     e.PutU32(n.pins);
+    e.PutU8(n.tier);
   }
 }
 Status ListTreeReply::Decode(Decoder& d) {
   uint32_t n;
-  PTS_RETURN_IF_ERROR(GetCount(d, "nodes", 81, &n));
+  PTS_RETURN_IF_ERROR(GetCount(d, "nodes", 82, &n));
   nodes.resize(n);
   for (auto& x : nodes) {
     uint8_t cls;
@@ -368,6 +379,7 @@ Status ListTreeReply::Decode(Decoder& d) {
     x.cache_class = static_cast<CacheClass>(cls);
     PTS_RETURN_IF_ERROR(d.GetU32("node.children", &x.children));
     PTS_RETURN_IF_ERROR(d.GetU32("node.pins", &x.pins));
+    PTS_RETURN_IF_ERROR(d.GetU8("node.tier", &x.tier));
   }
   return d.Finish("ListTreeReply");
 }

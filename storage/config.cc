@@ -76,7 +76,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     std::string where = e.source().begin ? " at line " + std::to_string(e.source().begin.line) : "";
     return InvalidArgument("config " + path + where + ": " + std::string(e.description()));
   }
-  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "server", "log"}));
+  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "ssd", "server", "log"}));
   if (auto* node = root["node"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*node, "node", {"id"}));
     int64_t id = config->store.node_id;
@@ -91,6 +91,35 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(Field(*arena, "replica_share", &config->store.replica_share));
     PTS_RETURN_IF_ERROR(Field(*arena, "prefault", &config->store.prefault));
     PTS_RETURN_IF_ERROR(Field(*arena, "huge_pages", &config->store.try_huge_pages));
+  }
+  if (auto* ssd = root["ssd"].as_table()) {
+    PTS_RETURN_IF_ERROR(CheckKeys(*ssd, "ssd",
+                                  {"dir", "capacity", "segment_size", "compress", "compress_level", "direct_io",
+                                   "sync", "io_threads", "compact_dead_ratio", "verify_on_recovery",
+                                   "persist_on_shutdown"}));
+    SsdOptions& o = config->store.ssd;
+    PTS_RETURN_IF_ERROR(Field(*ssd, "dir", &o.dir));
+    PTS_RETURN_IF_ERROR(SizeField(*ssd, "capacity", &o.capacity));
+    PTS_RETURN_IF_ERROR(SizeField(*ssd, "segment_size", &o.segment_bytes));
+    PTS_RETURN_IF_ERROR(Field(*ssd, "compress", &o.compress));
+    int64_t level = o.compress_level;
+    PTS_RETURN_IF_ERROR(Field(*ssd, "compress_level", &level));
+    if (level < 1 || level > 19) return InvalidArgument("config: ssd.compress_level must be in [1, 19]");
+    o.compress_level = static_cast<int>(level);
+    PTS_RETURN_IF_ERROR(Field(*ssd, "direct_io", &o.direct_io));
+    std::string sync = SyncName(o.sync);
+    PTS_RETURN_IF_ERROR(Field(*ssd, "sync", &sync));
+    PTS_ASSIGN_OR_RETURN(o.sync, ParseSync(sync));
+    int64_t threads = o.io_threads;
+    PTS_RETURN_IF_ERROR(Field(*ssd, "io_threads", &threads));
+    if (threads < 1 || threads > 64) return InvalidArgument("config: ssd.io_threads must be in [1, 64]");
+    o.io_threads = static_cast<uint32_t>(threads);
+    PTS_RETURN_IF_ERROR(Field(*ssd, "compact_dead_ratio", &o.compact_dead_ratio));
+    if (!(o.compact_dead_ratio > 0 && o.compact_dead_ratio <= 1)) {
+      return InvalidArgument("config: ssd.compact_dead_ratio must be in (0, 1]");
+    }
+    PTS_RETURN_IF_ERROR(Field(*ssd, "verify_on_recovery", &o.verify_on_recovery));
+    PTS_RETURN_IF_ERROR(Field(*ssd, "persist_on_shutdown", &config->persist_on_shutdown));
   }
   if (auto* server = root["server"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*server, "server", {"socket", "group", "lease_ms", "max_sessions"}));
@@ -108,6 +137,25 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   if (auto* log = root["log"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
     PTS_RETURN_IF_ERROR(Field(*log, "level", &config->log_level));
+  }
+  return Status::OK();
+}
+
+Result<SsdOptions::Sync> ParseSync(std::string_view text) {
+  if (text == "none") return SsdOptions::Sync::kNone;
+  if (text == "segment") return SsdOptions::Sync::kSegment;
+  if (text == "record") return SsdOptions::Sync::kRecord;
+  return InvalidArgument("ssd sync mode '" + std::string(text) + "' is not none, segment or record");
+}
+
+Status CheckSsdConfig(const DaemonConfig& config) {
+  const SsdOptions& o = config.store.ssd;
+  if (o.dir.empty()) {
+    if (o.capacity != 0) return InvalidArgument("an SSD capacity was given without an SSD directory (ssd.dir, --ssd-dir)");
+    return Status::OK();
+  }
+  if (o.capacity == 0) {
+    return InvalidArgument("the SSD tier at '" + o.dir + "' needs a capacity (ssd.capacity, --ssd-capacity)");
   }
   return Status::OK();
 }

@@ -53,14 +53,15 @@ class EvictionQueue {
     t->priority = priority;
     Add(t);
   }
-  // Lowest-priority tensor that may go now: unpinned and a leaf (no other
-  // tensor hangs below it). nullptr when there is none.
-  Tensor* PickVictim() const {
+  // Lowest-priority tensor for which `may_go` holds; nullptr when none.
+  template <typename Pred>
+  Tensor* PickVictim(Pred may_go) const {
     for (const auto& [prio, t] : set_) {
-      if (t->pins == 0 && t->foreign_children == 0) return t;
+      if (may_go(t)) return t;
     }
     return nullptr;
   }
+  bool Contains(Tensor* t) const { return set_.count({t->priority, t}) != 0; }
   size_t size() const { return set_.size(); }
 
  private:

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   std::optional<double> replica_share;
   std::optional<uint32_t> node_id;
   bool no_prefault = false;
+  std::string ssd_dir, ssd_capacity, ssd_sync;
+  bool ssd_compress = false;
   app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket, "unix socket path for local clients");
   app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
@@ -32,6 +34,10 @@ int main(int argc, char** argv) {
   app.add_option("--group", group, "store group: its members get the zero-copy arena mapping");
   app.add_option("--log-level", log_level, "debug, info, warn or error");
   app.add_flag("--no-prefault", no_prefault, "do not touch the arena's pages at start (slower first use)");
+  app.add_option("--ssd-dir", ssd_dir, "data directory of the SSD tier (segment files)");
+  app.add_option("--ssd-capacity", ssd_capacity, "bytes the SSD tier may take, e.g. 100GiB");
+  app.add_flag("--ssd-compress", ssd_compress, "byte-shuffle + zstd the payloads written to SSD");
+  app.add_option("--ssd-sync", ssd_sync, "when SSD writes are made durable: none, segment or record");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -59,6 +65,19 @@ int main(int argc, char** argv) {
   if (!group.empty()) cfg.trusted_group = group;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (no_prefault) cfg.store.prefault = false;
+  if (!ssd_dir.empty()) cfg.store.ssd.dir = ssd_dir;
+  if (!ssd_capacity.empty()) {
+    auto size = storage::ParseSize(ssd_capacity);
+    if (!size.ok()) return fail(size.status().WithContext("--ssd-capacity"));
+    cfg.store.ssd.capacity = *size;
+  }
+  if (ssd_compress) cfg.store.ssd.compress = true;
+  if (!ssd_sync.empty()) {
+    auto sync = storage::ParseSync(ssd_sync);
+    if (!sync.ok()) return fail(sync.status().WithContext("--ssd-sync"));
+    cfg.store.ssd.sync = *sync;
+  }
+  if (Status st = storage::CheckSsdConfig(cfg); !st.ok()) return fail(st);
   core::LogLevel level;
   if (!core::ParseLogLevel(cfg.log_level, &level)) {
     return fail(InvalidArgument("log level '" + cfg.log_level + "' is not debug, info, warn or error"));
@@ -81,7 +100,7 @@ int main(int argc, char** argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   auto store = storage::Store::Open(cfg.store);
-  if (!store.ok()) return fail(store.status().WithContext("opening the arena"));
+  if (!store.ok()) return fail(store.status().WithContext("opening the store"));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   PTS_INFO("store", "arena of " << (*store)->arena_bytes() / double(1 << 20) << " MiB ready in " << secs << " s"
                                 << ((*store)->huge_pages() ? " (huge pages)" : "")
@@ -102,6 +121,10 @@ int main(int argc, char** argv) {
   }
   PTS_INFO("main", "signal " << sig << " (" << strsignal(sig) << "): shutting down");
   server.Stop();
+  if (cfg.persist_on_shutdown && !cfg.store.ssd.dir.empty()) {
+    Result<uint64_t> n = (*store)->PersistAll();
+    if (!n.ok()) PTS_WARN("main", "persisting to SSD at shutdown: " << n.status().ToString());
+  }
   StoreStats s = (*store)->Stats();
   PTS_INFO("main", "served " << s.hits << " hits, " << s.misses << " misses, " << s.saves << " saves; bye");
   return 0;

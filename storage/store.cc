@@ -36,7 +36,9 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   shm.prefault = options.prefault;
   shm.try_huge_pages = options.try_huge_pages;
   PTS_ASSIGN_OR_RETURN(auto arena, core::SharedMemory::Create(options.arena_bytes, shm));
-  return std::unique_ptr<Store>(new Store(options, std::move(arena)));
+  std::unique_ptr<Store> store(new Store(options, std::move(arena)));
+  if (!options.ssd.dir.empty()) PTS_RETURN_IF_ERROR(store->OpenSsd());
+  return store;
 }
 
 Store::Store(const StoreOptions& options, std::unique_ptr<core::SharedMemory> arena)
@@ -44,7 +46,15 @@ Store::Store(const StoreOptions& options, std::unique_ptr<core::SharedMemory> ar
   stats_.arena_bytes = arena_->size();
 }
 
-Store::~Store() = default;
+Store::~Store() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cleaner_wake_.notify_all();
+  if (cleaner_.joinable()) cleaner_.join();
+  io_.reset();  // runs what is queued (header rewrites), then joins
+}
 
 // ---------------------------------------------------------------- namespaces
 
@@ -53,20 +63,57 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
   PTS_RETURN_IF_ERROR(ValidateNamespaceName(name));
   PTS_RETURN_IF_ERROR(layout.Validate());
   if (mode > 07777) return InvalidArgument("namespace mode " + std::to_string(mode) + " is not a permission mode");
-  std::lock_guard lk(mu_);
-  auto it = namespaces_.find(name);
-  if (it != namespaces_.end()) {
+  std::unique_lock lk(mu_);
+  auto existing = [&]() -> std::optional<Result<NamespaceInfo>> {
+    auto it = namespaces_.find(name);
+    if (it == namespaces_.end()) return std::nullopt;
     const Namespace& n = *it->second;
-    if (!exist_ok) return AlreadyExists("namespace '" + name + "' already exists");
+    if (!exist_ok) return Result<NamespaceInfo>(AlreadyExists("namespace '" + name + "' already exists"));
     if (n.info.layout != layout) {
-      return AlreadyExists("namespace '" + name + "' exists with layout {" + n.info.layout.ToString() +
-                           "}, not {" + layout.ToString() + "}");
+      return Result<NamespaceInfo>(AlreadyExists("namespace '" + name + "' exists with layout {" +
+                                                 n.info.layout.ToString() + "}, not {" + layout.ToString() + "}"));
     }
-    if (n.salt != salt) return AlreadyExists("namespace '" + name + "' exists with a different salt");
-    return n.info;
+    if (n.salt != salt) {
+      return Result<NamespaceInfo>(AlreadyExists("namespace '" + name + "' exists with a different salt"));
+    }
+    return Result<NamespaceInfo>(n.info);
+  };
+  if (auto r = existing()) return std::move(*r);
+  const uint64_t id = next_seq_++;
+  std::optional<SsdLocation> record;
+  if (SsdEnabled()) {
+    // The namespace is on disk before anyone can save into it, so a restart
+    // finds it for every record that names it.
+    RecordHeader h;
+    h.kind = RecordKind::kNamespace;
+    h.seq = id;
+    h.live_tokens = 1;
+    h.owner_node = options_.node_id;
+    h.ns_name = name;
+    h.ns_incarnation = id;
+    h.layout = layout;
+    h.salt = salt;
+    h.uid = uid;
+    h.gid = gid;
+    h.mode = mode;
+    appends_in_flight_++;
+    lk.unlock();
+    Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
+    lk.lock();
+    appends_in_flight_--;
+    io_done_.notify_all();
+    if (!loc.ok()) return loc.status().WithContext("create namespace '" + name + "'");
+    if (auto r = existing()) {
+      // Another client created it meanwhile: ours never existed.
+      ssd_->Forget(*loc);
+      RewriteRecordLocked(*loc, 0);
+      return std::move(*r);
+    }
+    record = *loc;
   }
   auto n = std::make_unique<Namespace>();
-  n->id = next_namespace_id_++;
+  n->id = id;
+  n->record = record;
   n->info.name = name;
   n->info.layout = layout;
   n->info.salted = !salt.empty();
@@ -103,15 +150,27 @@ std::vector<NamespaceInfo> Store::ListNamespaces() const {
 }
 
 Result<RemoveResult> Store::DropNamespace(const std::string& name) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(name));
   RemoveResult r;
   std::vector<RadixNode*> tops;
   for (auto& [k, c] : n->tree->root()->children) tops.push_back(c.get());
   for (RadixNode* c : tops) RemoveSubtreeLocked(n, c, &r);
+  if (n->record) {
+    // Killing the namespace record is what makes the drop survive a
+    // restart: records of a namespace without one are not indexed again.
+    ssd_->Forget(*n->record);
+    RewriteRecordLocked(*n->record, 0);
+  }
   namespaces_.erase(name);
   inflight_done_.notify_all();
   PTS_INFO("store", "dropped namespace '" << name << "': " << r.nodes << " increments, " << Bytes(r.bytes));
+  std::vector<std::future<Status>> writes = TakeRewritesLocked();
+  lk.unlock();
+  for (auto& w : writes) {
+    Status s = w.get();
+    if (!s.ok()) PTS_WARN("store", "drop namespace '" << name << "': " << s.ToString());
+  }
   return r;
 }
 
@@ -124,14 +183,39 @@ void Store::PinLocked(Tensor* t) {
 void Store::UnpinLocked(Tensor* t) {
   if (--t->pins == 0) {
     stats_.pinned_bytes -= t->allocated;
-    if (!t->in_index) FreeTensorLocked(t);
+    MaybeDestroyLocked(t);
   }
 }
 
-void Store::FreeTensorLocked(Tensor* t) {
+void Store::FreeDramLocked(Tensor* t) {
+  if (!t->in_dram) return;
+  if (t->in_index) queue_[static_cast<int>(t->cache_class)].Remove(t);
   alloc_.Free(t->arena_offset);
   (t->cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) -= t->allocated;
+  t->in_dram = false;
+  t->allocated = 0;
+}
+
+void Store::MaybeDestroyLocked(Tensor* t) {
+  if (t->in_index || t->pins != 0 || t->holds != 0 || t->io != Tensor::Io::kNone) return;
+  FreeDramLocked(t);
+  if (t->on_ssd) {
+    ssd_->Forget(t->ssd);
+    RewriteRecordLocked(t->ssd, 0);
+    t->on_ssd = false;
+  }
   tensors_.erase(t->id.value);
+}
+
+void Store::SetPriorityLocked(Tensor* t, double priority) {
+  EvictionQueue& dram = queue_[static_cast<int>(t->cache_class)];
+  const bool in_dram_queue = dram.Contains(t);
+  const bool in_ssd_queue = ssd_queue_.Contains(t);
+  if (in_dram_queue) dram.Remove(t);
+  if (in_ssd_queue) ssd_queue_.Remove(t);
+  t->priority = priority;
+  if (in_dram_queue) dram.Add(t);
+  if (in_ssd_queue) ssd_queue_.Add(t);
 }
 
 void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
@@ -141,16 +225,26 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
   auto& chain = t->nodes;
   chain.erase(std::remove(chain.begin(), chain.end(), n), chain.end());
   if (chain.empty() && t->in_index) {
+    if (t->in_dram) queue_[static_cast<int>(t->cache_class)].Remove(t);
+    if (t->on_ssd) ssd_queue_.Remove(t);
     t->in_index = false;
-    queue_[static_cast<int>(t->cache_class)].Remove(t);
     t->ns->info.bytes -= t->bytes;
-    if (t->pins == 0) FreeTensorLocked(t);
+    MaybeDestroyLocked(t);
+  } else if (!chain.empty() && t->on_ssd) {
+    // The tail of the tensor went: its record must not bring it back.
+    RewriteRecordLocked(t->ssd, LiveTokens(*t));
   }
 }
 
 void Store::RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result) {
   ns->tree->RemoveSubtree(node, [&](RadixNode* x) { OnNodeRemovedLocked(x, result); });
   ns->info.prefixes = ns->tree->node_count();
+}
+
+uint64_t Store::LiveTokens(const Tensor& t) const {
+  uint64_t n = 0;
+  for (const RadixNode* x : t.nodes) n += x->tokens.size();
+  return n;
 }
 
 void Store::EvictLocked(Tensor* t) {
@@ -164,14 +258,43 @@ void Store::EvictLocked(Tensor* t) {
   RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
 }
 
-bool Store::EvictOneLocked(CacheClass from) {
-  Tensor* victim = queue_[static_cast<int>(from)].PickVictim();
+bool Store::DropOneLocked(CacheClass from) {
+  Tensor* victim = queue_[static_cast<int>(from)].PickVictim([](const Tensor* t) {
+    return t->pins == 0 && t->holds == 0 && t->io == Tensor::Io::kNone && t->foreign_children == 0;
+  });
   if (victim == nullptr) return false;
   EvictLocked(victim);
   return true;
 }
 
-Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls) {
+bool Store::MakeDramRoomLocked(CacheClass cls, CacheClass from, std::unique_lock<std::mutex>& lk) {
+  if (from == CacheClass::kReplica || !SsdEnabled()) return DropOneLocked(from);
+  // Owned data with an SSD tier: by GDSF, the victim's DRAM copy goes.
+  // One that SSD holds already just frees its DRAM; one that SSD does not
+  // hold is spilled first (or, when it cannot be, dropped if it is a leaf).
+  const uint64_t gen = ssd_gen_;
+  Tensor* victim = queue_[static_cast<int>(from)].PickVictim([gen](const Tensor* t) {
+    if (t->pins != 0 || t->io != Tensor::Io::kNone) return false;
+    if (t->on_ssd) return true;
+    if (t->spill_failed_gen != gen) return true;
+    return t->holds == 0 && t->foreign_children == 0;
+  });
+  if (victim == nullptr) return false;
+  if (victim->on_ssd) {
+    FreeDramLocked(victim);
+    stats_.evictions++;
+    stats_.evicted_bytes += victim->bytes;
+    return true;
+  }
+  if (victim->spill_failed_gen != gen && SpillLocked(victim, lk)) return true;
+  if (victim->holds == 0 && victim->foreign_children == 0 && victim->in_index && victim->pins == 0 &&
+      victim->io == Tensor::Io::kNone && !victim->on_ssd) {
+    EvictLocked(victim);
+  }
+  return true;  // something changed (or the lock was released): look again
+}
+
+Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk) {
   const uint64_t capacity = alloc_.capacity();
   auto exhausted = [&](const char* why) {
     return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + ": " + why + " (arena " +
@@ -184,15 +307,20 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls) {
     const uint64_t share = static_cast<uint64_t>(options_.replica_share * static_cast<double>(capacity));
     if (bytes > share) return exhausted("larger than the replica share");
     while (stats_.replica_bytes + bytes > share) {
-      if (!EvictOneLocked(CacheClass::kReplica)) return exhausted("the replica share is full of pinned replicas");
+      if (!DropOneLocked(CacheClass::kReplica)) return exhausted("the replica share is full of pinned replicas");
     }
   }
   for (;;) {
     if (auto off = alloc_.Allocate(bytes)) return *off;
     // Replicas can be fetched again: they go first. Owned data only makes
     // room for owned data.
-    if (EvictOneLocked(CacheClass::kReplica)) continue;
-    if (cls == CacheClass::kOwned && EvictOneLocked(CacheClass::kOwned)) continue;
+    if (DropOneLocked(CacheClass::kReplica)) continue;
+    if (cls == CacheClass::kOwned && MakeDramRoomLocked(cls, CacheClass::kOwned, lk)) continue;
+    if (appends_in_flight_ > 0) {
+      // Other threads' spills will free DRAM: wait for them.
+      io_done_.wait(lk);
+      continue;
+    }
     return exhausted("everything evictable is gone");
   }
 }
@@ -243,22 +371,26 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   }
   inflight_.insert(claim);
 
-  // Pin the matched path: neither eviction for our own allocation nor
-  // another client's may free the parent we are about to hang below.
+  // Hold the matched path: neither eviction for our own allocation nor
+  // another client's may take the parent we are about to hang below out of
+  // the index (its bytes may move to SSD meanwhile; that is fine).
   std::vector<Tensor*> path_tensors;
   for (const MatchStep& s : m.path) {
     if (path_tensors.empty() || path_tensors.back() != s.node->tensor) path_tensors.push_back(s.node->tensor);
   }
-  for (Tensor* t : path_tensors) PinLocked(t);
+  for (Tensor* t : path_tensors) t->holds++;
   auto finish_claim = [&] {
-    for (Tensor* t : path_tensors) UnpinLocked(t);
+    for (Tensor* t : path_tensors) {
+      t->holds--;
+      MaybeDestroyLocked(t);
+    }
     inflight_.erase(claim);
     inflight_done_.notify_all();
   };
 
   const uint64_t new_blocks = blocks - m.blocks;
   const uint64_t bytes = new_blocks * bb;
-  Result<uint64_t> off = AllocateLocked(bytes, cache_class);
+  Result<uint64_t> off = AllocateLocked(bytes, cache_class, lk);
   if (!off.ok()) {
     finish_claim();
     return off.status();
@@ -273,6 +405,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   t->allocated = alloc_.AllocatedSize(*off);
   t->start_token = m.blocks * bt;
   t->tokens = new_blocks * bt;
+  t->in_dram = true;
   t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
   (cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) += t->allocated;
   tensors_.emplace(t->id.value, std::move(owned));
@@ -289,7 +422,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   if (!again.ok() || (*again)->id != ns_id || m2.blocks != m.blocks) {
     // A removal of the parent (or of the namespace) won the race: the save is
     // ordered before it, so its bytes are gone with it.
-    FreeTensorLocked(t);
+    MaybeDestroyLocked(t);
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   RadixNode* node = ns->tree->Insert(m2, full, keys, t);
@@ -297,7 +430,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     // A chain-key collision with an increment of other tokens: there is
     // nowhere to file this one. A miss, never a wrong answer: drop it.
     ns->info.prefixes = ns->tree->node_count();
-    FreeTensorLocked(t);
+    MaybeDestroyLocked(t);
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   t->in_index = true;
@@ -316,7 +449,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
 void Store::PropagateLocked(RadixNode* node, double p) {
   for (RadixNode* a = node->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
     Tensor* t = a->tensor;
-    if (t->priority < p) queue_[static_cast<int>(t->cache_class)].Update(t, p);
+    if (t->priority < p) SetPriorityLocked(t, p);
   }
 }
 
@@ -347,7 +480,7 @@ void Store::HitLocked(const Match& m) {
     Tensor* t = *it;
     t->hits++;
     running = std::max(running, std::max(t->priority, gdsf_.Priority(*t)));
-    queue_[static_cast<int>(t->cache_class)].Update(t, running);
+    SetPriorityLocked(t, running);
   }
 }
 
@@ -383,10 +516,55 @@ Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const u
 
 Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
                                 uint64_t lease_ms) {
-  std::lock_guard lk(mu_);
-  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  std::unique_lock lk(mu_);
+  Namespace* ns;
+  Match m;
+  // Tensors of the match that only SSD holds are read back first, then the
+  // match is taken again (anything may have changed while the lock was
+  // released). A few rounds at most: under heavy DRAM pressure the pin
+  // settles for the part of the prefix that is in DRAM.
+  constexpr int kFillRounds = 4;
+  bool filled = false;
+  for (int round = 0;; ++round) {
+    PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
+    m = MatchLocked(*ns, tokens);
+    std::vector<Tensor*> missing;
+    bool busy = false;
+    for (const MatchStep& st : m.path) {
+      Tensor* t = st.node->tensor;
+      if (t->in_dram) continue;
+      if (t->io != Tensor::Io::kNone) busy = true;
+      if (missing.empty() || missing.back() != t) missing.push_back(t);
+    }
+    if (missing.empty()) break;
+    if (round < kFillRounds && busy) {
+      io_done_.wait(lk);  // someone else is reading or moving it
+      continue;
+    }
+    if (round >= kFillRounds || !SsdEnabled()) {
+      // Serve the prefix up to the first tensor that is not in DRAM.
+      Match cut;
+      for (const MatchStep& st : m.path) {
+        if (!st.node->tensor->in_dram) break;
+        cut.path.push_back(st);
+        cut.blocks += st.blocks;
+      }
+      m = std::move(cut);
+      break;
+    }
+    // Keep the DRAM part of the path while the rest is read.
+    std::vector<Tensor*> present;
+    for (const MatchStep& st : m.path) {
+      Tensor* t = st.node->tensor;
+      if (t->in_dram && (present.empty() || present.back() != t)) present.push_back(t);
+    }
+    for (Tensor* t : present) PinLocked(t);
+    FillLocked(missing, lk);
+    for (Tensor* t : present) UnpinLocked(t);
+    filled = true;
+  }
+  if (filled) stats_.ssd_hits++;
   const uint32_t bt = ns->info.layout.block_tokens;
-  Match m = MatchLocked(*ns, tokens);
   PrefixResult r;
   if (m.blocks > 0 && leases_.size() >= options_.max_leases) {
     return ResourceExhausted("too many active leases (" + std::to_string(leases_.size()) +
@@ -497,7 +675,7 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
 // ------------------------------------------------------------------ removal
 
 Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   const uint64_t whole = tokens.size() / bt * bt;
@@ -509,17 +687,29 @@ Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const u
   }
   RemoveResult r;
   RemoveSubtreeLocked(ns, m.path.back().node, &r);
+  return FinishRemovalLocked(r, lk);
+}
+
+Result<RemoveResult> Store::FinishRemovalLocked(const RemoveResult& r, std::unique_lock<std::mutex>& lk) {
+  // A removal is durable when it returns: the SSD records it killed are
+  // marked dead on disk, so a restart does not bring them back.
+  std::vector<std::future<Status>> writes = TakeRewritesLocked();
+  lk.unlock();
+  for (auto& w : writes) {
+    Status s = w.get();
+    if (!s.ok()) PTS_WARN("store", "remove: marking an SSD record dead: " << s.ToString());
+  }
   return r;
 }
 
 Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainKey& key) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RadixNode* node = ns->tree->FindByKey(key);
   if (node == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
   RemoveResult r;
   RemoveSubtreeLocked(ns, node, &r);
-  return r;
+  return FinishRemovalLocked(r, lk);
 }
 
 // ---------------------------------------------------------------- listing
@@ -560,6 +750,7 @@ Result<std::vector<PrefixNodeInfo>> Store::ListTree(const std::string& ns_name, 
     info.cache_class = n->tensor->cache_class;
     info.children = static_cast<uint32_t>(n->children.size());
     info.pins = n->tensor->pins;
+    info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0));
     out.push_back(info);
     if (recursive) {
       auto c = sorted_children(n);
@@ -578,6 +769,15 @@ StoreStats Store::Stats() const {
   s.prefix_nodes = 0;
   for (const auto& [name, n] : namespaces_) s.prefix_nodes += n->tree->node_count();
   s.active_leases = leases_.size();
+  if (SsdEnabled()) {
+    const SsdTierStats t = ssd_->Stats();
+    s.ssd_capacity = t.capacity;
+    s.ssd_file_bytes = t.file_bytes;
+    s.ssd_live_bytes = t.live_bytes;
+    s.ssd_segments = t.segments;
+    s.ssd_tensors = ssd_queue_.size();
+    s.ssd_read_errors = t.read_errors;
+  }
   return s;
 }
 

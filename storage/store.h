@@ -9,13 +9,20 @@
 //         Release, by the session ending, or by the lease expiring) and
 //         counts a hit on every tensor of the prefix.
 //
+// With an SSD tier (options.ssd.dir), owned tensors that GDSF evicts from
+// DRAM are written to segment files and stay in the index; a pin reads them
+// back first (an SSD hit). Namespaces are recorded there too, and Open
+// rebuilds the index from the segments after a restart (store_recovery.cc).
+//
 // A cache miss is never an error: lookups and pins of unknown prefixes
-// return 0 matched tokens. Errors are for unknown namespaces, bad input and
-// a full arena whose data is all pinned.
+// return 0 matched tokens, and a record that fails its checksum is a miss
+// (it is dropped, never served). Errors are for unknown namespaces, bad
+// input and a full arena whose data is all pinned.
 //
 // Thread safety: all methods are safe to call from many threads. One mutex
 // (mu_) guards the index, the tensors, the allocator and the leases; byte
-// copies into and out of the arena run outside it, protected by pins.
+// copies into and out of the arena and all file I/O run outside it,
+// protected by pins, holds and the tensors' io state.
 #pragma once
 
 #include <chrono>
@@ -24,8 +31,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <future>
+#include <optional>
 #include <set>
 #include <span>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,8 +44,11 @@
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "storage/allocator.h"
+#include "storage/env.h"
 #include "storage/gdsf.h"
+#include "storage/io_pool.h"
 #include "storage/radix_tree.h"
+#include "storage/ssd_tier.h"
 #include "storage/tensor.h"
 
 namespace ptstore::storage {
@@ -49,14 +62,17 @@ struct StoreOptions {
   uint64_t alignment = 4096;          // every tensor starts on this boundary
   uint64_t default_lease_ms = 30000;  // a pin not released by then is dropped
   uint64_t max_leases = 1u << 20;
+  SsdOptions ssd;                     // ssd.dir empty: DRAM only
+  Env* env = nullptr;                 // nullptr: Env::Default()
 };
 
 struct Namespace {
-  uint64_t id = 0;                    // unique per store lifetime (never reused)
+  uint64_t id = 0;                    // unique, never reused (the seq of its SSD record)
   NamespaceInfo info;                 // bytes/prefixes kept current
   std::string salt;
   ChainKey root_key;
   std::unique_ptr<RadixTree> tree;
+  std::optional<SsdLocation> record;  // its namespace record on SSD
 };
 
 struct PrefixResult {
@@ -120,6 +136,17 @@ class Store {
 
   StoreStats Stats() const;
 
+  // Writes every owned tensor that only DRAM holds to the SSD tier (most
+  // valuable first, as far as the capacity goes), keeping the DRAM copies:
+  // after a planned restart the cache is as warm as it was. Returns the
+  // tensors written. A no-op without an SSD tier.
+  Result<uint64_t> PersistAll();
+  // Rewrites one sparse SSD segment now if there is one (the background
+  // cleaner does this on its own); returns whether it did.
+  Result<bool> CompactOnce();
+  // Waits until queued SSD header rewrites are on disk (tests).
+  void FlushSsd();
+
   const uint8_t* arena_base() const { return arena_->data(); }
   int arena_fd() const { return arena_->fd(); }
   uint64_t arena_bytes() const { return arena_->size(); }
@@ -134,6 +161,7 @@ class Store {
   };
 
   Store(const StoreOptions& options, std::unique_ptr<core::SharedMemory> arena);
+  Status OpenSsd();
 
   Result<Namespace*> FindLocked(const std::string& name) const;
   // Longest stored match of the whole blocks of `tokens`.
@@ -142,17 +170,55 @@ class Store {
   // matched `matched_tokens`: a hit when it matched anything, else a miss.
   void CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens);
   // Allocates `bytes` for a tensor of `cls`, evicting by GDSF as needed.
-  Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls);
-  bool EvictOneLocked(CacheClass from);
+  // May release `lk` while it waits for a spill to SSD: callers must hold
+  // (pin, hold or mark busy) whatever they need to stay.
+  Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk);
+  // Frees DRAM by one GDSF step for an allocation of class `cls`: drops a
+  // replica or an owned tensor, frees the DRAM copy of one that SSD holds,
+  // or spills one (releasing `lk` while writing). False if nothing can go.
+  bool MakeDramRoomLocked(CacheClass cls, CacheClass from, std::unique_lock<std::mutex>& lk);
+  bool DropOneLocked(CacheClass from);
   // Removes `t`'s nodes from its tree (t must be a leaf tensor) and frees it
   // unless pinned.
   void EvictLocked(Tensor* t);
   // A node left the index: unlink it from its tensor; a tensor left with no
-  // node leaves the index and is freed once unpinned.
+  // node leaves the index and is freed once nothing refers to it.
   void OnNodeRemovedLocked(RadixNode* n, RemoveResult* result);
-  void FreeTensorLocked(Tensor* t);
+  // Frees `t` if it is out of the index and unreferenced (no pin, hold, I/O).
+  void MaybeDestroyLocked(Tensor* t);
+  void FreeDramLocked(Tensor* t);
   void UnpinLocked(Tensor* t);
+  void SetPriorityLocked(Tensor* t, double priority);
+
+  // SSD tier (store_ssd.cc).
+  bool SsdEnabled() const { return ssd_ != nullptr; }
+  // Writes `t` to SSD with the lock released; afterwards frees its DRAM
+  // copy if `free_dram` and nothing pins it. False if the spill failed.
+  bool SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram = true);
+  // The spill of `t` alone (SpillLocked writes its ancestors first).
+  bool SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram);
+  // Reads the SSD-only tensors `missing` back into DRAM (lock released for
+  // the reads). Tensors whose record is bad leave the index.
+  void FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk);
+  // Keeps the SSD tier's live bytes under its eviction mark with room for
+  // `need` more bytes, dropping SSD copies by GDSF. False if it cannot.
+  bool MakeSsdRoomLocked(uint64_t need);
+  // The tensor's SSD copy goes (its record is killed on disk in the
+  // background); the tensor itself stays if it is in DRAM.
+  void DropSsdCopyLocked(Tensor* t);
+  // Queues a header rewrite; its future lands in pending_rewrites_.
+  void RewriteRecordLocked(const SsdLocation& loc, uint64_t live_tokens);
+  // Takes the rewrites queued so far (to wait for them without the lock).
+  std::vector<std::future<Status>> TakeRewritesLocked();
+  // The record of `t`'s indexed part (seq not set) and its payload length.
+  RecordHeader TensorRecordLocked(const Tensor& t, uint64_t* live_bytes) const;
+  uint64_t LiveTokens(const Tensor& t) const;
+  void CleanerLoop();
+  // Rebuilds namespaces and the index from the segments (store_recovery.cc).
+  Status RecoverLocked();
   void RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result);
+  // Waits (lock released) for the record rewrites of a removal.
+  Result<RemoveResult> FinishRemovalLocked(const RemoveResult& r, std::unique_lock<std::mutex>& lk);
   // Extents of a match; arena offsets when `with_arena`.
   std::vector<Extent> ExtentsLocked(const Match& m, uint64_t block_bytes, bool with_arena) const;
   // Counts a hit on every tensor of the match and restores the rule that an
@@ -164,20 +230,30 @@ class Store {
 
   const StoreOptions options_;
   std::unique_ptr<core::SharedMemory> arena_;
+  std::unique_ptr<SsdTier> ssd_;        // null without an SSD tier
+  std::unique_ptr<IoPool> io_;          // SSD reads and writes
 
   // Lock order: mu_ is the only lock; never call out while holding it.
   mutable std::mutex mu_;
   std::condition_variable inflight_done_;  // signalled when a save finishes
+  std::condition_variable io_done_;        // signalled when a tensor's I/O ends
+  std::condition_variable cleaner_wake_;
   Allocator alloc_;                                                      // GUARDED_BY(mu_)
   Gdsf gdsf_;                                                            // GUARDED_BY(mu_)
-  EvictionQueue queue_[2];                                               // GUARDED_BY(mu_), by class
+  EvictionQueue queue_[2];                                               // GUARDED_BY(mu_), DRAM copies by class
+  EvictionQueue ssd_queue_;                                              // GUARDED_BY(mu_), SSD copies
   std::map<std::string, std::unique_ptr<Namespace>, std::less<>> namespaces_;  // GUARDED_BY(mu_)
   std::unordered_map<uint64_t, std::unique_ptr<Tensor>> tensors_;        // GUARDED_BY(mu_)
   std::set<std::pair<Namespace*, ChainKey>> inflight_;                   // GUARDED_BY(mu_)
   std::unordered_map<uint64_t, Lease> leases_;                           // GUARDED_BY(mu_)
   uint64_t next_tensor_seq_ = 1;                                         // GUARDED_BY(mu_)
   uint64_t next_lease_ = 1;                                              // GUARDED_BY(mu_)
-  uint64_t next_namespace_id_ = 1;                                       // GUARDED_BY(mu_)
+  uint64_t next_seq_ = 1;                                                // GUARDED_BY(mu_), records and namespaces
+  uint64_t appends_in_flight_ = 0;                                       // GUARDED_BY(mu_), SSD appends outside mu_
+  uint64_t ssd_gen_ = 1;                                                 // GUARDED_BY(mu_), bumped when SSD space frees
+  std::vector<std::future<Status>> pending_rewrites_;                    // GUARDED_BY(mu_)
+  bool stopping_ = false;                                                // GUARDED_BY(mu_)
+  std::thread cleaner_;
   mutable StoreStats stats_;                                             // GUARDED_BY(mu_)
 };
 

@@ -2,6 +2,11 @@
 // was saved (or fetched, for a replica). Radix nodes point into it; splitting
 // a node splits metadata, never the tensor.
 //
+// A tensor lives in the DRAM arena, in the SSD tier, or both: an owned
+// tensor evicted from DRAM is written to SSD (spilled) and stays in the
+// index; a pin reads it back (fills it). The struct itself is freed once it
+// has left the index and nothing (pin, hold, I/O) refers to it any more.
+//
 // Thread safety: Tensors are owned by the Store and touched only under its
 // mutex.
 #pragma once
@@ -10,6 +15,7 @@
 #include <vector>
 
 #include "ptstore/types.h"
+#include "storage/ssd_tier.h"
 
 namespace ptstore::storage {
 
@@ -20,13 +26,22 @@ struct Tensor {
   TensorId id;
   CacheClass cache_class = CacheClass::kOwned;
   Namespace* ns = nullptr;
-  uint64_t arena_offset = 0;   // where the bytes start in the arena
+  uint64_t arena_offset = 0;   // where the bytes start in the arena (when in_dram)
   uint64_t bytes = 0;          // logical length (whole blocks)
-  uint64_t allocated = 0;      // bytes reserved in the allocator (rounded up)
+  uint64_t allocated = 0;      // bytes reserved in the allocator (rounded up; when in_dram)
   uint64_t start_token = 0;    // position of its first token in the prefix
   uint64_t tokens = 0;
 
-  uint32_t pins = 0;           // leases and in-flight saves holding it
+  bool in_dram = true;         // arena_offset/allocated hold its bytes
+  bool on_ssd = false;         // `ssd` is a live record of it
+  SsdLocation ssd;
+  // I/O in flight on it, outside the store's mutex: its bytes and record
+  // must stay where they are until it ends.
+  enum class Io : uint8_t { kNone, kSpilling, kFilling, kCopying } io = Io::kNone;
+  uint64_t spill_failed_gen = 0;  // a spill failed in this SSD generation: do not retry yet
+
+  uint32_t pins = 0;           // leases on its DRAM bytes
+  uint32_t holds = 0;          // saves hanging below it: keep it in the index
   uint64_t hits = 0;           // loads that used it
   double cost = 0;             // GDSF: recompute cost of its tokens
   double priority = 0;         // GDSF: L + hits * cost / size (>= descendants)

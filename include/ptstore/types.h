@@ -29,6 +29,13 @@ struct TensorId {
 };
 
 enum class CacheClass : uint8_t { kOwned = 0, kReplica = 1 };
+
+// Where a tensor's bytes are on its node (a bit mask): in the DRAM arena, in
+// the SSD tier, or both (a DRAM copy of a record that is still on SSD).
+inline constexpr uint8_t kTierDram = 1;
+inline constexpr uint8_t kTierSsd = 2;
+// "dram", "ssd", "dram+ssd" (or "-" for none).
+const char* TierName(uint8_t tier);
 const char* CacheClassName(CacheClass c);  // "owned" / "replica"
 
 // One slice of a prefix: `length` bytes at `offset` inside `tensor`.
@@ -65,6 +72,7 @@ struct PrefixNodeInfo {
   CacheClass cache_class = CacheClass::kOwned;
   uint32_t children = 0;
   uint32_t pins = 0;
+  uint8_t tier = kTierDram;  // where its tensor is: kTierDram and/or kTierSsd
 };
 
 // What a save did: tokens already present, tokens it added, bytes written.
@@ -108,6 +116,27 @@ struct StoreStats {
   uint64_t evicted_bytes = 0;
   uint64_t active_leases = 0;
   uint64_t expired_leases = 0;
+
+  // SSD tier (all 0 on a node without one).
+  uint64_t ssd_capacity = 0;       // bytes its segment files may take
+  uint64_t ssd_file_bytes = 0;     // bytes they take
+  uint64_t ssd_live_bytes = 0;     // of which live records
+  uint64_t ssd_segments = 0;
+  uint64_t ssd_tensors = 0;        // tensors with a copy on SSD
+  uint64_t ssd_hits = 0;           // pins/loads that read something back from SSD
+  uint64_t ssd_fills = 0;          // tensors read back into DRAM
+  uint64_t ssd_fill_bytes = 0;
+  uint64_t ssd_spills = 0;         // owned tensors written to SSD on eviction
+  uint64_t ssd_spill_bytes = 0;    // their bytes (before compression)
+  uint64_t ssd_stored_bytes = 0;   // bytes the spills took on SSD (after compression)
+  uint64_t ssd_spill_failures = 0; // spills that failed (full, I/O error): dropped instead
+  uint64_t ssd_evictions = 0;      // SSD copies dropped to stay under capacity
+  uint64_t ssd_read_errors = 0;    // reads that failed or did not match their checksum
+  uint64_t ssd_compactions = 0;    // sparse segments rewritten
+  uint64_t recovered_tensors = 0;  // indexed again from SSD at start
+  uint64_t recovered_bytes = 0;
+  uint64_t recovery_corrupt = 0;   // records skipped at start: bad checksums, torn
+  uint64_t recovery_dropped = 0;   // valid records not indexed: orphans, duplicates
 };
 
 }  // namespace ptstore

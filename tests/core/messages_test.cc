@@ -437,7 +437,7 @@ TEST(MessagesTest, Remove) {
 TEST(MessagesTest, StatsReplyCarriesEveryCounter) {
   StatsReply m;
   constexpr size_t kCounters = sizeof(StoreStats) / sizeof(uint64_t);
-  static_assert(kCounters == 20, "a StoreStats counter was added: update ForEachStat and the docs");
+  static_assert(kCounters == 39, "a StoreStats counter was added: update ForEachStat and the docs");
   uint64_t fields[kCounters];
   for (size_t i = 0; i < kCounters; ++i) fields[i] = 0x0101010101010101ULL * (i + 1) + i;
   std::memcpy(&m.stats, fields, sizeof(fields));
@@ -452,7 +452,7 @@ TEST(MessagesTest, StatsReplyCarriesEveryCounter) {
   std::memcpy(&first, body.data(), 8);
   std::memcpy(&last, body.data() + body.size() - 8, 8);
   EXPECT_EQ(first, m.stats.arena_bytes);
-  EXPECT_EQ(last, m.stats.expired_leases);
+  EXPECT_EQ(last, m.stats.recovery_dropped);
 }
 
 TEST(MessagesTest, ListTree) {
@@ -478,6 +478,7 @@ TEST(MessagesTest, ListTree) {
     n.cache_class = i % 2 ? CacheClass::kReplica : CacheClass::kOwned;
     n.children = i == 2 ? 0 : 1;
     n.pins = 3 * i;
+    n.tier = static_cast<uint8_t>(i % 3 + 1);
     r.nodes.push_back(n);
   }
   ListTreeReply ro = RoundTrip(T(MsgType::kListTreeReply), r);
@@ -494,6 +495,7 @@ TEST(MessagesTest, ListTree) {
     EXPECT_EQ(ro.nodes[i].cache_class, r.nodes[i].cache_class);
     EXPECT_EQ(ro.nodes[i].children, r.nodes[i].children);
     EXPECT_EQ(ro.nodes[i].pins, r.nodes[i].pins);
+    EXPECT_EQ(ro.nodes[i].tier, r.nodes[i].tier);
   }
 }
 
@@ -537,7 +539,7 @@ TEST(MessagesTest, UnknownCacheClassRejected) {
   r.nodes.resize(1);
   std::vector<uint8_t> body = EncodeBody(r);
   // count(4) key(16) parent(16) 5*u64(40) -> class at offset 76.
-  ASSERT_EQ(body.size(), 4u + 81);
+  ASSERT_EQ(body.size(), 4u + 82);
   ASSERT_EQ(body[76], 0);
   for (uint8_t cls : {2, 3, 0x80, 0xff}) {
     body[76] = cls;

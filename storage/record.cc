@@ -1,0 +1,234 @@
+#include "storage/record.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "core/wire.h"
+
+namespace ptstore::storage {
+
+using core::Decoder;
+using core::Encoder;
+
+namespace {
+
+// Fixed prefix of every record header: magic, unpadded length.
+constexpr size_t kPeekBytes = 16;
+
+uint64_t Hash(std::span<const uint8_t> bytes, uint64_t seed) { return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed); }
+
+void PutKey(Encoder& e, const ChainKey& k) {
+  e.PutU64(k.hi);
+  e.PutU64(k.lo);
+}
+
+void PutLayout(Encoder& e, const Layout& l) {
+  e.PutU32(l.layers);
+  e.PutU32(l.kv_heads);
+  e.PutU32(l.head_dim);
+  e.PutU8(static_cast<uint8_t>(l.dtype));
+  e.PutU32(l.block_tokens);
+}
+
+Status GetLayout(Decoder& d, Layout* l) {
+  uint8_t dtype;
+  PTS_RETURN_IF_ERROR(d.GetU32("layout.layers", &l->layers));
+  PTS_RETURN_IF_ERROR(d.GetU32("layout.kv_heads", &l->kv_heads));
+  PTS_RETURN_IF_ERROR(d.GetU32("layout.head_dim", &l->head_dim));
+  PTS_RETURN_IF_ERROR(d.GetU8("layout.dtype", &dtype));
+  l->dtype = static_cast<DType>(dtype);
+  return d.GetU32("layout.block_tokens", &l->block_tokens);
+}
+
+Status AsCorruption(const Status& s, const char* what) {
+  if (s.ok()) return s;
+  return Corruption(std::string(what) + ": " + s.message());
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeSegmentHeader(const SegmentHeader& h) {
+  Encoder e;
+  e.PutU64(kSegmentMagic);
+  e.PutU32(h.version);
+  e.PutU32(h.node_id);
+  e.PutU64(h.segment_id);
+  e.PutU64(h.created_ns);
+  e.PutU64(h.seed);
+  // The header checksum is unseeded: the seed is what it protects.
+  const uint64_t sum = XXH3_64bits(e.buffer().data(), e.buffer().size());
+  e.PutU64(sum);
+  std::vector<uint8_t> out = e.Take();
+  out.resize(kSegmentHeaderBytes, 0);
+  return out;
+}
+
+Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> bytes) {
+  if (bytes.size() < 48) return Corruption("segment header: " + std::to_string(bytes.size()) + " bytes, need 48");
+  Decoder d(bytes.first(48));
+  uint64_t magic, sum;
+  SegmentHeader h;
+  PTS_RETURN_IF_ERROR(d.GetU64("magic", &magic));
+  if (magic != kSegmentMagic) return Corruption("segment header: bad magic (not a PTStore segment file)");
+  PTS_RETURN_IF_ERROR(d.GetU32("version", &h.version));
+  PTS_RETURN_IF_ERROR(d.GetU32("node_id", &h.node_id));
+  PTS_RETURN_IF_ERROR(d.GetU64("segment_id", &h.segment_id));
+  PTS_RETURN_IF_ERROR(d.GetU64("created_ns", &h.created_ns));
+  PTS_RETURN_IF_ERROR(d.GetU64("seed", &h.seed));
+  PTS_RETURN_IF_ERROR(d.GetU64("checksum", &sum));
+  if (XXH3_64bits(bytes.data(), 40) != sum) return Corruption("segment header: checksum mismatch");
+  if (h.version != kFormatVersion) {
+    return Corruption("segment header: format version " + std::to_string(h.version) + ", this build reads " +
+                      std::to_string(kFormatVersion));
+  }
+  return h;
+}
+
+std::vector<uint8_t> EncodeRecordHeader(const RecordHeader& h, uint64_t seed) {
+  Encoder e;
+  e.PutU64(kRecordMagic);
+  e.PutU32(0);  // unpadded length, filled in below
+  e.PutU16(static_cast<uint16_t>(h.kind));
+  e.PutU16(h.flags);
+  e.PutU64(h.seq);
+  e.PutU64(h.payload_bytes);
+  e.PutU64(h.stored_bytes);
+  e.PutU64(h.payload_checksum);
+  e.PutU64(h.live_tokens);
+  e.PutU32(h.owner_node);
+  e.PutString(h.ns_name);
+  e.PutU64(h.ns_incarnation);
+  PutLayout(e, h.layout);
+  if (h.kind == RecordKind::kTensor) {
+    PutKey(e, h.parent_key);
+    e.PutU64(h.start_token);
+    e.PutU64(h.hits);
+    e.PutU32Array(h.tokens);
+  } else {
+    e.PutString(h.salt);
+    e.PutU32(h.uid);
+    e.PutU32(h.gid);
+    e.PutU32(h.mode);
+  }
+  std::vector<uint8_t>& buf = e.buffer();
+  const uint32_t len = static_cast<uint32_t>(buf.size() + 8);
+  std::memcpy(buf.data() + 8, &len, 4);
+  const uint64_t sum = Hash(buf, seed);
+  e.PutU64(sum);
+  std::vector<uint8_t> out = e.Take();
+  out.resize(AlignUp(out.size(), kRecordAlignment), 0);
+  return out;
+}
+
+Result<uint32_t> PeekRecordHeaderBytes(std::span<const uint8_t> prefix) {
+  if (prefix.size() < kPeekBytes) return Corruption("record header: truncated");
+  uint64_t magic;
+  uint32_t len;
+  std::memcpy(&magic, prefix.data(), 8);
+  std::memcpy(&len, prefix.data() + 8, 4);
+  if (magic != kRecordMagic) return Corruption("record header: bad magic");
+  if (len < 64 || len > kMaxRecordHeaderBytes) {
+    return Corruption("record header: implausible length " + std::to_string(len));
+  }
+  return len;
+}
+
+Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t seed) {
+  PTS_ASSIGN_OR_RETURN(uint32_t len, PeekRecordHeaderBytes(bytes));
+  if (bytes.size() < len) return Corruption("record header: truncated (" + std::to_string(bytes.size()) + " of " +
+                                            std::to_string(len) + " bytes)");
+  uint64_t sum;
+  std::memcpy(&sum, bytes.data() + len - 8, 8);
+  if (Hash(bytes.first(len - 8), seed) != sum) return Corruption("record header: checksum mismatch");
+
+  Decoder d(bytes.subspan(12, len - 20));
+  RecordHeader h;
+  uint16_t kind;
+  Status s = [&]() -> Status {
+    PTS_RETURN_IF_ERROR(d.GetU16("kind", &kind));
+    PTS_RETURN_IF_ERROR(d.GetU16("flags", &h.flags));
+    PTS_RETURN_IF_ERROR(d.GetU64("seq", &h.seq));
+    PTS_RETURN_IF_ERROR(d.GetU64("payload_bytes", &h.payload_bytes));
+    PTS_RETURN_IF_ERROR(d.GetU64("stored_bytes", &h.stored_bytes));
+    PTS_RETURN_IF_ERROR(d.GetU64("payload_checksum", &h.payload_checksum));
+    PTS_RETURN_IF_ERROR(d.GetU64("live_tokens", &h.live_tokens));
+    PTS_RETURN_IF_ERROR(d.GetU32("owner_node", &h.owner_node));
+    PTS_RETURN_IF_ERROR(d.GetString("ns_name", &h.ns_name, 1024));
+    PTS_RETURN_IF_ERROR(d.GetU64("ns_incarnation", &h.ns_incarnation));
+    PTS_RETURN_IF_ERROR(GetLayout(d, &h.layout));
+    if (kind == static_cast<uint16_t>(RecordKind::kTensor)) {
+      h.kind = RecordKind::kTensor;
+      PTS_RETURN_IF_ERROR(d.GetU64("parent_key", &h.parent_key.hi));
+      PTS_RETURN_IF_ERROR(d.GetU64("parent_key", &h.parent_key.lo));
+      PTS_RETURN_IF_ERROR(d.GetU64("start_token", &h.start_token));
+      PTS_RETURN_IF_ERROR(d.GetU64("hits", &h.hits));
+      PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &h.tokens, kMaxRecordHeaderBytes / 4));
+    } else if (kind == static_cast<uint16_t>(RecordKind::kNamespace)) {
+      h.kind = RecordKind::kNamespace;
+      PTS_RETURN_IF_ERROR(d.GetString("salt", &h.salt, 1 << 16));
+      PTS_RETURN_IF_ERROR(d.GetU32("uid", &h.uid));
+      PTS_RETURN_IF_ERROR(d.GetU32("gid", &h.gid));
+      PTS_RETURN_IF_ERROR(d.GetU32("mode", &h.mode));
+    } else {
+      return Corruption("unknown record kind " + std::to_string(kind));
+    }
+    return d.Finish("record header");
+  }();
+  PTS_RETURN_IF_ERROR(AsCorruption(s, "record header"));
+  // A checksummed header can still be nonsense if a bug wrote it; the
+  // store relies on these.
+  if (h.kind == RecordKind::kTensor) {
+    PTS_RETURN_IF_ERROR(AsCorruption(h.layout.Validate(), "record header"));
+    const uint64_t bt = h.layout.block_tokens;
+    if (h.tokens.empty() || h.tokens.size() % bt != 0 || h.start_token % bt != 0) {
+      return Corruption("record header: " + std::to_string(h.tokens.size()) + " tokens at " +
+                        std::to_string(h.start_token) + " are not whole blocks of " + std::to_string(bt));
+    }
+    if (h.payload_bytes != h.tokens.size() * h.layout.BytesPerToken()) {
+      return Corruption("record header: payload of " + std::to_string(h.payload_bytes) + " bytes does not hold " +
+                        std::to_string(h.tokens.size()) + " tokens of layout {" + h.layout.ToString() + "}");
+    }
+    if (h.live_tokens > h.tokens.size() || h.live_tokens % bt != 0) {
+      return Corruption("record header: live_tokens " + std::to_string(h.live_tokens) + " is not a block count <= " +
+                        std::to_string(h.tokens.size()));
+    }
+    if (!(h.flags & kRecordCompressed) && h.stored_bytes != h.payload_bytes) {
+      return Corruption("record header: uncompressed payload stored in " + std::to_string(h.stored_bytes) +
+                        " bytes, not " + std::to_string(h.payload_bytes));
+    }
+  } else if (h.stored_bytes != 0 || h.payload_bytes != 0) {
+    return Corruption("record header: a namespace record has no payload");
+  }
+  return h;
+}
+
+uint64_t RecordFootprint(uint64_t header_bytes_padded, uint64_t stored_bytes) {
+  return header_bytes_padded + AlignUp(stored_bytes, kRecordAlignment);
+}
+
+uint64_t PayloadChecksum(std::span<const uint8_t> stored, uint64_t seed) { return Hash(stored, seed); }
+
+std::string SegmentFileName(uint64_t segment_id) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "seg-%016" PRIx64 ".pts", segment_id);
+  return buf;
+}
+
+std::optional<uint64_t> ParseSegmentFileName(const std::string& name) {
+  if (name.size() != 24 || name.compare(0, 4, "seg-") != 0 || name.compare(20, 4, ".pts") != 0) return std::nullopt;
+  uint64_t v = 0;
+  for (size_t i = 4; i < 20; ++i) {
+    const char c = name[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return std::nullopt;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+}  // namespace ptstore::storage

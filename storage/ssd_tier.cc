@@ -1,0 +1,639 @@
+#include "storage/ssd_tier.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "core/logging.h"
+#include "storage/codec.h"
+
+namespace ptstore::storage {
+
+namespace {
+
+constexpr uint64_t kScanChunk = 8ull << 20;  // payload bytes hashed per read during scans and copies
+
+// A 4 KiB-aligned heap buffer, as O_DIRECT needs.
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(uint64_t bytes)
+      : size_(AlignUp(std::max<uint64_t>(bytes, 1), kDirectIoAlignment)),
+        data_(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlignment, size_))) {
+    if (data_ == nullptr) throw std::bad_alloc();
+    std::memset(data_, 0, size_);
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  uint8_t* data() { return data_; }
+  uint64_t size() const { return size_; }
+  std::span<uint8_t> span(uint64_t n) { return {data_, n}; }
+
+ private:
+  uint64_t size_;
+  uint8_t* data_;
+};
+
+bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0; }
+
+std::string Where(uint64_t segment, uint64_t offset) {
+  return SegmentFileName(segment) + " offset " + std::to_string(offset);
+}
+
+}  // namespace
+
+const char* SyncName(SsdOptions::Sync s) {
+  switch (s) {
+    case SsdOptions::Sync::kNone: return "none";
+    case SsdOptions::Sync::kSegment: return "segment";
+    case SsdOptions::Sync::kRecord: return "record";
+  }
+  return "?";
+}
+
+SsdTier::SsdTier(Env* env, const SsdOptions& options, uint32_t node_id)
+    : env_(env), options_(options), node_id_(node_id) {}
+
+Result<std::unique_ptr<SsdTier>> SsdTier::Open(Env* env, const SsdOptions& options, uint32_t node_id) {
+  if (options.dir.empty()) return InvalidArgument("ssd: no data directory given");
+  if (options.capacity < (8ull << 20)) {
+    return InvalidArgument("ssd: capacity " + std::to_string(options.capacity) + " is below the 8 MiB minimum");
+  }
+  SsdOptions o = options;
+  // At least eight segments fit, so reclaiming one never needs much room.
+  o.segment_bytes = std::clamp<uint64_t>(AlignUp(std::min(o.segment_bytes, o.capacity / 8), kRecordAlignment),
+                                         1ull << 20, 1ull << 40);
+  if (o.io_threads == 0) o.io_threads = 1;
+  std::unique_ptr<SsdTier> tier(new SsdTier(env, o, node_id));
+  PTS_RETURN_IF_ERROR(tier->Init());
+  return tier;
+}
+
+SsdTier::~SsdTier() {
+  std::shared_ptr<File> active;
+  {
+    std::lock_guard lk(mu_);
+    auto it = segments_.find(active_);
+    if (it != segments_.end()) active = it->second.file;
+  }
+  if (active && options_.sync != SsdOptions::Sync::kNone) {
+    Status s = active->Sync();
+    if (!s.ok()) PTS_WARN("ssd", "sync of the active segment at shutdown: " << s.ToString());
+  }
+}
+
+std::string SsdTier::PathOf(uint64_t segment) const { return options_.dir + "/" + SegmentFileName(segment); }
+
+Status SsdTier::Init() {
+  PTS_RETURN_IF_ERROR(env_->CreateDirs(options_.dir));
+  PTS_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(options_.dir));
+  bool have_seed = false;
+  AlignedBuffer head(kSegmentHeaderBytes);
+  for (const std::string& name : names) {
+    std::optional<uint64_t> id = ParseSegmentFileName(name);
+    if (!id) continue;
+    OpenOptions oo;
+    oo.writable = true;  // header rewrites
+    oo.direct = options_.direct_io;
+    PTS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->Open(PathOf(*id), oo));
+    PTS_ASSIGN_OR_RETURN(uint64_t size, f->Size());
+    Segment s;
+    s.id = *id;
+    s.size = size;
+    s.file = std::move(f);
+    if (!have_seed && size >= kSegmentHeaderBytes) {
+      Result<size_t> n = s.file->ReadAt(0, head.span(kSegmentHeaderBytes));
+      if (n.ok() && *n == kSegmentHeaderBytes) {
+        Result<SegmentHeader> h = DecodeSegmentHeader(head.span(kSegmentHeaderBytes));
+        if (h.ok()) {
+          seed_ = h->seed;
+          have_seed = true;
+        }
+      }
+    }
+    file_bytes_ += size;
+    next_segment_ = std::max(next_segment_, *id + 1);
+    segments_.emplace(*id, std::move(s));
+  }
+  if (!have_seed) {
+    if (!segments_.empty()) {
+      PTS_ERROR("ssd", options_.dir << ": no segment has a readable header; their records cannot be verified and "
+                                       "will be dropped");
+    }
+    if (getrandom(&seed_, sizeof(seed_), 0) != sizeof(seed_)) {
+      seed_ = env_->NowNanos() * 0x9e3779b97f4a7c15ull;
+    }
+  }
+  stats_.capacity = options_.capacity;
+  return Status::OK();
+}
+
+// -------------------------------------------------------------- recovery
+
+Status SsdTier::Scan(const ScanFn& fn, ScanStats* stats) {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, s] : segments_) ids.push_back(id);
+  }
+  for (uint64_t id : ids) PTS_RETURN_IF_ERROR(ScanSegment(id, fn, stats));
+  // Segments with nothing live are reclaimed now.
+  std::vector<uint64_t> empty;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, s] : segments_) {
+      if (s.live == 0) empty.push_back(id);
+    }
+  }
+  for (uint64_t id : empty) PTS_RETURN_IF_ERROR(DeleteSegment(id));
+  return Status::OK();
+}
+
+Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
+  std::shared_ptr<File> file;
+  uint64_t size;
+  {
+    std::lock_guard lk(mu_);
+    Segment& s = segments_.at(id);
+    file = s.file;
+    size = s.size;
+  }
+  stats->segments++;
+  stats->bytes += size;
+  AlignedBuffer block(kRecordAlignment);
+  uint64_t seed = seed_;
+  {
+    Result<size_t> n = file->ReadAt(0, block.span(kRecordAlignment));
+    Result<SegmentHeader> h = (n.ok() && *n == kRecordAlignment) ? DecodeSegmentHeader(block.span(kRecordAlignment))
+                                                                 : Result<SegmentHeader>(Corruption("short file"));
+    if (h.ok()) {
+      seed = h->seed;
+    } else {
+      stats->bad_segment_headers++;
+      PTS_WARN("ssd", SegmentFileName(id) << ": bad segment header (" << h.status().message()
+                                          << "); scanning its records with the directory's seed");
+    }
+  }
+  uint64_t live = 0;
+  bool in_garbage = false;
+  auto garbage = [&](uint64_t off, const std::string& why) {
+    if (!in_garbage) {
+      stats->corrupt_records++;
+      PTS_WARN("ssd", Where(id, off) << ": skipping a corrupt record (" << why << ")");
+    }
+    in_garbage = true;
+  };
+  uint64_t off = kSegmentHeaderBytes;
+  while (off + kRecordAlignment <= size) {
+    PTS_RETURN_IF_ERROR(ReadFully(file.get(), off, block.span(kRecordAlignment)));
+    const uint8_t* b = block.data();
+    if (b[0] == 0 && std::memcmp(b, b + 1, kRecordAlignment - 1) == 0) {
+      off += kRecordAlignment;  // never written (a reservation a crash cut short)
+      continue;
+    }
+    Result<uint32_t> len = PeekRecordHeaderBytes(block.span(kRecordAlignment));
+    if (!len.ok()) {
+      garbage(off, len.status().message());
+      off += kRecordAlignment;
+      continue;
+    }
+    const uint64_t hpad = AlignUp(*len, kRecordAlignment);
+    if (off + hpad > size) {
+      garbage(off, "header cut short by the end of the file");
+      break;
+    }
+    Result<RecordHeader> h = Corruption("unread");
+    if (hpad == kRecordAlignment) {
+      h = DecodeRecordHeader(block.span(kRecordAlignment), seed);
+    } else {
+      AlignedBuffer big(hpad);
+      PTS_RETURN_IF_ERROR(ReadFully(file.get(), off, big.span(hpad)));
+      h = DecodeRecordHeader(big.span(hpad), seed);
+    }
+    if (!h.ok()) {
+      garbage(off, h.status().message());
+      off += kRecordAlignment;
+      continue;
+    }
+    SsdLocation loc{id, off, hpad, h->stored_bytes, h->payload_bytes, h->payload_checksum, h->flags};
+    const uint64_t foot = loc.footprint();
+    if (off + foot > size) {
+      garbage(off, "payload cut short by the end of the file");
+      break;
+    }
+    if (!h->dead() && options_.verify_on_recovery) {
+      // Stream the payload through the checksum in chunks.
+      XXH3_state_t* st = XXH3_createState();
+      XXH3_64bits_reset_withSeed(st, seed);
+      AlignedBuffer chunk(std::min<uint64_t>(kScanChunk, AlignUp(loc.stored_bytes, kRecordAlignment)));
+      Status rs;
+      for (uint64_t done = 0; done < loc.stored_bytes && rs.ok();) {
+        const uint64_t n = std::min<uint64_t>(chunk.size(), AlignUp(loc.stored_bytes - done, kRecordAlignment));
+        rs = ReadFully(file.get(), off + hpad + done, chunk.span(n));
+        const uint64_t use = std::min<uint64_t>(n, loc.stored_bytes - done);
+        XXH3_64bits_update(st, chunk.data(), use);
+        done += use;
+      }
+      const uint64_t sum = XXH3_64bits_digest(st);
+      XXH3_freeState(st);
+      PTS_RETURN_IF_ERROR(rs);
+      if (sum != loc.payload_checksum) {
+        garbage(off, "payload checksum mismatch");
+        in_garbage = false;  // the header was good: the next record starts after this one
+        off += foot;
+        continue;
+      }
+    }
+    in_garbage = false;
+    stats->records++;
+    if (h->dead()) {
+      stats->dead_records++;
+    } else {
+      live += foot;
+    }
+    fn(*h, loc);
+    off += foot;
+  }
+  if (off < size && off + kRecordAlignment > size) garbage(off, "a partial block at the end of the file");
+  std::lock_guard lk(mu_);
+  Segment& s = segments_.at(id);
+  s.live = live;
+  live_bytes_ += live;
+  if (seed != seed_) {
+    // Records from another directory's seed cannot be copied by raw bytes;
+    // CopyRecord re-checksums, so only note it.
+    PTS_WARN("ssd", SegmentFileName(id) << " has another seed than the directory's first segment");
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------- writing
+
+uint64_t SsdTier::FootprintBound(const RecordHeader& header) {
+  // The encoded header is the fixed part plus the strings and tokens.
+  const uint64_t header_bytes = AlignUp(256 + header.ns_name.size() + header.salt.size() + 4 * header.tokens.size(),
+                                        kRecordAlignment);
+  return header_bytes + AlignUp(header.payload_bytes, kRecordAlignment);
+}
+
+Status SsdTier::OpenNewSegmentLocked() {
+  const uint64_t id = next_segment_++;
+  OpenOptions oo;
+  oo.create = true;
+  oo.exclusive = true;
+  oo.writable = true;
+  oo.direct = options_.direct_io;
+  PTS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->Open(PathOf(id), oo));
+  SegmentHeader h;
+  h.node_id = node_id_;
+  h.segment_id = id;
+  h.created_ns = env_->NowNanos();
+  h.seed = seed_;
+  std::vector<uint8_t> bytes = EncodeSegmentHeader(h);
+  AlignedBuffer buf(bytes.size());
+  std::memcpy(buf.data(), bytes.data(), bytes.size());
+  Status ws = f->WriteAt(0, buf.span(bytes.size()));
+  if (!ws.ok()) {
+    env_->DeleteFile(PathOf(id)).IgnoreError();
+    return ws;
+  }
+  direct_ = f->direct();
+  stats_.direct_io = direct_;
+  Segment s;
+  s.id = id;
+  s.file = std::move(f);
+  s.size = kSegmentHeaderBytes;
+  s.sealed = false;
+  file_bytes_ += kSegmentHeaderBytes;
+  segments_.emplace(id, std::move(s));
+  active_ = id;
+  return Status::OK();
+}
+
+std::shared_ptr<File> SsdTier::SealLocked(Segment* s) {
+  s->sealed = true;
+  // The last append into it may have finished already: then nobody else
+  // will sync it.
+  if (s->inflight == 0 && options_.sync == SsdOptions::Sync::kSegment) return s->file;
+  return nullptr;
+}
+
+Result<std::pair<std::shared_ptr<File>, uint64_t>> SsdTier::ReserveLocked(uint64_t bytes, uint64_t* segment_id,
+                                                                         std::shared_ptr<File>* to_sync) {
+  auto it = segments_.find(active_);
+  const bool need_new = it == segments_.end() ||
+                        (it->second.size + bytes > options_.segment_bytes && it->second.size > kSegmentHeaderBytes);
+  const uint64_t grow = bytes + (need_new ? kSegmentHeaderBytes : 0);
+  if (file_bytes_ + grow > options_.capacity) {
+    return ResourceExhausted("ssd tier full: a record of " + std::to_string(bytes) + " bytes does not fit (" +
+                             std::to_string(file_bytes_) + " of " + std::to_string(options_.capacity) +
+                             " bytes in segment files, " + std::to_string(live_bytes_) + " live)");
+  }
+  if (need_new) {
+    if (it != segments_.end()) *to_sync = SealLocked(&it->second);
+    PTS_RETURN_IF_ERROR(OpenNewSegmentLocked());
+    it = segments_.find(active_);
+  }
+  Segment& s = it->second;
+  const uint64_t off = s.size;
+  s.size += bytes;
+  s.inflight++;
+  file_bytes_ += bytes;
+  *segment_id = s.id;
+  return std::make_pair(s.file, off);
+}
+
+void SsdTier::FinishAppend(uint64_t segment_id, bool ok) {
+  std::shared_ptr<File> to_sync;
+  {
+    std::lock_guard lk(mu_);
+    auto it = segments_.find(segment_id);
+    if (it == segments_.end()) return;
+    Segment& s = it->second;
+    s.inflight--;
+    if (s.sealed && s.inflight == 0 && options_.sync == SsdOptions::Sync::kSegment) to_sync = s.file;
+  }
+  (void)ok;
+  if (to_sync) {
+    Status st = to_sync->Sync();
+    if (!st.ok()) PTS_WARN("ssd", "sync of a sealed segment: " << st.ToString());
+  }
+}
+
+Result<SsdLocation> SsdTier::Append(RecordHeader header, std::span<const uint8_t> payload) {
+  std::vector<uint8_t> compressed;
+  std::span<const uint8_t> stored = payload;
+  header.flags &= static_cast<uint16_t>(~kRecordCompressed);
+  if (options_.compress && !payload.empty()) {
+    CodecOptions co;
+    co.element_size = static_cast<uint32_t>(DTypeSize(header.layout.dtype));
+    co.level = options_.compress_level;
+    PTS_RETURN_IF_ERROR(Compress(payload, co, &compressed));
+    if (compressed.size() < payload.size()) {
+      stored = compressed;
+      header.flags |= kRecordCompressed;
+    }
+  }
+  header.payload_bytes = payload.size();
+  header.stored_bytes = stored.size();
+  header.payload_checksum = PayloadChecksum(stored, seed_);
+  const std::vector<uint8_t> hbytes = EncodeRecordHeader(header, seed_);
+  SsdLocation loc;
+  loc.header_bytes = hbytes.size();
+  loc.stored_bytes = stored.size();
+  loc.payload_bytes = payload.size();
+  loc.payload_checksum = header.payload_checksum;
+  loc.flags = header.flags;
+  const uint64_t foot = loc.footprint();
+
+  std::shared_ptr<File> file, sealed;
+  {
+    std::lock_guard lk(mu_);
+    Result<std::pair<std::shared_ptr<File>, uint64_t>> r = ReserveLocked(foot, &loc.segment, &sealed);
+    if (!r.ok()) {
+      stats_.write_errors++;
+      return r.status();
+    }
+    file = r->first;
+    loc.offset = r->second;
+  }
+  if (sealed) {
+    Status ss = sealed->Sync();
+    if (!ss.ok()) PTS_WARN("ssd", "sync of a sealed segment: " << ss.ToString());
+  }
+
+  // The payload goes first and the header last: a crash in between leaves
+  // payload blocks without a header, which a scan skips as garbage.
+  Status s;
+  const uint64_t body = stored.size() / kRecordAlignment * kRecordAlignment;
+  const uint64_t tail = stored.size() - body;
+  if (!file->direct() || IsAligned(stored.data())) {
+    if (body > 0) s = file->WriteAt(loc.offset + loc.header_bytes, stored.first(body));
+    if (s.ok() && tail > 0) {
+      AlignedBuffer last(kRecordAlignment);
+      std::memcpy(last.data(), stored.data() + body, tail);
+      s = file->WriteAt(loc.offset + loc.header_bytes + body, last.span(kRecordAlignment));
+    }
+  } else {
+    // An unaligned source under O_DIRECT: through a bounce buffer.
+    AlignedBuffer bounce(std::min<uint64_t>(kScanChunk, AlignUp(stored.size(), kRecordAlignment)));
+    for (uint64_t done = 0; done < stored.size() && s.ok();) {
+      const uint64_t n = std::min<uint64_t>(bounce.size(), stored.size() - done);
+      std::memcpy(bounce.data(), stored.data() + done, n);
+      if (n < bounce.size()) std::memset(bounce.data() + n, 0, bounce.size() - n);
+      s = file->WriteAt(loc.offset + loc.header_bytes + done, bounce.span(AlignUp(n, kRecordAlignment)));
+      done += n;
+    }
+  }
+  if (s.ok()) {
+    AlignedBuffer hb(hbytes.size());
+    std::memcpy(hb.data(), hbytes.data(), hbytes.size());
+    s = file->WriteAt(loc.offset, hb.span(hbytes.size()));
+  }
+  // Namespace records are rare and everything else depends on them: they
+  // are made durable at once unless syncing is off altogether.
+  const bool sync_now = options_.sync == SsdOptions::Sync::kRecord ||
+                        (options_.sync == SsdOptions::Sync::kSegment && header.kind == RecordKind::kNamespace);
+  if (s.ok() && sync_now) s = file->Sync();
+  {
+    std::lock_guard lk(mu_);
+    if (s.ok()) {
+      segments_.at(loc.segment).live += foot;
+      live_bytes_ += foot;
+      stats_.records_written++;
+      stats_.payload_bytes_written += payload.size();
+      stats_.stored_bytes_written += stored.size();
+    } else {
+      stats_.write_errors++;
+    }
+  }
+  FinishAppend(loc.segment, s.ok());
+  if (!s.ok()) return s.WithContext("ssd: writing a record to " + Where(loc.segment, loc.offset));
+  return loc;
+}
+
+// ---------------------------------------------------------------- reading
+
+Result<std::shared_ptr<File>> SsdTier::FileOf(uint64_t segment) {
+  std::lock_guard lk(mu_);
+  auto it = segments_.find(segment);
+  if (it == segments_.end()) return NotFound("ssd: segment " + SegmentFileName(segment) + " is gone");
+  return it->second.file;
+}
+
+Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
+  if (out.size() != loc.payload_bytes) {
+    return InvalidArgument("ssd: read of a " + std::to_string(loc.payload_bytes) + "-byte payload into " +
+                           std::to_string(out.size()) + " bytes");
+  }
+  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  const uint64_t start = loc.offset + loc.header_bytes;
+  const bool compressed = loc.flags & kRecordCompressed;
+  Status s;
+  uint64_t sum = 0;
+  if (!compressed && (!file->direct() || IsAligned(out.data()))) {
+    // Straight into the destination; the last partial block of a direct
+    // file through a small bounce buffer.
+    const uint64_t body = file->direct() ? loc.stored_bytes / kRecordAlignment * kRecordAlignment : loc.stored_bytes;
+    if (body > 0) s = ReadFully(file.get(), start, out.first(body));
+    if (s.ok() && body < loc.stored_bytes) {
+      AlignedBuffer last(kRecordAlignment);
+      s = ReadFully(file.get(), start + body, last.span(kRecordAlignment));
+      std::memcpy(out.data() + body, last.data(), loc.stored_bytes - body);
+    }
+    if (s.ok()) sum = PayloadChecksum(out.first(loc.stored_bytes), seed_);
+  } else {
+    AlignedBuffer stored(loc.stored_bytes);
+    s = ReadFully(file.get(), start, stored.span(AlignUp(loc.stored_bytes, kRecordAlignment)));
+    if (s.ok()) {
+      sum = PayloadChecksum(stored.span(loc.stored_bytes), seed_);
+      if (sum == loc.payload_checksum) {
+        if (compressed) {
+          s = Decompress(stored.span(loc.stored_bytes), out, options_.io_threads);
+        } else {
+          std::memcpy(out.data(), stored.data(), loc.stored_bytes);
+        }
+      }
+    }
+  }
+  if (s.ok() && sum != loc.payload_checksum) {
+    s = Corruption("payload checksum mismatch");
+  }
+  std::lock_guard lk(mu_);
+  if (!s.ok()) {
+    stats_.read_errors++;
+    return s.WithContext("ssd: reading the record at " + Where(loc.segment, loc.offset));
+  }
+  stats_.records_read++;
+  stats_.bytes_read += loc.stored_bytes;
+  return Status::OK();
+}
+
+Result<RecordHeader> SsdTier::ReadHeader(const SsdLocation& loc) {
+  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  AlignedBuffer buf(loc.header_bytes);
+  PTS_RETURN_IF_ERROR(ReadFully(file.get(), loc.offset, buf.span(loc.header_bytes)));
+  Result<RecordHeader> h = DecodeRecordHeader(buf.span(loc.header_bytes), seed_);
+  if (!h.ok()) return h.status().WithContext("ssd: " + Where(loc.segment, loc.offset));
+  return h;
+}
+
+// --------------------------------------------------------------- removal
+
+Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
+  // Rewrites of one header may be queued in any order: live_tokens only
+  // ever goes down, so each rewrite keeps the smaller value and the order
+  // does not matter. One rewrite at a time keeps read-modify-write whole.
+  std::lock_guard rw(rewrite_mu_);
+  PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
+  if (h.live_tokens <= live_tokens) return Status::OK();
+  h.live_tokens = live_tokens;
+  std::vector<uint8_t> bytes = EncodeRecordHeader(h, seed_);
+  if (bytes.size() != loc.header_bytes) return Internal("ssd: a rewritten header changed size");
+  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  AlignedBuffer buf(bytes.size());
+  std::memcpy(buf.data(), bytes.data(), bytes.size());
+  PTS_RETURN_IF_ERROR(file->WriteAt(loc.offset, buf.span(bytes.size())));
+  if (options_.sync == SsdOptions::Sync::kRecord) PTS_RETURN_IF_ERROR(file->Sync());
+  return Status::OK();
+}
+
+void SsdTier::Forget(const SsdLocation& loc) {
+  uint64_t to_delete = 0;
+  {
+    std::lock_guard lk(mu_);
+    auto it = segments_.find(loc.segment);
+    if (it == segments_.end()) return;
+    Segment& s = it->second;
+    const uint64_t foot = std::min(loc.footprint(), s.live);
+    s.live -= foot;
+    live_bytes_ -= std::min(foot, live_bytes_);
+    if (s.live == 0 && s.sealed && s.inflight == 0) to_delete = s.id;
+  }
+  if (to_delete) {
+    Status st = DeleteSegment(to_delete);
+    if (!st.ok()) PTS_WARN("ssd", "deleting an empty segment: " << st.ToString());
+  }
+}
+
+// ------------------------------------------------------------- compaction
+
+Result<SsdLocation> SsdTier::CopyRecord(const SsdLocation& loc) {
+  PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
+  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  AlignedBuffer stored(loc.stored_bytes);
+  PTS_RETURN_IF_ERROR(ReadFully(file.get(), loc.offset + loc.header_bytes,
+                                stored.span(AlignUp(loc.stored_bytes, kRecordAlignment))));
+  if (PayloadChecksum(stored.span(loc.stored_bytes), seed_) != loc.payload_checksum) {
+    std::lock_guard lk(mu_);
+    stats_.read_errors++;
+    return Corruption("ssd: payload checksum mismatch at " + Where(loc.segment, loc.offset));
+  }
+  if (loc.flags & kRecordCompressed) {
+    // Keep the stored form: write header and compressed bytes as they are.
+    std::vector<uint8_t> raw(loc.payload_bytes);
+    PTS_RETURN_IF_ERROR(Decompress(stored.span(loc.stored_bytes), raw, 1));
+    return Append(std::move(h), raw);
+  }
+  return Append(std::move(h), stored.span(loc.stored_bytes));
+}
+
+std::optional<uint64_t> SsdTier::PickSegmentToCompact(bool pressure) const {
+  std::lock_guard lk(mu_);
+  std::optional<uint64_t> best;
+  double best_ratio = 0;
+  for (const auto& [id, s] : segments_) {
+    if (!s.sealed || s.inflight != 0 || id == active_ || s.size <= kSegmentHeaderBytes) continue;
+    const uint64_t body = s.size - kSegmentHeaderBytes;
+    const double dead = static_cast<double>(body - std::min(body, s.live)) / static_cast<double>(body);
+    if (dead <= 0) continue;
+    if (dead >= options_.compact_dead_ratio || pressure) {
+      if (!best || dead > best_ratio) {
+        best = id;
+        best_ratio = dead;
+      }
+    }
+  }
+  return best;
+}
+
+Status SsdTier::DeleteSegment(uint64_t segment) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = segments_.find(segment);
+    if (it == segments_.end()) return Status::OK();
+    live_bytes_ -= std::min(live_bytes_, it->second.live);
+    file_bytes_ -= std::min(file_bytes_, it->second.size);
+    if (active_ == segment) active_ = 0;
+    segments_.erase(it);
+    stats_.segments_deleted++;
+  }
+  return env_->DeleteFile(PathOf(segment));
+}
+
+// ------------------------------------------------------------------ stats
+
+uint64_t SsdTier::live_bytes() const {
+  std::lock_guard lk(mu_);
+  return live_bytes_;
+}
+
+uint64_t SsdTier::file_bytes() const {
+  std::lock_guard lk(mu_);
+  return file_bytes_;
+}
+
+SsdTierStats SsdTier::Stats() const {
+  std::lock_guard lk(mu_);
+  SsdTierStats s = stats_;
+  s.file_bytes = file_bytes_;
+  s.live_bytes = live_bytes_;
+  s.segments = segments_.size();
+  return s;
+}
+
+}  // namespace ptstore::storage

@@ -1,0 +1,418 @@
+// The Store's SSD tier: spilling owned tensors that GDSF evicts from DRAM,
+// reading them back on a pin, keeping the tier under its capacity by GDSF,
+// and reclaiming dead space by rewriting sparse segments (docs/ssd-tier.md).
+//
+// All file I/O runs with mu_ released. A tensor under I/O is marked in
+// Tensor::io, which keeps its DRAM bytes (a spill reads them) or its record
+// (a fill or a copy reads it) where they are until the I/O ends.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/logging.h"
+#include "storage/store.h"
+
+namespace ptstore::storage {
+
+namespace {
+// The tier evicts by GDSF to keep live bytes under this share of its
+// capacity, so that dead space can be reclaimed before files fill it.
+constexpr double kSsdEvictAt = 0.9;
+}  // namespace
+
+Status Store::OpenSsd() {
+  Env* env = options_.env ? options_.env : Env::Default();
+  PTS_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(env, options_.ssd, options_.node_id));
+  io_ = std::make_unique<IoPool>(ssd_->options().io_threads);
+  {
+    std::unique_lock lk(mu_);
+    PTS_RETURN_IF_ERROR(RecoverLocked());
+  }
+  cleaner_ = std::thread([this] { CleanerLoop(); });
+  const SsdTierStats st = ssd_->Stats();
+  PTS_INFO("ssd", "tier at " << ssd_->options().dir << ": capacity " << st.capacity << " bytes, segments of "
+                             << ssd_->options().segment_bytes << ", compression "
+                             << (ssd_->options().compress ? "on" : "off") << ", sync "
+                             << SyncName(ssd_->options().sync));
+  return Status::OK();
+}
+
+// ------------------------------------------------------------- records
+
+RecordHeader Store::TensorRecordLocked(const Tensor& t, uint64_t* live_bytes) const {
+  RecordHeader h;
+  h.kind = RecordKind::kTensor;
+  h.owner_node = options_.node_id;
+  h.ns_name = t.ns->info.name;
+  h.ns_incarnation = t.ns->id;
+  h.layout = t.ns->info.layout;
+  const RadixNode* first = t.nodes.front();
+  h.parent_key = first->parent->tensor != nullptr ? first->parent->key : ChainKey{};
+  h.start_token = t.start_token;
+  h.hits = t.hits;
+  for (const RadixNode* n : t.nodes) h.tokens.insert(h.tokens.end(), n->tokens.begin(), n->tokens.end());
+  h.live_tokens = h.tokens.size();
+  *live_bytes = h.tokens.size() * h.layout.BytesPerToken();
+  return h;
+}
+
+void Store::RewriteRecordLocked(const SsdLocation& loc, uint64_t live_tokens) {
+  if (pending_rewrites_.size() >= 64) {
+    // Drop the futures of rewrites that are done.
+    std::erase_if(pending_rewrites_, [](std::future<Status>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+  }
+  SsdTier* tier = ssd_.get();
+  pending_rewrites_.push_back(io_->Submit(
+      [tier, loc, live_tokens]() -> Status {
+        Status s = tier->SetLiveTokens(loc, live_tokens);
+        // A segment reclaimed meanwhile took the record with it.
+        return s.code() == Code::kNotFound ? Status::OK() : s;
+      },
+      IoPool::Priority::kBackground));
+}
+
+std::vector<std::future<Status>> Store::TakeRewritesLocked() {
+  std::vector<std::future<Status>> out;
+  out.swap(pending_rewrites_);
+  return out;
+}
+
+void Store::FlushSsd() {
+  std::vector<std::future<Status>> writes;
+  {
+    std::lock_guard lk(mu_);
+    writes = TakeRewritesLocked();
+  }
+  for (auto& w : writes) w.get().IgnoreError();
+}
+
+void Store::DropSsdCopyLocked(Tensor* t) {
+  if (!t->on_ssd) return;
+  if (t->in_index) ssd_queue_.Remove(t);
+  ssd_->Forget(t->ssd);
+  RewriteRecordLocked(t->ssd, 0);
+  t->on_ssd = false;
+}
+
+// ------------------------------------------------------------- spilling
+
+bool Store::MakeSsdRoomLocked(uint64_t need) {
+  const auto mark = static_cast<uint64_t>(kSsdEvictAt * static_cast<double>(ssd_->capacity()));
+  while (ssd_->live_bytes() + need > mark) {
+    // The SSD copy of a tensor that DRAM holds can always go; an SSD-only
+    // tensor goes from the index, so only a leaf nothing holds.
+    Tensor* v = ssd_queue_.PickVictim([](const Tensor* t) {
+      if (t->io != Tensor::Io::kNone) return false;
+      return t->in_dram || (t->holds == 0 && t->pins == 0 && t->foreign_children == 0);
+    });
+    if (v == nullptr) return false;
+    stats_.ssd_evictions++;
+    if (v->in_dram) {
+      DropSsdCopyLocked(v);
+    } else {
+      gdsf_.OnEvict(*v);
+      RemoveResult ignored;
+      RemoveSubtreeLocked(v->ns, v->nodes.front(), &ignored);
+    }
+  }
+  return true;
+}
+
+bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
+  // Ancestors first (keeping their DRAM copies): a record is only of use
+  // after a restart if the records of its whole prefix are there too.
+  // GDSF keeps ancestors' priority above their descendants', so this
+  // writes little: shared heads, once.
+  std::vector<Tensor*> up;
+  for (const RadixNode* n = t->nodes.front()->parent; n->tensor != nullptr; n = n->parent) {
+    Tensor* a = n->tensor;
+    if (a != t && (up.empty() || up.back() != a)) up.push_back(a);
+  }
+  if (!up.empty()) {
+    t->io = Tensor::Io::kSpilling;  // nobody else takes it meanwhile
+    for (auto it = up.rbegin(); it != up.rend(); ++it) {
+      Tensor* a = *it;
+      // Our pin keeps each ancestor alive across the lock releases.
+      PinLocked(a);
+    }
+    for (auto it = up.rbegin(); it != up.rend(); ++it) {
+      Tensor* a = *it;
+      if (a->in_index && a->in_dram && !a->on_ssd && a->io == Tensor::Io::kNone &&
+          a->cache_class == CacheClass::kOwned && a->spill_failed_gen != ssd_gen_) {
+        SpillOneLocked(a, lk, /*free_dram=*/false);
+      }
+    }
+    for (Tensor* a : up) UnpinLocked(a);
+    t->io = Tensor::Io::kNone;
+    io_done_.notify_all();
+    if (!t->in_index || !t->in_dram || t->on_ssd || t->pins != 0) {
+      // It changed while the lock was released: let the caller look again.
+      MaybeDestroyLocked(t);
+      return true;
+    }
+  }
+  return SpillOneLocked(t, lk, free_dram);
+}
+
+bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
+  uint64_t bytes = 0;
+  RecordHeader h = TensorRecordLocked(*t, &bytes);
+  const uint64_t written_tokens = h.tokens.size();
+  h.seq = next_seq_++;
+  auto failed = [&](const Status& why) {
+    t->spill_failed_gen = ssd_gen_;
+    stats_.ssd_spill_failures++;
+    if (stats_.ssd_spill_failures <= 10 || stats_.ssd_spill_failures % 1000 == 0) {
+      PTS_WARN("ssd", "spill of tensor " << t->id.value << " (" << bytes << " bytes) failed: " << why.ToString()
+                                         << " [" << stats_.ssd_spill_failures << " so far]");
+    }
+    cleaner_wake_.notify_one();
+    return false;
+  };
+  if (!MakeSsdRoomLocked(SsdTier::FootprintBound(h))) {
+    return failed(ResourceExhausted("the SSD tier is full of data that cannot go"));
+  }
+  t->io = Tensor::Io::kSpilling;
+  appends_in_flight_++;
+  const uint8_t* src = arena_->data() + t->arena_offset;
+  lk.unlock();
+  Result<SsdLocation> loc = ssd_->Append(std::move(h), std::span<const uint8_t>(src, bytes));
+  lk.lock();
+  appends_in_flight_--;
+  t->io = Tensor::Io::kNone;
+  io_done_.notify_all();
+  if (!loc.ok()) {
+    failed(loc.status());
+    MaybeDestroyLocked(t);
+    return false;
+  }
+  stats_.ssd_spills++;
+  stats_.ssd_spill_bytes += bytes;
+  stats_.ssd_stored_bytes += loc->stored_bytes;
+  if (!t->in_index) {
+    // Removed while it was being written: the record must not outlive it.
+    ssd_->Forget(*loc);
+    RewriteRecordLocked(*loc, 0);
+    MaybeDestroyLocked(t);
+    return true;
+  }
+  t->on_ssd = true;
+  t->ssd = *loc;
+  ssd_queue_.Add(t);
+  if (const uint64_t live = LiveTokens(*t); live < written_tokens) RewriteRecordLocked(*loc, live);
+  if (free_dram && t->pins == 0 && t->in_dram) {
+    // A pin that came meanwhile keeps the DRAM copy; otherwise it goes now.
+    FreeDramLocked(t);
+    stats_.evictions++;
+    stats_.evicted_bytes += t->bytes;
+  }
+  return true;
+}
+
+Result<uint64_t> Store::PersistAll() {
+  std::unique_lock lk(mu_);
+  if (!SsdEnabled()) return uint64_t{0};
+  std::vector<std::pair<double, uint64_t>> order;  // (priority, tensor id)
+  for (const auto& [id, t] : tensors_) {
+    if (t->cache_class == CacheClass::kOwned && t->in_index && t->in_dram && !t->on_ssd) {
+      order.push_back({t->priority, id});
+    }
+  }
+  std::sort(order.begin(), order.end(), std::greater<>());
+  uint64_t written = 0, failed = 0;
+  for (const auto& [prio, id] : order) {
+    auto it = tensors_.find(id);  // the lock was released: look it up again
+    if (it == tensors_.end()) continue;
+    Tensor* t = it->second.get();
+    if (!t->in_index || !t->in_dram || t->on_ssd || t->io != Tensor::Io::kNone) continue;
+    if (SpillLocked(t, lk, /*free_dram=*/false)) {
+      ++written;
+    } else {
+      ++failed;
+    }
+  }
+  PTS_INFO("ssd", "persisted " << written << " tensor(s) to SSD" << (failed ? ", " : "")
+                               << (failed ? std::to_string(failed) + " did not fit or failed" : ""));
+  return written;
+}
+
+// --------------------------------------------------------------- filling
+
+void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk) {
+  struct Job {
+    Tensor* t;
+    SsdLocation loc;
+    uint64_t off = 0;
+    Status status;
+  };
+  std::vector<Job> jobs;
+  for (Tensor* t : missing) {
+    if (t->io != Tensor::Io::kNone || t->in_dram || !t->on_ssd || !t->in_index) continue;
+    t->io = Tensor::Io::kFilling;
+    jobs.push_back(Job{t, t->ssd});
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Result<uint64_t> off = AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk);
+    if (!off.ok()) {
+      // No room for the rest: the pin serves the part before them.
+      for (size_t j = i; j < jobs.size(); ++j) {
+        jobs[j].t->io = Tensor::Io::kNone;
+        MaybeDestroyLocked(jobs[j].t);
+      }
+      jobs.resize(i);
+      break;
+    }
+    jobs[i].off = *off;
+  }
+  if (!jobs.empty()) {
+    uint8_t* arena = arena_->data();
+    lk.unlock();
+    std::vector<std::future<Status>> reads;
+    for (const Job& j : jobs) {
+      SsdTier* tier = ssd_.get();
+      std::span<uint8_t> dst(arena + j.off, j.loc.payload_bytes);
+      reads.push_back(io_->Submit([tier, loc = j.loc, dst] { return tier->ReadPayload(loc, dst); }));
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) jobs[i].status = reads[i].get();
+    lk.lock();
+  }
+  for (Job& j : jobs) {
+    Tensor* t = j.t;
+    t->io = Tensor::Io::kNone;
+    if (j.status.ok() && t->in_index && t->on_ssd && t->ssd == j.loc) {
+      t->in_dram = true;
+      t->arena_offset = j.off;
+      t->allocated = alloc_.AllocatedSize(j.off);
+      stats_.owned_bytes += t->allocated;
+      queue_[static_cast<int>(t->cache_class)].Add(t);
+      stats_.ssd_fills++;
+      stats_.ssd_fill_bytes += j.loc.payload_bytes;
+    } else {
+      alloc_.Free(j.off);
+      if (!j.status.ok()) {
+        // Never serve what failed its checksum: the tensor leaves the index
+        // (with what hangs below it, which cannot be reached without it),
+        // and a later save stores it again.
+        PTS_ERROR("ssd", "tensor " << t->id.value << ": " << j.status.ToString()
+                                   << "; dropping it and its descendants from the index");
+        if (t->in_index) {
+          RemoveResult ignored;
+          RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+        }
+      }
+    }
+    MaybeDestroyLocked(t);
+  }
+  io_done_.notify_all();
+}
+
+// ------------------------------------------------------------ compaction
+
+Result<bool> Store::CompactOnce() {
+  std::unique_lock lk(mu_);
+  if (!SsdEnabled()) return false;
+  // An append that has finished on disk but not yet reached the index could
+  // be in any segment: wait for a quiet moment.
+  if (appends_in_flight_ > 0) return false;
+  const bool pressure =
+      static_cast<double>(ssd_->file_bytes()) > kSsdEvictAt * static_cast<double>(ssd_->capacity());
+  std::optional<uint64_t> seg = ssd_->PickSegmentToCompact(pressure);
+  if (!seg) return false;
+
+  struct Move {
+    Tensor* t = nullptr;            // a tensor's record, or
+    std::string ns_name;            // a namespace's record
+    uint64_t ns_id = 0;
+    SsdLocation from;
+    uint64_t live_tokens = 0;
+    Result<SsdLocation> to = Internal("not copied");
+  };
+  std::vector<Move> moves;
+  for (auto& [id, t] : tensors_) {
+    if (!t->on_ssd || t->ssd.segment != *seg) continue;
+    if (t->io != Tensor::Io::kNone) return false;  // busy: next time
+    Move m;
+    m.t = t.get();
+    m.from = t->ssd;
+    m.live_tokens = LiveTokens(*t);
+    moves.push_back(std::move(m));
+  }
+  for (auto& [name, n] : namespaces_) {
+    if (!n->record || n->record->segment != *seg) continue;
+    Move m;
+    m.ns_name = name;
+    m.ns_id = n->id;
+    m.from = *n->record;
+    moves.push_back(std::move(m));
+  }
+  for (Move& m : moves) {
+    if (m.t) m.t->io = Tensor::Io::kCopying;
+  }
+  lk.unlock();
+  for (Move& m : moves) m.to = ssd_->CopyRecord(m.from);
+  lk.lock();
+
+  bool all_moved = true;
+  for (Move& m : moves) {
+    if (!m.to.ok()) {
+      all_moved = false;
+      PTS_ERROR("ssd", "compaction: " << m.to.status().ToString());
+    }
+    if (m.t == nullptr) {
+      auto it = namespaces_.find(m.ns_name);
+      const bool same = it != namespaces_.end() && it->second->id == m.ns_id && it->second->record == m.from;
+      if (m.to.ok() && same) {
+        it->second->record = *m.to;
+        ssd_->Forget(m.from);
+      } else if (m.to.ok()) {
+        ssd_->Forget(*m.to);  // dropped meanwhile
+        RewriteRecordLocked(*m.to, 0);
+      }
+      continue;
+    }
+    Tensor* t = m.t;
+    t->io = Tensor::Io::kNone;
+    if (m.to.ok()) {
+      // The new copy replaces the old; if the tensor left the index
+      // meanwhile, MaybeDestroyLocked below kills the new copy.
+      t->ssd = *m.to;
+      ssd_->Forget(m.from);
+      if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
+    } else if (t->in_dram) {
+      DropSsdCopyLocked(t);
+    } else if (t->in_index) {
+      RemoveResult ignored;
+      RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+    }
+    MaybeDestroyLocked(t);
+  }
+  stats_.ssd_compactions++;
+  ssd_gen_++;  // space came back: spills that failed may try again
+  io_done_.notify_all();
+  lk.unlock();
+  // Whatever the accounting says is left there belongs to nobody.
+  if (all_moved) PTS_RETURN_IF_ERROR(ssd_->DeleteSegment(*seg));
+  return true;
+}
+
+void Store::CleanerLoop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    cleaner_wake_.wait_for(lk, std::chrono::milliseconds(500));
+    if (stopping_) break;
+    lk.unlock();
+    for (int i = 0; i < 8; ++i) {
+      Result<bool> did = CompactOnce();
+      if (!did.ok()) {
+        PTS_WARN("ssd", "compaction: " << did.status().ToString());
+        break;
+      }
+      if (!*did) break;
+    }
+    lk.lock();
+  }
+}
+
+}  // namespace ptstore::storage

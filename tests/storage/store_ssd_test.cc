@@ -1,0 +1,506 @@
+// The Store with an SSD tier: spills of GDSF victims, fills on pin (byte
+// exact), replicas never written, restarts that rebuild the index (also
+// after removals, partial removals and dropped namespaces), corrupt records
+// never served, a full disk, a crash that drops unsynced bytes, the tier's
+// own capacity, compaction, and loads that go on while spills run.
+//
+// Arena 1 MiB (the minimum) so that a few hundred KiB of prompts spill.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "storage/fault_env.h"
+#include "storage/record.h"
+#include "storage/store.h"
+#include "tests/storage/kv_fixture.h"
+
+namespace ptstore::storage {
+namespace {
+
+using namespace testkv;  // NOLINT: the shared test fixture
+
+constexpr uint64_t kSession = 5;
+
+class StoreSsdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ptstore-store-ssd-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  StoreOptions Options(uint64_t ssd_capacity = 64 * kMiB) {
+    StoreOptions o;
+    o.arena_bytes = 1 * kMiB;
+    o.prefault = false;
+    o.try_huge_pages = false;
+    o.ssd.dir = dir_ + "/ssd";
+    o.ssd.capacity = ssd_capacity;
+    o.ssd.segment_bytes = 1 * kMiB;
+    o.ssd.sync = SsdOptions::Sync::kNone;
+    return o;
+  }
+
+  void Open(const StoreOptions& o) {
+    store_.reset();
+    auto s = Store::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+  }
+
+  void CreateNs(const std::string& name = "m", const std::string& salt = "") {
+    auto r = store_->CreateNamespace(name, SmallLayout(), salt, 1000, 1000, 0750, true);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+
+  SaveResult Save(const Tokens& t, const std::string& ns = "m", CacheClass cls = CacheClass::kOwned) {
+    std::vector<uint8_t> kv = Kv(t, 0, t.size() / kBt * kBt);
+    auto r = store_->Save(ns, t, kv.data(), kv.size(), 0, cls);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : SaveResult{};
+  }
+
+  // Loads the longest stored prefix of `t`; checks every byte. Returns the
+  // tokens matched.
+  uint64_t LoadAndCheck(const Tokens& t, const std::string& ns = "m") {
+    std::vector<uint8_t> out(t.size() * kBpt);
+    auto r = store_->LoadCopy(ns, t, out.data(), out.size());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    std::vector<uint8_t> want = Kv(t, 0, *r);
+    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "wrong bytes for a prefix of " << *r;
+    return *r;
+  }
+
+  // `n` prompts of `tokens` tokens: groups of 4 share a 64-token head, so
+  // the tree has splits and tensors hang below other tensors.
+  std::vector<Tokens> Prompts(int n, size_t tokens = 256, uint64_t seed = 1) {
+    std::vector<Tokens> out;
+    for (int i = 0; i < n; ++i) {
+      Tokens head = Gen(seed * 1000 + i / 4, 64);
+      out.push_back(Cat(head, Gen(seed * 1000 + 500 + i, tokens - 64)));
+    }
+    return out;
+  }
+
+  bool Compact() {
+    Result<bool> r = store_->CompactOnce();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() && *r;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreSsdTest, EvictedOwnedTensorsSpillAndLoadBackByteExact) {
+  Open(Options());
+  CreateNs();
+  auto prompts = Prompts(40);  // 40 * 64 KiB = 2.5x the arena
+  for (const auto& p : prompts) Save(p);
+  StoreStats s = store_->Stats();
+  EXPECT_GT(s.ssd_spills, 0u);
+  EXPECT_GT(s.ssd_tensors, 0u);
+  EXPECT_EQ(s.ssd_spill_failures, 0u);
+  // Nothing was lost: every prompt is served whole.
+  for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p), p.size());
+  s = store_->Stats();
+  EXPECT_GT(s.ssd_hits, 0u);
+  EXPECT_GT(s.ssd_fills, 0u);
+  EXPECT_GT(s.ssd_fill_bytes, 0u);
+  // The listing shows both tiers.
+  auto tree = store_->ListTree("m", ChainKey{}, true);
+  ASSERT_TRUE(tree.ok());
+  std::set<uint8_t> tiers;
+  for (const auto& n : *tree) tiers.insert(n.tier);
+  EXPECT_TRUE(tiers.count(kTierSsd) || tiers.count(kTierDram | kTierSsd));
+}
+
+TEST_F(StoreSsdTest, LookupReportsSsdResidentPrefixesWithoutReadingThem) {
+  Open(Options());
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  const uint64_t fills = store_->Stats().ssd_fills;
+  for (const auto& p : prompts) {
+    auto r = store_->Lookup("m", p);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->matched_tokens, p.size());
+  }
+  EXPECT_EQ(store_->Stats().ssd_fills, fills);
+}
+
+TEST_F(StoreSsdTest, ReplicasAreNeverWrittenToSsd) {
+  Open(Options());
+  CreateNs();
+  for (const auto& p : Prompts(40)) Save(p, "m", CacheClass::kReplica);
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.ssd_spills, 0u);
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_EQ(s.ssd_tensors, 0u);
+  EXPECT_EQ(s.ssd_stored_bytes, 0u);
+  auto tree = store_->ListTree("m", ChainKey{}, true);
+  ASSERT_TRUE(tree.ok());
+  for (const auto& n : *tree) EXPECT_EQ(n.tier, kTierDram);
+}
+
+TEST_F(StoreSsdTest, RestartRebuildsNamespacesAndIndexFromSegments) {
+  Open(Options());
+  CreateNs("m", "tenant-salt");
+  auto prompts = Prompts(48);
+  for (const auto& p : prompts) Save(p);
+  auto persisted = store_->PersistAll();
+  ASSERT_TRUE(persisted.ok());
+  const StoreStats before = store_->Stats();
+  const uint64_t ns_bytes = store_->GetNamespace("m")->bytes;
+  Open(Options());
+  auto ns = store_->GetNamespace("m");
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  EXPECT_EQ(ns->layout, SmallLayout());
+  EXPECT_TRUE(ns->salted);
+  EXPECT_EQ(ns->uid, 1000u);
+  EXPECT_EQ(ns->mode, 0750u);
+  EXPECT_EQ(ns->bytes, ns_bytes);
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.recovered_tensors, before.tensors);
+  EXPECT_EQ(s.recovery_corrupt, 0u);
+  EXPECT_EQ(s.recovery_dropped, 0u);
+  for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p), p.size());
+  // The same salt gives the same chain keys: a save of a stored prompt is
+  // deduplicated against the recovered tree.
+  SaveResult r = Save(prompts[0]);
+  EXPECT_EQ(r.stored_tokens, 0u);
+}
+
+TEST_F(StoreSsdTest, RestartWithoutPersistServesExactlyWhatWasOnSsd) {
+  Open(Options());
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  store_->FlushSsd();
+  Open(Options());
+  uint64_t served = 0;
+  for (const auto& p : prompts) served += LoadAndCheck(p);
+  EXPECT_GT(served, 0u);
+  EXPECT_GT(store_->Stats().recovered_tensors, 0u);
+}
+
+TEST_F(StoreSsdTest, RemovedPrefixesStayRemovedAfterRestart) {
+  Open(Options());
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  // A whole prompt's own increment (below the shared head).
+  ASSERT_TRUE(store_->Remove("m", prompts[5]).ok());
+  // The shared head of group 3 (prompts 12..15) and everything below it.
+  ASSERT_TRUE(store_->Remove("m", Head(prompts[12], 64)).ok());
+  Open(Options());
+  EXPECT_EQ(LoadAndCheck(prompts[5]), 64u);  // its group's head is still there
+  for (int i = 12; i < 16; ++i) EXPECT_EQ(LoadAndCheck(prompts[i]), 0u);
+  for (int i : {0, 4, 6, 7, 20, 39}) EXPECT_EQ(LoadAndCheck(prompts[i]), prompts[i].size());
+}
+
+TEST_F(StoreSsdTest, PartialRemovalOfATensorSurvivesRestart) {
+  Open(Options());
+  CreateNs();
+  Tokens a = Gen(7, 256);
+  Save(a);
+  Tokens b = Cat(Head(a, 128), Gen(8, 64));  // splits a's tensor at 128
+  Save(b);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  // Remove a's lower half (the node from 128 to 256): a's tensor keeps its
+  // head, and its record must say so.
+  ASSERT_TRUE(store_->Remove("m", a).ok());
+  EXPECT_EQ(LoadAndCheck(a), 128u);
+  Open(Options());
+  EXPECT_EQ(LoadAndCheck(a), 128u);
+  EXPECT_EQ(LoadAndCheck(b), b.size());
+}
+
+TEST_F(StoreSsdTest, DroppedNamespaceDoesNotComeBack) {
+  Open(Options());
+  CreateNs("gone");
+  CreateNs("kept");
+  auto prompts = Prompts(8);
+  for (const auto& p : prompts) Save(p, "gone");
+  for (const auto& p : prompts) Save(p, "kept");
+  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_TRUE(store_->DropNamespace("gone").ok());
+  // Re-created with another layout: the old records must not be taken as
+  // the new namespace's.
+  ASSERT_TRUE(store_->CreateNamespace("gone", SmallLayout(8), "", 0, 0, 0755, false).ok());
+  Open(Options());
+  auto ns = store_->GetNamespace("gone");
+  ASSERT_TRUE(ns.ok());
+  EXPECT_EQ(ns->layout.block_tokens, 8u);
+  EXPECT_EQ(ns->prefixes, 0u);
+  for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p, "kept"), p.size());
+  for (const auto& p : prompts) {
+    auto r = store_->Lookup("gone", p);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->matched_tokens, 0u);
+  }
+}
+
+TEST_F(StoreSsdTest, CorruptRecordIsAMissNeverWrongBytes) {
+  FaultEnv env(Env::Default());
+  StoreOptions o = Options();
+  o.env = &env;
+  Open(o);
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  // Flip one bit in the payload of every record of the first data segment.
+  std::string seg;
+  for (const auto& e : std::filesystem::directory_iterator(o.ssd.dir)) {
+    if (seg.empty() || e.path().string() < seg) seg = e.path().string();
+  }
+  ASSERT_FALSE(seg.empty());
+  const uint64_t size = std::filesystem::file_size(seg);
+  for (uint64_t off = kSegmentHeaderBytes + kRecordAlignment + 100; off < size; off += kRecordAlignment) {
+    env.FlipBitOnRead(seg, off, 3);
+  }
+  // Make everything come from SSD: restart (the flips are on reads).
+  Open(o);
+  uint64_t short_loads = 0;
+  for (const auto& p : prompts) {
+    if (LoadAndCheck(p) < p.size()) ++short_loads;  // checks bytes of what it got
+  }
+  EXPECT_GT(short_loads, 0u);
+}
+
+TEST_F(StoreSsdTest, CorruptRecordOnDiskIsSkippedAtRestart) {
+  Open(Options());
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  store_.reset();
+  // Flip a payload bit of the second record of every segment on disk.
+  int flipped = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/ssd")) {
+    std::FILE* f = std::fopen(e.path().c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    const uint64_t size = std::filesystem::file_size(e.path());
+    const uint64_t off = kSegmentHeaderBytes + 3 * kRecordAlignment + 17;
+    if (off < size) {
+      std::fseek(f, static_cast<long>(off), SEEK_SET);
+      int c = std::fgetc(f);
+      std::fseek(f, static_cast<long>(off), SEEK_SET);
+      std::fputc(c ^ 0x10, f);
+      ++flipped;
+    }
+    std::fclose(f);
+  }
+  ASSERT_GT(flipped, 0);
+  Open(Options());
+  EXPECT_GT(store_->Stats().recovery_corrupt, 0u);
+  for (const auto& p : prompts) LoadAndCheck(p);  // whatever is served is right
+}
+
+TEST_F(StoreSsdTest, FullDiskFallsBackToDroppingAndLosesNothingServed) {
+  FaultEnv env(Env::Default());
+  env.SetDiskCapacity(300 * kKiB);  // a few records, then ENOSPC
+  StoreOptions o = Options();
+  o.env = &env;
+  Open(o);
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);  // every save succeeds
+  StoreStats s = store_->Stats();
+  EXPECT_GT(s.ssd_spill_failures, 0u);
+  EXPECT_GT(s.evictions, 0u);
+  uint64_t served = 0;
+  for (const auto& p : prompts) served += LoadAndCheck(p);
+  EXPECT_GT(served, 0u);
+}
+
+TEST_F(StoreSsdTest, WriteErrorsFallBackToDropping) {
+  FaultEnv env(Env::Default());
+  StoreOptions o = Options();
+  o.env = &env;
+  Open(o);
+  CreateNs();
+  env.FailWritesAfter(3, EIO);
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  EXPECT_GT(store_->Stats().ssd_spill_failures, 0u);
+  for (const auto& p : prompts) LoadAndCheck(p);
+}
+
+TEST_F(StoreSsdTest, CrashKeepsOnlyWhatWasWrittenWholeAndServesItExactly) {
+  FaultEnv env(Env::Default());
+  StoreOptions o = Options();
+  o.env = &env;
+  o.ssd.sync = SsdOptions::Sync::kSegment;
+  Open(o);
+  CreateNs();
+  auto prompts = Prompts(64);
+  for (const auto& p : prompts) Save(p);
+  store_->FlushSsd();
+  ASSERT_TRUE(env.Crash().ok());
+  store_.reset();  // its later writes fail (poisoned files); that is fine
+  Open(Options());  // a fresh PosixEnv sees what the crash left
+  // Sealed (synced) segments survive, the first one (with the namespace
+  // record) among them; the unsynced tail of the last one is gone.
+  ASSERT_TRUE(store_->GetNamespace("m").ok());
+  uint64_t served = 0;
+  for (const auto& p : prompts) served += LoadAndCheck(p);
+  EXPECT_GT(served, 0u);
+  EXPECT_GT(store_->Stats().recovered_tensors, 0u);
+}
+
+TEST_F(StoreSsdTest, CrashWithRecordSyncKeepsEverySpill) {
+  FaultEnv env(Env::Default());
+  StoreOptions o = Options();
+  o.env = &env;
+  o.ssd.sync = SsdOptions::Sync::kRecord;
+  Open(o);
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  const uint64_t on_ssd = store_->Stats().ssd_tensors;
+  store_->FlushSsd();
+  ASSERT_TRUE(env.Crash().ok());
+  store_.reset();
+  Open(Options());
+  EXPECT_EQ(store_->Stats().recovered_tensors, on_ssd);
+  EXPECT_EQ(store_->Stats().recovery_corrupt, 0u);
+  for (const auto& p : prompts) LoadAndCheck(p);
+}
+
+TEST_F(StoreSsdTest, SsdCapacityIsKeptByGdsf) {
+  StoreOptions o = Options(8 * kMiB);  // the minimum
+  Open(o);
+  CreateNs();
+  auto prompts = Prompts(200);  // 12.5 MiB of KV
+  for (const auto& p : prompts) Save(p);
+  for (int round = 0; round < 20 && Compact(); ++round) {
+  }
+  StoreStats s = store_->Stats();
+  EXPECT_GT(s.ssd_evictions, 0u);
+  EXPECT_LE(s.ssd_file_bytes, o.ssd.capacity);
+  EXPECT_LE(s.ssd_live_bytes, o.ssd.capacity);
+  uint64_t served = 0;
+  for (const auto& p : prompts) served += LoadAndCheck(p);
+  EXPECT_GT(served, 0u);
+  // The most recent prompts are the most valuable (same hits, inflated L).
+  EXPECT_EQ(LoadAndCheck(prompts.back()), prompts.back().size());
+}
+
+TEST_F(StoreSsdTest, CompactionReclaimsDeadSpaceAndKeepsBytes) {
+  Open(Options());
+  CreateNs();
+  auto prompts = Prompts(64);
+  for (const auto& p : prompts) Save(p);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  for (size_t i = 0; i < prompts.size(); i += 4) {
+    for (size_t j = i; j < i + 3; ++j) ASSERT_TRUE(store_->Remove("m", prompts[j]).ok());
+  }
+  const StoreStats before = store_->Stats();
+  int compactions = 0;
+  while (Compact()) ++compactions;
+  const StoreStats after = store_->Stats();
+  EXPECT_LT(after.ssd_file_bytes, before.ssd_file_bytes);
+  EXPECT_EQ(after.ssd_compactions, before.ssd_compactions + compactions);
+  for (size_t i = 3; i < prompts.size(); i += 4) EXPECT_EQ(LoadAndCheck(prompts[i]), prompts[i].size());
+  // And after a restart too.
+  Open(Options());
+  for (size_t i = 3; i < prompts.size(); i += 4) EXPECT_EQ(LoadAndCheck(prompts[i]), prompts[i].size());
+  EXPECT_EQ(store_->Stats().recovery_corrupt, 0u);
+}
+
+TEST_F(StoreSsdTest, RestartWithChangedConfig) {
+  StoreOptions o = Options();
+  Open(o);
+  CreateNs();
+  auto prompts = Prompts(40);
+  for (const auto& p : prompts) Save(p);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  // Compression on, another segment size, a bigger arena: old records are
+  // read as they were written, new ones are compressed.
+  StoreOptions o2 = o;
+  o2.ssd.compress = true;
+  o2.ssd.segment_bytes = 2 * kMiB;
+  o2.arena_bytes = 2 * kMiB;
+  Open(o2);
+  for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p), p.size());
+  auto more = Prompts(40, 256, 2);
+  for (const auto& p : more) Save(p);
+  ASSERT_TRUE(store_->PersistAll().ok());
+  // A much smaller capacity: the tier trims itself by GDSF at start.
+  StoreOptions o3 = o;
+  o3.ssd.capacity = 8 * kMiB;
+  o3.ssd.compress = false;
+  Open(o3);
+  StoreStats s = store_->Stats();
+  EXPECT_LE(s.ssd_live_bytes, o3.ssd.capacity);
+  for (const auto& p : prompts) LoadAndCheck(p);
+  for (const auto& p : more) LoadAndCheck(p);
+}
+
+TEST_F(StoreSsdTest, LoadsOfDramDataGoOnWhileSpillsRun) {
+  Open(Options());
+  CreateNs();
+  Tokens hot = Gen(99, 128);
+  Save(hot);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> hot_loads{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        EXPECT_EQ(LoadAndCheck(hot), hot.size());
+        hot_loads++;
+      }
+    });
+  }
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      auto prompts = Prompts(40, 256, 10 + w);
+      for (const auto& p : prompts) Save(p);
+      for (const auto& p : prompts) LoadAndCheck(p);
+    });
+  }
+  for (auto& t : writers) t.join();
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_GT(hot_loads.load(), 0u);
+  EXPECT_GT(store_->Stats().ssd_spills, 0u);
+}
+
+TEST_F(StoreSsdTest, ConfigErrorsAreClear) {
+  StoreOptions o = Options();
+  o.ssd.capacity = 1 * kMiB;
+  auto s = Store::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("capacity"), std::string::npos) << s.status().message();
+  // A data directory that is a file.
+  StoreOptions o2 = Options();
+  o2.ssd.dir = dir_ + "/file";
+  std::FILE* f = std::fopen(o2.ssd.dir.c_str(), "w");
+  std::fclose(f);
+  auto s2 = Store::Open(o2);
+  ASSERT_FALSE(s2.ok());
+  EXPECT_NE(s2.status().message().find(o2.ssd.dir), std::string::npos) << s2.status().message();
+}
+
+}  // namespace
+}  // namespace ptstore::storage
