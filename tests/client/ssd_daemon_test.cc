@@ -1,0 +1,281 @@
+// The SSD tier through real ptstored processes and real files: kill -9
+// during heavy writes and a restart that serves every prefix it reports
+// byte for byte; bit flips in payloads and headers on disk; a torn last
+// record; a real full file system (a small tmpfs); a restart with another
+// configuration; SIGTERM persisting DRAM to SSD.
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ptstore/client.h"
+#include "storage/record.h"
+#include "tests/storage/kv_fixture.h"
+#include "tests/testing/daemon.h"
+
+namespace ptstore {
+namespace {
+
+using namespace storage::testkv;  // NOLINT: the shared KV fixture
+using testing::Daemon;
+
+class SsdDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("ptstore-ssd-daemon");
+    ASSERT_FALSE(dir_.empty());
+    ssd_ = dir_ + "/ssd";
+  }
+  void TearDown() override {
+    client_.reset();
+    daemon_.reset();
+    if (!mounted_.empty()) umount2(mounted_.c_str(), MNT_DETACH);
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  void Start(std::vector<std::string> extra = {}, const std::string& arena = "4MiB") {
+    client_.reset();
+    daemon_ = std::make_unique<Daemon>();
+    Daemon::Options o;
+    o.arena_size = arena;
+    o.extra_args = {"--ssd-dir", ssd_, "--ssd-capacity", "256MiB"};
+    o.extra_args.insert(o.extra_args.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(daemon_->Start(o).ok()) << daemon_->ReadLog();
+    client_ = Connect();
+  }
+
+  std::unique_ptr<Client> Connect() {
+    ClientOptions co;
+    co.socket_path = daemon_->socket_path();
+    auto c = Client::Connect(co);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // Loads the longest stored prefix and checks every byte; returns its tokens.
+  static uint64_t LoadAndCheck(Client* c, const Tokens& t) {
+    std::vector<uint8_t> out(t.size() * kBpt);
+    auto r = c->Load("m", t, out.data(), out.size());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    std::vector<uint8_t> want = Kv(t, 0, *r);
+    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "wrong bytes in a prefix of " << *r;
+    return *r;
+  }
+
+  // Prompt i of a family: groups of 8 share a 128-token head.
+  static Tokens Prompt(int i, size_t tokens = 1024) {
+    return Cat(Gen(100000 + i / 8, 128), Gen(200000 + i, tokens - 128));
+  }
+
+  void SaveAll(Client* c, int from, int to) {
+    for (int i = from; i < to; ++i) {
+      Tokens t = Prompt(i);
+      std::vector<uint8_t> kv = Kv(t, 0, t.size());
+      auto r = c->Save("m", t, kv.data(), kv.size());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    }
+  }
+
+  std::vector<std::string> Segments() {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(ssd_)) out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  static void FlipBit(const std::string& path, uint64_t offset, int bit) {
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr) << path;
+    std::fseek(f, static_cast<long>(offset), SEEK_SET);
+    int c = std::fgetc(f);
+    std::fseek(f, static_cast<long>(offset), SEEK_SET);
+    std::fputc(c ^ (1 << bit), f);
+    std::fclose(f);
+  }
+
+  std::string dir_, ssd_, mounted_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(SsdDaemonTest, KillNineDuringHeavyWritesThenEveryReportedPrefixIsExact) {
+  Start();
+  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  // Four writers save 256 KiB prompts into a 4 MiB arena: constant spills.
+  std::atomic<bool> stop{false};
+  std::atomic<int> saved{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      auto c = Connect();
+      for (int i = w; !stop; i += 4) {
+        Tokens t = Prompt(i);
+        std::vector<uint8_t> kv = Kv(t, 0, t.size());
+        if (!c->Save("m", t, kv.data(), kv.size()).ok()) return;  // the server died
+        saved++;
+      }
+    });
+  }
+  while (saved < 300) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  daemon_->Kill();
+  stop = true;
+  for (auto& t : writers) t.join();
+  const int attempted = saved + 4;
+
+  Start();
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->recovered_tensors, 0u);
+  // Every increment it lists is on a path of prompts the test saved; load
+  // every prompt (and the ones that were in flight) and check every byte.
+  uint64_t served = 0;
+  for (int i = 0; i < attempted + 4; ++i) served += LoadAndCheck(client_.get(), Prompt(i));
+  EXPECT_GT(served, 0u);
+  std::printf("saved %d prompts before the kill; after the restart: %llu tensors recovered, %llu corrupt records "
+              "skipped, %llu tokens served\n",
+              saved.load(), static_cast<unsigned long long>(stats->recovered_tensors),
+              static_cast<unsigned long long>(stats->recovery_corrupt), static_cast<unsigned long long>(served));
+  auto tree = client_->ListTree("m", {}, true);
+  ASSERT_TRUE(tree.ok());
+  uint64_t listed_bytes = 0;
+  for (const auto& n : *tree) listed_bytes += n.bytes;
+  EXPECT_EQ(listed_bytes, client_->GetNamespace("m")->bytes);
+  EXPECT_GT(tree->size(), 0u);
+}
+
+TEST_F(SsdDaemonTest, SigtermPersistsDramAndRestartServesEverything) {
+  Start();
+  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout(), "salt", 0750).ok());
+  SaveAll(client_.get(), 0, 40);
+  client_.reset();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  Start();
+  auto ns = client_->GetNamespace("m");
+  ASSERT_TRUE(ns.ok());
+  EXPECT_TRUE(ns->salted);
+  EXPECT_EQ(ns->mode, 0750u);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(LoadAndCheck(client_.get(), Prompt(i)), 1024u) << i;
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->ssd_hits, 0u);
+  EXPECT_EQ(stats->recovery_corrupt, 0u);
+}
+
+TEST_F(SsdDaemonTest, BitFlipsInPayloadsAndHeadersAreSkippedNeverServed) {
+  Start();
+  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  SaveAll(client_.get(), 0, 40);
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  auto segs = Segments();
+  ASSERT_FALSE(segs.empty());
+  // The first record after the namespace record: flip a header bit; in the
+  // last segment flip a payload bit far into it.
+  const std::string& first = segs.front();
+  FlipBit(first, storage::kSegmentHeaderBytes + storage::kRecordAlignment + 40, 2);
+  const std::string& last = segs.back();
+  FlipBit(last, std::filesystem::file_size(last) - 5000, 6);
+  Start();
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->recovery_corrupt, 2u);
+  uint64_t full = 0;
+  for (int i = 0; i < 40; ++i) full += LoadAndCheck(client_.get(), Prompt(i)) == 1024;
+  EXPECT_LT(full, 40u);
+  EXPECT_GT(full, 20u);
+  // Saving again heals: the lost prompts are stored anew.
+  SaveAll(client_.get(), 0, 40);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(LoadAndCheck(client_.get(), Prompt(i)), 1024u);
+}
+
+TEST_F(SsdDaemonTest, TornLastRecordIsSkippedAndTheRestServed) {
+  Start();
+  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  SaveAll(client_.get(), 0, 24);
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  auto segs = Segments();
+  const std::string& last = segs.back();
+  const uint64_t size = std::filesystem::file_size(last);
+  ASSERT_GT(size, storage::kSegmentHeaderBytes + 3 * storage::kRecordAlignment);
+  std::filesystem::resize_file(last, size - 3 * storage::kRecordAlignment - 100);
+  Start();
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->recovery_corrupt, 1u);
+  uint64_t full = 0;
+  for (int i = 0; i < 24; ++i) full += LoadAndCheck(client_.get(), Prompt(i)) == 1024;
+  EXPECT_GE(full, 20u);
+}
+
+TEST_F(SsdDaemonTest, RealFullFileSystemKeepsTheServerServing) {
+  const std::string small = dir_ + "/small";
+  std::filesystem::create_directories(small);
+  if (mount("tmpfs", small.c_str(), "tmpfs", 0, "size=3m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root";
+  }
+  mounted_ = small;
+  ssd_ = small + "/ssd";
+  Start();  // capacity 256 MiB on a 3 MiB file system: ENOSPC comes first
+  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  SaveAll(client_.get(), 0, 60);
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->ssd_spill_failures, 0u);
+  EXPECT_GT(stats->ssd_spills, 0u);
+  uint64_t served = 0;
+  for (int i = 0; i < 60; ++i) served += LoadAndCheck(client_.get(), Prompt(i));
+  EXPECT_GT(served, 0u);
+  EXPECT_NE(daemon_->ReadLog().find("No space left on device"), std::string::npos);
+}
+
+TEST_F(SsdDaemonTest, RestartWithChangedConfig) {
+  Start();
+  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  SaveAll(client_.get(), 0, 32);
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  // Compression on, a bigger arena, another node id: old records read as
+  // they were written.
+  Start({"--ssd-compress", "--node-id", "7"}, "8MiB");
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(LoadAndCheck(client_.get(), Prompt(i)), 1024u);
+  SaveAll(client_.get(), 32, 64);
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  // Smaller capacity than what is stored: GDSF trims at start.
+  client_.reset();
+  daemon_ = std::make_unique<Daemon>();
+  Daemon::Options o;
+  o.arena_size = "4MiB";
+  o.extra_args = {"--ssd-dir", ssd_, "--ssd-capacity", "8MiB"};
+  ASSERT_TRUE(daemon_->Start(o).ok()) << daemon_->ReadLog();
+  client_ = Connect();
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_LE(stats->ssd_live_bytes, 8 * kMiB);
+  EXPECT_GT(stats->ssd_evictions, 0u);
+  for (int i = 0; i < 64; ++i) LoadAndCheck(client_.get(), Prompt(i));
+}
+
+TEST_F(SsdDaemonTest, BadSsdConfigIsAClearStartupError) {
+  Daemon d;
+  Daemon::Options o;
+  o.extra_args = {"--ssd-dir", ssd_};  // no capacity
+  Status s = d.Start(o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(d.ReadLog().find("needs a capacity"), std::string::npos) << d.ReadLog();
+}
+
+}  // namespace
+}  // namespace ptstore
