@@ -2,8 +2,10 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t
 #include <xxhash.h>
 
 #include "core/wire.h"
@@ -209,7 +211,49 @@ uint64_t RecordFootprint(uint64_t header_bytes_padded, uint64_t stored_bytes) {
   return header_bytes_padded + AlignUp(stored_bytes, kRecordAlignment);
 }
 
-uint64_t PayloadChecksum(std::span<const uint8_t> stored, uint64_t seed) { return Hash(stored, seed); }
+uint64_t ChunkChecksum(std::span<const uint8_t> chunk, uint64_t seed) { return Hash(chunk, seed); }
+
+uint64_t CombineChunkChecksums(std::span<const uint64_t> chunk_sums, uint64_t seed) {
+  return XXH3_64bits_withSeed(chunk_sums.data(), chunk_sums.size_bytes(), seed);
+}
+
+uint64_t PayloadChecksum(std::span<const uint8_t> stored, uint64_t seed) {
+  std::vector<uint64_t> sums;
+  for (uint64_t off = 0; off < stored.size(); off += kChecksumChunk) {
+    sums.push_back(ChunkChecksum(stored.subspan(off, std::min<uint64_t>(kChecksumChunk, stored.size() - off)), seed));
+  }
+  return CombineChunkChecksums(sums, seed);
+}
+
+PayloadHasher::PayloadHasher(uint64_t seed) : seed_(seed), state_(XXH3_createState()) {
+  XXH3_64bits_reset_withSeed(static_cast<XXH3_state_t*>(state_), seed_);
+}
+
+PayloadHasher::~PayloadHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void PayloadHasher::Update(std::span<const uint8_t> bytes) {
+  auto* st = static_cast<XXH3_state_t*>(state_);
+  while (!bytes.empty()) {
+    const uint64_t n = std::min<uint64_t>(bytes.size(), kChecksumChunk - in_chunk_);
+    XXH3_64bits_update(st, bytes.data(), n);
+    in_chunk_ += n;
+    bytes = bytes.subspan(n);
+    if (in_chunk_ == kChecksumChunk) {
+      sums_.push_back(XXH3_64bits_digest(st));
+      XXH3_64bits_reset_withSeed(st, seed_);
+      in_chunk_ = 0;
+    }
+  }
+}
+
+uint64_t PayloadHasher::Digest() {
+  if (in_chunk_ > 0) {
+    sums_.push_back(XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)));
+    XXH3_64bits_reset_withSeed(static_cast<XXH3_state_t*>(state_), seed_);
+    in_chunk_ = 0;
+  }
+  return CombineChunkChecksums(sums_, seed_);
+}
 
 std::string SegmentFileName(uint64_t segment_id) {
   char buf[32];

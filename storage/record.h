@@ -10,8 +10,10 @@
 // Headers are little-endian; the fixed part comes first so a scanner can
 // find a record's size from its first 16 bytes. Every header ends with an
 // XXH3-64 of the header bytes before it, seeded with the data directory's
-// secret seed (kept in every segment header); the header holds the XXH3-64
-// (same seed) of the stored payload. Nothing in a client's KV bytes can
+// secret seed (kept in every segment header); the header holds the payload
+// checksum: the XXH3-64 (same seed) of the XXH3-64s of the stored payload's
+// 1 MiB chunks, so that large payloads are read and checked by several
+// threads at once. Nothing in a client's KV bytes can
 // therefore pass for a record header: a scanner that lost its way after a
 // corrupt header cannot be fooled by a crafted payload.
 //
@@ -63,7 +65,7 @@ struct RecordHeader {
   uint64_t seq = 0;               // store-wide, increasing; newer wins
   uint64_t payload_bytes = 0;     // logical (uncompressed) payload length
   uint64_t stored_bytes = 0;      // on disk, before padding
-  uint64_t payload_checksum = 0;  // XXH3-64(seed) of the stored bytes
+  uint64_t payload_checksum = 0;  // PayloadChecksum of the stored bytes
   uint64_t live_tokens = 0;       // tensor: tokens still indexed (0: dead); namespace: 1 live, 0 dead
   uint32_t owner_node = 0;
 
@@ -105,8 +107,30 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t
 // Bytes a record takes in its segment (header and payload, both padded).
 uint64_t RecordFootprint(uint64_t header_bytes_padded, uint64_t stored_bytes);
 
-// The payload checksum.
+// The payload checksum: XXH3-64(seed) over the XXH3-64(seed)s of each
+// kChecksumChunk bytes of `stored` (the last chunk may be shorter).
+inline constexpr uint64_t kChecksumChunk = 1ull << 20;
 uint64_t PayloadChecksum(std::span<const uint8_t> stored, uint64_t seed);
+// The checksum of one chunk, and the payload checksum of a chunk sequence.
+uint64_t ChunkChecksum(std::span<const uint8_t> chunk, uint64_t seed);
+uint64_t CombineChunkChecksums(std::span<const uint64_t> chunk_sums, uint64_t seed);
+
+// PayloadChecksum of bytes that arrive in pieces of any size.
+class PayloadHasher {
+ public:
+  explicit PayloadHasher(uint64_t seed);
+  ~PayloadHasher();
+  PayloadHasher(const PayloadHasher&) = delete;
+  PayloadHasher& operator=(const PayloadHasher&) = delete;
+  void Update(std::span<const uint8_t> bytes);
+  uint64_t Digest();
+
+ private:
+  uint64_t seed_;
+  void* state_;          // XXH3_state_t of the current chunk
+  uint64_t in_chunk_ = 0;
+  std::vector<uint64_t> sums_;
+};
 
 // "seg-000000000000002a.pts" <-> 42.
 std::string SegmentFileName(uint64_t segment_id);

@@ -3,6 +3,9 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +13,7 @@
 
 #include "core/logging.h"
 #include "storage/codec.h"
+#include "storage/segment_scanner.h"
 
 namespace ptstore::storage {
 
@@ -164,101 +168,45 @@ Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
   }
   stats->segments++;
   stats->bytes += size;
-  AlignedBuffer block(kRecordAlignment);
   uint64_t seed = seed_;
-  {
-    Result<size_t> n = file->ReadAt(0, block.span(kRecordAlignment));
-    Result<SegmentHeader> h = (n.ok() && *n == kRecordAlignment) ? DecodeSegmentHeader(block.span(kRecordAlignment))
-                                                                 : Result<SegmentHeader>(Corruption("short file"));
+  uint64_t live = 0;
+  // A run of garbage (bad headers, then whatever follows up to the next
+  // valid record, zero blocks included) counts as one corrupt record.
+  bool in_garbage = false;
+  SegmentVisitor visitor;
+  visitor.segment_header = [&](const Result<SegmentHeader>& h) {
     if (h.ok()) {
       seed = h->seed;
-    } else {
-      stats->bad_segment_headers++;
-      PTS_WARN("ssd", SegmentFileName(id) << ": bad segment header (" << h.status().message()
-                                          << "); scanning its records with the directory's seed");
+      return;
     }
-  }
-  uint64_t live = 0;
-  bool in_garbage = false;
-  auto garbage = [&](uint64_t off, const std::string& why) {
+    stats->bad_segment_headers++;
+    PTS_WARN("ssd", SegmentFileName(id) << ": bad segment header (" << h.status().message()
+                                        << "); scanning its records with the directory's seed");
+  };
+  visitor.problem = [&](const SegmentProblem& p) {
     if (!in_garbage) {
       stats->corrupt_records++;
-      PTS_WARN("ssd", Where(id, off) << ": skipping a corrupt record (" << why << ")");
+      PTS_WARN("ssd", Where(id, p.offset) << ": skipping a corrupt record (" << p.message << ")");
     }
-    in_garbage = true;
+    // After a bad payload the header was good: the next record starts after it.
+    in_garbage = p.kind != SegmentProblemKind::kPayloadChecksum;
   };
-  uint64_t off = kSegmentHeaderBytes;
-  while (off + kRecordAlignment <= size) {
-    PTS_RETURN_IF_ERROR(ReadFully(file.get(), off, block.span(kRecordAlignment)));
-    const uint8_t* b = block.data();
-    if (b[0] == 0 && std::memcmp(b, b + 1, kRecordAlignment - 1) == 0) {
-      off += kRecordAlignment;  // never written (a reservation a crash cut short)
-      continue;
-    }
-    Result<uint32_t> len = PeekRecordHeaderBytes(block.span(kRecordAlignment));
-    if (!len.ok()) {
-      garbage(off, len.status().message());
-      off += kRecordAlignment;
-      continue;
-    }
-    const uint64_t hpad = AlignUp(*len, kRecordAlignment);
-    if (off + hpad > size) {
-      garbage(off, "header cut short by the end of the file");
-      break;
-    }
-    Result<RecordHeader> h = Corruption("unread");
-    if (hpad == kRecordAlignment) {
-      h = DecodeRecordHeader(block.span(kRecordAlignment), seed);
-    } else {
-      AlignedBuffer big(hpad);
-      PTS_RETURN_IF_ERROR(ReadFully(file.get(), off, big.span(hpad)));
-      h = DecodeRecordHeader(big.span(hpad), seed);
-    }
-    if (!h.ok()) {
-      garbage(off, h.status().message());
-      off += kRecordAlignment;
-      continue;
-    }
-    SsdLocation loc{id, off, hpad, h->stored_bytes, h->payload_bytes, h->payload_checksum, h->flags};
-    const uint64_t foot = loc.footprint();
-    if (off + foot > size) {
-      garbage(off, "payload cut short by the end of the file");
-      break;
-    }
-    if (!h->dead() && options_.verify_on_recovery) {
-      // Stream the payload through the checksum in chunks.
-      XXH3_state_t* st = XXH3_createState();
-      XXH3_64bits_reset_withSeed(st, seed);
-      AlignedBuffer chunk(std::min<uint64_t>(kScanChunk, AlignUp(loc.stored_bytes, kRecordAlignment)));
-      Status rs;
-      for (uint64_t done = 0; done < loc.stored_bytes && rs.ok();) {
-        const uint64_t n = std::min<uint64_t>(chunk.size(), AlignUp(loc.stored_bytes - done, kRecordAlignment));
-        rs = ReadFully(file.get(), off + hpad + done, chunk.span(n));
-        const uint64_t use = std::min<uint64_t>(n, loc.stored_bytes - done);
-        XXH3_64bits_update(st, chunk.data(), use);
-        done += use;
-      }
-      const uint64_t sum = XXH3_64bits_digest(st);
-      XXH3_freeState(st);
-      PTS_RETURN_IF_ERROR(rs);
-      if (sum != loc.payload_checksum) {
-        garbage(off, "payload checksum mismatch");
-        in_garbage = false;  // the header was good: the next record starts after this one
-        off += foot;
-        continue;
-      }
-    }
+  visitor.record = [&](const RecordHeader& h, const SsdLocation& loc, bool /*payload_verified*/) {
     in_garbage = false;
     stats->records++;
-    if (h->dead()) {
+    if (h.dead()) {
       stats->dead_records++;
     } else {
-      live += foot;
+      live += loc.footprint();
     }
-    fn(*h, loc);
-    off += foot;
-  }
-  if (off < size && off + kRecordAlignment > size) garbage(off, "a partial block at the end of the file");
+    fn(h, loc);
+  };
+  SegmentScanOptions so;
+  so.segment_id = id;
+  so.fallback_seed = seed_;
+  so.verify_payloads = options_.verify_on_recovery;
+  so.size = size;
+  PTS_RETURN_IF_ERROR(ScanSegmentFile(file.get(), so, visitor));
   std::lock_guard lk(mu_);
   Segment& s = segments_.at(id);
   s.live = live;
@@ -382,6 +330,11 @@ Result<SsdLocation> SsdTier::Append(RecordHeader header, std::span<const uint8_t
   header.stored_bytes = stored.size();
   header.payload_checksum = PayloadChecksum(stored, seed_);
   const std::vector<uint8_t> hbytes = EncodeRecordHeader(header, seed_);
+  // Never write a record that cannot be read back: a restart would drop it
+  // as corrupt, long after the caller was told it was written.
+  if (Result<RecordHeader> check = DecodeRecordHeader(hbytes, seed_); !check.ok()) {
+    return InvalidArgument("ssd: refusing to write an invalid record (" + check.status().message() + ")");
+  }
   SsdLocation loc;
   loc.header_bytes = hbytes.size();
   loc.stored_bytes = stored.size();
@@ -429,6 +382,7 @@ Result<SsdLocation> SsdTier::Append(RecordHeader header, std::span<const uint8_t
       done += n;
     }
   }
+  const bool header_tried = s.ok();
   if (s.ok()) {
     AlignedBuffer hb(hbytes.size());
     std::memcpy(hb.data(), hbytes.data(), hbytes.size());
@@ -439,6 +393,15 @@ Result<SsdLocation> SsdTier::Append(RecordHeader header, std::span<const uint8_t
   const bool sync_now = options_.sync == SsdOptions::Sync::kRecord ||
                         (options_.sync == SsdOptions::Sync::kSegment && header.kind == RecordKind::kNamespace);
   if (s.ok() && sync_now) s = file->Sync();
+  if (!s.ok() && header_tried) {
+    // The header may be on disk anyway (a write torn after its last byte,
+    // a failed sync): blank it, so that a restart never finds a record the
+    // caller was told is not there.
+    AlignedBuffer zeros(hbytes.size());
+    Status zs = file->WriteAt(loc.offset, zeros.span(hbytes.size()));
+    if (zs.ok() && options_.sync != SsdOptions::Sync::kNone) zs = file->Sync();
+    if (!zs.ok()) PTS_WARN("ssd", "blanking the header of a failed append: " << zs.ToString());
+  }
   {
     std::lock_guard lk(mu_);
     if (s.ok()) {
@@ -465,6 +428,55 @@ Result<std::shared_ptr<File>> SsdTier::FileOf(uint64_t segment) {
   return it->second.file;
 }
 
+namespace {
+
+// Reads `n` bytes at `start` of `file` into `dst` and returns their payload
+// checksum. Pieces of kReadPiece bytes go to `threads` threads, each reading
+// its piece and hashing its 1 MiB chunks while the others read: the disk
+// sees several requests at once and the checksum costs no extra pass. For a
+// direct file `dst` must be 4 KiB aligned; the last partial block goes
+// through a bounce buffer.
+constexpr uint64_t kReadPiece = 8ull << 20;  // a multiple of kChecksumChunk
+
+Result<uint64_t> ReadAndHash(File* file, uint64_t start, uint8_t* dst, uint64_t n, unsigned threads, uint64_t seed) {
+  const uint64_t pieces = (n + kReadPiece - 1) / kReadPiece;
+  std::vector<uint64_t> sums((n + kChecksumChunk - 1) / kChecksumChunk);
+  std::atomic<uint64_t> next{0};
+  std::mutex err_mu;
+  Status err;
+  auto work = [&] {
+    for (uint64_t p = next++; p < pieces; p = next++) {
+      const uint64_t off = p * kReadPiece;
+      const uint64_t len = std::min(kReadPiece, n - off);
+      const uint64_t body = file->direct() ? len / kRecordAlignment * kRecordAlignment : len;
+      Status s;
+      if (body > 0) s = ReadFully(file, start + off, {dst + off, body});
+      if (s.ok() && body < len) {
+        AlignedBuffer last(kRecordAlignment);
+        s = ReadFully(file, start + off + body, last.span(kRecordAlignment));
+        std::memcpy(dst + off + body, last.data(), len - body);
+      }
+      if (!s.ok()) {
+        std::lock_guard lk(err_mu);
+        if (err.ok()) err = s;
+        return;
+      }
+      for (uint64_t c = off; c < off + len; c += kChecksumChunk) {
+        sums[c / kChecksumChunk] = ChunkChecksum({dst + c, std::min(kChecksumChunk, n - c)}, seed);
+      }
+    }
+  };
+  const unsigned extra = pieces > 1 ? std::min<uint64_t>(threads, pieces) - 1 : 0;
+  std::vector<std::thread> helpers;
+  for (unsigned i = 0; i < extra; ++i) helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers) t.join();
+  PTS_RETURN_IF_ERROR(err);
+  return CombineChunkChecksums(sums, seed);
+}
+
+}  // namespace
+
 Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
   if (out.size() != loc.payload_bytes) {
     return InvalidArgument("ssd: read of a " + std::to_string(loc.payload_bytes) + "-byte payload into " +
@@ -473,35 +485,25 @@ Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
   PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
   const uint64_t start = loc.offset + loc.header_bytes;
   const bool compressed = loc.flags & kRecordCompressed;
+  const unsigned threads = std::max<uint32_t>(4, options_.io_threads);
   Status s;
-  uint64_t sum = 0;
   if (!compressed && (!file->direct() || IsAligned(out.data()))) {
-    // Straight into the destination; the last partial block of a direct
-    // file through a small bounce buffer.
-    const uint64_t body = file->direct() ? loc.stored_bytes / kRecordAlignment * kRecordAlignment : loc.stored_bytes;
-    if (body > 0) s = ReadFully(file.get(), start, out.first(body));
-    if (s.ok() && body < loc.stored_bytes) {
-      AlignedBuffer last(kRecordAlignment);
-      s = ReadFully(file.get(), start + body, last.span(kRecordAlignment));
-      std::memcpy(out.data() + body, last.data(), loc.stored_bytes - body);
-    }
-    if (s.ok()) sum = PayloadChecksum(out.first(loc.stored_bytes), seed_);
+    // Straight into the destination.
+    Result<uint64_t> sum = ReadAndHash(file.get(), start, out.data(), loc.stored_bytes, threads, seed_);
+    if (!sum.ok()) s = sum.status();
+    else if (*sum != loc.payload_checksum) s = Corruption("payload checksum mismatch");
   } else {
     AlignedBuffer stored(loc.stored_bytes);
-    s = ReadFully(file.get(), start, stored.span(AlignUp(loc.stored_bytes, kRecordAlignment)));
-    if (s.ok()) {
-      sum = PayloadChecksum(stored.span(loc.stored_bytes), seed_);
-      if (sum == loc.payload_checksum) {
-        if (compressed) {
-          s = Decompress(stored.span(loc.stored_bytes), out, options_.io_threads);
-        } else {
-          std::memcpy(out.data(), stored.data(), loc.stored_bytes);
-        }
-      }
+    Result<uint64_t> sum = ReadAndHash(file.get(), start, stored.data(), loc.stored_bytes, threads, seed_);
+    if (!sum.ok()) {
+      s = sum.status();
+    } else if (*sum != loc.payload_checksum) {
+      s = Corruption("payload checksum mismatch");
+    } else if (compressed) {
+      s = Decompress(stored.span(loc.stored_bytes), out, threads);
+    } else {
+      std::memcpy(out.data(), stored.data(), loc.stored_bytes);
     }
-  }
-  if (s.ok() && sum != loc.payload_checksum) {
-    s = Corruption("payload checksum mismatch");
   }
   std::lock_guard lk(mu_);
   if (!s.ok()) {
@@ -530,6 +532,11 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   // does not matter. One rewrite at a time keeps read-modify-write whole.
   std::lock_guard rw(rewrite_mu_);
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
+  // A count the header cannot hold would turn the record into garbage.
+  if (h.kind == RecordKind::kTensor && live_tokens % h.layout.block_tokens != 0) {
+    return InvalidArgument("ssd: live_tokens " + std::to_string(live_tokens) + " is not a whole number of " +
+                           std::to_string(h.layout.block_tokens) + "-token blocks");
+  }
   if (h.live_tokens <= live_tokens) return Status::OK();
   h.live_tokens = live_tokens;
   std::vector<uint8_t> bytes = EncodeRecordHeader(h, seed_);

@@ -269,13 +269,19 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
   if (!jobs.empty()) {
     uint8_t* arena = arena_->data();
     lk.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t read_bytes = 0;
     std::vector<std::future<Status>> reads;
     for (const Job& j : jobs) {
+      read_bytes += j.loc.payload_bytes;
       SsdTier* tier = ssd_.get();
       std::span<uint8_t> dst(arena + j.off, j.loc.payload_bytes);
       reads.push_back(io_->Submit([tier, loc = j.loc, dst] { return tier->ReadPayload(loc, dst); }));
     }
     for (size_t i = 0; i < jobs.size(); ++i) jobs[i].status = reads[i].get();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    PTS_DEBUG("ssd", "filled " << jobs.size() << " tensor(s), " << read_bytes << " bytes in " << secs << " s ("
+                               << (secs > 0 ? read_bytes / secs / 1e9 : 0) << " GB/s)");
     lk.lock();
   }
   for (Job& j : jobs) {
