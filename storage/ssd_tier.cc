@@ -249,6 +249,12 @@ Status SsdTier::OpenNewSegmentLocked() {
     env_->DeleteFile(PathOf(id)).IgnoreError();
     return ws;
   }
+  // fdatasync of the file does not make its directory entry durable: a
+  // synced record in a segment whose name was lost would be lost with it.
+  if (options_.sync != SsdOptions::Sync::kNone) {
+    Status ds = env_->SyncDir(options_.dir);
+    if (!ds.ok()) PTS_WARN("ssd", "sync of " << options_.dir << " after creating a segment: " << ds.ToString());
+  }
   direct_ = f->direct();
   stats_.direct_io = direct_;
   Segment s;
@@ -270,13 +276,14 @@ std::shared_ptr<File> SsdTier::SealLocked(Segment* s) {
   return nullptr;
 }
 
-Result<std::pair<std::shared_ptr<File>, uint64_t>> SsdTier::ReserveLocked(uint64_t bytes, uint64_t* segment_id,
+Result<std::pair<std::shared_ptr<File>, uint64_t>> SsdTier::ReserveLocked(uint64_t bytes, uint64_t slack,
+                                                                         uint64_t* segment_id,
                                                                          std::shared_ptr<File>* to_sync) {
   auto it = segments_.find(active_);
   const bool need_new = it == segments_.end() ||
                         (it->second.size + bytes > options_.segment_bytes && it->second.size > kSegmentHeaderBytes);
   const uint64_t grow = bytes + (need_new ? kSegmentHeaderBytes : 0);
-  if (file_bytes_ + grow > options_.capacity) {
+  if (file_bytes_ + grow > options_.capacity + slack) {
     return ResourceExhausted("ssd tier full: a record of " + std::to_string(bytes) + " bytes does not fit (" +
                              std::to_string(file_bytes_) + " of " + std::to_string(options_.capacity) +
                              " bytes in segment files, " + std::to_string(live_bytes_) + " live)");
@@ -313,6 +320,10 @@ void SsdTier::FinishAppend(uint64_t segment_id, bool ok) {
 }
 
 Result<SsdLocation> SsdTier::Append(RecordHeader header, std::span<const uint8_t> payload) {
+  return AppendImpl(std::move(header), payload, 0);
+}
+
+Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uint8_t> payload, uint64_t slack) {
   std::vector<uint8_t> compressed;
   std::span<const uint8_t> stored = payload;
   header.flags &= static_cast<uint16_t>(~kRecordCompressed);
@@ -346,7 +357,7 @@ Result<SsdLocation> SsdTier::Append(RecordHeader header, std::span<const uint8_t
   std::shared_ptr<File> file, sealed;
   {
     std::lock_guard lk(mu_);
-    Result<std::pair<std::shared_ptr<File>, uint64_t>> r = ReserveLocked(foot, &loc.segment, &sealed);
+    Result<std::pair<std::shared_ptr<File>, uint64_t>> r = ReserveLocked(foot, slack, &loc.segment, &sealed);
     if (!r.ok()) {
       stats_.write_errors++;
       return r.status();
@@ -570,6 +581,11 @@ void SsdTier::Forget(const SsdLocation& loc) {
 // ------------------------------------------------------------- compaction
 
 Result<SsdLocation> SsdTier::CopyRecord(const SsdLocation& loc) {
+  // A copy may go past the capacity by one segment: compaction copies at
+  // most one segment's live records, then deletes that segment. Without
+  // the slack a tier whose files are full of dead space could never
+  // reclaim it.
+  const uint64_t kCompactionSlack = options_.segment_bytes + kSegmentHeaderBytes;
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
   PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
   AlignedBuffer stored(loc.stored_bytes);
@@ -584,9 +600,9 @@ Result<SsdLocation> SsdTier::CopyRecord(const SsdLocation& loc) {
     // Keep the stored form: write header and compressed bytes as they are.
     std::vector<uint8_t> raw(loc.payload_bytes);
     PTS_RETURN_IF_ERROR(Decompress(stored.span(loc.stored_bytes), raw, 1));
-    return Append(std::move(h), raw);
+    return AppendImpl(std::move(h), raw, kCompactionSlack);
   }
-  return Append(std::move(h), stored.span(loc.stored_bytes));
+  return AppendImpl(std::move(h), stored.span(loc.stored_bytes), kCompactionSlack);
 }
 
 std::optional<uint64_t> SsdTier::PickSegmentToCompact(bool pressure) const {

@@ -41,6 +41,7 @@ struct SsdOptions {
   uint32_t io_threads = 2;
   double compact_dead_ratio = 0.5;         // rewrite a sealed segment once this share is dead
   bool verify_on_recovery = true;          // check payload checksums during the restart scan
+  bool background_compaction = true;       // the Store's cleaner thread (tests turn it off)
 };
 
 const char* SyncName(SsdOptions::Sync s);
@@ -152,8 +153,11 @@ class SsdTier {
   // Reserves `bytes` in the active segment (sealing it and opening another
   // when full). Returns the segment and offset.
   // `*to_sync` is set to a segment this sealed that needs its sync now.
-  Result<std::pair<std::shared_ptr<File>, uint64_t>> ReserveLocked(uint64_t bytes, uint64_t* segment_id,
+  // `slack`: bytes the files may go past the capacity (compaction copies).
+  Result<std::pair<std::shared_ptr<File>, uint64_t>> ReserveLocked(uint64_t bytes, uint64_t slack,
+                                                                   uint64_t* segment_id,
                                                                    std::shared_ptr<File>* to_sync);
+  Result<SsdLocation> AppendImpl(RecordHeader header, std::span<const uint8_t> payload, uint64_t slack);
   Status OpenNewSegmentLocked();
   // Marks `s` sealed; returns its file when the caller must sync it.
   std::shared_ptr<File> SealLocked(Segment* s);

@@ -214,6 +214,9 @@ class Store {
   RecordHeader TensorRecordLocked(const Tensor& t, uint64_t* live_bytes) const;
   uint64_t LiveTokens(const Tensor& t) const;
   void CleanerLoop();
+  // Takes `t` (and what hangs below it) out of the index; `t` itself stays
+  // allocated for the caller, who frees it with MaybeDestroyLocked.
+  void DropFromIndexLocked(Tensor* t);
   // Rebuilds namespaces and the index from the segments (store_recovery.cc).
   Status RecoverLocked();
   void RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result);
@@ -233,7 +236,8 @@ class Store {
   std::unique_ptr<SsdTier> ssd_;        // null without an SSD tier
   std::unique_ptr<IoPool> io_;          // SSD reads and writes
 
-  // Lock order: mu_ is the only lock; never call out while holding it.
+  // Lock order: compact_mu_ before mu_; never call out while holding mu_.
+  std::mutex compact_mu_;  // one compaction at a time
   mutable std::mutex mu_;
   std::condition_variable inflight_done_;  // signalled when a save finishes
   std::condition_variable io_done_;        // signalled when a tensor's I/O ends

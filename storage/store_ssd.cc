@@ -28,7 +28,7 @@ Status Store::OpenSsd() {
     std::unique_lock lk(mu_);
     PTS_RETURN_IF_ERROR(RecoverLocked());
   }
-  cleaner_ = std::thread([this] { CleanerLoop(); });
+  if (ssd_->options().background_compaction) cleaner_ = std::thread([this] { CleanerLoop(); });
   const SsdTierStats st = ssd_->Stats();
   PTS_INFO("ssd", "tier at " << ssd_->options().dir << ": capacity " << st.capacity << " bytes, segments of "
                              << ssd_->options().segment_bytes << ", compression "
@@ -303,10 +303,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
         // and a later save stores it again.
         PTS_ERROR("ssd", "tensor " << t->id.value << ": " << j.status.ToString()
                                    << "; dropping it and its descendants from the index");
-        if (t->in_index) {
-          RemoveResult ignored;
-          RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
-        }
+        DropFromIndexLocked(t);
       }
     }
     MaybeDestroyLocked(t);
@@ -316,7 +313,20 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
 
 // ------------------------------------------------------------ compaction
 
+void Store::DropFromIndexLocked(Tensor* t) {
+  if (!t->in_index) return;
+  // Held across the removal so that it cannot be freed under our feet: the
+  // caller frees it (MaybeDestroyLocked) when done with it.
+  t->holds++;
+  RemoveResult ignored;
+  RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+  t->holds--;
+}
+
 Result<bool> Store::CompactOnce() {
+  // One compaction at a time (the cleaner, or a caller): two would copy the
+  // same segment. Lock order: compact_mu_, then mu_.
+  std::lock_guard one(compact_mu_);
   std::unique_lock lk(mu_);
   if (!SsdEnabled()) return false;
   // An append that has finished on disk but not yet reached the index could
@@ -380,6 +390,11 @@ Result<bool> Store::CompactOnce() {
     }
     Tensor* t = m.t;
     t->io = Tensor::Io::kNone;
+    if (!m.to.ok() && m.to.status().code() != Code::kCorruption) {
+      // The copy failed, not the record: it stays where it is.
+      MaybeDestroyLocked(t);
+      continue;
+    }
     if (m.to.ok()) {
       // The new copy replaces the old; if the tensor left the index
       // meanwhile, MaybeDestroyLocked below kills the new copy.
@@ -388,9 +403,8 @@ Result<bool> Store::CompactOnce() {
       if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
     } else if (t->in_dram) {
       DropSsdCopyLocked(t);
-    } else if (t->in_index) {
-      RemoveResult ignored;
-      RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+    } else {
+      DropFromIndexLocked(t);  // its only copy is corrupt
     }
     MaybeDestroyLocked(t);
   }

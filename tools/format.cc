@@ -57,6 +57,18 @@ std::string Percent(std::optional<double> ratio) {
   return buf;
 }
 
+std::optional<double> CompressionRatio(uint64_t logical_bytes, uint64_t stored_bytes) {
+  return Ratio(logical_bytes, stored_bytes);
+}
+
+std::string CompressionRatioText(uint64_t logical_bytes, uint64_t stored_bytes) {
+  std::optional<double> r = CompressionRatio(logical_bytes, stored_bytes);
+  if (!r) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2fx", *r);
+  return buf;
+}
+
 size_t DisplayWidth(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) {
@@ -205,6 +217,7 @@ Table IncrementTable() {
                 {"BYTES", A::kRight},
                 {"HITS", A::kRight},
                 {"CLASS"},
+                {"TIER"},
                 {"PINS", A::kRight},
                 {"CHILDREN", A::kRight}});
 }
@@ -216,6 +229,7 @@ std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeI
           HumanBytes(n.bytes),
           std::to_string(n.hits),
           CacheClassName(n.cache_class),
+          TierName(n.tier),
           std::to_string(n.pins),
           std::to_string(n.children)};
 }
@@ -287,8 +301,33 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
   add("evictions", num(s.evictions) + " (" + HumanBytes(s.evicted_bytes) + ")");
   add("active leases", num(s.active_leases));
   add("expired leases", num(s.expired_leases));
-  size_t node_rows = rows.size();
+  // Each section after the first starts after a blank line.
+  std::vector<size_t> section_starts;
+  if (s.ssd_capacity > 0) {
+    // Labels no wider than "pinned increments": the value column stays put.
+    section_starts.push_back(rows.size());
+    add("ssd capacity", HumanBytes(s.ssd_capacity));
+    add("ssd file bytes",
+        HumanBytes(s.ssd_file_bytes) + " (" + Percent(Ratio(s.ssd_file_bytes, s.ssd_capacity)) + ")");
+    add("ssd live bytes",
+        HumanBytes(s.ssd_live_bytes) + " (" + Percent(Ratio(s.ssd_live_bytes, s.ssd_file_bytes)) + " of file bytes)");
+    add("ssd segments", num(s.ssd_segments));
+    add("ssd tensors", num(s.ssd_tensors));
+    add("ssd hits", num(s.ssd_hits));
+    add("ssd fills", num(s.ssd_fills) + " (" + HumanBytes(s.ssd_fill_bytes) + ")");
+    add("ssd spills", num(s.ssd_spills) + " (" + HumanBytes(s.ssd_spill_bytes) + ", stored in " +
+                          HumanBytes(s.ssd_stored_bytes) + ")");
+    add("ssd compression", CompressionRatioText(s.ssd_spill_bytes, s.ssd_stored_bytes));
+    add("ssd failed spills", num(s.ssd_spill_failures));
+    add("ssd evictions", num(s.ssd_evictions));
+    add("ssd read errors", num(s.ssd_read_errors));
+    add("ssd compactions", num(s.ssd_compactions));
+    add("recovered tensors", num(s.recovered_tensors) + " (" + HumanBytes(s.recovered_bytes) + ")");
+    add("recovery corrupt", num(s.recovery_corrupt));
+    add("recovery dropped", num(s.recovery_dropped));
+  }
   if (ns) {
+    section_starts.push_back(rows.size());
     const NamespaceInfo& i = ns->info;
     add("namespace", i.name);
     add("layout", i.layout.ToString());
@@ -314,7 +353,7 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
   for (const auto& [label, value] : rows) width = std::max(width, label.size());
   std::string out;
   for (size_t r = 0; r < rows.size(); ++r) {
-    if (r == node_rows) out += "\n";
+    if (std::find(section_starts.begin(), section_starts.end(), r) != section_starts.end()) out += "\n";
     out += rows[r].first;
     out.append(width + 2 - rows[r].first.size(), ' ');
     out += rows[r].second;
@@ -358,6 +397,7 @@ Json ToJson(const PrefixNodeInfo& n) {
           {"bytes", n.bytes},
           {"hits", n.hits},
           {"class", CacheClassName(n.cache_class)},
+          {"tier", TierName(n.tier)},
           {"pins", n.pins},
           {"children", n.children},
           // Split so that no number exceeds 2^53 (JavaScript, jq).
@@ -387,7 +427,27 @@ Json ToJson(const StoreStats& s) {
           {"evictions", s.evictions},
           {"evicted_bytes", s.evicted_bytes},
           {"active_leases", s.active_leases},
-          {"expired_leases", s.expired_leases}};
+          {"expired_leases", s.expired_leases},
+          {"ssd_capacity", s.ssd_capacity},
+          {"ssd_file_bytes", s.ssd_file_bytes},
+          {"ssd_live_bytes", s.ssd_live_bytes},
+          {"ssd_segments", s.ssd_segments},
+          {"ssd_tensors", s.ssd_tensors},
+          {"ssd_hits", s.ssd_hits},
+          {"ssd_fills", s.ssd_fills},
+          {"ssd_fill_bytes", s.ssd_fill_bytes},
+          {"ssd_spills", s.ssd_spills},
+          {"ssd_spill_bytes", s.ssd_spill_bytes},
+          {"ssd_stored_bytes", s.ssd_stored_bytes},
+          {"ssd_compression_ratio", RatioJson(CompressionRatio(s.ssd_spill_bytes, s.ssd_stored_bytes))},
+          {"ssd_spill_failures", s.ssd_spill_failures},
+          {"ssd_evictions", s.ssd_evictions},
+          {"ssd_read_errors", s.ssd_read_errors},
+          {"ssd_compactions", s.ssd_compactions},
+          {"recovered_tensors", s.recovered_tensors},
+          {"recovered_bytes", s.recovered_bytes},
+          {"recovery_corrupt", s.recovery_corrupt},
+          {"recovery_dropped", s.recovery_dropped}};
 }
 
 Json ToJson(const TreeSummary& t) {

@@ -10,7 +10,10 @@
 //   - chain keys are 32 lowercase hex digits; a zero key (the namespace
 //     root) is null;
 //   - modes are octal strings ("0755");
-//   - ratios are numbers in [0, 1], or null when undefined (0 / 0).
+//   - ratios are numbers in [0, 1], or null when undefined (0 / 0); the one
+//     exception, a compression ratio (logical bytes / stored bytes), is a
+//     positive number (2.0: half the size), or null when nothing is stored;
+//   - a tier is "dram", "ssd", "dram+ssd" (TierName).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +47,12 @@ std::string SymbolicMode(uint32_t mode);
 std::optional<double> Ratio(uint64_t part, uint64_t whole);
 // "75.0%", or "n/a" for nullopt.
 std::string Percent(std::optional<double> ratio);
+
+// logical / stored (e.g. 2.0 when compression halved the bytes), or nullopt
+// when nothing is stored.
+std::optional<double> CompressionRatio(uint64_t logical_bytes, uint64_t stored_bytes);
+// "2.00x", or "n/a".
+std::string CompressionRatioText(uint64_t logical_bytes, uint64_t stored_bytes);
 
 // Display width of a UTF-8 string (code points; the tree glyphs are one
 // column wide).
@@ -95,7 +104,7 @@ std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const
 std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format);
 
 // Increments as a flat list (short: one key per line; long: a table of
-// KEY START TOKENS BYTES HITS CLASS PINS CHILDREN).
+// KEY START TOKENS BYTES HITS CLASS TIER PINS CHILDREN).
 std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format);
 
 // Increments as an indented tree below `root` (short: keys only; long: the
@@ -122,7 +131,8 @@ struct NamespaceReport {
   std::optional<TreeSummary> tree;  // absent if the tree could not be listed
 };
 
-// ptstore-stat's text: "label  value" lines, labels padded to one column.
+// ptstore-stat's text: "label  value" lines, labels padded to one column;
+// the SSD tier's section only on a node with one (ssd_capacity > 0).
 std::string RenderStats(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
 
 // -------------------------------------------------------------------- JSON
@@ -131,7 +141,9 @@ Json KeyJson(const ChainKey& key);  // hex, or null for the zero key
 Json ToJson(const Layout& layout);
 Json ToJson(const NamespaceInfo& info);
 Json ToJson(const PrefixNodeInfo& node);
-Json ToJson(const StoreStats& stats);  // the counters plus hit_rate, token_hit_rate, dedup_ratio
+// Every counter (the SSD ones too, 0 without a tier) plus hit_rate,
+// token_hit_rate, dedup_ratio and ssd_compression_ratio.
+Json ToJson(const StoreStats& stats);
 Json ToJson(const TreeSummary& summary);
 
 // The increments below `root` nested: each node's object gets "subtree", the

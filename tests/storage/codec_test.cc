@@ -366,8 +366,8 @@ TEST(CodecCorruptionTest, FlippedByteInAChunk) {
   bad[ChunkStart(bad, 1)] ^= 0x40;
   ExpectCorruption(f.Try(bad), "chunk 1 of 6: zstd");
   ExpectCorruption(f.Try(bad, 3), "chunk 1 of 6: zstd");
-  // The frame header's content size (the byte after magic and descriptor
-  // says how much the frame decodes to): zstd checks it against the data.
+  // The frame header's content size field (after the 4-byte magic and the
+  // descriptor byte): zstd checks the decoded size against it.
   bad = f.good;
   const size_t start = ChunkStart(bad, 4);
   bool detected = false;

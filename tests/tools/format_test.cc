@@ -174,9 +174,30 @@ TEST(ToolsFormat, IncrementsShortAndLong) {
   nodes.resize(1);
   EXPECT_EQ(RenderIncrements(nodes, false), K(1).ToHex() + "\n");
   EXPECT_EQ(RenderIncrements(nodes, true),
-            "KEY                               START  TOKENS    BYTES  HITS  CLASS  PINS  CHILDREN\n" +
-                K(1).ToHex() + "      0      32  4.0 KiB     7  owned     0         2\n");
+            "KEY                               START  TOKENS    BYTES  HITS  CLASS  TIER  PINS  CHILDREN\n" +
+                K(1).ToHex() + "      0      32  4.0 KiB     7  owned  dram     0         2\n");
   EXPECT_EQ(RenderIncrements({}, true), "");
+}
+
+TEST(ToolsFormat, IncrementsShowTheirTier) {
+  auto nodes = SampleTree();
+  nodes.resize(3);
+  nodes[1].tier = kTierSsd;
+  nodes[2].tier = kTierDram | kTierSsd;
+  std::string t = RenderIncrements(nodes, true);
+  std::istringstream in(t);
+  std::string header, l0, l1, l2;
+  std::getline(in, header);
+  std::getline(in, l0);
+  std::getline(in, l1);
+  std::getline(in, l2);
+  EXPECT_NE(header.find("  CLASS  TIER      PINS  CHILDREN"), std::string::npos) << t;
+  EXPECT_NE(l0.find("  owned  dram         0"), std::string::npos) << t;
+  EXPECT_NE(l1.find("  owned  ssd          0"), std::string::npos) << t;
+  EXPECT_NE(l2.find("  owned  dram+ssd     0"), std::string::npos) << t;
+  EXPECT_EQ(header.size(), l0.size()) << t;
+  EXPECT_EQ(l0.size(), l2.size()) << t;
+  EXPECT_STREQ(TierName(0), "-");
 }
 
 TEST(ToolsFormat, NamespacesShortAndLong) {
@@ -216,11 +237,16 @@ TEST(ToolsFormat, JsonPrefixNode) {
   EXPECT_EQ(j["bytes"], 2048);
   EXPECT_EQ(j["hits"], 5);
   EXPECT_EQ(j["class"], "replica");
+  EXPECT_EQ(j["tier"], "dram");
   EXPECT_EQ(j["pins"], 2);
   EXPECT_EQ(j["children"], 1);
   EXPECT_EQ(j["tensor"]["owner"], 0xABCDEF);
   EXPECT_EQ(j["tensor"]["seq"], 42);
   EXPECT_TRUE(ToJson(Node(1, 0, 0, 16, 1))["parent"].is_null());
+  n.tier = kTierSsd;
+  EXPECT_EQ(ToJson(n)["tier"], "ssd");
+  n.tier = kTierDram | kTierSsd;
+  EXPECT_EQ(ToJson(n)["tier"], "dram+ssd");
 }
 
 TEST(ToolsFormat, JsonNamespaceAndLayout) {
@@ -266,6 +292,67 @@ TEST(ToolsFormat, JsonStatsWithDerivedRatios) {
   EXPECT_TRUE(empty["hit_rate"].is_null());
   EXPECT_TRUE(empty["dedup_ratio"].is_null());
   EXPECT_EQ(empty.size(), j.size());
+  // Without an SSD tier its counters are there all the same, as 0.
+  for (const char* k : {"ssd_capacity", "ssd_file_bytes", "ssd_live_bytes", "ssd_segments", "ssd_tensors", "ssd_hits",
+                        "ssd_fills", "ssd_fill_bytes", "ssd_spills", "ssd_spill_bytes", "ssd_stored_bytes",
+                        "ssd_spill_failures", "ssd_evictions", "ssd_read_errors", "ssd_compactions",
+                        "recovered_tensors", "recovered_bytes", "recovery_corrupt", "recovery_dropped"}) {
+    ASSERT_TRUE(empty.contains(k)) << k;
+    EXPECT_EQ(empty[k], 0) << k;
+  }
+  EXPECT_TRUE(empty["ssd_compression_ratio"].is_null());
+}
+
+TEST(ToolsFormat, JsonStatsSsdCounters) {
+  StoreStats s;
+  s.ssd_capacity = 1ull << 40;
+  s.ssd_file_bytes = 5;
+  s.ssd_live_bytes = 4;
+  s.ssd_segments = 6;
+  s.ssd_tensors = 7;
+  s.ssd_hits = 8;
+  s.ssd_fills = 9;
+  s.ssd_fill_bytes = 10;
+  s.ssd_spills = 11;
+  s.ssd_spill_bytes = 3000;
+  s.ssd_stored_bytes = 1000;
+  s.ssd_spill_failures = 12;
+  s.ssd_evictions = 13;
+  s.ssd_read_errors = 14;
+  s.ssd_compactions = 15;
+  s.recovered_tensors = 16;
+  s.recovered_bytes = 17;
+  s.recovery_corrupt = 18;
+  s.recovery_dropped = 19;
+  auto j = ToJson(s);
+  EXPECT_EQ(j["ssd_capacity"].get<uint64_t>(), 1ull << 40);
+  EXPECT_EQ(j["ssd_file_bytes"], 5);
+  EXPECT_EQ(j["ssd_live_bytes"], 4);
+  EXPECT_EQ(j["ssd_segments"], 6);
+  EXPECT_EQ(j["ssd_tensors"], 7);
+  EXPECT_EQ(j["ssd_hits"], 8);
+  EXPECT_EQ(j["ssd_fills"], 9);
+  EXPECT_EQ(j["ssd_fill_bytes"], 10);
+  EXPECT_EQ(j["ssd_spills"], 11);
+  EXPECT_EQ(j["ssd_spill_bytes"], 3000);
+  EXPECT_EQ(j["ssd_stored_bytes"], 1000);
+  EXPECT_DOUBLE_EQ(j["ssd_compression_ratio"].get<double>(), 3.0);
+  EXPECT_EQ(j["ssd_spill_failures"], 12);
+  EXPECT_EQ(j["ssd_evictions"], 13);
+  EXPECT_EQ(j["ssd_read_errors"], 14);
+  EXPECT_EQ(j["ssd_compactions"], 15);
+  EXPECT_EQ(j["recovered_tensors"], 16);
+  EXPECT_EQ(j["recovered_bytes"], 17);
+  EXPECT_EQ(j["recovery_corrupt"], 18);
+  EXPECT_EQ(j["recovery_dropped"], 19);
+}
+
+TEST(ToolsFormat, CompressionRatio) {
+  EXPECT_FALSE(CompressionRatio(10, 0).has_value());
+  EXPECT_DOUBLE_EQ(*CompressionRatio(3, 2), 1.5);
+  EXPECT_EQ(CompressionRatioText(3, 2), "1.50x");
+  EXPECT_EQ(CompressionRatioText(1, 1), "1.00x");
+  EXPECT_EQ(CompressionRatioText(0, 0), "n/a");
 }
 
 TEST(ToolsFormat, JsonNestedTree) {
@@ -295,6 +382,9 @@ TEST(ToolsFormat, StatsTextReport) {
   EXPECT_NE(t.find("hit tokens         0 of 0 (n/a)\n"), std::string::npos) << t;
   EXPECT_NE(t.find("dedup saving       1.0 MiB (25.0% of bytes offered)\n"), std::string::npos) << t;
   EXPECT_EQ(t.find("\nnamespace "), std::string::npos) << t;
+  EXPECT_EQ(t.find("ssd"), std::string::npos) << t;  // no SSD tier: no SSD section
+  EXPECT_EQ(t.find("recover"), std::string::npos) << t;
+  EXPECT_EQ(t.find("\n\n"), std::string::npos) << t;
 
   NamespaceReport r;
   r.info.name = "m";
@@ -306,6 +396,59 @@ TEST(ToolsFormat, StatsTextReport) {
   EXPECT_NE(n.find("bytes per token    128.0 KiB\n"), std::string::npos) << n;
   EXPECT_NE(n.find("stored tokens      112\n"), std::string::npos) << n;
   EXPECT_NE(n.find("longest prefix     64 tokens\n"), std::string::npos) << n;
+}
+
+TEST(ToolsFormat, StatsTextSsdSection) {
+  StoreStats s;
+  s.arena_bytes = 64ull << 20;
+  s.ssd_capacity = 100ull << 30;
+  s.ssd_file_bytes = 10ull << 30;
+  s.ssd_live_bytes = 8ull << 30;
+  s.ssd_segments = 40;
+  s.ssd_tensors = 1234;
+  s.ssd_hits = 17;
+  s.ssd_fills = 20;
+  s.ssd_fill_bytes = 40ull << 20;
+  s.ssd_spills = 1300;
+  s.ssd_spill_bytes = 18ull << 30;
+  s.ssd_stored_bytes = 9ull << 30;
+  s.ssd_spill_failures = 2;
+  s.ssd_evictions = 66;
+  s.ssd_read_errors = 1;
+  s.ssd_compactions = 3;
+  s.recovered_tensors = 1000;
+  s.recovered_bytes = 6ull << 30;
+  s.recovery_corrupt = 4;
+  s.recovery_dropped = 5;
+  std::string t = RenderStats(0, s, std::nullopt);
+  for (const std::string& line : {"\n\nssd capacity       100.0 GiB\n",
+                                  "\nssd file bytes     10.0 GiB (10.0%)\n",
+                                  "\nssd live bytes     8.0 GiB (80.0% of file bytes)\n",
+                                  "\nssd segments       40\n",
+                                  "\nssd tensors        1234\n",
+                                  "\nssd hits           17\n",
+                                  "\nssd fills          20 (40.0 MiB)\n",
+                                  "\nssd spills         1300 (18.0 GiB, stored in 9.0 GiB)\n",
+                                  "\nssd compression    2.00x\n",
+                                  "\nssd failed spills  2\n",
+                                  "\nssd evictions      66\n",
+                                  "\nssd read errors    1\n",
+                                  "\nssd compactions    3\n",
+                                  "\nrecovered tensors  1000 (6.0 GiB)\n",
+                                  "\nrecovery corrupt   4\n",
+                                  "\nrecovery dropped   5\n"}) {
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+  }
+  // The node's figures keep their column; a namespace follows after
+  // another blank line.
+  EXPECT_NE(t.find("arena size         64.0 MiB\n"), std::string::npos) << t;
+  NamespaceReport r;
+  r.info.name = "m";
+  std::string n = RenderStats(0, s, r);
+  EXPECT_NE(n.find("recovery dropped   5\n\nnamespace          m\n"), std::string::npos) << n;
+  // No spills yet: no ratio.
+  s.ssd_spill_bytes = s.ssd_stored_bytes = 0;
+  EXPECT_NE(RenderStats(0, s, std::nullopt).find("ssd compression    n/a\n"), std::string::npos);
 }
 
 TEST(ToolsFormat, SummarizeAddsUp) {

@@ -175,6 +175,7 @@ void ExpectNodeJson(const json& j, const PrefixNodeInfo& n) {
   EXPECT_EQ(j["bytes"].get<uint64_t>(), n.bytes);
   EXPECT_EQ(j["hits"].get<uint64_t>(), n.hits);
   EXPECT_EQ(j["class"], CacheClassName(n.cache_class));
+  EXPECT_EQ(j["tier"], TierName(n.tier));
   EXPECT_EQ(j["pins"].get<uint32_t>(), n.pins);
   EXPECT_EQ(j["children"].get<uint32_t>(), n.children);
   EXPECT_EQ(j["tensor"]["seq"].get<uint64_t>(), n.tensor.seq());
@@ -251,11 +252,11 @@ TEST_F(ToolsTest, ListsTopIncrements) {
   ASSERT_EQ(r.rc, 0) << r.err;
   auto lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_EQ(lines[0], "KEY                               START  TOKENS     BYTES  HITS  CLASS  PINS  CHILDREN");
+  EXPECT_EQ(lines[0], "KEY                               START  TOKENS     BYTES  HITS  CLASS  TIER  PINS  CHILDREN");
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(lines[i + 1].rfind(top[i].key.ToHex(), 0), 0u) << r.out;
     EXPECT_NE(lines[i + 1].find("32.0 KiB"), std::string::npos) << r.out;
-    EXPECT_NE(lines[i + 1].find("owned"), std::string::npos) << r.out;
+    EXPECT_NE(lines[i + 1].find("owned  dram"), std::string::npos) << r.out;
   }
 }
 
@@ -409,6 +410,11 @@ TEST_F(ToolsTest, NodeStats) {
   EXPECT_NE(r.out.find("saved bytes        160.0 KiB\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("hits               4\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("misses             1\n"), std::string::npos) << r.out;
+  // No SSD tier: no SSD section, but the counters are in the JSON (0).
+  EXPECT_EQ(r.out.find("ssd"), std::string::npos) << r.out;
+  EXPECT_EQ(s["ssd_capacity"].get<uint64_t>(), 0u);
+  EXPECT_EQ(s["recovery_corrupt"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(s["ssd_compression_ratio"].is_null());
 }
 
 TEST_F(ToolsTest, NamespaceStats) {
@@ -487,6 +493,87 @@ TEST_F(ToolsTest, UsageErrors) {
   r = RunTool(kLs, {"--help"});
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("Usage: ptstore-ls"), std::string::npos) << r.out;
+}
+
+// A node with an SSD tier and a 1 MiB arena: saves spill evicted tensors
+// to SSD, and the tools show where each increment is.
+TEST(ToolsSsdTest, TiersAndSsdCounters) {
+  std::string ssd = testing::MakeTempDir("ptstore-tools-ssd");
+  testing::Daemon daemon;
+  testing::Daemon::Options o;
+  o.arena_size = "1MiB";
+  o.extra_args = {"--ssd-dir", ssd, "--ssd-capacity", "64MiB", "--ssd-compress"};
+  ASSERT_TRUE(daemon.Start(o).ok()) << daemon.ReadLog();
+  ClientOptions co;
+  co.socket_path = daemon.socket_path();
+  auto c = Client::Connect(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Client& client = **c;
+  ASSERT_TRUE(client.CreateNamespace(kNs, SmallLayout(), "", 0750).ok());
+  // 32 prompts of 64 tokens (64 KiB each, compressible) through 1 MiB.
+  for (uint32_t p = 0; p < 32; ++p) {
+    std::vector<uint8_t> kv(64 * SmallLayout().BytesPerToken());
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = (i % 2) ? 0x3f : static_cast<uint8_t>((i * 7 + p) & 0x0f);
+    auto r = client.Save(kNs, Tokens(p * 1000, 64), kv.data(), kv.size());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  auto want = *client.Stats();
+  ASSERT_GT(want.ssd_spills, 0u);
+  ASSERT_GT(want.ssd_tensors, 0u);
+
+  // ptstore-stat: the SSD section, and every counter in the JSON.
+  ToolRun r = RunTool(kStat, {"-s", daemon.socket_path(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json s = json::parse(r.out)["stats"];
+  EXPECT_EQ(s["ssd_capacity"].get<uint64_t>(), 64u << 20);
+  EXPECT_EQ(s["ssd_spills"].get<uint64_t>(), want.ssd_spills);
+  EXPECT_EQ(s["ssd_spill_bytes"].get<uint64_t>(), want.ssd_spill_bytes);
+  EXPECT_EQ(s["ssd_stored_bytes"].get<uint64_t>(), want.ssd_stored_bytes);
+  EXPECT_LT(want.ssd_stored_bytes, want.ssd_spill_bytes);  // compressed
+  EXPECT_DOUBLE_EQ(s["ssd_compression_ratio"].get<double>(),
+                   double(want.ssd_spill_bytes) / double(want.ssd_stored_bytes));
+  for (const char* k : {"ssd_file_bytes", "ssd_live_bytes", "ssd_segments", "ssd_tensors", "ssd_hits", "ssd_fills",
+                        "ssd_fill_bytes", "ssd_spill_failures", "ssd_evictions", "ssd_read_errors", "ssd_compactions",
+                        "recovered_tensors", "recovered_bytes", "recovery_corrupt", "recovery_dropped"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  EXPECT_GT(s["ssd_segments"].get<uint64_t>(), 0u);
+  r = RunTool(kStat, {"-s", daemon.socket_path()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\n\nssd capacity       64.0 MiB\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nssd spills         " + std::to_string(want.ssd_spills) + " ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nssd compression    "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nrecovery dropped   0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("arena size         1.0 MiB\n"), std::string::npos) << r.out;
+
+  // ptstore-ls: the tier of each increment, as the client reports it.
+  auto nodes = *client.ListTree(kNs, {}, true);
+  std::map<std::string, std::string> tier_of;
+  size_t on_ssd = 0;
+  for (const auto& n : nodes) {
+    tier_of[n.key.ToHex()] = TierName(n.tier);
+    if (n.tier & kTierSsd) ++on_ssd;
+  }
+  EXPECT_GT(on_ssd, 0u);
+  r = RunTool(kLs, {"-s", daemon.socket_path(), "--json", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["increments"].size(), nodes.size());
+  for (const auto& n : j["increments"]) EXPECT_EQ(n["tier"], tier_of.at(n["key"].get<std::string>()));
+  r = RunTool(kLs, {"-s", daemon.socket_path(), "-l", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), nodes.size() + 1) << r.out;
+  EXPECT_NE(lines[0].find("  CLASS  TIER"), std::string::npos) << r.out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::string key = lines[i].substr(0, 32);
+    EXPECT_NE(lines[i].find("  owned  " + tier_of.at(key) + " "), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find("  ssd "), std::string::npos) << r.out;
+
+  c->reset();
+  EXPECT_EQ(daemon.Stop(), 0) << daemon.ReadLog();
+  std::filesystem::remove_all(ssd);
 }
 
 TEST(ToolsTestNoServer, ClearMessageAndExit1) {
