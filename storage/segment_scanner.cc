@@ -7,32 +7,14 @@
 
 #include <xxhash.h>
 
+#include "storage/io_buffers.h"
+
 namespace ptstore::storage {
 
 namespace {
 
 constexpr uint64_t kScanChunk = 8ull << 20;  // payload bytes hashed per read
 
-// A 4 KiB-aligned, zeroed heap buffer, as O_DIRECT needs.
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(uint64_t bytes)
-      : size_(AlignUp(std::max<uint64_t>(bytes, 1), kDirectIoAlignment)),
-        data_(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlignment, size_))) {
-    if (data_ == nullptr) throw std::bad_alloc();
-    std::memset(data_, 0, size_);
-  }
-  ~AlignedBuffer() { std::free(data_); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  uint8_t* data() { return data_; }
-  uint64_t size() const { return size_; }
-  std::span<uint8_t> span(uint64_t n) { return {data_, n}; }
-
- private:
-  uint64_t size_;
-  uint8_t* data_;
-};
 
 bool IsZeroBlock(const uint8_t* b) { return b[0] == 0 && std::memcmp(b, b + 1, kRecordAlignment - 1) == 0; }
 
@@ -99,11 +81,18 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
   // The run of blocks that are not records, reported when it ends.
   std::optional<SegmentProblem> run;
   uint64_t run_end = 0;  // end of its last bad block
+  // Where in the run a header first claimed to run past the end of the
+  // file. That length is not verified (the header's checksum is at its
+  // end), so the scan goes on past it: if a valid record follows, the
+  // length was damaged and the run is a bad header; if the file ends first,
+  // the record was torn there.
+  std::optional<uint64_t> torn_at;
   auto bad_block = [&](uint64_t off, const std::string& why) {
     if (!run) run = SegmentProblem{SegmentProblemKind::kBadHeader, off, 0, why};
     run_end = off + kRecordAlignment;
   };
   auto end_run = [&] {
+    torn_at.reset();
     if (!run) return;
     run->length = run_end - run->offset;
     report(std::move(*run));
@@ -129,9 +118,10 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
     }
     const uint64_t hpad = AlignUp(*len, kRecordAlignment);
     if (off + hpad > size) {
-      end_run();
-      report({SegmentProblemKind::kTornRecord, off, size - off, "header cut short by the end of the file"});
-      break;
+      if (!torn_at) torn_at = off;
+      bad_block(off, "record header: its length (" + std::to_string(*len) + " bytes) runs past the end of the file");
+      off += kRecordAlignment;
+      continue;
     }
     Result<RecordHeader> h = Corruption("unread");
     if (hpad == kRecordAlignment) {
@@ -169,6 +159,16 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
     end_run();
     if (visitor.record) visitor.record(*h, loc, verified);
     off += foot;
+  }
+  if (run && torn_at) {
+    // Nothing valid after the header that ran past the end: it was torn
+    // (the partial block at the end, if any, is part of it).
+    if (*torn_at > run->offset) {
+      run->length = *torn_at - run->offset;
+      report(std::move(*run));
+    }
+    report({SegmentProblemKind::kTornRecord, *torn_at, size - *torn_at, "header cut short by the end of the file"});
+    return Status::OK();
   }
   end_run();
   if (off < size && off + kRecordAlignment > size) {

@@ -12,17 +12,21 @@
 //   - every problem, with the region it skipped:
 //       kBadHeader       a run of 4 KiB blocks that are not a record header
 //                        (bad magic, implausible length, header checksum
-//                        mismatch, nonsense fields). The run is reported
-//                        once, at its first block, with that block's
-//                        reason; it ends at the next valid record, a
-//                        problem of another kind, or the end of the file.
-//                        Blocks of zeros inside it do not end it and are
-//                        not counted in its length.
+//                        mismatch, nonsense fields, a length past the end
+//                        of the file). The run is reported once, at its
+//                        first block, with that block's reason; it ends at
+//                        the next valid record, a problem of another kind,
+//                        or the end of the file. Blocks of zeros inside it
+//                        do not end it and are not counted in its length.
 //       kPayloadChecksum a valid header whose payload does not match its
 //                        checksum; the scan resumes after the record.
-//       kTornRecord      a valid-looking header (or a whole valid header)
-//                        whose record runs past the end of the file: a
-//                        crash cut the append short. The scan stops.
+//       kTornRecord      a record that runs past the end of the file: a
+//                        crash cut the append short. Either a valid header
+//                        whose payload does, or a header whose (unverified)
+//                        length does, with nothing valid after it up to the
+//                        end of the file (with a valid record after it, the
+//                        length was damaged: a kBadHeader run). The scan
+//                        ends there.
 //       kPartialBlock    the file ends with less than one block.
 //
 // Blocks of zeros (never written: a reservation a crash cut short) are

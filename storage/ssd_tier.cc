@@ -13,6 +13,7 @@
 
 #include "core/logging.h"
 #include "storage/codec.h"
+#include "storage/io_buffers.h"
 #include "storage/segment_scanner.h"
 
 namespace ptstore::storage {
@@ -20,27 +21,6 @@ namespace ptstore::storage {
 namespace {
 
 constexpr uint64_t kScanChunk = 8ull << 20;  // payload bytes hashed per read during scans and copies
-
-// A 4 KiB-aligned heap buffer, as O_DIRECT needs.
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(uint64_t bytes)
-      : size_(AlignUp(std::max<uint64_t>(bytes, 1), kDirectIoAlignment)),
-        data_(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlignment, size_))) {
-    if (data_ == nullptr) throw std::bad_alloc();
-    std::memset(data_, 0, size_);
-  }
-  ~AlignedBuffer() { std::free(data_); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  uint8_t* data() { return data_; }
-  uint64_t size() const { return size_; }
-  std::span<uint8_t> span(uint64_t n) { return {data_, n}; }
-
- private:
-  uint64_t size_;
-  uint8_t* data_;
-};
 
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0; }
 
@@ -60,7 +40,7 @@ const char* SyncName(SsdOptions::Sync s) {
 }
 
 SsdTier::SsdTier(Env* env, const SsdOptions& options, uint32_t node_id)
-    : env_(env), options_(options), node_id_(node_id) {}
+    : env_(env), options_(options), node_id_(node_id), bounce_(8ull << 20, 8) {}
 
 Result<std::unique_ptr<SsdTier>> SsdTier::Open(Env* env, const SsdOptions& options, uint32_t node_id) {
   if (options.dir.empty()) return InvalidArgument("ssd: no data directory given");
@@ -441,41 +421,45 @@ Result<std::shared_ptr<File>> SsdTier::FileOf(uint64_t segment) {
 
 namespace {
 
-// Reads `n` bytes at `start` of `file` into `dst` and returns their payload
-// checksum. Pieces of kReadPiece bytes go to `threads` threads, each reading
-// its piece and hashing its 1 MiB chunks while the others read: the disk
-// sees several requests at once and the checksum costs no extra pass. For a
-// direct file `dst` must be 4 KiB aligned; the last partial block goes
-// through a bounce buffer.
+// Reads `n` bytes at `start` of `file` into `dst` (any alignment) and
+// returns their payload checksum. Pieces of kReadPiece bytes go to
+// `threads` threads, each reading its piece and hashing its 1 MiB chunks
+// while the others read: the disk sees several requests at once and the
+// checksum costs no extra pass over memory. A direct file is read into the
+// pool's huge-page bounce buffers and copied on (see io_buffers.h for why);
+// a buffered one straight into `dst`.
 constexpr uint64_t kReadPiece = 8ull << 20;  // a multiple of kChecksumChunk
 
-Result<uint64_t> ReadAndHash(File* file, uint64_t start, uint8_t* dst, uint64_t n, unsigned threads, uint64_t seed) {
+Result<uint64_t> ReadAndHash(File* file, uint64_t start, uint8_t* dst, uint64_t n, unsigned threads, uint64_t seed,
+                             BouncePool* pool) {
   const uint64_t pieces = (n + kReadPiece - 1) / kReadPiece;
   std::vector<uint64_t> sums((n + kChecksumChunk - 1) / kChecksumChunk);
   std::atomic<uint64_t> next{0};
   std::mutex err_mu;
   Status err;
   auto work = [&] {
+    uint8_t* bounce = file->direct() ? pool->Acquire() : nullptr;
     for (uint64_t p = next++; p < pieces; p = next++) {
       const uint64_t off = p * kReadPiece;
       const uint64_t len = std::min(kReadPiece, n - off);
-      const uint64_t body = file->direct() ? len / kRecordAlignment * kRecordAlignment : len;
       Status s;
-      if (body > 0) s = ReadFully(file, start + off, {dst + off, body});
-      if (s.ok() && body < len) {
-        AlignedBuffer last(kRecordAlignment);
-        s = ReadFully(file, start + off + body, last.span(kRecordAlignment));
-        std::memcpy(dst + off + body, last.data(), len - body);
+      if (bounce != nullptr) {
+        s = ReadFully(file, start + off, {bounce, AlignUp(len, kRecordAlignment)});
+        if (s.ok()) std::memcpy(dst + off, bounce, len);
+      } else {
+        s = ReadFully(file, start + off, {dst + off, len});
       }
       if (!s.ok()) {
         std::lock_guard lk(err_mu);
         if (err.ok()) err = s;
-        return;
+        break;
       }
-      for (uint64_t c = off; c < off + len; c += kChecksumChunk) {
-        sums[c / kChecksumChunk] = ChunkChecksum({dst + c, std::min(kChecksumChunk, n - c)}, seed);
+      const uint8_t* hashed = bounce != nullptr ? bounce : dst + off;
+      for (uint64_t c = 0; c < len; c += kChecksumChunk) {
+        sums[(off + c) / kChecksumChunk] = ChunkChecksum({hashed + c, std::min(kChecksumChunk, len - c)}, seed);
       }
     }
+    if (bounce != nullptr) pool->Release(bounce);
   };
   const unsigned extra = pieces > 1 ? std::min<uint64_t>(threads, pieces) - 1 : 0;
   std::vector<std::thread> helpers;
@@ -498,22 +482,19 @@ Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
   const bool compressed = loc.flags & kRecordCompressed;
   const unsigned threads = std::max<uint32_t>(4, options_.io_threads);
   Status s;
-  if (!compressed && (!file->direct() || IsAligned(out.data()))) {
-    // Straight into the destination.
-    Result<uint64_t> sum = ReadAndHash(file.get(), start, out.data(), loc.stored_bytes, threads, seed_);
+  if (!compressed) {
+    Result<uint64_t> sum = ReadAndHash(file.get(), start, out.data(), loc.stored_bytes, threads, seed_, &bounce_);
     if (!sum.ok()) s = sum.status();
     else if (*sum != loc.payload_checksum) s = Corruption("payload checksum mismatch");
   } else {
-    AlignedBuffer stored(loc.stored_bytes);
-    Result<uint64_t> sum = ReadAndHash(file.get(), start, stored.data(), loc.stored_bytes, threads, seed_);
+    std::vector<uint8_t> stored(loc.stored_bytes);
+    Result<uint64_t> sum = ReadAndHash(file.get(), start, stored.data(), loc.stored_bytes, threads, seed_, &bounce_);
     if (!sum.ok()) {
       s = sum.status();
     } else if (*sum != loc.payload_checksum) {
       s = Corruption("payload checksum mismatch");
-    } else if (compressed) {
-      s = Decompress(stored.span(loc.stored_bytes), out, threads);
     } else {
-      std::memcpy(out.data(), stored.data(), loc.stored_bytes);
+      s = Decompress(stored, out, threads);
     }
   }
   std::lock_guard lk(mu_);

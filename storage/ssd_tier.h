@@ -26,6 +26,7 @@
 
 #include "ptstore/status.h"
 #include "storage/env.h"
+#include "storage/io_buffers.h"
 #include "storage/record.h"
 
 namespace ptstore::storage {
@@ -172,6 +173,7 @@ class SsdTier {
   bool direct_ = false;
   uint64_t seed_ = 0;
 
+  BouncePool bounce_;      // reads of large payloads
   std::mutex rewrite_mu_;  // one header read-modify-write at a time
   mutable std::mutex mu_;
   std::map<uint64_t, Segment> segments_;  // GUARDED_BY(mu_)

@@ -251,7 +251,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
   for (Tensor* t : missing) {
     if (t->io != Tensor::Io::kNone || t->in_dram || !t->on_ssd || !t->in_index) continue;
     t->io = Tensor::Io::kFilling;
-    jobs.push_back(Job{t, t->ssd});
+    jobs.push_back(Job{t, t->ssd, 0, Status::OK()});
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     Result<uint64_t> off = AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk);

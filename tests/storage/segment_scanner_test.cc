@@ -233,6 +233,34 @@ TEST_F(SegmentScannerTest, TruncatedMultiBlockHeaderIsTorn) {
   EXPECT_EQ(s.records.size(), 1u);
 }
 
+// A header whose (unverified) length runs past the end of the file is only
+// torn if nothing valid follows it: here the length was damaged, and the
+// records after it are found.
+TEST_F(SegmentScannerTest, DamagedLengthPastTheEndIsABadHeaderNotATear) {
+  WriteFour();
+  FlipBit(SegPath(), locs_[1].offset + 10, 0x10);  // length + 1 MiB
+  Seen s = ScanFile(seed_);
+  ASSERT_EQ(s.problems.size(), 1u);
+  EXPECT_EQ(s.problems[0].kind, SegmentProblemKind::kBadHeader);
+  EXPECT_EQ(s.problems[0].offset, locs_[1].offset);
+  EXPECT_EQ(s.problems[0].length, locs_[1].footprint());
+  EXPECT_NE(s.problems[0].message.find("past the end of the file"), std::string::npos) << s.problems[0].message;
+  ASSERT_EQ(s.records.size(), 3u);
+  EXPECT_EQ(s.records[1].loc, locs_[2]);
+  EXPECT_EQ(s.records[2].loc, locs_[3]);
+
+  // The same damage in the last record: nothing valid after it, so torn
+  // (the partial block at the end is part of it).
+  WriteAt(SegPath(), SizeOf(SegPath()), std::vector<uint8_t>(50, 7));
+  FlipBit(SegPath(), locs_[3].offset + 10, 0x10);
+  s = ScanFile(seed_);
+  ASSERT_EQ(s.problems.size(), 2u);
+  EXPECT_EQ(s.problems[1].kind, SegmentProblemKind::kTornRecord);
+  EXPECT_EQ(s.problems[1].offset, locs_[3].offset);
+  EXPECT_EQ(s.problems[1].length, locs_[3].footprint() + 50);
+  EXPECT_EQ(s.records.size(), 2u);
+}
+
 TEST_F(SegmentScannerTest, PartialBlockAtTheEnd) {
   WriteFour();
   const uint64_t size = SizeOf(SegPath());

@@ -646,20 +646,17 @@ TEST(SsdTierCorruption, FlippedHeaderBitIsSkippedAndLaterRecordsFound) {
 
 // A bit flip in the high bytes of the length field makes the header claim
 // to run past the end of the file; the scanner must skip it like any other
-// corrupt header rather than stop reading the segment.
-// DISABLED: SsdTier::ScanSegment `break`s on "header cut short by the end of
-// the file" even when only the unverified length says so, losing every later
-// record of the segment. ScanSegment is being moved to
-// storage/segment_scanner.cc; enable this test once that is fixed there.
-TEST(SsdTierCorruption, DISABLED_FlippedHighLengthBitDoesNotHideLaterRecords) {
+// corrupt header rather than stop reading the segment (the length is not
+// checked until the header's checksum is).
+TEST(SsdTierCorruption, FlippedHighLengthBitDoesNotHideLaterRecords) {
   CheckHeaderFlip(10, 4);  // length + 1 MiB: past the end of the 1 MiB segment
   CheckHeaderFlip(11, 0);  // length + 16 MiB: still under the 16 MiB maximum
 }
 
 // Worse: when the damaged header is a segment's first record, the scan finds
-// nothing live in the segment and Scan deletes the file with the intact
-// records after it. DISABLED for the same ScanSegment bug as above.
-TEST(SsdTierCorruption, DISABLED_FlippedLengthBitOfAFirstRecordDoesNotDeleteTheSegment) {
+// nothing live in the segment and Scan would delete the file with the
+// intact records after it.
+TEST(SsdTierCorruption, FlippedLengthBitOfAFirstRecordDoesNotDeleteTheSegment) {
   TempDir dir;
   const SsdOptions o = Options(dir.path());
   std::map<uint64_t, Rec> recs;
