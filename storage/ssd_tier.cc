@@ -150,9 +150,6 @@ Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
   stats->bytes += size;
   uint64_t seed = seed_;
   uint64_t live = 0;
-  // A run of garbage (bad headers, then whatever follows up to the next
-  // valid record, zero blocks included) counts as one corrupt record.
-  bool in_garbage = false;
   SegmentVisitor visitor;
   visitor.segment_header = [&](const Result<SegmentHeader>& h) {
     if (h.ok()) {
@@ -163,16 +160,13 @@ Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
     PTS_WARN("ssd", SegmentFileName(id) << ": bad segment header (" << h.status().message()
                                         << "); scanning its records with the directory's seed");
   };
+  // The scanner reports a run of garbage (bad blocks up to the next valid
+  // record) once: each problem is one corrupt record.
   visitor.problem = [&](const SegmentProblem& p) {
-    if (!in_garbage) {
-      stats->corrupt_records++;
-      PTS_WARN("ssd", Where(id, p.offset) << ": skipping a corrupt record (" << p.message << ")");
-    }
-    // After a bad payload the header was good: the next record starts after it.
-    in_garbage = p.kind != SegmentProblemKind::kPayloadChecksum;
+    stats->corrupt_records++;
+    PTS_WARN("ssd", Where(id, p.offset) << ": skipping a corrupt record (" << p.message << ")");
   };
   visitor.record = [&](const RecordHeader& h, const SsdLocation& loc, bool /*payload_verified*/) {
-    in_garbage = false;
     stats->records++;
     if (h.dead()) {
       stats->dead_records++;
@@ -190,11 +184,12 @@ Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
   std::lock_guard lk(mu_);
   Segment& s = segments_.at(id);
   s.live = live;
+  s.seed = seed;
   live_bytes_ += live;
   if (seed != seed_) {
-    // Records from another directory's seed cannot be copied by raw bytes;
-    // CopyRecord re-checksums, so only note it.
-    PTS_WARN("ssd", SegmentFileName(id) << " has another seed than the directory's first segment");
+    // Written for another directory (copied here by hand): its records are
+    // read with its own seed, and compaction re-checksums them.
+    PTS_WARN("ssd", SegmentFileName(id) << " has another checksum seed than the directory's first segment");
   }
   return Status::OK();
 }
@@ -241,6 +236,7 @@ Status SsdTier::OpenNewSegmentLocked() {
   s.id = id;
   s.file = std::move(f);
   s.size = kSegmentHeaderBytes;
+  s.seed = seed_;
   s.sealed = false;
   file_bytes_ += kSegmentHeaderBytes;
   segments_.emplace(id, std::move(s));
@@ -412,11 +408,11 @@ Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uin
 
 // ---------------------------------------------------------------- reading
 
-Result<std::shared_ptr<File>> SsdTier::FileOf(uint64_t segment) {
+Result<SsdTier::SegmentRef> SsdTier::SegmentOf(uint64_t segment) {
   std::lock_guard lk(mu_);
   auto it = segments_.find(segment);
   if (it == segments_.end()) return NotFound("ssd: segment " + SegmentFileName(segment) + " is gone");
-  return it->second.file;
+  return SegmentRef{it->second.file, it->second.seed};
 }
 
 namespace {
@@ -477,18 +473,19 @@ Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
     return InvalidArgument("ssd: read of a " + std::to_string(loc.payload_bytes) + "-byte payload into " +
                            std::to_string(out.size()) + " bytes");
   }
-  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
+  File* file = seg.file.get();
   const uint64_t start = loc.offset + loc.header_bytes;
   const bool compressed = loc.flags & kRecordCompressed;
   const unsigned threads = std::max<uint32_t>(4, options_.io_threads);
   Status s;
   if (!compressed) {
-    Result<uint64_t> sum = ReadAndHash(file.get(), start, out.data(), loc.stored_bytes, threads, seed_, &bounce_);
+    Result<uint64_t> sum = ReadAndHash(file, start, out.data(), loc.stored_bytes, threads, seg.seed, &bounce_);
     if (!sum.ok()) s = sum.status();
     else if (*sum != loc.payload_checksum) s = Corruption("payload checksum mismatch");
   } else {
     std::vector<uint8_t> stored(loc.stored_bytes);
-    Result<uint64_t> sum = ReadAndHash(file.get(), start, stored.data(), loc.stored_bytes, threads, seed_, &bounce_);
+    Result<uint64_t> sum = ReadAndHash(file, start, stored.data(), loc.stored_bytes, threads, seg.seed, &bounce_);
     if (!sum.ok()) {
       s = sum.status();
     } else if (*sum != loc.payload_checksum) {
@@ -508,10 +505,10 @@ Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
 }
 
 Result<RecordHeader> SsdTier::ReadHeader(const SsdLocation& loc) {
-  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
   AlignedBuffer buf(loc.header_bytes);
-  PTS_RETURN_IF_ERROR(ReadFully(file.get(), loc.offset, buf.span(loc.header_bytes)));
-  Result<RecordHeader> h = DecodeRecordHeader(buf.span(loc.header_bytes), seed_);
+  PTS_RETURN_IF_ERROR(ReadFully(seg.file.get(), loc.offset, buf.span(loc.header_bytes)));
+  Result<RecordHeader> h = DecodeRecordHeader(buf.span(loc.header_bytes), seg.seed);
   if (!h.ok()) return h.status().WithContext("ssd: " + Where(loc.segment, loc.offset));
   return h;
 }
@@ -523,6 +520,7 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   // ever goes down, so each rewrite keeps the smaller value and the order
   // does not matter. One rewrite at a time keeps read-modify-write whole.
   std::lock_guard rw(rewrite_mu_);
+  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
   // A count the header cannot hold would turn the record into garbage.
   if (h.kind == RecordKind::kTensor && live_tokens % h.layout.block_tokens != 0) {
@@ -531,13 +529,12 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   }
   if (h.live_tokens <= live_tokens) return Status::OK();
   h.live_tokens = live_tokens;
-  std::vector<uint8_t> bytes = EncodeRecordHeader(h, seed_);
+  std::vector<uint8_t> bytes = EncodeRecordHeader(h, seg.seed);
   if (bytes.size() != loc.header_bytes) return Internal("ssd: a rewritten header changed size");
-  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
   AlignedBuffer buf(bytes.size());
   std::memcpy(buf.data(), bytes.data(), bytes.size());
-  PTS_RETURN_IF_ERROR(file->WriteAt(loc.offset, buf.span(bytes.size())));
-  if (options_.sync == SsdOptions::Sync::kRecord) PTS_RETURN_IF_ERROR(file->Sync());
+  PTS_RETURN_IF_ERROR(seg.file->WriteAt(loc.offset, buf.span(bytes.size())));
+  if (options_.sync == SsdOptions::Sync::kRecord) PTS_RETURN_IF_ERROR(seg.file->Sync());
   return Status::OK();
 }
 
@@ -568,11 +565,11 @@ Result<SsdLocation> SsdTier::CopyRecord(const SsdLocation& loc) {
   // reclaim it.
   const uint64_t kCompactionSlack = options_.segment_bytes + kSegmentHeaderBytes;
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
-  PTS_ASSIGN_OR_RETURN(std::shared_ptr<File> file, FileOf(loc.segment));
+  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
   AlignedBuffer stored(loc.stored_bytes);
-  PTS_RETURN_IF_ERROR(ReadFully(file.get(), loc.offset + loc.header_bytes,
+  PTS_RETURN_IF_ERROR(ReadFully(seg.file.get(), loc.offset + loc.header_bytes,
                                 stored.span(AlignUp(loc.stored_bytes, kRecordAlignment))));
-  if (PayloadChecksum(stored.span(loc.stored_bytes), seed_) != loc.payload_checksum) {
+  if (PayloadChecksum(stored.span(loc.stored_bytes), seg.seed) != loc.payload_checksum) {
     std::lock_guard lk(mu_);
     stats_.read_errors++;
     return Corruption("ssd: payload checksum mismatch at " + Where(loc.segment, loc.offset));

@@ -146,7 +146,12 @@ class SsdTier {
     uint64_t size = 0;        // bytes appended (file size)
     uint64_t live = 0;        // footprint of live records
     uint64_t inflight = 0;    // appends reserved but not written
+    uint64_t seed = 0;        // its records' checksum seed (set by Scan, or at creation)
     bool sealed = true;
+  };
+  struct SegmentRef {
+    std::shared_ptr<File> file;
+    uint64_t seed;
   };
 
   SsdTier(Env* env, const SsdOptions& options, uint32_t node_id);
@@ -163,7 +168,7 @@ class SsdTier {
   // Marks `s` sealed; returns its file when the caller must sync it.
   std::shared_ptr<File> SealLocked(Segment* s);
   void FinishAppend(uint64_t segment_id, bool ok);
-  Result<std::shared_ptr<File>> FileOf(uint64_t segment);
+  Result<SegmentRef> SegmentOf(uint64_t segment);
   std::string PathOf(uint64_t segment) const;
   Status ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats);
 

@@ -335,7 +335,8 @@ TEST_F(SegmentScannerTest, TierScanCountsGarbageRunsOnce) {
   // Run 1: records 1 and 2 both have bad headers (one run, one count).
   FlipBit(SegPath(), locs_[1].offset + 40);
   FlipBit(SegPath(), locs_[2].offset + 40);
-  // Record 3 right after it: a bad payload. Still part of the run's count.
+  // Record 3 right after it: a valid header, a bad payload: one more (the
+  // run ended at its header).
   FlipBit(SegPath(), locs_[3].offset + locs_[3].header_bytes + 10);
   // Record 5: a bad payload after a good record: one more.
   FlipBit(SegPath(), locs_[5].offset + locs_[5].header_bytes + 10);
@@ -348,7 +349,7 @@ TEST_F(SegmentScannerTest, TierScanCountsGarbageRunsOnce) {
   ASSERT_TRUE(tier_->Scan([&](const RecordHeader&, const SsdLocation& loc) { seen.push_back(loc); }, &stats).ok());
   EXPECT_EQ(stats.segments, 1u);
   EXPECT_EQ(stats.bad_segment_headers, 0u);
-  EXPECT_EQ(stats.corrupt_records, 3u);
+  EXPECT_EQ(stats.corrupt_records, 4u);
   EXPECT_EQ(stats.records, 4u);  // 0, 4, 6, 7
   EXPECT_EQ(stats.dead_records, 1u);
   ASSERT_EQ(seen.size(), 4u);
