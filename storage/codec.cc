@@ -4,6 +4,9 @@
 #include <zstd_errors.h>
 
 #include <algorithm>
+#include <mutex>
+#include <condition_variable>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -474,6 +477,103 @@ Status Decompress(std::span<const uint8_t> compressed, std::span<uint8_t> out, u
     return status;
   };
   return ForEachRange(h.chunks, threads, work);
+}
+
+Status DecompressInPlace(std::span<uint8_t> buffer, uint64_t compressed_bytes, uint32_t threads) {
+  if (compressed_bytes > buffer.size()) {
+    return InvalidArgument("codec: a stream of " + Str(compressed_bytes) + " bytes does not fit its " +
+                           Str(buffer.size()) + "-byte buffer");
+  }
+  const uint64_t base = buffer.size() - compressed_bytes;
+  std::span<const uint8_t> compressed = buffer.subspan(base);
+  PTS_ASSIGN_OR_RETURN(const Header h, ParseHeader(compressed));
+  if (buffer.size() != h.raw_bytes) {
+    return InvalidArgument("codec: buffer of " + Str(buffer.size()) + " bytes for a payload of " + Str(h.raw_bytes) +
+                           " bytes");
+  }
+  // The table is read once, before any output can overwrite it.
+  const size_t table_end = kHeaderBytes + size_t{h.chunks} * kSizeBytes;
+  std::vector<uint64_t> starts(h.chunks + 1);
+  uint64_t pos = table_end;
+  for (uint32_t c = 0; c < h.chunks; ++c) {
+    const uint64_t stored = GetU32(compressed.data() + kHeaderBytes + size_t{c} * kSizeBytes);
+    const uint64_t len = std::min<uint64_t>(h.chunk_bytes, h.raw_bytes - uint64_t{c} * h.chunk_bytes);
+    if (stored == 0 || stored > len) {
+      return Corruption("compressed payload: chunk " + Str(c) + " of " + Str(h.chunks) + " claims " + Str(stored) +
+                        " stored bytes for " + Str(len) + " raw bytes");
+    }
+    starts[c] = pos;
+    pos += stored;
+  }
+  starts[h.chunks] = pos;
+  if (pos > compressed.size()) {
+    return Corruption("compressed payload: truncated: the chunks need " + Str(pos) + " bytes, the input has " +
+                      Str(compressed.size()));
+  }
+  // Chunk c's output ends at or before where chunk c + 1's input starts (no
+  // chunk is stored larger than it is raw), so it can only overwrite the
+  // input of chunks up to c. Threads take chunks in order, read each one's
+  // input into their scratch buffer (decompressing it), then write its
+  // output once every earlier chunk's input has been read.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> consumed(h.chunks, 0);
+  uint32_t prefix = 0;  // chunks [0, prefix) are all consumed
+  std::atomic<uint32_t> next{0};
+  std::atomic<bool> failed{false};
+  Status status;
+  auto work = [&] {
+    ThreadState& st = State();
+    for (uint32_t c = next++; c < h.chunks && !failed; c = next++) {
+      const uint64_t offset = uint64_t{c} * h.chunk_bytes;
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.raw_bytes - offset));
+      const size_t stored = static_cast<size_t>(starts[c + 1] - starts[c]);
+      const uint8_t* src = buffer.data() + base + starts[c];
+      uint8_t* target = st.Scratch(len);
+      Status cs;
+      if (stored == len) {
+        std::memcpy(target, src, len);
+      } else {
+        if (!st.dctx) st.dctx.reset(ZSTD_createDCtx());
+        const size_t got = st.dctx ? ZSTD_decompressDCtx(st.dctx.get(), target, len, src, stored) : 0;
+        if (!st.dctx) {
+          cs = ResourceExhausted("codec: cannot allocate a zstd decompression context");
+        } else if (ZSTD_isError(got)) {
+          cs = Corruption("compressed payload: chunk " + Str(c) + " of " + Str(h.chunks) + ": zstd: " +
+                          ZSTD_getErrorName(got));
+        } else if (got != len) {
+          cs = Corruption("compressed payload: chunk " + Str(c) + " of " + Str(h.chunks) + " decodes to " +
+                          Str(got) + " bytes, expected " + Str(len));
+        }
+      }
+      std::unique_lock lk(mu);
+      consumed[c] = 1;
+      while (prefix < h.chunks && consumed[prefix]) ++prefix;
+      cv.notify_all();
+      if (!cs.ok()) {
+        if (status.ok()) status = cs;
+        failed = true;
+        cv.notify_all();
+        break;
+      }
+      cv.wait(lk, [&] { return prefix >= c || failed; });
+      if (failed) break;
+      lk.unlock();
+      uint8_t* dst = buffer.data() + offset;
+      if (stored != len && h.element_size > 1) {
+        ByteUnshuffle({target, len}, h.element_size, dst);
+      } else {
+        std::memcpy(dst, target, len);
+      }
+    }
+    st.Trim();
+  };
+  threads = std::clamp<uint32_t>(threads, 1, std::min<uint32_t>(h.chunks ? h.chunks : 1, 64));
+  std::vector<std::thread> helpers;
+  for (uint32_t i = 1; i < threads; ++i) helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers) t.join();
+  return status;
 }
 
 }  // namespace ptstore::storage

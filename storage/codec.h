@@ -42,6 +42,13 @@ Result<uint64_t> CompressedRawSize(std::span<const uint8_t> compressed);
 // `threads` as in CodecOptions.
 Status Decompress(std::span<const uint8_t> compressed, std::span<uint8_t> out, uint32_t threads = 1);
 
+// Decompresses a stream that sits at the end of its own output buffer
+// (the last `compressed_bytes` of `buffer`, which is exactly the raw size
+// long), so a payload is read and decompressed without a second buffer.
+// `threads` decompress chunks in parallel; each writes its output only once
+// the input it would overwrite has been read.
+Status DecompressInPlace(std::span<uint8_t> buffer, uint64_t compressed_bytes, uint32_t threads = 1);
+
 // The shuffle and its inverse (exposed for tests and benchmarks).
 // `raw.size()` need not be a multiple of element_size: the tail is copied.
 void ByteShuffle(std::span<const uint8_t> raw, uint32_t element_size, uint8_t* out);

@@ -13,25 +13,6 @@
 namespace ptstore::storage {
 namespace {
 
-// The one mapping from errno to Status for files: a full disk or quota is a
-// resource problem the caller can act on (evict, stop writing), a missing
-// file is NotFound, O_EXCL losing is AlreadyExists, everything else is an
-// I/O error. `what` names the call and the path.
-Status FileError(const std::string& what, int err) {
-  std::string message = what + ": " + std::strerror(err);
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-      return ResourceExhausted(std::move(message));
-    case ENOENT:
-      return NotFound(std::move(message));
-    case EEXIST:
-      return AlreadyExists(std::move(message));
-    default:
-      return IOError(std::move(message));
-  }
-}
-
 std::string At(const char* call, size_t bytes, uint64_t offset, const char* preposition, const std::string& path) {
   return std::string(call) + " of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " " +
          preposition + " " + path;
@@ -203,6 +184,23 @@ class PosixEnv final : public Env {
 };
 
 }  // namespace
+
+Status FileError(std::string_view what, int err) {
+  std::string message(what);
+  message += ": ";
+  message += std::strerror(err);
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+      return ResourceExhausted(std::move(message));
+    case ENOENT:
+      return NotFound(std::move(message));
+    case EEXIST:
+      return AlreadyExists(std::move(message));
+    default:
+      return IOError(std::move(message));
+  }
+}
 
 Env* Env::Default() {
   // Never destroyed: Files and background threads may still use it while

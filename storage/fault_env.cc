@@ -2,28 +2,17 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <optional>
 #include <utility>
 
 namespace ptstore::storage {
 namespace {
 
-// The same errno -> Status mapping as the POSIX Env (env.cc), so that code
-// under test sees an injected ENOSPC exactly as it would see a real one.
+// FileError (env.cc) so that code under test sees an injected ENOSPC exactly
+// as it would see a real one, marked as injected.
 Status InjectedError(const std::string& what, int err) {
-  std::string message = what + ": " + std::strerror(err) + " (injected by FaultEnv)";
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-      return ResourceExhausted(std::move(message));
-    case ENOENT:
-      return NotFound(std::move(message));
-    case EEXIST:
-      return AlreadyExists(std::move(message));
-    default:
-      return IOError(std::move(message));
-  }
+  const Status s = FileError(what, err);
+  return Status(s.code(), s.message() + " (injected by FaultEnv)");
 }
 
 std::string WriteWhat(size_t bytes, uint64_t offset, const std::string& path) {

@@ -9,11 +9,16 @@
 #include <xxhash.h>
 
 #include "core/wire.h"
+#include "core/wire_types.h"
 
 namespace ptstore::storage {
 
 using core::Decoder;
 using core::Encoder;
+using core::GetKey;
+using core::GetLayout;
+using core::PutKey;
+using core::PutLayout;
 
 namespace {
 
@@ -21,29 +26,6 @@ namespace {
 constexpr size_t kPeekBytes = 16;
 
 uint64_t Hash(std::span<const uint8_t> bytes, uint64_t seed) { return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed); }
-
-void PutKey(Encoder& e, const ChainKey& k) {
-  e.PutU64(k.hi);
-  e.PutU64(k.lo);
-}
-
-void PutLayout(Encoder& e, const Layout& l) {
-  e.PutU32(l.layers);
-  e.PutU32(l.kv_heads);
-  e.PutU32(l.head_dim);
-  e.PutU8(static_cast<uint8_t>(l.dtype));
-  e.PutU32(l.block_tokens);
-}
-
-Status GetLayout(Decoder& d, Layout* l) {
-  uint8_t dtype;
-  PTS_RETURN_IF_ERROR(d.GetU32("layout.layers", &l->layers));
-  PTS_RETURN_IF_ERROR(d.GetU32("layout.kv_heads", &l->kv_heads));
-  PTS_RETURN_IF_ERROR(d.GetU32("layout.head_dim", &l->head_dim));
-  PTS_RETURN_IF_ERROR(d.GetU8("layout.dtype", &dtype));
-  l->dtype = static_cast<DType>(dtype);
-  return d.GetU32("layout.block_tokens", &l->block_tokens);
-}
 
 Status AsCorruption(const Status& s, const char* what) {
   if (s.ok()) return s;
@@ -163,8 +145,7 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t
     PTS_RETURN_IF_ERROR(GetLayout(d, &h.layout));
     if (kind == static_cast<uint16_t>(RecordKind::kTensor)) {
       h.kind = RecordKind::kTensor;
-      PTS_RETURN_IF_ERROR(d.GetU64("parent_key", &h.parent_key.hi));
-      PTS_RETURN_IF_ERROR(d.GetU64("parent_key", &h.parent_key.lo));
+      PTS_RETURN_IF_ERROR(GetKey(d, "parent_key", &h.parent_key));
       PTS_RETURN_IF_ERROR(d.GetU64("start_token", &h.start_token));
       PTS_RETURN_IF_ERROR(d.GetU64("hits", &h.hits));
       PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &h.tokens, kMaxRecordHeaderBytes / 4));

@@ -17,23 +17,16 @@
 #include <random>
 #include <thread>
 
+#include "tests/storage/kv_fixture.h"
 #include "tests/testing/daemon.h"
 
 namespace ptstore {
 namespace {
 
 using testing::Daemon;
-
 // 2 layers, 2 heads, 16 dims, bf16: 256 B/token; blocks of 4 tokens (1 KiB).
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kBF16;
-  l.block_tokens = 4;
-  return l;
-}
+using storage::testkv::SmallLayout;
+
 
 // KV of token `pos` with id `tok`: a function of both, so shared prefixes
 // have equal bytes and any mix-up shows.

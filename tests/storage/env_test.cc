@@ -17,33 +17,16 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/temp_dir.h"
+
 namespace ptstore::storage {
 namespace {
+
+using testing::TempDir;
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-
-// A fresh directory under `parent`, removed with everything in it.
-class TempDir {
- public:
-  explicit TempDir(const std::string& parent = "/tmp") {
-    std::string templ = parent + "/ptstore-env-test-XXXXXX";
-    if (::mkdtemp(templ.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
-      return;
-    }
-    path_ = templ;
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // A 4 KiB-aligned buffer for O_DIRECT.
 struct AlignedBuffer {
@@ -95,7 +78,7 @@ std::string ReadPath(const std::string& path) {
 class EnvTest : public ::testing::Test {
  protected:
   Env* env_ = Env::Default();
-  TempDir dir_;
+  TempDir dir_{"ptstore-env-test"};
 };
 
 TEST_F(EnvTest, DefaultIsOneProcessWideEnv) { EXPECT_EQ(Env::Default(), Env::Default()); }
@@ -274,7 +257,7 @@ TEST_F(EnvTest, DirectIoOnExt4) {
 
 TEST_F(EnvTest, DirectIoOnTmpfs) {
   if (FileSystemType("/dev/shm") != TMPFS_MAGIC) GTEST_SKIP() << "/dev/shm is not tmpfs";
-  TempDir shm("/dev/shm");
+  TempDir shm("ptstore-env-test", "/dev/shm");
   ASSERT_FALSE(shm.path().empty());
   const std::string path = shm.Join("direct");
   // tmpfs has O_DIRECT since Linux 6.6; before, Open falls back to buffered

@@ -14,33 +14,16 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/temp_dir.h"
+
 namespace ptstore::storage {
 namespace {
+
+using testing::TempDir;
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = "/tmp/ptstore-fault-env-test-XXXXXX";
-    if (::mkdtemp(templ.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
-      return;
-    }
-    path_ = templ;
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 OpenOptions Create() {
   OpenOptions o;
@@ -73,7 +56,7 @@ bool Contains(const Status& st, const std::string& part) { return st.message().f
 
 class FaultEnvTest : public ::testing::Test {
  protected:
-  TempDir dir_;
+  TempDir dir_{"ptstore-fault-env-test"};
   FaultEnv env_{Env::Default()};
   const std::string path_ = dir_.Join("file");
 

@@ -11,27 +11,22 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include "tests/testing/segment_files.h"
+
 namespace ptstore::storage {
 namespace {
 
-constexpr uint64_t kSeed = 0x5eed5eed12345678ull;
+// 2 layers, 2 KV heads, head_dim 64, bf16, 16-token blocks.
+using testing::SegmentTestLayout;
 
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 8;
-  l.dtype = DType::kBF16;
-  l.block_tokens = 16;
-  return l;  // 128 bytes per token
-}
+constexpr uint64_t kSeed = 0x5eed5eed12345678ull;
 
 RecordHeader TensorHeader(size_t tokens = 32) {
   RecordHeader h;
   h.kind = RecordKind::kTensor;
   h.flags = 0;
   h.seq = 0x0102030405060708ull;
-  h.layout = SmallLayout();
+  h.layout = SegmentTestLayout();
   for (size_t i = 0; i < tokens; ++i) h.tokens.push_back(static_cast<uint32_t>(1000 + i * 7));
   h.payload_bytes = tokens * h.layout.BytesPerToken();
   h.stored_bytes = h.payload_bytes;
@@ -54,7 +49,7 @@ RecordHeader NamespaceHeader() {
   h.owner_node = 3;
   h.ns_name = "tenant.a";
   h.ns_incarnation = 5;
-  h.layout = SmallLayout();
+  h.layout = SegmentTestLayout();
   h.salt = std::string("s\0alt", 5);
   h.uid = 1000;
   h.gid = 100;
@@ -62,26 +57,14 @@ RecordHeader NamespaceHeader() {
   return h;
 }
 
+// Every field.
 void ExpectSameHeader(const RecordHeader& a, const RecordHeader& b) {
-  EXPECT_EQ(a.kind, b.kind);
+  testing::ExpectSameRecord(a, b);
   EXPECT_EQ(a.flags, b.flags);
-  EXPECT_EQ(a.seq, b.seq);
   EXPECT_EQ(a.payload_bytes, b.payload_bytes);
   EXPECT_EQ(a.stored_bytes, b.stored_bytes);
   EXPECT_EQ(a.payload_checksum, b.payload_checksum);
   EXPECT_EQ(a.live_tokens, b.live_tokens);
-  EXPECT_EQ(a.owner_node, b.owner_node);
-  EXPECT_EQ(a.ns_name, b.ns_name);
-  EXPECT_EQ(a.ns_incarnation, b.ns_incarnation);
-  EXPECT_EQ(a.layout, b.layout);
-  EXPECT_EQ(a.parent_key, b.parent_key);
-  EXPECT_EQ(a.start_token, b.start_token);
-  EXPECT_EQ(a.hits, b.hits);
-  EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_EQ(a.salt, b.salt);
-  EXPECT_EQ(a.uid, b.uid);
-  EXPECT_EQ(a.gid, b.gid);
-  EXPECT_EQ(a.mode, b.mode);
 }
 
 uint32_t UnpaddedLength(const std::vector<uint8_t>& enc) {

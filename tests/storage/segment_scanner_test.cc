@@ -16,6 +16,7 @@
 #include "storage/env.h"
 #include "storage/ssd_tier.h"
 #include "tests/testing/segment_files.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ptstore::storage {
 namespace {
@@ -25,6 +26,7 @@ using testing::NamespaceRecord;
 using testing::ReadAt;
 using testing::SizeOf;
 using testing::TensorRecord;
+using testing::TempDir;
 using testing::TestPayload;
 using testing::TruncateTo;
 using testing::WriteAt;
@@ -43,15 +45,8 @@ struct Seen {
 
 class SegmentScannerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = "/tmp/ptstore-scanner-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    tier_.reset();
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
-  }
+  void SetUp() override { tmp_.KeepIfFailed(); }
+  void TearDown() override { tier_.reset(); }
 
   SsdOptions Options(bool compress = false) {
     SsdOptions o;
@@ -115,7 +110,8 @@ class SegmentScannerTest : public ::testing::Test {
     return seen;
   }
 
-  std::string dir_;
+  TempDir tmp_{"ptstore-scanner-test"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<SsdTier> tier_;
   std::vector<SsdLocation> locs_;
   uint64_t seed_ = 0;

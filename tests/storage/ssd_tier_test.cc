@@ -25,33 +25,18 @@
 #include "storage/env.h"
 #include "storage/fault_env.h"
 #include "storage/record.h"
+#include "tests/testing/segment_files.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ptstore::storage {
 namespace {
 
+using testing::ExpectSameRecord;
+using testing::TempDir;
+
 constexpr uint64_t kMiB = 1ull << 20;
 
 // ------------------------------------------------------------------ helpers
-
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = "/tmp/ptstore-ssd-tier-test-XXXXXX";
-    if (::mkdtemp(templ.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
-      return;
-    }
-    path_ = templ;
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 Layout MakeLayout(uint32_t layers, uint32_t kv_heads, uint32_t head_dim) {
   Layout l;
@@ -137,23 +122,6 @@ Rec Namespace(uint64_t seq) {
   r.h.gid = 1001;
   r.h.mode = 0750;
   return r;
-}
-
-void ExpectSameRecord(const RecordHeader& got, const RecordHeader& want) {
-  EXPECT_EQ(got.kind, want.kind);
-  EXPECT_EQ(got.seq, want.seq);
-  EXPECT_EQ(got.owner_node, want.owner_node);
-  EXPECT_EQ(got.ns_name, want.ns_name);
-  EXPECT_EQ(got.ns_incarnation, want.ns_incarnation);
-  EXPECT_EQ(got.layout, want.layout);
-  EXPECT_EQ(got.tokens, want.tokens);
-  EXPECT_EQ(got.parent_key, want.parent_key);
-  EXPECT_EQ(got.start_token, want.start_token);
-  EXPECT_EQ(got.hits, want.hits);
-  EXPECT_EQ(got.salt, want.salt);
-  EXPECT_EQ(got.uid, want.uid);
-  EXPECT_EQ(got.gid, want.gid);
-  EXPECT_EQ(got.mode, want.mode);
 }
 
 SsdOptions Options(const std::string& dir, bool compress = false, bool direct = true) {
@@ -243,6 +211,17 @@ void AppendOk(SsdTier* tier, Rec* r) {
   Result<SsdLocation> loc = tier->Append(r->h, r->payload);
   ASSERT_TRUE(loc.ok()) << "seq " << r->h.seq << ": " << loc.status().ToString();
   r->loc = *loc;
+}
+
+// Appends make(seq) for seq = first..last and keeps each record, with its
+// location, in (*recs)[seq].
+void AppendSeqs(SsdTier* tier, uint64_t first, uint64_t last, std::map<uint64_t, Rec>* recs,
+                const std::function<Rec(uint64_t seq)>& make) {
+  for (uint64_t seq = first; seq <= last; ++seq) {
+    Rec r = make(seq);
+    ASSERT_NO_FATAL_FAILURE(AppendOk(tier, &r));
+    (*recs)[seq] = std::move(r);
+  }
 }
 
 void FlipBitInFile(const std::string& path, uint64_t offset, int bit) {
@@ -610,11 +589,9 @@ void CheckHeaderFlip(uint64_t byte, int bit) {
   {
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
     ASSERT_NE(tier, nullptr);
-    for (uint64_t seq = 1; seq <= 5; ++seq) {
-      Rec r = seq == 3 ? Tensor(kBlockLayout, 16 * 40, seq) : Tensor(kOddLayout, 32, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 5, &recs, [](uint64_t seq) {
+      return seq == 3 ? Tensor(kBlockLayout, 16 * 40, seq) : Tensor(kOddLayout, 32, seq);
+    }));
   }
   const SsdLocation& victim = recs[3].loc;
   ASSERT_EQ(recs[5].loc.segment, victim.segment) << "records after the victim share its segment";
@@ -662,11 +639,9 @@ TEST(SsdTierCorruption, FlippedLengthBitOfAFirstRecordDoesNotDeleteTheSegment) {
   std::map<uint64_t, Rec> recs;
   {
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
-    for (uint64_t seq = 1; seq <= 3; ++seq) {
-      Rec r = Tensor(kOddLayout, 32, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 3, &recs, [](uint64_t seq) {
+      return Tensor(kOddLayout, 32, seq);
+    }));
   }
   ASSERT_NO_FATAL_FAILURE(FlipBitInFile(SegmentPath(o, recs[1].loc.segment), recs[1].loc.offset + 10, 4));
   ScanResult scan;
@@ -727,11 +702,9 @@ TEST(SsdTierCorruption, TornWriteOfTheLastRecord) {
   std::map<uint64_t, Rec> ok;
   {
     std::unique_ptr<SsdTier> tier = OpenTier(&env, o);
-    for (uint64_t seq = 1; seq <= 3; ++seq) {
-      Rec r = Tensor(kOddLayout, 32, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      ok[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 3, &ok, [](uint64_t seq) {
+      return Tensor(kOddLayout, 32, seq);
+    }));
     // The payload goes first: this tears it after 1000 bytes.
     Rec torn = Tensor(kBlockLayout, 64, 4);
     env.TearNextWrite(1000);
@@ -923,11 +896,9 @@ TEST(SsdTierCorruption, ScanFindsTheSeedWhenTheFirstSegmentHeaderIsCorrupt) {
   std::map<uint64_t, Rec> recs;
   {
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
-    for (uint64_t seq = 1; seq <= 10; ++seq) {
-      Rec r = Tensor(kBigLayout, 16, seq);  // 260 KiB: three to a segment
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 10, &recs, [](uint64_t seq) {
+      return Tensor(kBigLayout, 16, seq);  // 260 KiB: three to a segment
+    }));
     EXPECT_GE(tier->Stats().segments, 4u);
   }
   const uint64_t first = recs[1].loc.segment;
@@ -1226,11 +1197,9 @@ void RunUntilFault(FaultEnv* env, const SsdOptions& o, Code want, const std::fun
   {
     std::unique_ptr<SsdTier> tier = OpenTier(env, o);
     ASSERT_NE(tier, nullptr);
-    for (uint64_t seq = 1; seq <= 4; ++seq) {
-      Rec r = Tensor(kOddLayout, 32, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      ok[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 4, &ok, [](uint64_t seq) {
+      return Tensor(kOddLayout, 32, seq);
+    }));
     arm();
     for (uint64_t seq = 5; seq <= 40; ++seq) {
       const int pick = static_cast<int>(rng() % 4);
@@ -1303,11 +1272,9 @@ TEST(SsdTierCrash, SyncRecordKeepsEveryAppendedRecord) {
   o.sync = SsdOptions::Sync::kRecord;
   std::map<uint64_t, Rec> recs;
   std::unique_ptr<SsdTier> tier = OpenTier(&env, o);
-  for (uint64_t seq = 1; seq <= 12; ++seq) {
-    Rec r = seq % 3 == 0 ? Tensor(kBigLayout, 16, seq) : seq % 3 == 1 ? Tensor(kOddLayout, 32, seq) : Namespace(seq);
-    ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-    recs[seq] = r;
-  }
+  ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 12, &recs, [](uint64_t seq) {
+    return seq % 3 == 0 ? Tensor(kBigLayout, 16, seq) : seq % 3 == 1 ? Tensor(kOddLayout, 32, seq) : Namespace(seq);
+  }));
   ASSERT_TRUE(tier->SetLiveTokens(recs[1].loc, 16).ok());
   recs[1].h.live_tokens = 16;
   ASSERT_TRUE(tier->SetLiveTokens(recs[2].loc, 0).ok());
@@ -1336,11 +1303,9 @@ TEST(SsdTierCrash, SyncSegmentKeepsSealedSegments) {
   o.sync = SsdOptions::Sync::kSegment;
   std::map<uint64_t, Rec> recs;
   std::unique_ptr<SsdTier> tier = OpenTier(&env, o);
-  for (uint64_t seq = 1; seq <= 10; ++seq) {
-    Rec r = Tensor(kBigLayout, 16, seq);  // three to a segment
-    ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-    recs[seq] = r;
-  }
+  ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 10, &recs, [](uint64_t seq) {
+    return Tensor(kBigLayout, 16, seq);  // three to a segment
+  }));
   const uint64_t active = recs[10].loc.segment;
   ASSERT_NE(recs[1].loc.segment, active);
   ASSERT_TRUE(env.Crash().ok());
@@ -1365,11 +1330,9 @@ TEST(SsdTierCrash, SyncSegmentCleanShutdownIsDurable) {
   std::map<uint64_t, Rec> recs;
   {
     std::unique_ptr<SsdTier> tier = OpenTier(&env, o);
-    for (uint64_t seq = 1; seq <= 8; ++seq) {
-      Rec r = seq % 2 ? Tensor(kBigLayout, 16, seq) : Tensor(kOddLayout, 16, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 8, &recs, [](uint64_t seq) {
+      return seq % 2 ? Tensor(kBigLayout, 16, seq) : Tensor(kOddLayout, 16, seq);
+    }));
   }
   ASSERT_TRUE(env.Crash().ok());
   ScanResult scan;
@@ -1388,11 +1351,9 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
   std::map<uint64_t, Rec> recs;
   {
     std::unique_ptr<SsdTier> tier = OpenTier(&env, durable);
-    for (uint64_t seq = 1; seq <= 4; ++seq) {
-      Rec r = Tensor(kOddLayout, 32, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 4, &recs, [](uint64_t seq) {
+      return Tensor(kOddLayout, 32, seq);
+    }));
   }
   SsdOptions o = durable;
   o.sync = SsdOptions::Sync::kNone;
@@ -1403,11 +1364,9 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
     ASSERT_EQ(first.by_seq.size(), 4u);
     // An unsynced kill of record 1 is undone by the crash.
     ASSERT_TRUE(tier->SetLiveTokens(recs[1].loc, 0).ok());
-    for (uint64_t seq = 5; seq <= 8; ++seq) {
-      Rec r = Tensor(kBlockLayout, 32, seq);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 5, 8, &recs, [](uint64_t seq) {
+      return Tensor(kBlockLayout, 32, seq);
+    }));
     // Someone fsyncs the new segment (as the kernel may write back at any
     // time): records 5..8 become durable.
     {
@@ -1492,11 +1451,9 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     const SsdOptions o = Options(dir.path(), compress);
     std::map<uint64_t, Rec> recs;
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
-    for (uint64_t seq = 1; seq <= 10; ++seq) {
-      Rec r = Tensor(kBigLayout, 16, seq, seq % 2 ? Fill::kBf16 : Fill::kRandom);
-      ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-      recs[seq] = r;
-    }
+    ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 10, &recs, [](uint64_t seq) {
+      return Tensor(kBigLayout, 16, seq, seq % 2 ? Fill::kBf16 : Fill::kRandom);
+    }));
     Rec ns = Namespace(11);
     ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &ns));
     recs[11] = ns;

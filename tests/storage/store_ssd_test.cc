@@ -22,6 +22,7 @@
 #include "storage/record.h"
 #include "storage/store.h"
 #include "tests/storage/kv_fixture.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ptstore::storage {
 namespace {
@@ -32,15 +33,7 @@ constexpr uint64_t kSession = 5;
 
 class StoreSsdTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ptstore-store-ssd-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { store_.reset(); }  // before tmp_ removes its files
 
   StoreOptions Options(uint64_t ssd_capacity = 64 * kMiB) {
     StoreOptions o;
@@ -102,7 +95,8 @@ class StoreSsdTest : public ::testing::Test {
     return r.ok() && *r;
   }
 
-  std::string dir_;
+  testing::TempDir tmp_{"ptstore-store-ssd"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<Store> store_;
 };
 

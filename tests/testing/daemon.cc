@@ -29,6 +29,13 @@ std::string MakeTempDir(const std::string& prefix) {
   return buf.data();
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 Daemon::Daemon() = default;
 Daemon::~Daemon() { Stop(); }
 
@@ -99,11 +106,6 @@ void Daemon::Kill() {
   pid_ = -1;
 }
 
-std::string Daemon::ReadLog() const {
-  std::ifstream in(log_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Daemon::ReadLog() const { return ReadFile(log_); }
 
 }  // namespace ptstore::testing

@@ -16,6 +16,8 @@ std::string PtstoredPath();
 // A fresh directory under $TMPDIR, removed by the caller (or left for
 // post-mortems when a test fails).
 std::string MakeTempDir(const std::string& prefix);
+// The contents of a file; empty when it cannot be read.
+std::string ReadFile(const std::string& path);
 
 class Daemon {
  public:

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "ptstore/layout.h"
 #include "storage/record.h"
 
@@ -57,6 +59,26 @@ inline storage::RecordHeader TensorRecord(const std::string& ns, uint64_t incarn
   for (uint64_t i = 0; i < tokens; ++i) h.tokens.push_back(static_cast<uint32_t>(seq * 100000 + start + i));
   h.live_tokens = tokens;
   return h;
+}
+
+// Expects the fields a record's writer chooses to be equal: all but flags,
+// payload_bytes, stored_bytes, payload_checksum and live_tokens, which the
+// SSD tier sets or changes.
+inline void ExpectSameRecord(const storage::RecordHeader& got, const storage::RecordHeader& want) {
+  EXPECT_EQ(got.kind, want.kind);
+  EXPECT_EQ(got.seq, want.seq);
+  EXPECT_EQ(got.owner_node, want.owner_node);
+  EXPECT_EQ(got.ns_name, want.ns_name);
+  EXPECT_EQ(got.ns_incarnation, want.ns_incarnation);
+  EXPECT_EQ(got.layout, want.layout);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.parent_key, want.parent_key);
+  EXPECT_EQ(got.start_token, want.start_token);
+  EXPECT_EQ(got.hits, want.hits);
+  EXPECT_EQ(got.salt, want.salt);
+  EXPECT_EQ(got.uid, want.uid);
+  EXPECT_EQ(got.gid, want.gid);
+  EXPECT_EQ(got.mode, want.mode);
 }
 
 // A payload without all-zero 4 KiB blocks. `compressible`: bf16-like values

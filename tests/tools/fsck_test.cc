@@ -1,9 +1,6 @@
 // ptstore-fsck, the real binary, over real segment files written by
 // SsdTier (then damaged), and over the directory of a running ptstored.
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -13,7 +10,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "ptstore/client.h"
@@ -22,6 +18,7 @@
 #include "storage/record.h"
 #include "storage/ssd_tier.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/run_tool.h"
 #include "tests/testing/segment_files.h"
 
 namespace ptstore {
@@ -31,64 +28,21 @@ using nlohmann::json;
 using storage::kRecordAlignment;
 using storage::SsdLocation;
 using testing::FlipBit;
+using testing::Lines;
 using testing::NamespaceRecord;
+using testing::RunTool;
 using testing::TensorRecord;
 using testing::TestPayload;
+using testing::ToolRun;
 
 const std::string kFsck = PTSTORE_FSCK_PATH;
 
-struct ToolRun {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-ToolRun RunFsck(const std::vector<std::string>& args) {
-  std::string dir = testing::MakeTempDir("ptstore-fsck-run");
-  std::string out_path = dir + "/out", err_path = dir + "/err";
-  pid_t pid = fork();
-  if (pid == 0) {
-    int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    setenv("LC_ALL", "C", 1);
-    std::vector<std::string> all = {kFsck};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  ToolRun r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = Slurp(out_path);
-  r.err = Slurp(err_path);
-  std::filesystem::remove_all(dir);
-  return r;
-}
+ToolRun RunFsck(const std::vector<std::string>& args) { return RunTool(kFsck, args); }
 
 json Json(const ToolRun& r) {
   json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
   return j;
-}
-
-std::vector<std::string> Lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
 }
 
 // The problems of every segment, flattened.

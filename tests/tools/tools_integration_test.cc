@@ -2,94 +2,32 @@
 // few branching prefixes saved by the C++ client, then the real binaries'
 // text and --json output checked against what the client API reports, and
 // their errors (no server, unknown namespace, malformed key).
-#include <fcntl.h>
 #include <locale.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "ptstore/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/run_tool.h"
+#include "tests/testing/segment_files.h"
 
 namespace ptstore {
 namespace {
 
 using nlohmann::json;
-
-struct ToolRun {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs a tool with LC_ALL=C (ASCII tree glyphs) and the given extra
-// environment; PTSTORE_SOCKET is unset unless given there.
-ToolRun RunTool(const std::string& binary, const std::vector<std::string>& args,
-            const std::map<std::string, std::string>& env = {}) {
-  std::string dir = testing::MakeTempDir("ptstore-tools-test");
-  std::string out_path = dir + "/out", err_path = dir + "/err";
-  pid_t pid = fork();
-  if (pid == 0) {
-    int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    unsetenv("PTSTORE_SOCKET");
-    setenv("LC_ALL", "C", 1);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<std::string> all = {binary};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  ToolRun r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  std::filesystem::remove_all(dir);
-  return r;
-}
-
-std::vector<std::string> Lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
+using testing::Lines;
+using testing::RunTool;
 // 2 layers, 2 KV heads, head_dim 64, bf16: 1 KiB per token, 16 KiB per block
 // of 16 tokens.
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 64;
-  l.dtype = DType::kBF16;
-  l.block_tokens = 16;
-  return l;
-}
+using testing::SegmentTestLayout;
+using testing::ToolRun;
 
 std::vector<uint32_t> Tokens(uint32_t first, size_t n) {
   std::vector<uint32_t> t(n);
@@ -110,14 +48,14 @@ class ToolsTest : public ::testing::Test {
     auto c = Client::Connect(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
-    ASSERT_TRUE(client_->CreateNamespace(kNs, SmallLayout(), "", 0750).ok());
+    ASSERT_TRUE(client_->CreateNamespace(kNs, SegmentTestLayout(), "", 0750).ok());
     ASSERT_TRUE(client_->CreateNamespace("empty-ns", MistralLayout(), "salt", 0700).ok());
     // A: 64 tokens (4 blocks).            root ── [0,32) ── [32,64)  (A)
     // B: A's first 32 tokens, then 48     │              └── [32,80) (B)
     //    others: splits A's increment.    └── [0,32)             (C, other tokens)
     // C: 32 unrelated tokens.
     // D: A + 16 more: a child of A's tail.
-    const uint64_t bpt = SmallLayout().BytesPerToken();
+    const uint64_t bpt = SegmentTestLayout().BytesPerToken();
     auto save = [&](const std::vector<uint32_t>& t) {
       std::vector<uint8_t> kv(t.size() / 16 * 16 * bpt, 0x5a);
       auto r = client_->Save(kNs, t, kv.data(), kv.size());
@@ -195,7 +133,7 @@ TEST_F(ToolsTest, ListsNamespaces) {
   std::string owner = std::to_string(getuid()) + ":" + std::to_string(getgid());
   auto info = *client_->GetNamespace(kNs);
   EXPECT_EQ(lines[2].rfind("tools-test", 0), 0u) << r.out;
-  EXPECT_EQ(lines[2].substr(lines[2].size() - SmallLayout().ToString().size()), SmallLayout().ToString()) << r.out;
+  EXPECT_EQ(lines[2].substr(lines[2].size() - SegmentTestLayout().ToString().size()), SegmentTestLayout().ToString()) << r.out;
   EXPECT_NE(lines[2].find(owner), std::string::npos) << r.out;
   EXPECT_NE(lines[2].find("rwxr-x---"), std::string::npos) << r.out;
   EXPECT_NE(lines[2].find(" KiB"), std::string::npos) << r.out;  // human-readable
@@ -428,7 +366,7 @@ TEST_F(ToolsTest, NamespaceStats) {
   EXPECT_EQ(n["bytes"].get<uint64_t>(), info.bytes);
   EXPECT_EQ(n["increments"].get<uint64_t>(), info.prefixes);
   EXPECT_EQ(n["layout"]["layers"], 2);
-  EXPECT_EQ(n["layout"]["bytes_per_block"].get<uint64_t>(), SmallLayout().BytesPerBlock());
+  EXPECT_EQ(n["layout"]["bytes_per_block"].get<uint64_t>(), SegmentTestLayout().BytesPerBlock());
   uint64_t hits = 0;
   for (const auto& x : all) hits += x.hits;
   EXPECT_EQ(n["tree"]["increments"].get<uint64_t>(), all.size());
@@ -439,7 +377,7 @@ TEST_F(ToolsTest, NamespaceStats) {
   r = Stat({kNs});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("namespace          tools-test\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("layout             " + SmallLayout().ToString() + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layout             " + SegmentTestLayout().ToString() + "\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stored bytes       160.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mode               0750 (rwxr-x---)\n"), std::string::npos) << r.out;
 }
@@ -509,10 +447,10 @@ TEST(ToolsSsdTest, TiersAndSsdCounters) {
   auto c = Client::Connect(co);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   Client& client = **c;
-  ASSERT_TRUE(client.CreateNamespace(kNs, SmallLayout(), "", 0750).ok());
+  ASSERT_TRUE(client.CreateNamespace(kNs, SegmentTestLayout(), "", 0750).ok());
   // 32 prompts of 64 tokens (64 KiB each, compressible) through 1 MiB.
   for (uint32_t p = 0; p < 32; ++p) {
-    std::vector<uint8_t> kv(64 * SmallLayout().BytesPerToken());
+    std::vector<uint8_t> kv(64 * SegmentTestLayout().BytesPerToken());
     for (size_t i = 0; i < kv.size(); ++i) kv[i] = (i % 2) ? 0x3f : static_cast<uint8_t>((i * 7 + p) & 0x0f);
     auto r = client.Save(kNs, Tokens(p * 1000, 64), kv.data(), kv.size());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
