@@ -17,10 +17,18 @@
 //     written with O_DIRECT, 1 MiB at a time, into an aligned buffer,
 // alternating which of the two goes first. Every load is compared byte for
 // byte with the source. Target (issue 3): SSD tier load >= 0.8 x baseline.
+//
+// Then (unless --no-interference) whether SSD traffic holds up loads of
+// DRAM-resident data: a small arena, a hot 16 MiB prefix loaded over and
+// over, first alone, then while another client saves new 64 MiB prompts
+// (every save spills older ones to SSD) and loads old ones back (fills).
+// It prints the hot loads' latency in both phases.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -42,7 +50,7 @@ struct Options {
   uint64_t tokens = 8192;
   uint64_t chunk = 1 << 20;
   int reps = 3;
-  bool quick = false, json = false, compress = false, keep = false, verbose = false;
+  bool quick = false, json = false, compress = false, keep = false, verbose = false, interference = true;
 };
 
 // bf16 values of a standard normal distribution (round to nearest even).
@@ -111,6 +119,98 @@ Result<std::unique_ptr<LocalServer>> StartServer(const Options& o, uint64_t byte
   so.extra_args = {"--ssd-dir", ssd_dir, "--ssd-capacity", std::to_string((2 * bytes + (256ull << 20)) >> 20) + "MiB"};
   if (o.compress) so.extra_args.push_back("--ssd-compress");
   return LocalServer::Start(so);
+}
+
+// Latency of loads of a DRAM-resident prefix, alone and under SSD traffic.
+Status RunInterference(const Options& o, const std::string& run_dir) {
+  const Layout layout = MistralLayout();
+  const uint64_t hot_tokens = o.quick ? 32 : 128;      // 4 / 16 MiB
+  const uint64_t cold_tokens = o.quick ? 128 : 512;    // 16 / 64 MiB per prompt
+  const int loads = o.quick ? 30 : 300;
+  const uint64_t hot_bytes = hot_tokens * layout.BytesPerToken();
+  const uint64_t cold_bytes = cold_tokens * layout.BytesPerToken();
+  LocalServer::Options so;
+  so.binary = o.ptstored;
+  so.arena_size = o.quick ? "128MiB" : "512MiB";
+  so.extra_args = {"--ssd-dir", run_dir + "/ssd-interference", "--ssd-capacity", o.quick ? "1GiB" : "4GiB"};
+  PTS_ASSIGN_OR_RETURN(auto server, LocalServer::Start(so));
+  ClientOptions co;
+  co.socket_path = server->socket_path();
+  PTS_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
+  PTS_RETURN_IF_ERROR(client->CreateNamespace("bench", layout).status());
+  const std::vector<uint32_t> hot = RandomTokens(777, hot_tokens);
+  PTS_ASSIGN_OR_RETURN(HostBuffer hot_src, HostBuffer::Allocate(hot_bytes));
+  PTS_ASSIGN_OR_RETURN(HostBuffer hot_dst, HostBuffer::Allocate(hot_bytes));
+  FillNormalBf16(hot_src.data(), hot_bytes, 1);
+  PTS_RETURN_IF_ERROR(client->Save("bench", hot, hot_src.data(), hot_bytes).status());
+
+  auto measure = [&](std::vector<double>* out) -> Status {
+    for (int i = 0; i < loads; ++i) {
+      auto t0 = Clock::now();
+      PTS_ASSIGN_OR_RETURN(uint64_t got, client->Load("bench", hot, hot_dst.data(), hot_bytes));
+      out->push_back(SecondsSince(t0));
+      if (got != hot_tokens) return Internal("the hot prefix was not loaded whole");
+      PTS_RETURN_IF_ERROR(Check("hot load", hot_src.data(), hot_dst.data(), hot_bytes));
+    }
+    return Status::OK();
+  };
+  std::vector<double> idle, busy;
+  PTS_RETURN_IF_ERROR(measure(&idle));
+
+  // The traffic: new prompts saved (spilling older ones), old ones loaded
+  // back (filling), until the measurement ends.
+  std::atomic<bool> stop{false};
+  Status traffic_status;
+  PTS_ASSIGN_OR_RETURN(StoreStats before, client->Stats());
+  std::thread traffic([&] {
+    ClientOptions to = co;
+    auto c = Client::Connect(to);
+    if (!c.ok()) {
+      traffic_status = c.status();
+      return;
+    }
+    auto buf = HostBuffer::Allocate(cold_bytes);
+    if (!buf.ok()) {
+      traffic_status = buf.status();
+      return;
+    }
+    FillNormalBf16(buf->data(), cold_bytes, 2);
+    for (uint64_t i = 0; !stop; ++i) {
+      std::vector<uint32_t> t = RandomTokens(10000 + i, cold_tokens);
+      Status s = (*c)->Save("bench", t, buf->data(), cold_bytes).status();
+      if (s.ok() && i >= 8) {
+        std::vector<uint32_t> old = RandomTokens(10000 + i - 8, cold_tokens);
+        s = (*c)->Load("bench", old, buf->data(), cold_bytes).status();
+      }
+      if (!s.ok()) {
+        traffic_status = s;
+        return;
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.quick ? 200 : 1000));  // let spills start
+  Status ms = measure(&busy);
+  stop = true;
+  traffic.join();
+  PTS_RETURN_IF_ERROR(ms);
+  PTS_RETURN_IF_ERROR(traffic_status);
+  PTS_ASSIGN_OR_RETURN(StoreStats after, client->Stats());
+  const Summary a = Summarize(idle), b = Summarize(busy);
+  if (!o.json) {
+    Table t({Format("loads of a DRAM-resident %s prefix", HumanBytes(hot_bytes).c_str()), "p50 ms", "p99 ms",
+             "max ms"});
+    t.Row({"alone", Format("%.2f", a.p50 * 1e3), Format("%.2f", a.p99 * 1e3), Format("%.2f", a.max * 1e3)});
+    t.Row({"while another client spills and fills", Format("%.2f", b.p50 * 1e3), Format("%.2f", b.p99 * 1e3),
+           Format("%.2f", b.max * 1e3)});
+    std::printf("\n%s", t.ToString().c_str());
+    std::printf("during it: %llu spills (%s), %llu fills (%s); p50 under traffic / alone: %.2f\n",
+                static_cast<unsigned long long>(after.ssd_spills - before.ssd_spills),
+                HumanBytes(after.ssd_spill_bytes - before.ssd_spill_bytes).c_str(),
+                static_cast<unsigned long long>(after.ssd_fills - before.ssd_fills),
+                HumanBytes(after.ssd_fill_bytes - before.ssd_fill_bytes).c_str(), b.p50 / a.p50);
+  }
+  if (after.ssd_spills == before.ssd_spills) return Internal("the traffic did not spill anything to SSD");
+  return Status::OK();
 }
 
 Status Run(const Options& o) {
@@ -228,6 +328,7 @@ Status Run(const Options& o) {
   std::printf("SSD tier load / O_DIRECT read: %.2f (target >= 0.8) -> %s\n", ratio, ratio >= 0.8 ? "met" : "MISSED");
   std::printf("bytes on SSD: %s (%.2fx compression); restart with recovery scan: %.2f s p50\n",
               HumanBytes(stored_bytes).c_str(), compression, Summarize(start_s).p50);
+  if (o.interference) PTS_RETURN_IF_ERROR(RunInterference(o, run_dir));
   return Status::OK();
 }
 
@@ -246,6 +347,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print JSON");
   app.add_flag("--keep", o.keep, "keep the run directory");
   app.add_flag("--verbose", o.verbose, "print the server's debug log of each repetition");
+  app.add_flag("!--no-interference", o.interference, "skip the DRAM-loads-under-SSD-traffic phase");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
