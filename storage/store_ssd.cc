@@ -132,11 +132,9 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
   }
   if (!up.empty()) {
     t->io = Tensor::Io::kSpilling;  // nobody else takes it meanwhile
-    for (auto it = up.rbegin(); it != up.rend(); ++it) {
-      Tensor* a = *it;
-      // Our pin keeps each ancestor alive across the lock releases.
-      PinLocked(a);
-    }
+    // Holds keep the ancestors in the index (and their structs alive)
+    // across the lock releases; their bytes may come and go meanwhile.
+    for (Tensor* a : up) a->holds++;
     for (auto it = up.rbegin(); it != up.rend(); ++it) {
       Tensor* a = *it;
       if (a->in_index && a->in_dram && !a->on_ssd && a->io == Tensor::Io::kNone &&
@@ -144,7 +142,10 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
         SpillOneLocked(a, lk, /*free_dram=*/false);
       }
     }
-    for (Tensor* a : up) UnpinLocked(a);
+    for (Tensor* a : up) {
+      a->holds--;
+      MaybeDestroyLocked(a);
+    }
     t->io = Tensor::Io::kNone;
     io_done_.notify_all();
     if (!t->in_index || !t->in_dram || t->on_ssd || t->pins != 0) {
