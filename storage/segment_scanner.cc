@@ -86,13 +86,15 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
   // end), so the scan goes on past it: if a valid record follows, the
   // length was damaged and the run is a bad header; if the file ends first,
   // the record was torn there.
-  std::optional<uint64_t> torn_at;
+  // Where a header that ran past the end of the file started (kNotTorn: none).
+  constexpr uint64_t kNotTorn = UINT64_MAX;
+  uint64_t torn_at = kNotTorn;
   auto bad_block = [&](uint64_t off, const std::string& why) {
     if (!run) run = SegmentProblem{SegmentProblemKind::kBadHeader, off, 0, why};
     run_end = off + kRecordAlignment;
   };
   auto end_run = [&] {
-    torn_at.reset();
+    torn_at = kNotTorn;
     if (!run) return;
     run->length = run_end - run->offset;
     report(std::move(*run));
@@ -118,7 +120,7 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
     }
     const uint64_t hpad = AlignUp(*len, kRecordAlignment);
     if (off + hpad > size) {
-      if (!torn_at) torn_at = off;
+      if (torn_at == kNotTorn) torn_at = off;
       bad_block(off, "record header: its length (" + std::to_string(*len) + " bytes) runs past the end of the file");
       off += kRecordAlignment;
       continue;
@@ -160,14 +162,15 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
     if (visitor.record) visitor.record(*h, loc, verified);
     off += foot;
   }
-  if (run && torn_at) {
+  if (run && torn_at != kNotTorn) {
     // Nothing valid after the header that ran past the end: it was torn
     // (the partial block at the end, if any, is part of it).
-    if (*torn_at > run->offset) {
-      run->length = *torn_at - run->offset;
+    const uint64_t torn = torn_at;
+    if (torn > run->offset) {
+      run->length = torn - run->offset;
       report(std::move(*run));
     }
-    report({SegmentProblemKind::kTornRecord, *torn_at, size - *torn_at, "header cut short by the end of the file"});
+    report({SegmentProblemKind::kTornRecord, torn, size - torn, "header cut short by the end of the file"});
     return Status::OK();
   }
   end_run();

@@ -364,9 +364,7 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
 
 // -------------------------------------------------------------------- JSON
 
-namespace {
 Json RatioJson(std::optional<double> r) { return r ? Json(*r) : Json(nullptr); }
-}  // namespace
 
 Json KeyJson(const ChainKey& key) {
   if (key == ChainKey{}) return nullptr;

@@ -138,6 +138,7 @@ std::string RenderStats(uint32_t node_id, const StoreStats& stats, const std::op
 // -------------------------------------------------------------------- JSON
 
 Json KeyJson(const ChainKey& key);  // hex, or null for the zero key
+Json RatioJson(std::optional<double> ratio);  // the number, or null for nullopt
 Json ToJson(const Layout& layout);
 Json ToJson(const NamespaceInfo& info);
 Json ToJson(const PrefixNodeInfo& node);

@@ -129,8 +129,6 @@ struct NsReport {
 
 std::string SegmentFileName(uint64_t id) { return storage::SegmentFileName(id); }
 
-Json RatioJson(std::optional<double> r) { return r ? Json(*r) : Json(nullptr); }
-
 // "2025-06-01T11:50:00.123456789Z" (UTC). Nanoseconds since the epoch do
 // not fit the 2^53 of a JSON number as JavaScript reads it.
 std::string TimeText(uint64_t ns) {

@@ -17,16 +17,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/storage/env_files.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ptstore::storage {
 namespace {
 
 using testing::TempDir;
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
+using namespace testenv;  // NOLINT: the shared Env test helpers
 
 // A 4 KiB-aligned buffer for O_DIRECT.
 struct AlignedBuffer {
@@ -44,35 +42,10 @@ long FileSystemType(const std::string& path) {
   return static_cast<long>(fs.f_type);
 }
 
-OpenOptions Create() {
-  OpenOptions o;
-  o.create = true;
-  o.writable = true;
-  return o;
-}
-
 OpenOptions Writable() {
   OpenOptions o;
   o.writable = true;
   return o;
-}
-
-std::string ReadAll(File* f) {
-  Result<uint64_t> size = f->Size();
-  EXPECT_TRUE(size.ok()) << size.status().ToString();
-  if (!size.ok()) return "";
-  std::string out(*size, '\0');
-  Result<size_t> n = f->ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
-  EXPECT_TRUE(n.ok()) << n.status().ToString();
-  if (!n.ok()) return "";
-  out.resize(*n);
-  return out;
-}
-
-std::string ReadPath(const std::string& path) {
-  auto f = Env::Default()->Open(path, OpenOptions{});
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  return f.ok() ? ReadAll(f->get()) : "";
 }
 
 class EnvTest : public ::testing::Test {
@@ -99,7 +72,7 @@ TEST_F(EnvTest, WritesReadsAndSizes) {
   ASSERT_TRUE((*f)->WriteAt(14, Bytes("!")).ok());
   EXPECT_EQ(*(*f)->Size(), 15u);
   EXPECT_EQ(ReadAll(f->get()), std::string("hello WORLD\0\0\0!", 15));
-  EXPECT_EQ(ReadPath(path), std::string("hello WORLD\0\0\0!", 15));
+  EXPECT_EQ(OnDisk(path), std::string("hello WORLD\0\0\0!", 15));
 }
 
 TEST_F(EnvTest, CreateNeverTruncates) {
@@ -330,7 +303,7 @@ TEST_F(EnvTest, RenameFileMovesContentsAndReplacesTarget) {
   ASSERT_TRUE((*env_->Open(to, Create()))->WriteAt(0, Bytes("old contents")).ok());
   ASSERT_TRUE(env_->RenameFile(from, to).ok());
   EXPECT_FALSE(env_->FileExists(from));
-  EXPECT_EQ(ReadPath(to), "new");
+  EXPECT_EQ(OnDisk(to), "new");
   ASSERT_TRUE(env_->SyncDir(dir_.path()).ok());
 
   Status st = env_->RenameFile(from, to);

@@ -14,43 +14,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/storage/env_files.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ptstore::storage {
 namespace {
 
 using testing::TempDir;
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-OpenOptions Create() {
-  OpenOptions o;
-  o.create = true;
-  o.writable = true;
-  return o;
-}
-
-std::string ReadAll(File* f) {
-  Result<uint64_t> size = f->Size();
-  EXPECT_TRUE(size.ok()) << size.status().ToString();
-  if (!size.ok()) return "<error>";
-  std::string out(*size, '\0');
-  Result<size_t> n = f->ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
-  EXPECT_TRUE(n.ok()) << n.status().ToString();
-  if (!n.ok()) return "<error>";
-  out.resize(*n);
-  return out;
-}
-
-// The file as a fresh process would find it: through the real Env, not the
-// FaultEnv that wrote it.
-std::string OnDisk(const std::string& path) {
-  auto f = Env::Default()->Open(path, OpenOptions{});
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  return f.ok() ? ReadAll(f->get()) : "<error>";
-}
+using namespace testenv;  // NOLINT: the shared Env test helpers
 
 bool Contains(const Status& st, const std::string& part) { return st.message().find(part) != std::string::npos; }
 

@@ -421,7 +421,7 @@ TEST(ToolsFormat, StatsTextSsdSection) {
   s.recovery_corrupt = 4;
   s.recovery_dropped = 5;
   std::string t = RenderStats(0, s, std::nullopt);
-  for (const std::string& line : {"\n\nssd capacity       100.0 GiB\n",
+  for (const char* line : {"\n\nssd capacity       100.0 GiB\n",
                                   "\nssd file bytes     10.0 GiB (10.0%)\n",
                                   "\nssd live bytes     8.0 GiB (80.0% of file bytes)\n",
                                   "\nssd segments       40\n",

@@ -1,0 +1,28 @@
+// The encoding of the PTStore value types that more than one format carries:
+// chain keys and layouts, written the same way in the local protocol
+// (core/messages.cc, docs/wire-format.md) and in the SSD tier's record
+// headers (storage/record.cc, docs/ssd-tier.md). The field names handed to
+// the Decoder end up in its error messages ("layout.layers").
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include "core/wire.h"
+#include "ptstore/keys.h"
+#include "ptstore/layout.h"
+#include "ptstore/status.h"
+
+namespace ptstore::core {
+
+// u64 hi, u64 lo.
+void PutKey(Encoder& e, const ChainKey& k);
+// Reads what PutKey wrote; a short read names `field`.
+Status GetKey(Decoder& d, const char* field, ChainKey* k);
+
+// u32 layers, u32 kv_heads, u32 head_dim, u8 dtype, u32 block_tokens.
+void PutLayout(Encoder& e, const Layout& l);
+// Reads what PutLayout wrote. It does not validate: layouts are validated
+// where they are used (the server, the record header decoder).
+Status GetLayout(Decoder& d, Layout* l);
+
+}  // namespace ptstore::core
