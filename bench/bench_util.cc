@@ -168,6 +168,18 @@ std::string StatsTable(const StoreStats& s) {
   t.Row({"evicted_bytes", bytes(s.evicted_bytes)});
   t.Row({"active_leases", num(s.active_leases)});
   t.Row({"expired_leases", num(s.expired_leases)});
+  if (s.ssd_capacity > 0) {
+    t.Row({"ssd_capacity", bytes(s.ssd_capacity)});
+    t.Row({"ssd_file_bytes", bytes(s.ssd_file_bytes)});
+    t.Row({"ssd_live_bytes", bytes(s.ssd_live_bytes)});
+    t.Row({"ssd_tensors", num(s.ssd_tensors)});
+    t.Row({"ssd_hits", num(s.ssd_hits)});
+    t.Row({"ssd_fills", num(s.ssd_fills) + ", " + HumanBytes(s.ssd_fill_bytes)});
+    t.Row({"ssd_spills", num(s.ssd_spills) + ", " + HumanBytes(s.ssd_spill_bytes)});
+    t.Row({"ssd_spill_failures", num(s.ssd_spill_failures)});
+    t.Row({"ssd_evictions", num(s.ssd_evictions)});
+    t.Row({"ssd_read_errors", num(s.ssd_read_errors)});
+  }
   return t.ToString();
 }
 
@@ -312,7 +324,8 @@ std::string LocalServer::LogTail(size_t max_bytes) const {
 }
 
 Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string& arena_size,
-                                    const std::string& ptstored_binary, bool quiet) {
+                                    const std::string& ptstored_binary, bool quiet,
+                                    const std::vector<std::string>& extra_args) {
   ServerHandle h;
   if (!socket.empty()) {
     h.socket_path = socket;
@@ -321,6 +334,7 @@ Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string
   LocalServer::Options o;
   o.binary = ptstored_binary;
   o.arena_size = arena_size;
+  o.extra_args = extra_args;
   PTS_ASSIGN_OR_RETURN(h.owned, LocalServer::Start(o));
   h.socket_path = h.owned->socket_path();
   if (!quiet) {

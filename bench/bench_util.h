@@ -142,8 +142,10 @@ struct ServerHandle {
   std::unique_ptr<LocalServer> owned;
 };
 // socket non-empty: use it as is. Else start a LocalServer with the arena
-// size (and binary, when non-empty), saying so on stdout unless quiet.
+// size (and binary, when non-empty, and more ptstored flags), saying so on
+// stdout unless quiet.
 Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string& arena_size,
-                                    const std::string& ptstored_binary, bool quiet);
+                                    const std::string& ptstored_binary, bool quiet,
+                                    const std::vector<std::string>& extra_args = {});
 
 }  // namespace ptstore::bench

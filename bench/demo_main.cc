@@ -11,6 +11,9 @@
 //   ptstore-demo --socket /run/ptstore/ptstored.sock --docs 8 --json
 //   ptstore-demo --quick              # a few seconds; run by ctest
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -27,6 +30,7 @@ namespace {
 
 struct DemoOptions {
   std::string socket, arena_size = "4GiB", ptstored, ns = "ptstore-demo", order = "interleaved";
+  std::string ssd;  // capacity of an SSD tier for the server started here; empty: none
   QaWorkloadOptions workload;
   double scale = 1.0;
   bool json = false, quick = false, keep = false, verbose = false, no_final_check = false, inject = false;
@@ -138,7 +142,25 @@ Status Run(DemoOptions& o) {
   PTS_RETURN_IF_ERROR(layout.Validate());
   const QaWorkload w = QaWorkload::Make(wo);
 
-  PTS_ASSIGN_OR_RETURN(ServerHandle server, ConnectOrStart(o.socket, o.arena_size, o.ptstored, o.json));
+  // With --ssd, the server gets an SSD tier in a fresh directory on disk
+  // (removed at the end): with an arena smaller than the working set,
+  // evicted prefixes are then served from SSD instead of recomputed.
+  std::vector<std::string> server_args;
+  std::string ssd_dir;
+  if (!o.ssd.empty()) {
+    char tmpl[] = "/var/tmp/ptstore-demo-ssd-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return IOError(std::string("mkdtemp /var/tmp: ") + std::strerror(errno));
+    ssd_dir = tmpl;
+    server_args = {"--ssd-dir", ssd_dir, "--ssd-capacity", o.ssd};
+  }
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } remove_ssd{ssd_dir};
+  PTS_ASSIGN_OR_RETURN(ServerHandle server,
+                       ConnectOrStart(o.socket, o.arena_size, o.ptstored, o.json, server_args));
   ClientOptions co;
   co.socket_path = server.socket_path;
   co.client_name = "ptstore-demo";
@@ -189,6 +211,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket", o.socket, "socket of a running ptstored (default: start one for this run)");
   app.add_option("--arena-size", o.arena_size, "arena of the ptstored started for this run")->capture_default_str();
   app.add_option("--ptstored", o.ptstored, "ptstored binary to start (default: this build's)");
+  app.add_option("--ssd", o.ssd,
+                 "give the ptstored started for this run an SSD tier of this capacity (e.g. 8GiB) in a "
+                 "temporary directory under /var/tmp; try it with an --arena-size below the working set");
   app.add_option("--namespace", o.ns, "namespace to use (dropped first if it exists)")->capture_default_str();
   app.add_option("--docs", w.docs, "documents")->capture_default_str()->check(CLI::Range(1u, 100000u));
   app.add_option("--questions", w.questions, "questions per document")->capture_default_str()->check(CLI::Range(1u, 100000u));
