@@ -231,13 +231,18 @@ Result<PinnedPrefix> Client::Pin(const std::string& ns, std::span<const uint32_t
   core::PrefixRequest req = PrefixRequestFor(ns, tokens);
   core::PrefixReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kPin, req, MsgType::kPinReply, &rep));
+  return MakePinned(h.conn, rep.lease_id, rep.matched_tokens, std::move(rep.extents));
+}
+
+Result<PinnedPrefix> Client::MakePinned(const std::shared_ptr<client::Connection>& conn, uint64_t lease,
+                                        uint64_t tokens, std::vector<Extent> extents) {
   PinnedPrefix p;
   p.core_ = core_;
-  p.conn_ = h.conn;
-  p.lease_ = rep.lease_id;
-  p.tokens_ = rep.matched_tokens;
-  p.extents_ = std::move(rep.extents);
-  const uint64_t arena = h.conn->arena() ? h.conn->arena()->size() : 0;
+  p.conn_ = conn;
+  p.lease_ = lease;
+  p.tokens_ = tokens;
+  p.extents_ = std::move(extents);
+  const uint64_t arena = conn->arena() ? conn->arena()->size() : 0;
   for (const Extent& e : p.extents_) {
     if (e.arena_offset > arena || e.length > arena - e.arena_offset) {
       return ProtocolError("the server returned an extent outside its arena");
@@ -317,6 +322,26 @@ Result<StoreStats> Client::Stats() {
   core::StatsReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kStats, core::NameRequest{}, MsgType::kStatsReply, &rep));
   return rep.stats;
+}
+
+Result<IncrementInfo> Client::GetIncrement(const std::string& ns, const ChainKey& key) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::IncrementRequest req{ns, key, false, false};
+  core::IncrementReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kIncrement, req, MsgType::kIncrementReply, &rep));
+  return IncrementInfo{rep.node, std::move(rep.tokens)};
+}
+
+Result<PinnedPrefix> Client::PinIncrement(const std::string& ns, const ChainKey& key, bool whole_prefix) {
+  if (!mapped()) {
+    return PermissionDenied("this client has no arena mapping (not trusted with every namespace): it cannot pin");
+  }
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::IncrementRequest req{ns, key, true, whole_prefix};
+  core::IncrementReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kIncrement, req, MsgType::kIncrementReply, &rep));
+  const uint64_t tokens = whole_prefix ? rep.node.start_token + rep.node.tokens : rep.node.tokens;
+  return MakePinned(h.conn, rep.lease_id, tokens, std::move(rep.extents));
 }
 
 Result<std::vector<PrefixNodeInfo>> Client::ListTree(const std::string& ns, const ChainKey& parent, bool recursive) {

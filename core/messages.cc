@@ -37,6 +37,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kDropNamespaceReply: return "DropNamespaceReply";
     case MsgType::kUnregisterBuffer: return "UnregisterBuffer";
     case MsgType::kUnregisterBufferReply: return "UnregisterBufferReply";
+    case MsgType::kIncrement: return "Increment";
+    case MsgType::kIncrementReply: return "IncrementReply";
   }
   return "Unknown";
 }
@@ -215,9 +217,8 @@ Status PrefixRequest::Decode(Decoder& d) {
   PTS_RETURN_IF_ERROR(d.GetU64("capacity", &capacity));
   return d.Finish("PrefixRequest");
 }
-void PrefixReply::Encode(Encoder& e) const {
-  e.PutU64(matched_tokens);
-  e.PutU64(lease_id);
+namespace {
+void PutExtents(Encoder& e, const std::vector<Extent>& extents) {
   e.PutU32(static_cast<uint32_t>(extents.size()));
   for (const auto& x : extents) {
     e.PutU64(x.tensor.value);
@@ -226,18 +227,58 @@ void PrefixReply::Encode(Encoder& e) const {
     e.PutU64(x.arena_offset);
   }
 }
-Status PrefixReply::Decode(Decoder& d) {
-  PTS_RETURN_IF_ERROR(d.GetU64("matched_tokens", &matched_tokens));
-  PTS_RETURN_IF_ERROR(d.GetU64("lease_id", &lease_id));
+Status GetExtents(Decoder& d, std::vector<Extent>* extents) {
   uint32_t n;
   PTS_RETURN_IF_ERROR(GetCount(d, "extents", 32, &n));
-  extents.resize(n);
-  for (auto& x : extents) {
+  extents->resize(n);
+  for (auto& x : *extents) {
     PTS_RETURN_IF_ERROR(d.GetU64("extent.tensor", &x.tensor.value));
     PTS_RETURN_IF_ERROR(d.GetU64("extent.offset", &x.offset));
     PTS_RETURN_IF_ERROR(d.GetU64("extent.length", &x.length));
     PTS_RETURN_IF_ERROR(d.GetU64("extent.arena_offset", &x.arena_offset));
   }
+  return Status::OK();
+}
+void PutNode(Encoder& e, const PrefixNodeInfo& n) {
+  PutKey(e, n.key);
+  PutKey(e, n.parent);
+  e.PutU64(n.start_token);
+  e.PutU64(n.tokens);
+  e.PutU64(n.bytes);
+  e.PutU64(n.hits);
+  e.PutU64(n.tensor.value);
+  e.PutU8(static_cast<uint8_t>(n.cache_class));
+  e.PutU32(n.children);
+  e.PutU32(n.pins);
+  e.PutU8(n.tier);
+}
+Status GetNode(Decoder& d, PrefixNodeInfo* x) {
+  uint8_t cls;
+  PTS_RETURN_IF_ERROR(GetKey(d, "node.key", &x->key));
+  PTS_RETURN_IF_ERROR(GetKey(d, "node.parent", &x->parent));
+  PTS_RETURN_IF_ERROR(d.GetU64("node.start_token", &x->start_token));
+  PTS_RETURN_IF_ERROR(d.GetU64("node.tokens", &x->tokens));
+  PTS_RETURN_IF_ERROR(d.GetU64("node.bytes", &x->bytes));
+  PTS_RETURN_IF_ERROR(d.GetU64("node.hits", &x->hits));
+  PTS_RETURN_IF_ERROR(d.GetU64("node.tensor", &x->tensor.value));
+  PTS_RETURN_IF_ERROR(d.GetU8("node.class", &cls));
+  if (cls > 1) return ProtocolError("field 'node.class' has unknown value " + std::to_string(cls));
+  x->cache_class = static_cast<CacheClass>(cls);
+  PTS_RETURN_IF_ERROR(d.GetU32("node.children", &x->children));
+  PTS_RETURN_IF_ERROR(d.GetU32("node.pins", &x->pins));
+  return d.GetU8("node.tier", &x->tier);
+}
+}  // namespace
+
+void PrefixReply::Encode(Encoder& e) const {
+  e.PutU64(matched_tokens);
+  e.PutU64(lease_id);
+  PutExtents(e, extents);
+}
+Status PrefixReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("matched_tokens", &matched_tokens));
+  PTS_RETURN_IF_ERROR(d.GetU64("lease_id", &lease_id));
+  PTS_RETURN_IF_ERROR(GetExtents(d, &extents));
   return d.Finish("PrefixReply");
 }
 
@@ -322,41 +363,41 @@ Status ListTreeRequest::Decode(Decoder& d) {
 }
 void ListTreeReply::Encode(Encoder& e) const {
   e.PutU32(static_cast<uint32_t>(nodes.size()));
-  for (const auto& n : nodes) {
-    PutKey(e, n.key);
-    PutKey(e, n.parent);
-    e.PutU64(n.start_token);
-    e.PutU64(n.tokens);
-    e.PutU64(n.bytes);
-    e.PutU64(n.hits);
-    e.PutU64(n.tensor.value);
-    e.PutU8(static_cast<uint8_t>(n.cache_class));
-    e.PutU32(n.children);
-    e.PutU32(n.pins);
-    e.PutU8(n.tier);
-  }
+  for (const auto& n : nodes) PutNode(e, n);
 }
 Status ListTreeReply::Decode(Decoder& d) {
   uint32_t n;
   PTS_RETURN_IF_ERROR(GetCount(d, "nodes", 82, &n));
   nodes.resize(n);
-  for (auto& x : nodes) {
-    uint8_t cls;
-    PTS_RETURN_IF_ERROR(GetKey(d, "node.key", &x.key));
-    PTS_RETURN_IF_ERROR(GetKey(d, "node.parent", &x.parent));
-    PTS_RETURN_IF_ERROR(d.GetU64("node.start_token", &x.start_token));
-    PTS_RETURN_IF_ERROR(d.GetU64("node.tokens", &x.tokens));
-    PTS_RETURN_IF_ERROR(d.GetU64("node.bytes", &x.bytes));
-    PTS_RETURN_IF_ERROR(d.GetU64("node.hits", &x.hits));
-    PTS_RETURN_IF_ERROR(d.GetU64("node.tensor", &x.tensor.value));
-    PTS_RETURN_IF_ERROR(d.GetU8("node.class", &cls));
-    if (cls > 1) return ProtocolError("field 'node.class' has unknown value " + std::to_string(cls));
-    x.cache_class = static_cast<CacheClass>(cls);
-    PTS_RETURN_IF_ERROR(d.GetU32("node.children", &x.children));
-    PTS_RETURN_IF_ERROR(d.GetU32("node.pins", &x.pins));
-    PTS_RETURN_IF_ERROR(d.GetU8("node.tier", &x.tier));
-  }
+  for (auto& x : nodes) PTS_RETURN_IF_ERROR(GetNode(d, &x));
   return d.Finish("ListTreeReply");
+}
+
+void IncrementRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  PutKey(e, key);
+  e.PutBool(pin);
+  e.PutBool(whole_prefix);
+}
+Status IncrementRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(GetKey(d, "key", &key));
+  PTS_RETURN_IF_ERROR(d.GetBool("pin", &pin));
+  PTS_RETURN_IF_ERROR(d.GetBool("whole_prefix", &whole_prefix));
+  return d.Finish("Increment");
+}
+void IncrementReply::Encode(Encoder& e) const {
+  PutNode(e, node);
+  e.PutU32Array(tokens);
+  e.PutU64(lease_id);
+  PutExtents(e, extents);
+}
+Status IncrementReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(GetNode(d, &node));
+  PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &tokens));
+  PTS_RETURN_IF_ERROR(d.GetU64("lease_id", &lease_id));
+  PTS_RETURN_IF_ERROR(GetExtents(d, &extents));
+  return d.Finish("IncrementReply");
 }
 
 namespace {
@@ -401,6 +442,8 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kListTreeReply: return DecodeAs<ListTreeReply>(body);
     case MsgType::kUnregisterBuffer: return DecodeAs<UnregisterBufferRequest>(body);
     case MsgType::kUnregisterBufferReply: return DecodeAs<EmptyReply>(body);
+    case MsgType::kIncrement: return DecodeAs<IncrementRequest>(body);
+    case MsgType::kIncrementReply: return DecodeAs<IncrementReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -31,6 +31,7 @@ enum class MsgType : uint16_t {
   kListTree = 26, kListTreeReply = 27,
   kDropNamespace = 28, kDropNamespaceReply = 29,
   kUnregisterBuffer = 30, kUnregisterBufferReply = 31,
+  kIncrement = 32, kIncrementReply = 33,
 };
 const char* MsgTypeName(uint16_t type);
 
@@ -195,6 +196,28 @@ struct ListTreeRequest {
 struct ListTreeReply {
   static constexpr MsgType kType = MsgType::kListTreeReply;
   std::vector<PrefixNodeInfo> nodes;  // parents before children
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// One increment by its chain key: what it is and its own token ids; with
+// `pin`, also pins the prefix that ends with it and returns its extents
+// (all of the prefix's with `whole_prefix`, else the increment's own).
+struct IncrementRequest {
+  static constexpr MsgType kType = MsgType::kIncrement;
+  std::string ns;
+  ChainKey key;
+  bool pin = false;
+  bool whole_prefix = false;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct IncrementReply {
+  static constexpr MsgType kType = MsgType::kIncrementReply;
+  PrefixNodeInfo node;
+  std::vector<uint32_t> tokens;  // the increment's own token ids
+  uint64_t lease_id = 0;         // pin only
+  std::vector<Extent> extents;   // pin only, with arena offsets
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

@@ -214,6 +214,18 @@ Status Session::Dispatch(rdma::Frame& f) {
       PTS_ASSIGN_OR_RETURN(auto nodes, store_->ListTree(req.ns, req.parent, req.recursive));
       return Reply(f, core::ListTreeReply{std::move(nodes)});
     }
+    case MsgType::kIncrement: {
+      core::IncrementRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      if (req.pin && !trusted_) {
+        return PermissionDenied("this client does not map the arena (uid " + std::to_string(peer_.uid) +
+                                " is not in the store group): it cannot pin extents");
+      }
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      PTS_ASSIGN_OR_RETURN(IncrementResult r, store_->Increment(req.ns, req.key, req.pin, req.whole_prefix, id_));
+      core::IncrementReply rep{r.node, std::move(r.tokens), r.lease_id, std::move(r.extents)};
+      return Reply(f, rep);
+    }
     default:
       return ProtocolError(std::string("unexpected message type ") + std::to_string(f.type) + " (" +
                            core::MsgTypeName(f.type) + ") from a client");

@@ -739,25 +739,83 @@ Result<std::vector<PrefixNodeInfo>> Store::ListTree(const std::string& ns_name, 
   while (!stack.empty()) {
     const RadixNode* n = stack.back();
     stack.pop_back();
-    PrefixNodeInfo info;
-    info.key = n->key;
-    info.parent = n->parent->tensor ? n->parent->key : ChainKey{};
-    info.start_token = n->start_block * bt;
-    info.tokens = n->tokens.size();
-    info.bytes = n->length;
-    info.hits = n->hits;
-    info.tensor = n->tensor->id;
-    info.cache_class = n->tensor->cache_class;
-    info.children = static_cast<uint32_t>(n->children.size());
-    info.pins = n->tensor->pins;
-    info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0));
-    out.push_back(info);
+    out.push_back(NodeInfoLocked(n, bt));
     if (recursive) {
       auto c = sorted_children(n);
       for (auto it = c.rbegin(); it != c.rend(); ++it) stack.push_back(*it);
     }
   }
   return out;
+}
+
+PrefixNodeInfo Store::NodeInfoLocked(const RadixNode* n, uint32_t bt) const {
+  PrefixNodeInfo info;
+  info.key = n->key;
+  info.parent = n->parent->tensor ? n->parent->key : ChainKey{};
+  info.start_token = n->start_block * bt;
+  info.tokens = n->tokens.size();
+  info.bytes = n->length;
+  info.hits = n->hits;
+  info.tensor = n->tensor->id;
+  info.cache_class = n->tensor->cache_class;
+  info.children = static_cast<uint32_t>(n->children.size());
+  info.pins = n->tensor->pins;
+  info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0));
+  return info;
+}
+
+Result<IncrementResult> Store::Increment(const std::string& ns_name, const ChainKey& key, bool pin,
+                                         bool whole_prefix, uint64_t session, uint64_t lease_ms) {
+  IncrementResult r;
+  std::vector<uint32_t> prefix;  // every token up to the increment's end
+  {
+    std::lock_guard lk(mu_);
+    PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+    const RadixNode* n = ns->tree->FindByKey(key);
+    if (n == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
+    r.node = NodeInfoLocked(n, ns->info.layout.block_tokens);
+    r.tokens = n->tokens;
+    if (!pin) return r;
+    std::vector<const RadixNode*> path;
+    for (const RadixNode* a = n; a->tensor != nullptr; a = a->parent) path.push_back(a);
+    for (auto it = path.rbegin(); it != path.rend(); ++it) {
+      prefix.insert(prefix.end(), (*it)->tokens.begin(), (*it)->tokens.end());
+    }
+  }
+  // Pin takes the mutex again and reads SSD-only parts back.
+  PTS_ASSIGN_OR_RETURN(PrefixResult p, Pin(ns_name, prefix, session, lease_ms));
+  if (p.matched_tokens < prefix.size()) {
+    if (p.lease_id) Release(p.lease_id, session).IgnoreError();
+    std::lock_guard lk(mu_);
+    Result<Namespace*> ns = FindLocked(ns_name);
+    if (!ns.ok() || (*ns)->tree->FindByKey(key) == nullptr) {
+      return NotFound("increment " + key.ToHex() + " of namespace '" + ns_name + "' was removed");
+    }
+    return ResourceExhausted("the prefix of increment " + key.ToHex() + " (" + std::to_string(prefix.size()) +
+                             " tokens) does not fit in the arena at once");
+  }
+  r.lease_id = p.lease_id;
+  r.extents = std::move(p.extents);
+  if (!whole_prefix) {
+    // Only the increment's own bytes: the last node.bytes of the prefix.
+    uint64_t skip = 0;
+    for (const Extent& x : r.extents) skip += x.length;
+    skip -= r.node.bytes;
+    std::vector<Extent> own;
+    for (Extent x : r.extents) {
+      if (skip >= x.length) {
+        skip -= x.length;
+        continue;
+      }
+      x.offset += skip;
+      x.arena_offset += skip;
+      x.length -= skip;
+      skip = 0;
+      own.push_back(x);
+    }
+    r.extents = std::move(own);
+  }
+  return r;
 }
 
 StoreStats Store::Stats() const {

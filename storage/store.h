@@ -75,6 +75,13 @@ struct Namespace {
   std::optional<SsdLocation> record;  // its namespace record on SSD
 };
 
+struct IncrementResult {
+  PrefixNodeInfo node;
+  std::vector<uint32_t> tokens;  // the increment's own token ids
+  uint64_t lease_id = 0;         // pin only
+  std::vector<Extent> extents;   // pin only, with arena offsets
+};
+
 struct PrefixResult {
   uint64_t matched_tokens = 0;
   uint64_t lease_id = 0;        // Pin only
@@ -129,6 +136,14 @@ class Store {
   // the prefix is not fully stored.
   Result<RemoveResult> Remove(const std::string& ns, std::span<const uint32_t> tokens);
   Result<RemoveResult> RemoveByKey(const std::string& ns, const ChainKey& key);
+
+  // One increment by its chain key (NotFound if there is none): its listing
+  // entry and its own token ids. With `pin`, also pins the prefix that ends
+  // with it for `session` (SSD-only parts are read back first) and returns
+  // the extents of the increment's bytes, or with `whole_prefix` of the
+  // whole prefix. ResourceExhausted if the prefix cannot be in DRAM at once.
+  Result<IncrementResult> Increment(const std::string& ns, const ChainKey& key, bool pin, bool whole_prefix,
+                                    uint64_t session, uint64_t lease_ms = 0);
 
   // Children of `parent` (zero key: the root), or the whole subtree.
   Result<std::vector<PrefixNodeInfo>> ListTree(const std::string& ns, const ChainKey& parent,
@@ -230,6 +245,7 @@ class Store {
   // Raises the priority of every ancestor tensor of `node` to at least `p`.
   void PropagateLocked(RadixNode* node, double p);
   void PinLocked(Tensor* t);
+  PrefixNodeInfo NodeInfoLocked(const RadixNode* n, uint32_t block_tokens) const;
 
   const StoreOptions options_;
   std::unique_ptr<core::SharedMemory> arena_;

@@ -134,8 +134,21 @@ class Client {
   // A buffer of at least `bytes` bytes registered with the server.
   Result<RegisteredBuffer> AllocateBuffer(uint64_t bytes);
 
+  // One increment of a namespace's tree by its chain key (the names
+  // ListTree gives): its listing entry and its own token ids. NotFound if
+  // there is no such increment.
+  Result<IncrementInfo> GetIncrement(const std::string& ns, const ChainKey& key);
+  // Pins the increment's bytes (with `whole_prefix`, those of the whole
+  // prefix that ends with it) in the mapped arena. NotFound if it is gone;
+  // PermissionDenied for a client without the mapping.
+  Result<PinnedPrefix> PinIncrement(const std::string& ns, const ChainKey& key, bool whole_prefix = false);
+
  private:
   explicit Client(std::shared_ptr<client::ClientCore> core);
+  // A PinnedPrefix for a lease taken over `conn` (checks the extents lie
+  // in the arena).
+  Result<PinnedPrefix> MakePinned(const std::shared_ptr<client::Connection>& conn, uint64_t lease, uint64_t tokens,
+                                  std::vector<Extent> extents);
   std::shared_ptr<client::ClientCore> core_;
 };
 

@@ -75,6 +75,12 @@ struct PrefixNodeInfo {
   uint8_t tier = kTierDram;  // where its tensor is: kTierDram and/or kTierSsd
 };
 
+// One increment and its own token ids (Client::GetIncrement).
+struct IncrementInfo {
+  PrefixNodeInfo node;
+  std::vector<uint32_t> tokens;
+};
+
 // What a save did: tokens already present, tokens it added, bytes written.
 struct SaveResult {
   uint64_t matched_tokens = 0;

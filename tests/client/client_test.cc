@@ -310,9 +310,59 @@ TEST_F(ClientTest, UntrustedClientsLoadByCopyAndRespectModes) {
     if (denied.status().code() != Code::kPermissionDenied) return 7;
     if (denied.status().message().find("private") == std::string::npos) return 8;
     if ((*c)->Lookup("private", toks).status().code() != Code::kPermissionDenied) return 9;
+    // Increments by key: readable namespaces only, and no pins without the
+    // mapping.
+    auto tree = (*c)->ListTree("ns");
+    if (!tree.ok() || tree->empty()) return 10;
+    if (!(*c)->GetIncrement("ns", tree->front().key).ok()) return 11;
+    if ((*c)->PinIncrement("ns", tree->front().key).status().code() != Code::kPermissionDenied) return 12;
+    if ((*c)->GetIncrement("private", tree->front().key).status().code() != Code::kPermissionDenied) return 13;
     return 0;
   });
   EXPECT_EQ(rc, 0);
+}
+
+TEST_F(ClientTest, IncrementsByKeyWithTheirTokensAndPinnedBytes) {
+  const Layout l = SmallLayout();
+  auto a = Tokens(64, 21);
+  auto b = a;
+  b.resize(32);
+  auto tail = Tokens(16, 22);
+  b.insert(b.end(), tail.begin(), tail.end());  // branches off a at 32
+  auto kva = Kv(a, l), kvb = Kv(b, l);
+  ASSERT_TRUE(client_->Save("ns", a, kva.data(), kva.size()).ok());
+  ASSERT_TRUE(client_->Save("ns", b, kvb.data(), kvb.size()).ok());
+  auto tree = client_->ListTree("ns", {}, true);
+  ASSERT_TRUE(tree.ok());
+  ASSERT_EQ(tree->size(), 3u);  // a's head (0..32), a's tail (32..64), b's tail (32..48)
+  const uint64_t bpt = l.BytesPerToken();
+  for (const PrefixNodeInfo& n : *tree) {
+    SCOPED_TRACE(n.key.ToHex());
+    auto info = client_->GetIncrement("ns", n.key);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->node.start_token, n.start_token);
+    EXPECT_EQ(info->tokens.size(), n.tokens);
+    const auto& src = info->tokens.front() == a[n.start_token] && n.start_token + n.tokens <= 64 &&
+                              std::equal(info->tokens.begin(), info->tokens.end(), a.begin() + n.start_token)
+                          ? a
+                          : b;
+    const auto& kv = &src == &a ? kva : kvb;
+    EXPECT_TRUE(std::equal(info->tokens.begin(), info->tokens.end(), src.begin() + n.start_token));
+    auto own = client_->PinIncrement("ns", n.key);
+    ASSERT_TRUE(own.ok()) << own.status().ToString();
+    std::vector<uint8_t> got(own->bytes());
+    ASSERT_EQ(got.size(), n.bytes);
+    ASSERT_TRUE(own->CopyTo(got.data(), got.size()).ok());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), kv.begin() + n.start_token * bpt));
+    auto whole = client_->PinIncrement("ns", n.key, true);
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(whole->tokens(), n.start_token + n.tokens);
+    std::vector<uint8_t> all(whole->bytes());
+    ASSERT_TRUE(whole->CopyTo(all.data(), all.size()).ok());
+    EXPECT_TRUE(std::equal(all.begin(), all.end(), kv.begin()));
+  }
+  EXPECT_EQ(client_->GetIncrement("ns", ChainKey{7, 7}).status().code(), Code::kNotFound);
+  EXPECT_EQ(client_->PinIncrement("ns", ChainKey{7, 7}).status().code(), Code::kNotFound);
 }
 
 TEST(ServerTest, MalformedMessagesAreRefusedAndTheServerLivesOn) {

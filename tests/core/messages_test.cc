@@ -160,18 +160,18 @@ uint16_t T(MsgType t) { return static_cast<uint16_t>(t); }
 // ---- registry -------------------------------------------------------------
 
 TEST(MsgTypeTest, RequestsAreEvenAndRepliesFollow) {
-  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kDropNamespace); t += 2) {
+  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kIncrement); t += 2) {
     std::string req = MsgTypeName(t);
     EXPECT_NE(req, "Unknown") << t;
     EXPECT_EQ(std::string(MsgTypeName(t + 1)), req + "Reply") << t;
   }
   EXPECT_STREQ(MsgTypeName(T(MsgType::kError)), "Error");
-  for (uint16_t t : {0, 32, 33, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
+  for (uint16_t t : {0, 34, 35, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
 }
 
 TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
   std::vector<uint8_t> body = {0, 0, 0, 0};
-  for (uint16_t t : {0, 32, 33, 0x100, 0xffff}) {
+  for (uint16_t t : {0, 34, 35, 0x100, 0xffff}) {
     Status s = DecodeAny(t, body);
     EXPECT_EQ(s.code(), Code::kProtocol) << t;
     EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);
@@ -453,6 +453,46 @@ TEST(MessagesTest, StatsReplyCarriesEveryCounter) {
   std::memcpy(&last, body.data() + body.size() - 8, 8);
   EXPECT_EQ(first, m.stats.arena_bytes);
   EXPECT_EQ(last, m.stats.recovery_dropped);
+}
+
+TEST(MessagesTest, Increment) {
+  IncrementRequest m;
+  m.ns = "ns-9";
+  m.key = ChainKey{0xabc, 0xdef};
+  m.pin = true;
+  m.whole_prefix = true;
+  IncrementRequest out = RoundTrip(T(MsgType::kIncrement), m);
+  EXPECT_EQ(out.ns, m.ns);
+  EXPECT_EQ(out.key, m.key);
+  EXPECT_TRUE(out.pin);
+  EXPECT_TRUE(out.whole_prefix);
+
+  IncrementReply r;
+  r.node.key = ChainKey{1, 2};
+  r.node.parent = ChainKey{3, 4};
+  r.node.start_token = 32;
+  r.node.tokens = 16;
+  r.node.bytes = 16 * 256;
+  r.node.hits = 7;
+  r.node.tensor = TensorId::Make(NodeId{2}, 5);
+  r.node.cache_class = CacheClass::kReplica;
+  r.node.children = 3;
+  r.node.pins = 1;
+  r.node.tier = kTierDram | kTierSsd;
+  r.tokens = SampleTokens(16);
+  r.lease_id = 44;
+  r.extents = {Extent{TensorId{9}, 4096, 8192, 1 << 20}, Extent{TensorId{10}, 0, 4096, 3 << 20}};
+  IncrementReply ro = RoundTrip(T(MsgType::kIncrementReply), r);
+  EXPECT_EQ(ro.node.key, r.node.key);
+  EXPECT_EQ(ro.node.parent, r.node.parent);
+  EXPECT_EQ(ro.node.start_token, 32u);
+  EXPECT_EQ(ro.node.bytes, r.node.bytes);
+  EXPECT_EQ(ro.node.tensor, r.node.tensor);
+  EXPECT_EQ(ro.node.cache_class, CacheClass::kReplica);
+  EXPECT_EQ(ro.node.tier, r.node.tier);
+  EXPECT_EQ(ro.tokens, r.tokens);
+  EXPECT_EQ(ro.lease_id, 44u);
+  EXPECT_EQ(ro.extents, r.extents);
 }
 
 TEST(MessagesTest, ListTree) {

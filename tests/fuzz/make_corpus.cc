@@ -173,6 +173,14 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   out.push_back(Frame(MsgType::kDropNamespaceReply, RemoveReply{.nodes = 5, .bytes = 5 * 131072}));
   out.push_back(Frame(MsgType::kUnregisterBuffer, UnregisterBufferRequest{.buffer_id = 3}));
   out.push_back(Frame(MsgType::kUnregisterBufferReply, EmptyReply{}));
+  out.push_back(Frame(MsgType::kIncrement,
+                      IncrementRequest{.ns = "mistral", .key = ChainKey{0xcccc, 0xdddd}, .pin = true}));
+  IncrementReply inc;
+  inc.node = node;
+  inc.tokens = {1, 2, 3, 4};
+  inc.lease_id = 9;
+  inc.extents = {Extent{TensorId{7}, 0, 4096, 8192}};
+  out.push_back(Frame(MsgType::kIncrementReply, inc));
   return out;
 }
 

@@ -120,6 +120,8 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kListTreeReply: return CheckTyped<core::ListTreeReply>(type, body, any);
     case MsgType::kUnregisterBuffer: return CheckTyped<core::UnregisterBufferRequest>(type, body, any);
     case MsgType::kUnregisterBufferReply: return CheckTyped<core::EmptyReply>(type, body, any);
+    case MsgType::kIncrement: return CheckTyped<core::IncrementRequest>(type, body, any);
+    case MsgType::kIncrementReply: return CheckTyped<core::IncrementReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";
