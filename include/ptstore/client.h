@@ -143,6 +143,15 @@ class Client {
   // PermissionDenied for a client without the mapping.
   Result<PinnedPrefix> PinIncrement(const std::string& ns, const ChainKey& key, bool whole_prefix = false);
 
+  // Loads the prefix that ends at `path`, an increment directory of a
+  // PTStore mount (ptstore(7)), into `dst`, through the mount's ioctl
+  // (include/ptstore/ioctl.h; no read(2) of kv files): pins it, copies it
+  // out of this client's arena mapping, unpins. The mount must front the
+  // same ptstored as this client (checked by node id and arena size), and
+  // this client must map the arena. Returns the tokens loaded; `capacity`
+  // below the prefix's bytes is InvalidArgument.
+  Result<uint64_t> LoadPath(const std::string& path, void* dst, uint64_t capacity);
+
  private:
   explicit Client(std::shared_ptr<client::ClientCore> core);
   // A PinnedPrefix for a lease taken over `conn` (checks the extents lie
