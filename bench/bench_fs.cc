@@ -1,0 +1,339 @@
+// bench_fs: the filesystem view (mount.ptstore) against tmpfs, and the
+// ioctl fast path against read(2), measured in the same run.
+//
+//   1. Sequential reads of `kv` files through the mount, cold (first read
+//      after a fresh mount: every byte comes from the daemon) and warm (the
+//      files are immutable and kernel-cached), against reads of the same
+//      bytes from files on tmpfs, with the same loop (1 MiB read(2) calls
+//      into a pre-faulted buffer). Targets (issue 5): >= 0.5 cold, >= 0.9
+//      warm.
+//   2. Loading the whole prefix that ends at the deepest increment: the
+//      ioctl fast path (Client::LoadPath: one pin, extents, copies out of
+//      the mapped arena) against read(2) of every kv file along the path.
+//   3. `ls -R` and `du -s` of a tree of --increments increments (a small
+//      layout), cold and warm, with the daemon's request count when the
+//      mount exposes it (xattr user.ptstore.fuse_requests on its root).
+//
+// The prefix of phase 1/2 is --files increments of --file-mib MiB each, one
+// chain (Mistral-7B geometry), so phase 1's files are phase 2's path. Every
+// byte read is checked against the KV generator, outside the timed regions.
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "bench/bench_util.h"
+#include "bench/workload.h"
+#include "ptstore/client.h"
+
+using namespace ptstore;
+using namespace ptstore::bench;
+
+namespace {
+
+struct Options {
+  std::string fuse_binary, ptstored;
+  int files = 8;
+  uint64_t file_mib = 128;
+  int increments = 10000;
+  int reps = 3;
+  bool quick = false;
+};
+
+std::string DefaultFuseBinary() {
+#ifdef PTSTORE_BENCH_FUSE_PATH
+  if (access(PTSTORE_BENCH_FUSE_PATH, X_OK) == 0) return PTSTORE_BENCH_FUSE_PATH;
+#endif
+  return "ptstore-fuse";
+}
+
+bool IsMounted(const std::string& mountpoint) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, mnt, rest;
+  while (in >> dev >> mnt && std::getline(in, rest)) {
+    if (mnt == mountpoint) return true;
+  }
+  return false;
+}
+
+// A ptstore-fuse mount for the length of a phase (foreground child).
+class Mount {
+ public:
+  static Result<std::unique_ptr<Mount>> Start(const std::string& binary, const std::string& socket,
+                                              const std::string& mountpoint) {
+    std::unique_ptr<Mount> m(new Mount());
+    m->mountpoint_ = mountpoint;
+    m->pid_ = fork();
+    if (m->pid_ < 0) return ErrnoError("fork", errno);
+    if (m->pid_ == 0) {
+      const std::string opts = "socket=" + socket;
+      execl(binary.c_str(), binary.c_str(), "-f", "-o", opts.c_str(), mountpoint.c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 1000; ++i) {
+      if (IsMounted(mountpoint)) return m;
+      int st;
+      if (waitpid(m->pid_, &st, WNOHANG) == m->pid_) {
+        m->pid_ = -1;
+        return Unavailable(binary + " exited before mounting " + mountpoint);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return DeadlineExceeded(mountpoint + " was not mounted within 10 s");
+  }
+  ~Mount() {
+    if (IsMounted(mountpoint_)) {
+      std::string cmd = "fusermount3 -u -z '" + mountpoint_ + "' 2>/dev/null || umount -l '" + mountpoint_ + "'";
+      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "bench_fs: could not unmount %s\n", mountpoint_.c_str());
+    }
+    if (pid_ > 0) {
+      int st;
+      for (int i = 0; i < 500 && waitpid(pid_, &st, WNOHANG) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &st, 0);
+    }
+  }
+  const std::string& path() const { return mountpoint_; }
+
+ private:
+  Mount() = default;
+  std::string mountpoint_;
+  pid_t pid_ = -1;
+};
+
+// Reads a whole file with 1 MiB read(2) calls into `dst`; returns seconds.
+Result<double> ReadFile(const std::string& path, uint8_t* dst, uint64_t capacity, uint64_t* bytes) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IOError("open " + path + ": " + std::strerror(errno));
+  auto t0 = Clock::now();
+  uint64_t off = 0;
+  for (;;) {
+    const uint64_t want = std::min<uint64_t>(1 << 20, capacity - off);
+    if (want == 0) break;
+    ssize_t n = read(fd, dst + off, want);
+    if (n < 0) {
+      close(fd);
+      return IOError("read " + path + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    off += static_cast<uint64_t>(n);
+  }
+  const double s = SecondsSince(t0);
+  close(fd);
+  *bytes = off;
+  return s;
+}
+
+uint64_t RequestCount(const std::string& mountpoint) {
+  char buf[64] = {};
+  ssize_t n = getxattr(mountpoint.c_str(), "user.ptstore.fuse_requests", buf, sizeof(buf) - 1);
+  return n > 0 ? std::strtoull(buf, nullptr, 10) : 0;
+}
+
+Status Run(const Options& o) {
+  const Layout layout = MistralLayout();
+  const uint64_t file_tokens = o.file_mib * (1 << 20) / layout.BytesPerToken() / layout.block_tokens *
+                               layout.block_tokens;
+  const uint64_t file_bytes = file_tokens * layout.BytesPerToken();
+  const uint64_t total = file_bytes * static_cast<uint64_t>(o.files);
+  const std::vector<uint32_t> tokens = RandomTokens(4711, file_tokens * o.files);
+  std::printf("bench_fs: %d chained increments of %s (%s in all), Mistral-7B geometry\nmachine: %s\n", o.files,
+              HumanBytes(file_bytes).c_str(), HumanBytes(total).c_str(), MachineDescription().c_str());
+
+  LocalServer::Options so;
+  so.binary = o.ptstored;
+  so.arena_size = std::to_string((total + (512ull << 20)) >> 20) + "MiB";
+  PTS_ASSIGN_OR_RETURN(auto server, LocalServer::Start(so));
+  ClientOptions co;
+  co.socket_path = server->socket_path();
+  PTS_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
+  PTS_RETURN_IF_ERROR(client->CreateNamespace("bench", layout).status());
+  PTS_ASSIGN_OR_RETURN(HostBuffer src, HostBuffer::Allocate(total));
+  PTS_ASSIGN_OR_RETURN(HostBuffer dst, HostBuffer::Allocate(total));
+  FillKv(tokens, 0, layout.BytesPerToken(), src.data());
+  // One chain: save the prompt growing by one file's worth at a time.
+  for (int i = 1; i <= o.files; ++i) {
+    std::span<const uint32_t> t(tokens.data(), file_tokens * i);
+    PTS_RETURN_IF_ERROR(client->Save("bench", t, src.data(), file_bytes * i).status());
+  }
+  // The chain's directories, top first.
+  std::vector<std::string> rel;  // "key1", "key1/key2", ...
+  {
+    ChainKey parent{};
+    std::string path;
+    for (int i = 0; i < o.files; ++i) {
+      PTS_ASSIGN_OR_RETURN(auto kids, client->ListTree("bench", parent, false));
+      if (kids.size() != 1) return Internal("the chain has " + std::to_string(kids.size()) + " children at depth " +
+                                            std::to_string(i));
+      path += (path.empty() ? "" : "/") + kids[0].key.ToHex();
+      rel.push_back(path);
+      parent = kids[0].key;
+    }
+  }
+
+  // tmpfs baseline files with the same bytes.
+  const std::string shm = Format("/dev/shm/ptstore-bench-fs-%d", static_cast<int>(getpid()));
+  std::filesystem::create_directories(shm);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{shm};
+  for (int i = 0; i < o.files; ++i) {
+    std::ofstream f(shm + Format("/kv%d", i), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(src.data() + file_bytes * i), static_cast<std::streamsize>(file_bytes));
+    if (!f) return IOError("cannot write the tmpfs baseline under " + shm);
+  }
+
+  const std::string mnt = Format("/tmp/ptstore-bench-fs-mnt-%d", static_cast<int>(getpid()));
+  std::filesystem::create_directories(mnt);
+  const std::string fuse = o.fuse_binary.empty() ? DefaultFuseBinary() : o.fuse_binary;
+
+  auto read_all = [&](const std::function<std::string(int)>& path_of) -> Result<double> {
+    double s = 0;
+    for (int i = 0; i < o.files; ++i) {
+      uint64_t got = 0;
+      PTS_ASSIGN_OR_RETURN(double t, ReadFile(path_of(i), dst.data() + file_bytes * i, file_bytes, &got));
+      if (got != file_bytes) return Internal(Format("read %llu of %llu bytes of %s", (unsigned long long)got,
+                                                    (unsigned long long)file_bytes, path_of(i).c_str()));
+      s += t;
+    }
+    return s;
+  };
+  auto check = [&](const char* what) -> Status {
+    if (std::memcmp(dst.data(), src.data(), total) != 0) return Corruption(std::string(what) + ": wrong bytes");
+    std::memset(dst.data(), 0x5a, total);
+    return Status::OK();
+  };
+
+  std::vector<double> tmpfs_s, cold_s, warm_s, ioctl_s;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    PTS_ASSIGN_OR_RETURN(auto m, Mount::Start(fuse, server->socket_path(), mnt));
+    auto kv_path = [&](int i) { return mnt + "/bench/" + rel[i] + "/kv"; };
+    PTS_ASSIGN_OR_RETURN(double cold, read_all(kv_path));
+    PTS_RETURN_IF_ERROR(check("mount, cold"));
+    PTS_ASSIGN_OR_RETURN(double warm, read_all(kv_path));
+    PTS_RETURN_IF_ERROR(check("mount, warm"));
+    PTS_ASSIGN_OR_RETURN(double base, read_all([&](int i) { return shm + Format("/kv%d", i); }));
+    PTS_RETURN_IF_ERROR(check("tmpfs"));
+    auto t0 = Clock::now();
+    PTS_ASSIGN_OR_RETURN(uint64_t loaded, client->LoadPath(mnt + "/bench/" + rel.back(), dst.data(), total));
+    ioctl_s.push_back(SecondsSince(t0));
+    if (loaded != file_tokens * o.files) return Internal("LoadPath loaded " + std::to_string(loaded) + " tokens");
+    PTS_RETURN_IF_ERROR(check("ioctl (LoadPath)"));
+    cold_s.push_back(cold);
+    warm_s.push_back(warm);
+    tmpfs_s.push_back(base);
+  }
+  const Summary tb = Summarize(tmpfs_s), cs = Summarize(cold_s), ws = Summarize(warm_s), is = Summarize(ioctl_s);
+  Table t({"read of the kv files (p50)", "s", "GB/s", "x tmpfs"});
+  t.Row({"tmpfs, same bytes (baseline)", Format("%.3f", tb.p50), Format("%.2f", GBps(total, tb.p50)), "1.00"});
+  t.Row({"mount, cold (fresh mount)", Format("%.3f", cs.p50), Format("%.2f", GBps(total, cs.p50)),
+         Format("%.2f", tb.p50 / cs.p50)});
+  t.Row({"mount, warm (kernel-cached)", Format("%.3f", ws.p50), Format("%.2f", GBps(total, ws.p50)),
+         Format("%.2f", tb.p50 / ws.p50)});
+  std::printf("\n%s", t.ToString().c_str());
+  std::printf("mount cold / tmpfs: %.2f (target >= 0.5) -> %s; warm: %.2f (target >= 0.9) -> %s\n",
+              tb.p50 / cs.p50, tb.p50 / cs.p50 >= 0.5 ? "met" : "MISSED", tb.p50 / ws.p50,
+              tb.p50 / ws.p50 >= 0.9 ? "met" : "MISSED");
+  Table t2({"load of the whole prefix (p50)", "s", "GB/s", "x read(2) cold"});
+  t2.Row({"read(2) of its kv files, cold", Format("%.3f", cs.p50), Format("%.2f", GBps(total, cs.p50)), "1.00"});
+  t2.Row({"read(2) of its kv files, warm", Format("%.3f", ws.p50), Format("%.2f", GBps(total, ws.p50)),
+          Format("%.2f", cs.p50 / ws.p50)});
+  t2.Row({"ioctl fast path (Client::LoadPath)", Format("%.3f", is.p50), Format("%.2f", GBps(total, is.p50)),
+          Format("%.2f", cs.p50 / is.p50)});
+  std::printf("\n%s", t2.ToString().c_str());
+
+  // Phase 3: a tree of many small increments.
+  Layout small;
+  small.layers = 1;
+  small.kv_heads = 1;
+  small.head_dim = 8;
+  small.dtype = DType::kBF16;
+  small.block_tokens = 16;
+  PTS_RETURN_IF_ERROR(client->CreateNamespace("tree", small).status());
+  const int depth = 10;
+  const int docs = std::max(1, o.increments / depth);
+  std::vector<uint8_t> kv(small.BytesPerBlock() * depth);
+  for (int d = 0; d < docs; ++d) {
+    std::vector<uint32_t> t = RandomTokens(900000 + d, small.block_tokens * depth);
+    for (int j = 1; j <= depth; ++j) {
+      PTS_RETURN_IF_ERROR(client->Save("tree", std::span<const uint32_t>(t.data(), small.block_tokens * j), kv.data(),
+                                       small.BytesPerBlock() * j)
+                              .status());
+    }
+  }
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo tree, client->GetNamespace("tree"));
+  std::printf("\ntree: %llu increments (%d documents x %d levels), %s\n",
+              static_cast<unsigned long long>(tree.prefixes), docs, depth, HumanBytes(tree.bytes).c_str());
+  Table t3({"command on the tree", "cold s", "warm s", "daemon requests (cold)"});
+  for (const char* cmd : {"ls -R", "du -s", "find . -name kv"}) {
+    PTS_ASSIGN_OR_RETURN(auto m, Mount::Start(fuse, server->socket_path(), mnt));
+    const std::string shell = std::string("cd '") + mnt + "/tree' && " + cmd + " > /dev/null";
+    const uint64_t r0 = RequestCount(mnt);
+    auto t0 = Clock::now();
+    if (std::system(shell.c_str()) != 0) return Internal(std::string(cmd) + " failed on the mount");
+    const double cold = SecondsSince(t0);
+    const uint64_t r1 = RequestCount(mnt);
+    t0 = Clock::now();
+    if (std::system(shell.c_str()) != 0) return Internal(std::string(cmd) + " failed on the mount");
+    const double warm = SecondsSince(t0);
+    t3.Row({cmd, Format("%.3f", cold), Format("%.3f", warm), r1 ? std::to_string(r1 - r0) : "n/a"});
+  }
+  std::printf("%s", t3.ToString().c_str());
+  // du must agree with the store.
+  {
+    PTS_ASSIGN_OR_RETURN(auto m, Mount::Start(fuse, server->socket_path(), mnt));
+    FILE* p = popen(("du -sb '" + mnt + "/tree' | cut -f1").c_str(), "r");
+    unsigned long long du = 0;
+    if (p == nullptr || std::fscanf(p, "%llu", &du) != 1) du = 0;
+    if (p) pclose(p);
+    std::printf("du -sb of the tree: %llu bytes (store: %llu bytes of kv, plus tokens files and directories)\n", du,
+                static_cast<unsigned long long>(tree.bytes));
+  }
+  std::filesystem::remove(mnt);
+  return Status::OK();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_fs: kv reads through the mount vs tmpfs, the ioctl vs read(2), ls -R/du of a big tree"};
+  Options o;
+  app.add_option("--files", o.files, "increments in the chain (kv files)")->check(CLI::Range(1, 64));
+  app.add_option("--file-mib", o.file_mib, "size of each increment in MiB")->check(CLI::Range(1, 4096));
+  app.add_option("--increments", o.increments, "increments of the tree for ls -R / du")->check(CLI::Range(10, 1000000));
+  app.add_option("--reps", o.reps, "repetitions")->check(CLI::Range(1, 50));
+  app.add_option("--ptstore-fuse", o.fuse_binary, "ptstore-fuse binary (default: this build's)");
+  app.add_option("--ptstored", o.ptstored, "ptstored binary (default: this build's)");
+  app.add_flag("--quick", o.quick, "4 x 8 MiB, a 500-increment tree, 1 repetition (for the test suite)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (o.quick) {
+    o.files = 4;
+    o.file_mib = 8;
+    o.increments = 500;
+    o.reps = 1;
+  }
+  Status s = Run(o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_fs: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
