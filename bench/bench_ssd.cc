@@ -160,9 +160,14 @@ Status RunInterference(const Options& o, const std::string& run_dir) {
   // The traffic: new prompts saved (spilling older ones), old ones loaded
   // back (filling), until the measurement ends.
   std::atomic<bool> stop{false};
-  Status traffic_status;
+  std::atomic<bool> traffic_ended{false};
+  Status traffic_status;  // written by the traffic thread, read after join
   PTS_ASSIGN_OR_RETURN(StoreStats before, client->Stats());
   std::thread traffic([&] {
+    struct Ended {
+      std::atomic<bool>* flag;
+      ~Ended() { *flag = true; }
+    } ended{&traffic_ended};
     ClientOptions to = co;
     auto c = Client::Connect(to);
     if (!c.ok()) {
@@ -188,7 +193,12 @@ Status RunInterference(const Options& o, const std::string& run_dir) {
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(o.quick ? 200 : 1000));  // let spills start
+  // Measure once the traffic spills (the arena must fill first).
+  for (int i = 0; i < 1000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Result<StoreStats> now = client->Stats();
+    if (traffic_ended || (now.ok() && now->ssd_spills > before.ssd_spills)) break;
+  }
   Status ms = measure(&busy);
   stop = true;
   traffic.join();

@@ -329,8 +329,10 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::uniq
 
 Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint32_t> tokens, const uint8_t* data,
                                uint64_t length, uint64_t first_block, CacheClass cache_class) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  RekeyLocked(*ns, tokens, &k);
   const uint64_t ns_id = ns->id;
   const uint32_t bt = ns->info.layout.block_tokens;
   const uint64_t bb = ns->info.layout.BytesPerBlock();
@@ -347,7 +349,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   }
   if (length > 0 && data == nullptr) return InvalidArgument("save: null KV buffer");
   auto full = tokens.first(blocks * bt);
-  const std::vector<ChainKey> keys = ChainKeys(ns->root_key, full, bt);
+  const std::vector<ChainKey>& keys = k.keys;
   stats_.saves++;
 
   Match m;
@@ -484,11 +486,34 @@ void Store::HitLocked(const Match& m) {
   }
 }
 
-Match Store::MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens) const {
+Result<Store::PromptKeys> Store::HashPrompt(const std::string& ns_name, std::span<const uint32_t> tokens) const {
+  ChainKey root;
+  uint32_t bt;
+  PromptKeys k;
+  {
+    std::lock_guard lk(mu_);
+    PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+    root = ns->root_key;
+    bt = ns->info.layout.block_tokens;
+    k.ns_id = ns->id;
+  }
+  k.keys = ChainKeys(root, tokens.first(tokens.size() / bt * bt), bt);
+  return k;
+}
+
+void Store::RekeyLocked(const Namespace& ns, std::span<const uint32_t> tokens, PromptKeys* k) const {
+  if (k->ns_id == ns.id) return;
+  // The namespace was dropped and created again meanwhile (rare): another
+  // root key, maybe another block size.
   const uint32_t bt = ns.info.layout.block_tokens;
-  auto full = tokens.first(tokens.size() / bt * bt);
-  const std::vector<ChainKey> keys = ChainKeys(ns.root_key, full, bt);
-  return ns.tree->Longest(full, keys);
+  k->keys = ChainKeys(ns.root_key, tokens.first(tokens.size() / bt * bt), bt);
+  k->ns_id = ns.id;
+}
+
+Match Store::MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens, PromptKeys* k) const {
+  RekeyLocked(ns, tokens, k);
+  const uint32_t bt = ns.info.layout.block_tokens;
+  return ns.tree->Longest(tokens.first(k->keys.size() * bt), k->keys);
 }
 
 void Store::CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens) {
@@ -502,10 +527,11 @@ void Store::CountRequestLocked(uint64_t requested_tokens, uint64_t matched_token
 }
 
 Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const uint32_t> tokens) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
-  Match m = MatchLocked(*ns, tokens);
+  Match m = MatchLocked(*ns, tokens, &k);
   stats_.lookups++;
   CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
   PrefixResult r;
@@ -516,6 +542,7 @@ Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const u
 
 Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
                                 uint64_t lease_ms) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   Namespace* ns;
   Match m;
@@ -527,7 +554,7 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
   bool filled = false;
   for (int round = 0;; ++round) {
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
-    m = MatchLocked(*ns, tokens);
+    m = MatchLocked(*ns, tokens, &k);
     std::vector<Tensor*> missing;
     bool busy = false;
     for (const MatchStep& st : m.path) {
@@ -675,12 +702,13 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
 // ------------------------------------------------------------------ removal
 
 Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   const uint64_t whole = tokens.size() / bt * bt;
   if (whole == 0) return InvalidArgument("remove: the prefix has no whole block");
-  Match m = MatchLocked(*ns, tokens);
+  Match m = MatchLocked(*ns, tokens, &k);
   if (m.blocks * bt < whole) {
     return NotFound("remove: the prefix of " + std::to_string(whole) + " tokens is not stored in '" + ns_name +
                     "' (" + std::to_string(m.blocks * bt) + " tokens are)");

@@ -179,8 +179,18 @@ class Store {
   Status OpenSsd();
 
   Result<Namespace*> FindLocked(const std::string& name) const;
-  // Longest stored match of the whole blocks of `tokens`.
-  Match MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens) const;
+  // The chain keys of a prompt's whole blocks, hashed without holding mu_
+  // (hashing an 8k-token prompt takes ~11 us, which would serialise every
+  // other request of the node), and the namespace they were hashed for.
+  struct PromptKeys {
+    uint64_t ns_id = 0;
+    std::vector<ChainKey> keys;
+  };
+  Result<PromptKeys> HashPrompt(const std::string& ns_name, std::span<const uint32_t> tokens) const;
+  // Hashes again, under mu_, if `ns` is not the namespace `k` was made for.
+  void RekeyLocked(const Namespace& ns, std::span<const uint32_t> tokens, PromptKeys* k) const;
+  // Longest stored match of the whole blocks of `tokens` (keys in `k`).
+  Match MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens, PromptKeys* k) const;
   // Counts a lookup or load of `requested_tokens` whole-block tokens that
   // matched `matched_tokens`: a hit when it matched anything, else a miss.
   void CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens);
