@@ -35,9 +35,6 @@ Result<LsTarget> ParseLsTarget(std::string_view arg) {
   return t;
 }
 
-namespace {
-
-// One line: "prog: code: message".
 void Report(std::ostream& err, const char* prog, const Status& st) { err << prog << ": " << st.ToString() << "\n"; }
 
 int Usage(std::ostream& err, const char* prog, const std::string& message) {
@@ -49,14 +46,12 @@ Result<std::unique_ptr<Client>> ConnectTool(const std::string& socket, const cha
   ClientOptions o;
   o.socket_path = socket;  // empty: $PTSTORE_SOCKET, else the default
   o.client_name = prog;
-  o.want_mapping = false;  // a tool never loads: do not map the arena
+  o.want_mapping = false;  // loads (ptstore-get) are copied: never map the arena
   o.max_connections = 1;
   return Client::Connect(o);
 }
 
 void Emit(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }
-
-}  // namespace
 
 int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
   constexpr const char* kProg = "ptstore-ls";
@@ -151,12 +146,38 @@ int RunStat(const StatOptions& opt, std::ostream& out, std::ostream& err) {
   if (opt.ns) {
     if (Status st = ValidateNamespaceName(*opt.ns); !st.ok()) return Usage(err, kProg, st.message());
   }
+  std::optional<ChainKey> key;
+  if (opt.key) {
+    if (!opt.ns) return Usage(err, kProg, "--key needs a namespace: ptstore-stat NAMESPACE --key KEY");
+    auto k = ChainKey::FromHex(*opt.key);
+    if (!k.ok()) return Usage(err, kProg, "--key: " + k.status().message());
+    key = *k;
+  }
   auto client = ConnectTool(opt.socket, kProg);
   if (!client.ok()) {
     Report(err, kProg, client.status());
     return kExitFailure;
   }
   Client& c = **client;
+  if (key) {
+    // One increment: the namespace (for its layout) and the increment.
+    auto info = c.GetNamespace(*opt.ns);
+    if (!info.ok()) {
+      Report(err, kProg, info.status());
+      return kExitFailure;
+    }
+    auto inc = c.GetIncrement(*opt.ns, *key);
+    if (!inc.ok()) {
+      Report(err, kProg, inc.status());
+      return kExitFailure;
+    }
+    if (opt.json) {
+      Emit(out, IncrementReportJson(c.node_id(), *info, *inc));
+    } else {
+      out << RenderIncrementReport(*info, *inc);
+    }
+    return kExitOk;
+  }
   auto stats = c.Stats();
   if (!stats.ok()) {
     Report(err, kProg, stats.status());

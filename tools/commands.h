@@ -1,12 +1,16 @@
-// The commands behind ptstore-ls and ptstore-stat. The executables are thin
-// mains (tools/ls_main.cc, tools/stat_main.cc) that parse the command line
-// with CLI11 and call RunLs / RunStat.
+// The commands behind ptstore-ls and ptstore-stat (ptstore-put and
+// ptstore-get: tools/transfer.h). The executables are thin mains
+// (tools/*_main.cc) that parse the command line with CLI11 and call RunLs /
+// RunStat / RunPut / RunGet.
 //
 // Exit status of every tool: 0 success; 1 a failure reported by the server
-// or the connection (unknown namespace, permission denied, no server); 2 a
-// usage error (bad option, malformed namespace name or chain key).
+// or the connection (unknown namespace, permission denied, no server), or a
+// file that cannot be read or written; 2 a usage error (bad option,
+// malformed namespace name or chain key, an input file whose contents do
+// not fit: see tools/transfer.h).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -50,8 +54,23 @@ struct StatOptions {
   std::string socket;
   bool json = false;
   std::optional<std::string> ns;
+  // With ns: one increment of it, by chain key (32 hex digits), instead of
+  // the node's and the namespace's figures.
+  std::optional<std::string> key;
 };
 int RunStat(const StatOptions& options, std::ostream& out, std::ostream& err);
+
+// ------------------------------------------------ shared by every tool
+
+// "prog: code: message" on err (a failure: the caller returns kExitFailure).
+void Report(std::ostream& err, const char* prog, const Status& st);
+// "prog: message (see --help)" on err; returns kExitUsage.
+int Usage(std::ostream& err, const char* prog, const std::string& message);
+// A client for a tool: `socket` (empty: $PTSTORE_SOCKET, else the default),
+// one connection, no arena mapping (loads are copied).
+Result<std::unique_ptr<Client>> ConnectTool(const std::string& socket, const char* prog);
+// The JSON, indented, and a newline.
+void Emit(std::ostream& out, const Json& j);
 
 // Parses argv into `app`. Returns nullopt to go on, or the exit status to
 // return now: 0 after --help/--version (printed to out), kExitUsage after a

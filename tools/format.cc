@@ -216,6 +216,7 @@ Table IncrementTable() {
                 {"TOKENS", A::kRight},
                 {"BYTES", A::kRight},
                 {"HITS", A::kRight},
+                {"OWNER", A::kRight},
                 {"CLASS"},
                 {"TIER"},
                 {"PINS", A::kRight},
@@ -228,6 +229,7 @@ std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeI
           std::to_string(n.tokens),
           HumanBytes(n.bytes),
           std::to_string(n.hits),
+          std::to_string(n.tensor.owner().value),
           CacheClassName(n.cache_class),
           TierName(n.tier),
           std::to_string(n.pins),
@@ -269,10 +271,33 @@ TreeSummary Summarize(const std::vector<PrefixNodeInfo>& nodes) {
     s.hits += n.hits;
     (n.cache_class == CacheClass::kReplica ? s.replica_bytes : s.owned_bytes) += n.bytes;
     if (n.pins > 0) s.pinned_increments++;
+    if (n.children == 0) s.leaves++;
     s.max_depth_tokens = std::max(s.max_depth_tokens, n.start_token + n.tokens);
   }
   return s;
 }
+
+namespace {
+
+// "label  value" lines, the values in one column whatever the labels (at
+// least as wide as "pinned increments", so that scripts may cut them at a
+// fixed offset); a blank line before each row index in section_starts.
+std::string RenderLabelled(const std::vector<std::pair<std::string, std::string>>& rows,
+                           const std::vector<size_t>& section_starts) {
+  size_t width = std::string_view("pinned increments").size();
+  for (const auto& [label, value] : rows) width = std::max(width, label.size());
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (std::find(section_starts.begin(), section_starts.end(), r) != section_starts.end()) out += "\n";
+    out += rows[r].first;
+    out.append(width + 2 - rows[r].first.size(), ' ');
+    out += rows[r].second;
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::optional<NamespaceReport>& ns) {
   std::vector<std::pair<std::string, std::string>> rows;
@@ -340,6 +365,7 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
     if (ns->tree) {
       const TreeSummary& t = *ns->tree;
       add("stored tokens", num(t.tokens));
+      add("stored prefixes", num(t.leaves) + " (increments without children)");
       add("longest prefix", num(t.max_depth_tokens) + " tokens");
       add("increment hits", num(t.hits));
       add("owned bytes", HumanBytes(t.owned_bytes));
@@ -347,19 +373,52 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
       add("pinned increments", num(t.pinned_increments));
     }
   }
-  // Values start in one column whether or not a namespace is shown, so
-  // that scripts may cut them at a fixed offset.
-  size_t width = std::string_view("pinned increments").size();
-  for (const auto& [label, value] : rows) width = std::max(width, label.size());
+  return RenderLabelled(rows, section_starts);
+}
+
+std::string TokenIdsText(const std::vector<uint32_t>& ids, size_t max_shown) {
+  max_shown = std::max<size_t>(max_shown, 2);
   std::string out;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    if (std::find(section_starts.begin(), section_starts.end(), r) != section_starts.end()) out += "\n";
-    out += rows[r].first;
-    out.append(width + 2 - rows[r].first.size(), ' ');
-    out += rows[r].second;
-    out += "\n";
+  auto append = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      if (!out.empty()) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+  };
+  if (ids.size() <= max_shown) {
+    append(0, ids.size());
+    return out;
   }
-  return out;
+  const size_t tail = std::max<size_t>(max_shown / 4, 1);
+  append(0, max_shown - tail);
+  out += " ...";
+  append(ids.size() - tail, ids.size());
+  return out + " (" + std::to_string(ids.size()) + " ids)";
+}
+
+std::string RenderIncrementReport(const NamespaceInfo& ns, const IncrementInfo& inc) {
+  const PrefixNodeInfo& n = inc.node;
+  const uint64_t end = n.start_token + n.tokens;
+  std::vector<std::pair<std::string, std::string>> rows;
+  auto add = [&](std::string label, std::string value) { rows.emplace_back(std::move(label), std::move(value)); };
+  auto num = [](uint64_t v) { return std::to_string(v); };
+  add("namespace", ns.name);
+  add("key", n.key.ToHex());
+  add("parent", n.parent == ChainKey{} ? "none (a top increment)" : n.parent.ToHex());
+  add("tokens", num(n.tokens) + " (tokens " + num(n.start_token) + ".." + num(end == 0 ? 0 : end - 1) +
+                    " of its prefix)");
+  add("bytes", HumanBytes(n.bytes) + " (" + num(n.bytes) + ")");
+  add("prefix", num(end) + " tokens, " + HumanBytes(end * ns.layout.BytesPerToken()) +
+                    " (this increment and its ancestors)");
+  add("hits", num(n.hits));
+  add("owner", "node " + num(n.tensor.owner().value));
+  add("tensor", "node " + num(n.tensor.owner().value) + " seq " + num(n.tensor.seq()));
+  add("class", CacheClassName(n.cache_class));
+  add("tier", TierName(n.tier));
+  add("pins", num(n.pins));
+  add("children", num(n.children));
+  add("token ids", TokenIdsText(inc.tokens));
+  return RenderLabelled(rows, {});
 }
 
 // -------------------------------------------------------------------- JSON
@@ -452,7 +511,8 @@ Json ToJson(const TreeSummary& t) {
   return {{"increments", t.increments},       {"tokens", t.tokens},
           {"bytes", t.bytes},                 {"hits", t.hits},
           {"owned_bytes", t.owned_bytes},     {"replica_bytes", t.replica_bytes},
-          {"pinned_increments", t.pinned_increments}, {"longest_prefix_tokens", t.max_depth_tokens}};
+          {"pinned_increments", t.pinned_increments}, {"longest_prefix_tokens", t.max_depth_tokens},
+          {"prefixes", t.leaves}};
 }
 
 Json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root) {
@@ -486,6 +546,15 @@ Json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optio
     j["namespace"] = std::move(n);
   }
   return j;
+}
+
+Json IncrementReportJson(uint32_t node_id, const NamespaceInfo& ns, const IncrementInfo& inc) {
+  const PrefixNodeInfo& n = inc.node;
+  Json i = ToJson(n);
+  i["prefix_tokens"] = n.start_token + n.tokens;
+  i["prefix_bytes"] = (n.start_token + n.tokens) * ns.layout.BytesPerToken();
+  i["token_ids"] = inc.tokens;
+  return {{"node_id", node_id}, {"namespace", ToJson(ns)}, {"increment", std::move(i)}};
 }
 
 }  // namespace ptstore::tools

@@ -104,7 +104,8 @@ std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const
 std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format);
 
 // Increments as a flat list (short: one key per line; long: a table of
-// KEY START TOKENS BYTES HITS CLASS TIER PINS CHILDREN).
+// KEY START TOKENS BYTES HITS OWNER CLASS TIER PINS CHILDREN; OWNER is the
+// id of the node that owns the increment's tensor, TensorId::owner()).
 std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format);
 
 // Increments as an indented tree below `root` (short: keys only; long: the
@@ -122,6 +123,7 @@ struct TreeSummary {
   uint64_t replica_bytes = 0;
   uint64_t pinned_increments = 0;
   uint64_t max_depth_tokens = 0;  // longest stored prefix, in tokens
+  uint64_t leaves = 0;            // increments without children: the distinct longest prefixes
 };
 TreeSummary Summarize(const std::vector<PrefixNodeInfo>& nodes);
 
@@ -134,6 +136,15 @@ struct NamespaceReport {
 // ptstore-stat's text: "label  value" lines, labels padded to one column;
 // the SSD tier's section only on a node with one (ssd_capacity > 0).
 std::string RenderStats(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
+
+// ptstore-stat NAMESPACE --key KEY: one increment ("label  value" lines, in
+// the column of RenderStats). Token ids: all of them up to 16, else the
+// first 12, "...", the last 4 and their count (TokenIdsText).
+std::string RenderIncrementReport(const NamespaceInfo& ns, const IncrementInfo& inc);
+
+// "1 2 3", or when there are more than `max_shown`: the first
+// max_shown - max_shown/4, " ...", the last max_shown/4 and " (N ids)".
+std::string TokenIdsText(const std::vector<uint32_t>& ids, size_t max_shown = 16);
 
 // -------------------------------------------------------------------- JSON
 
@@ -153,5 +164,10 @@ Json TreeJson(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root);
 
 // ptstore-stat --json: {"node_id", "stats", "namespace"?}.
 Json StatsReportJson(uint32_t node_id, const StoreStats& stats, const std::optional<NamespaceReport>& ns);
+
+// ptstore-stat NAMESPACE --key KEY --json: {"node_id", "namespace" (ToJson
+// of the NamespaceInfo), "increment": ToJson(node) plus "prefix_tokens"
+// (start_token + tokens), "prefix_bytes" and "token_ids" (all of them)}.
+Json IncrementReportJson(uint32_t node_id, const NamespaceInfo& ns, const IncrementInfo& inc);
 
 }  // namespace ptstore::tools

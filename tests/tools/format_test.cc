@@ -7,7 +7,9 @@
 #include <functional>
 #include <sstream>
 
+#include "tests/testing/temp_dir.h"
 #include "tools/commands.h"
+#include "tools/transfer.h"
 
 namespace ptstore::tools {
 namespace {
@@ -174,8 +176,8 @@ TEST(ToolsFormat, IncrementsShortAndLong) {
   nodes.resize(1);
   EXPECT_EQ(RenderIncrements(nodes, false), K(1).ToHex() + "\n");
   EXPECT_EQ(RenderIncrements(nodes, true),
-            "KEY                               START  TOKENS    BYTES  HITS  CLASS  TIER  PINS  CHILDREN\n" +
-                K(1).ToHex() + "      0      32  4.0 KiB     7  owned  dram     0         2\n");
+            "KEY                               START  TOKENS    BYTES  HITS  OWNER  CLASS  TIER  PINS  CHILDREN\n" +
+                K(1).ToHex() + "      0      32  4.0 KiB     7      3  owned  dram     0         2\n");
   EXPECT_EQ(RenderIncrements({}, true), "");
 }
 
@@ -198,6 +200,29 @@ TEST(ToolsFormat, IncrementsShowTheirTier) {
   EXPECT_EQ(header.size(), l0.size()) << t;
   EXPECT_EQ(l0.size(), l2.size()) << t;
   EXPECT_STREQ(TierName(0), "-");
+}
+
+TEST(ToolsFormat, IncrementsShowTheirOwnerNode) {
+  // OWNER is the node that owns the increment's tensor (TensorId::owner()),
+  // not the sequence number or the whole id.
+  auto nodes = SampleTree();
+  nodes.resize(2);
+  nodes[0].tensor = TensorId::Make(NodeId{0}, 5);
+  nodes[1].tensor = TensorId::Make(NodeId{123456}, 99);
+  nodes[1].cache_class = CacheClass::kReplica;
+  std::string t = RenderIncrements(nodes, true);
+  std::istringstream in(t);
+  std::string header, l0, l1;
+  std::getline(in, header);
+  std::getline(in, l0);
+  std::getline(in, l1);
+  EXPECT_NE(header.find("  HITS   OWNER  CLASS    TIER  PINS  CHILDREN"), std::string::npos) << t;
+  EXPECT_NE(l0.find("     7       0  owned    dram"), std::string::npos) << t;
+  EXPECT_NE(l1.find("     1  123456  replica  dram"), std::string::npos) << t;
+  EXPECT_EQ(t.find("99"), std::string::npos) << t;
+  // The same column in the tree form.
+  std::string tree = RenderTree(nodes, {}, true, TreeStyle::kAscii);
+  EXPECT_NE(tree.find("  123456  replica"), std::string::npos) << tree;
 }
 
 TEST(ToolsFormat, NamespacesShortAndLong) {
@@ -396,6 +421,7 @@ TEST(ToolsFormat, StatsTextReport) {
   EXPECT_NE(n.find("bytes per token    128.0 KiB\n"), std::string::npos) << n;
   EXPECT_NE(n.find("stored tokens      112\n"), std::string::npos) << n;
   EXPECT_NE(n.find("longest prefix     64 tokens\n"), std::string::npos) << n;
+  EXPECT_NE(n.find("stored prefixes    3 (increments without children)\n"), std::string::npos) << n;
 }
 
 TEST(ToolsFormat, StatsTextSsdSection) {
@@ -464,6 +490,79 @@ TEST(ToolsFormat, SummarizeAddsUp) {
   EXPECT_EQ(t.owned_bytes, 10240u);
   EXPECT_EQ(t.pinned_increments, 1u);
   EXPECT_EQ(t.max_depth_tokens, 64u);
+  EXPECT_EQ(t.leaves, 3u);  // 4, 3 and 5
+  auto j = ToJson(t);
+  EXPECT_EQ(j["prefixes"], 3);
+  EXPECT_EQ(j["longest_prefix_tokens"], 64);
+  EXPECT_EQ(Summarize({}).leaves, 0u);
+}
+
+TEST(ToolsFormat, TokenIdsShortenedAfterSixteen) {
+  EXPECT_EQ(TokenIdsText({}), "");
+  EXPECT_EQ(TokenIdsText({1, 22, 333}), "1 22 333");
+  std::vector<uint32_t> sixteen(16);
+  for (uint32_t i = 0; i < 16; ++i) sixteen[i] = 100 + i;
+  EXPECT_EQ(TokenIdsText(sixteen).find("..."), std::string::npos);
+  std::vector<uint32_t> many(40);
+  for (uint32_t i = 0; i < 40; ++i) many[i] = i;
+  EXPECT_EQ(TokenIdsText(many), "0 1 2 3 4 5 6 7 8 9 10 11 ... 36 37 38 39 (40 ids)");
+  EXPECT_EQ(TokenIdsText(many, 4), "0 1 2 ... 39 (40 ids)");
+  EXPECT_EQ(TokenIdsText(many, 0), "0 ... 39 (40 ids)");
+}
+
+IncrementInfo SampleIncrement() {
+  IncrementInfo inc;
+  inc.node = Node(2, 1, 32, 16, 16 * 131072, 5, 1);
+  inc.node.tensor = TensorId::Make(NodeId{7}, 42);
+  inc.node.tier = kTierDram | kTierSsd;
+  for (uint32_t i = 0; i < 16; ++i) inc.tokens.push_back(5000 + i);
+  return inc;
+}
+
+TEST(ToolsFormat, IncrementReportText) {
+  NamespaceInfo ns;
+  ns.name = "m";
+  ns.layout = MistralLayout();  // 128 KiB per token
+  IncrementInfo inc = SampleIncrement();
+  std::string t = RenderIncrementReport(ns, inc);
+  for (const std::string& line :
+       {std::string("namespace          m\n"), "key                " + K(2).ToHex() + "\n",
+        "parent             " + K(1).ToHex() + "\n", std::string("tokens             16 (tokens 32..47 of its prefix)\n"),
+        std::string("bytes              2.0 MiB (2097152)\n"),
+        std::string("prefix             48 tokens, 6.0 MiB (this increment and its ancestors)\n"),
+        std::string("hits               5\n"), std::string("owner              node 7\n"),
+        std::string("tensor             node 7 seq 42\n"), std::string("class              owned\n"),
+        std::string("tier               dram+ssd\n"), std::string("pins               0\n"),
+        std::string("children           1\n"), std::string("token ids          5000 5001 5002"),
+        std::string(" 5015\n")}) {
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+  }
+  EXPECT_EQ(t.rfind("namespace ", 0), 0u) << t;
+  inc.node.parent = ChainKey{};
+  EXPECT_NE(RenderIncrementReport(ns, inc).find("parent             none (a top increment)\n"), std::string::npos);
+}
+
+TEST(ToolsFormat, IncrementReportJson) {
+  NamespaceInfo ns;
+  ns.name = "m";
+  ns.layout = MistralLayout();
+  IncrementInfo inc = SampleIncrement();
+  Json j = IncrementReportJson(3, ns, inc);
+  EXPECT_EQ(j["node_id"], 3);
+  EXPECT_EQ(j["namespace"]["name"], "m");
+  EXPECT_EQ(j["namespace"]["layout"]["bytes_per_token"], 131072);
+  const Json& i = j["increment"];
+  EXPECT_EQ(i["key"], K(2).ToHex());
+  EXPECT_EQ(i["parent"], K(1).ToHex());
+  EXPECT_EQ(i["start_token"], 32);
+  EXPECT_EQ(i["tokens"], 16);
+  EXPECT_EQ(i["tensor"]["owner"], 7);
+  EXPECT_EQ(i["tier"], "dram+ssd");
+  EXPECT_EQ(i["prefix_tokens"], 48);
+  EXPECT_EQ(i["prefix_bytes"].get<uint64_t>(), 48u * 131072);
+  ASSERT_EQ(i["token_ids"].size(), 16u);
+  EXPECT_EQ(i["token_ids"][0], 5000);
+  EXPECT_EQ(i["token_ids"][15], 5015);
 }
 
 TEST(ToolsFormat, LsTargetParses) {
@@ -494,6 +593,92 @@ TEST(ToolsFormat, LsTargetRejects) {
       EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
     }
   }
+}
+
+// ------------------------------------------- ptstore-put/-get token files
+
+TEST(ToolsTransfer, TokensFormatNames) {
+  EXPECT_EQ(*ParseTokensFormat("raw"), TokensFormat::kRaw);
+  EXPECT_EQ(*ParseTokensFormat("text"), TokensFormat::kText);
+  auto bad = ParseTokensFormat("json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "token file format 'json' is not raw or text");
+}
+
+TEST(ToolsTransfer, RawTokensAreLittleEndianUint32) {
+  const std::string bytes("\x01\x00\x00\x00\xff\xff\xff\xff\x00\x01\x02\x03", 12);
+  auto t = ParseTokens(bytes, TokensFormat::kRaw);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*t, (std::vector<uint32_t>{1, 0xffffffffu, 0x03020100u}));
+  EXPECT_EQ(FormatTokens(*t, TokensFormat::kRaw), bytes);
+  EXPECT_TRUE(ParseTokens("", TokensFormat::kRaw)->empty());
+  auto odd = ParseTokens(std::string(7, 'x'), TokensFormat::kRaw);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("holds 7 bytes, not a whole number of 4-byte token ids"), std::string::npos)
+      << odd.status().message();
+}
+
+TEST(ToolsTransfer, TextTokensAreWhitespaceSeparatedDecimals) {
+  auto t = ParseTokens("  1 22\t333\r\n4294967295\n\n0\n", TokensFormat::kText);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*t, (std::vector<uint32_t>{1, 22, 333, 4294967295u, 0}));
+  EXPECT_EQ(FormatTokens(*t, TokensFormat::kText), "1\n22\n333\n4294967295\n0\n");
+  EXPECT_TRUE(ParseTokens(" \n\t", TokensFormat::kText)->empty());
+  EXPECT_EQ(FormatTokens({}, TokensFormat::kText), "");
+  // Round trip of FormatTokens in both formats.
+  std::vector<uint32_t> ids = {7, 0, 65536, 4000000000u};
+  for (TokensFormat f : {TokensFormat::kRaw, TokensFormat::kText}) {
+    EXPECT_EQ(*ParseTokens(FormatTokens(ids, f), f), ids);
+  }
+}
+
+TEST(ToolsTransfer, TextTokenErrorsNameTheLineAndWord) {
+  struct Case {
+    std::string text, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"1 2\n3 abc 4\n", "line 2: 'abc' is not a token id (a decimal integer from 0 to 4294967295)"},
+           {"4294967296", "line 1: '4294967296' is not a token id (a decimal integer from 0 to 4294967295)"},
+           {"-1", "line 1: '-1' is not a token id (a decimal integer from 0 to 4294967295)"},
+           {"1,2", "line 1: '1,2' is not a token id (a decimal integer from 0 to 4294967295)"},
+           {"0x10", "line 1: '0x10' is not a token id (a decimal integer from 0 to 4294967295)"},
+           {"\n\n\n+5", "line 4: '+5' is not a token id (a decimal integer from 0 to 4294967295)"},
+       }) {
+    auto r = ParseTokens(c.text, TokensFormat::kText);
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message) << c.text;
+  }
+  // A long word is cut in the message.
+  auto r = ParseTokens(std::string(100, 'z'), TokensFormat::kText);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'" + std::string(40, 'z') + "...'"), std::string::npos);
+}
+
+TEST(ToolsTransfer, WholeFilesReadAndWritten) {
+  testing::TempDir dir("ptstore-transfer");
+  const std::string path = dir.Join("f");
+  std::string data(300000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31);
+  ASSERT_TRUE(WriteWholeFile(path, data.data(), data.size()).ok());
+  EXPECT_EQ(*ReadWholeFile(path), data);
+  // Truncated by the next write.
+  ASSERT_TRUE(WriteWholeFile(path, "ab", 2).ok());
+  EXPECT_EQ(*ReadWholeFile(path), "ab");
+  ASSERT_TRUE(WriteWholeFile(path, nullptr, 0).ok());
+  EXPECT_EQ(*ReadWholeFile(path), "");
+
+  auto missing = ReadWholeFile(dir.Join("nope"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_EQ(missing.status().message(), "cannot open '" + dir.Join("nope") + "': No such file or directory");
+  auto a_dir = ReadWholeFile(dir.path());
+  ASSERT_FALSE(a_dir.ok());
+  EXPECT_NE(a_dir.status().message().find("cannot read '" + dir.path() + "'"), std::string::npos);
+  Status w = WriteWholeFile(dir.Join("no/such/dir"), "x", 1);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.message().find("cannot create '" + dir.Join("no/such/dir") + "'"), std::string::npos) << w.message();
 }
 
 }  // namespace

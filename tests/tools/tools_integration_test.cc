@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -117,6 +118,7 @@ void ExpectNodeJson(const json& j, const PrefixNodeInfo& n) {
   EXPECT_EQ(j["pins"].get<uint32_t>(), n.pins);
   EXPECT_EQ(j["children"].get<uint32_t>(), n.children);
   EXPECT_EQ(j["tensor"]["seq"].get<uint64_t>(), n.tensor.seq());
+  EXPECT_EQ(j["tensor"]["owner"].get<uint32_t>(), n.tensor.owner().value);
 }
 
 TEST_F(ToolsTest, ListsNamespaces) {
@@ -190,12 +192,18 @@ TEST_F(ToolsTest, ListsTopIncrements) {
   ASSERT_EQ(r.rc, 0) << r.err;
   auto lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_EQ(lines[0], "KEY                               START  TOKENS     BYTES  HITS  CLASS  TIER  PINS  CHILDREN");
+  EXPECT_EQ(lines[0],
+            "KEY                               START  TOKENS     BYTES  HITS  OWNER  CLASS  TIER  PINS  CHILDREN");
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(lines[i + 1].rfind(top[i].key.ToHex(), 0), 0u) << r.out;
     EXPECT_NE(lines[i + 1].find("32.0 KiB"), std::string::npos) << r.out;
-    EXPECT_NE(lines[i + 1].find("owned  dram"), std::string::npos) << r.out;
+    // HITS, then OWNER: the node owning the tensor (this one).
+    EXPECT_NE(lines[i + 1].find(" " + std::to_string(top[i].hits) + "      " +
+                                std::to_string(top[i].tensor.owner().value) + "  owned  dram"),
+              std::string::npos)
+        << r.out;
   }
+  EXPECT_EQ(top[0].tensor.owner().value, client_->node_id());
 }
 
 TEST_F(ToolsTest, ListsChildrenOfAKey) {
@@ -373,6 +381,7 @@ TEST_F(ToolsTest, NamespaceStats) {
   EXPECT_EQ(n["tree"]["tokens"].get<uint64_t>(), 160u);
   EXPECT_EQ(n["tree"]["hits"].get<uint64_t>(), hits);
   EXPECT_EQ(n["tree"]["longest_prefix_tokens"].get<uint64_t>(), 80u);
+  EXPECT_EQ(n["tree"]["prefixes"].get<uint64_t>(), 3u);  // B, C and D end in leaves
 
   r = Stat({kNs});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -380,6 +389,79 @@ TEST_F(ToolsTest, NamespaceStats) {
   EXPECT_NE(r.out.find("layout             " + SegmentTestLayout().ToString() + "\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stored bytes       160.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mode               0750 (rwxr-x---)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stored prefixes    3 (increments without children)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("owner              " + std::to_string(getuid()) + ":" + std::to_string(getgid()) + "\n"),
+            std::string::npos)
+      << r.out;
+}
+
+// ptstore-stat NAMESPACE --key KEY: one increment, as GetIncrement gives it.
+TEST_F(ToolsTest, StatOfAKey) {
+  auto all = Tree({}, true);
+  // D's tail: [64,80), below A's [32,64), below the shared [0,32).
+  auto leaf = std::find_if(all.begin(), all.end(), [](const PrefixNodeInfo& n) { return n.start_token == 64; });
+  ASSERT_NE(leaf, all.end());
+  auto want = client_->GetIncrement(kNs, leaf->key);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  ASSERT_EQ(want->tokens, Tokens(7000, 16));
+
+  ToolRun r = Stat({"--json", kNs, "--key", leaf->key.ToHex()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["node_id"].get<uint32_t>(), client_->node_id());
+  EXPECT_EQ(j["namespace"]["name"], kNs);
+  EXPECT_EQ(j["namespace"]["layout"]["bytes_per_token"].get<uint64_t>(), SegmentTestLayout().BytesPerToken());
+  EXPECT_FALSE(j.contains("stats"));
+  const json& i = j["increment"];
+  ExpectNodeJson(i, want->node);
+  EXPECT_EQ(i["start_token"].get<uint64_t>(), 64u);
+  EXPECT_EQ(i["tokens"].get<uint64_t>(), 16u);
+  EXPECT_EQ(i["prefix_tokens"].get<uint64_t>(), 80u);
+  EXPECT_EQ(i["prefix_bytes"].get<uint64_t>(), 80u * 1024);
+  EXPECT_EQ(i["token_ids"].get<std::vector<uint32_t>>(), want->tokens);
+  EXPECT_EQ(i["hits"].get<uint64_t>(), 3u);  // the three loads of D
+
+  r = Stat({kNs, "-k", leaf->key.ToHex()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const std::string& line :
+       {std::string("namespace          tools-test\n"), "key                " + leaf->key.ToHex() + "\n",
+        "parent             " + leaf->parent.ToHex() + "\n",
+        std::string("tokens             16 (tokens 64..79 of its prefix)\n"),
+        std::string("bytes              16.0 KiB (16384)\n"),
+        std::string("prefix             80 tokens, 80.0 KiB (this increment and its ancestors)\n"),
+        std::string("hits               3\n"), "owner              node " + std::to_string(client_->node_id()) + "\n",
+        std::string("class              owned\n"), std::string("tier               dram\n"),
+        std::string("children           0\n"),
+        std::string("token ids          7000 7001 7002 7003 7004 7005 7006 7007 7008 7009 7010 7011 7012 7013 7014 "
+                    "7015\n")}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << r.out;
+  }
+  EXPECT_EQ(r.out.find("arena"), std::string::npos) << r.out;  // the increment only
+
+  // A top increment has no parent.
+  auto top = std::find_if(all.begin(), all.end(), [](const PrefixNodeInfo& n) { return n.children == 2; });
+  ASSERT_NE(top, all.end());
+  r = Stat({kNs, "--key", top->key.ToHex()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("parent             none (a top increment)\n"), std::string::npos) << r.out;
+  r = Stat({"--json", kNs, "--key", top->key.ToHex()});
+  EXPECT_TRUE(json::parse(r.out)["increment"]["parent"].is_null());
+
+  // An unknown key (exit 1), a malformed one or no namespace (exit 2).
+  r = Stat({kNs, "--key", std::string(32, 'a')});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "ptstore-stat: not_found: no increment named " + std::string(32, 'a') +
+                       " in namespace 'tools-test'\n");
+  r = Stat({"no-such-ns", "--key", leaf->key.ToHex()});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("'no-such-ns'"), std::string::npos) << r.err;
+  r = Stat({kNs, "--key", "abc"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err, "ptstore-stat: --key: chain key 'abc' must be 32 hex digits (see --help)\n");
+  r = Stat({"--key", leaf->key.ToHex()});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err.rfind("ptstore-stat: --key needs a namespace", 0), 0u) << r.err;
 }
 
 TEST_F(ToolsTest, SocketFromEnvironment) {

@@ -1,0 +1,498 @@
+#include "fs/filesystem.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <atomic>
+#include <shared_mutex>
+
+#include "fs/errors.h"
+#include "fs/ioctl_handler.h"
+#include "fs/xattrs.h"
+
+namespace ptstore::fs {
+
+namespace {
+
+// The store drops a pin after its lease time (30 s by default); an open kv
+// file takes a fresh one well before that.
+constexpr int64_t kRepinAfterNs = 10'000'000'000;
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// An open kv, tokens or .layout file (fi->fh).
+struct OpenFile {
+  NodeRef ref;
+  // kv: the increment's bytes, pinned while the file is open.
+  std::shared_mutex mu;  // guards pin, pinned_at: shared to read, unique to re-pin
+  PinnedPrefix pin;
+  std::atomic<int64_t> pinned_at{0};  // steady_clock nanoseconds
+  // tokens and .layout: the whole contents.
+  std::string content;
+};
+
+// An open directory (fi->fh): a listing taken at opendir and the ioctl
+// leases of this open file.
+struct OpenDir {
+  NodeRef ref;
+  std::vector<DirEntry> entries;
+  LeaseSet leases;
+};
+
+Filesystem* Fs(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
+OpenFile* File(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
+OpenDir* Dir(fuse_file_info* fi) { return reinterpret_cast<OpenDir*>(fi->fh); }
+
+// What `ino` is, or replies ESTALE and returns false.
+bool Resolve(fuse_req_t req, fuse_ino_t ino, NodeRef* ref) {
+  auto r = Fs(req)->inodes().Get(ino);
+  if (!r) {
+    fuse_reply_err(req, ESTALE);
+    return false;
+  }
+  *ref = std::move(*r);
+  return true;
+}
+
+void ReplyStatus(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoOf(s)); }
+
+void ReplyEntry(fuse_req_t req, const Found& found) {
+  Filesystem* fs = Fs(req);
+  fuse_entry_param e{};
+  e.ino = fs->inodes().Ref(found.ref);
+  e.attr = found.st;
+  e.attr.st_ino = e.ino;
+  e.attr_timeout = fs->options().attr_timeout;
+  e.entry_timeout = fs->options().entry_timeout;
+  if (fuse_reply_entry(req, &e) != 0) fs->inodes().Forget(e.ino, 1);  // the kernel did not take it
+}
+
+// Pushes invalidations for the children of `dir` that its previous listing
+// showed and this one does not (removed by another client, or evicted).
+void NoticeVanished(Filesystem* fs, fuse_ino_t dir, const NodeRef& dir_ref, const std::vector<DirEntry>& entries) {
+  std::vector<std::string> names;
+  names.reserve(entries.size());
+  for (const DirEntry& e : entries) names.push_back(e.name);
+  for (const std::string& gone : fs->inodes().UpdateChildren(dir, names)) {
+    fs->invalidator().Entry(dir, gone);
+    // A vanished increment's kv may have cached pages: drop them too.
+    ChainKey key;
+    if (ParseKeyName(gone, &key)) {
+      for (NodeKind k : {NodeKind::kIncrement, NodeKind::kKvFile, NodeKind::kTokensFile}) {
+        if (auto ino = fs->inodes().Find(NodeRef{k, dir_ref.ns, key})) fs->invalidator().Inode(*ino);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ operations
+
+void Init(void* userdata, fuse_conn_info* conn) {
+  if (conn->capable & FUSE_CAP_IOCTL_DIR) conn->want |= FUSE_CAP_IOCTL_DIR;
+  // O_TRUNC arrives in open()'s flags (refused there) rather than as a
+  // separate truncate.
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  NodeRef dir;
+  if (!Resolve(req, parent, &dir)) return;
+  auto found = Fs(req)->tree().Lookup(dir, name);
+  if (!found.ok()) return ReplyStatus(req, found.status());
+  ReplyEntry(req, *found);
+}
+
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Fs(req)->inodes().Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Fs(req)->inodes().Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  auto st = Fs(req)->tree().Stat(ref);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  st->st_ino = ino;
+  fuse_reply_attr(req, &*st, Fs(req)->options().attr_timeout);
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  if (to_set & FUSE_SET_ATTR_SIZE) return (void)fuse_reply_err(req, EROFS);  // the bytes never change
+  if (to_set != 0) return (void)fuse_reply_err(req, EPERM);  // mode, owner, times: the store has none to set
+  GetAttr(req, ino, fi);
+}
+
+void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  fuse_reply_err(req, EROFS);
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  fuse_reply_err(req, EROFS);
+}
+
+void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  NodeRef dir;
+  if (!Resolve(req, parent, &dir)) return;
+  if (dir.kind != NodeKind::kRoot) return (void)fuse_reply_err(req, EPERM);  // increments are made by saves
+  auto found = Fs(req)->tree().MakeNamespace(name, mode);
+  if (!found.ok()) return ReplyStatus(req, found.status());
+  ReplyEntry(req, *found);
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  NodeRef dir;
+  if (!Resolve(req, parent, &dir)) return;
+  fuse_reply_err(req, Fs(req)->tree().HideFile(dir, name));
+}
+
+void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  NodeRef dir;
+  if (!Resolve(req, parent, &dir)) return;
+  fuse_reply_err(req, Fs(req)->tree().RemoveDir(dir, name));
+}
+
+void SymLink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) { fuse_reply_err(req, EPERM); }
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+            unsigned int flags) {
+  fuse_reply_err(req, EPERM);  // a key is a name derived from the tokens: it cannot change
+}
+
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) { fuse_reply_err(req, EPERM); }
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
+  Filesystem* fs = Fs(req);
+  auto f = std::make_unique<OpenFile>();
+  f->ref = ref;
+  switch (ref.kind) {
+    case NodeKind::kKvFile: {
+      auto pin = fs->client()->PinIncrement(ref.ns, ref.key, false);
+      if (!pin.ok()) return ReplyStatus(req, pin.status());
+      f->pin = std::move(*pin);
+      f->pinned_at = Now();
+      fi->keep_cache = 1;  // immutable: the page cache stays valid
+      break;
+    }
+    case NodeKind::kTokensFile: {
+      auto inc = fs->client()->GetIncrement(ref.ns, ref.key);
+      if (!inc.ok()) return ReplyStatus(req, inc.status());
+      f->content.resize(inc->tokens.size() * 4);
+      for (size_t i = 0; i < inc->tokens.size(); ++i) {
+        uint32_t t = inc->tokens[i];
+        for (int b = 0; b < 4; ++b) f->content[4 * i + b] = static_cast<char>(t >> (8 * b));  // little-endian
+      }
+      fi->keep_cache = 1;
+      break;
+    }
+    case NodeKind::kLayoutFile: {
+      auto ns = fs->tree().Namespace(ref.ns);
+      if (!ns.ok()) return ReplyStatus(req, ns.status());
+      f->content = TreeView::LayoutText(ns->layout);
+      fi->direct_io = 1;  // changes with setfattr user.ptstore.layout
+      break;
+    }
+    default:
+      return (void)fuse_reply_err(req, EISDIR);
+  }
+  fi->fh = reinterpret_cast<uint64_t>(f.get());
+  if (fuse_reply_open(req, fi) == 0) f.release();
+}
+
+// Replies with kv bytes straight from the mapped arena (no copy here: the
+// kernel copies from the iovecs).
+void ReadKv(fuse_req_t req, Filesystem* fs, OpenFile* f, size_t size, off_t off) {
+  if (Now() - f->pinned_at > kRepinAfterNs) {
+    std::unique_lock lock(f->mu);
+    if (Now() - f->pinned_at > kRepinAfterNs) {
+      auto pin = fs->client()->PinIncrement(f->ref.ns, f->ref.key, false);
+      if (!pin.ok()) return ReplyStatus(req, pin.status());
+      f->pin = std::move(*pin);  // the old pin goes after the new one holds
+      f->pinned_at = Now();
+    }
+  }
+  std::shared_lock lock(f->mu);
+  std::vector<iovec> iov;
+  uint64_t pos = 0;
+  uint64_t want_begin = static_cast<uint64_t>(off);
+  uint64_t want_end = want_begin + size;
+  for (const Extent& e : f->pin.extents()) {
+    uint64_t b = std::max(pos, want_begin), end = std::min(pos + e.length, want_end);
+    if (b < end) {
+      iov.push_back(iovec{const_cast<uint8_t*>(f->pin.data(e)) + (b - pos), end - b});
+    }
+    pos += e.length;
+    if (pos >= want_end) break;
+  }
+  if (iov.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
+  fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+}
+
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  OpenFile* f = File(fi);
+  if (f->ref.kind == NodeKind::kKvFile) return ReadKv(req, Fs(req), f, size, off);
+  if (static_cast<uint64_t>(off) >= f->content.size()) return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t n = std::min(size, f->content.size() - static_cast<size_t>(off));
+  fuse_reply_buf(req, f->content.data() + off, n);
+}
+
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  fuse_reply_err(req, EROFS);
+}
+
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  delete File(fi);  // unpins a kv
+  fuse_reply_err(req, 0);
+}
+
+void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  Filesystem* fs = Fs(req);
+  auto entries = fs->tree().List(ref);
+  if (!entries.ok()) return ReplyStatus(req, entries.status());
+  NoticeVanished(fs, ino, ref, *entries);
+  auto d = std::make_unique<OpenDir>();
+  d->ref = ref;
+  d->entries = std::move(*entries);
+  fi->fh = reinterpret_cast<uint64_t>(d.get());
+  if (fuse_reply_open(req, fi) == 0) d.release();
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Filesystem* fs = Fs(req);
+  OpenDir* d = Dir(fi);
+  std::string buf(size, '\0');
+  size_t used = 0;
+  // Offsets: 0 ".", 1 "..", 2.. the listing; an entry's offset is the next one's.
+  const size_t total = d->entries.size() + 2;
+  for (size_t i = static_cast<size_t>(off); i < total; ++i) {
+    struct stat st {};
+    std::string name;
+    if (i == 0) {
+      name = ".";
+      st.st_ino = ino;
+      st.st_mode = S_IFDIR;
+    } else if (i == 1) {
+      name = "..";
+      st.st_ino = FUSE_ROOT_ID;  // the kernel fills in the real parent
+      st.st_mode = S_IFDIR;
+    } else {
+      const DirEntry& e = d->entries[i - 2];
+      name = e.name;
+      st.st_ino = fs->inodes().Peek(e.ref);
+      st.st_mode = e.dir ? S_IFDIR : S_IFREG;
+    }
+    size_t n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, static_cast<off_t>(i + 1));
+    if (n > size - used) break;
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  delete Dir(fi);  // releases the ioctl leases of this open directory
+  fuse_reply_err(req, 0);
+}
+
+void StatFs(fuse_req_t req, fuse_ino_t ino) {
+  auto s = Fs(req)->client()->Stats();
+  if (!s.ok()) return ReplyStatus(req, s.status());
+  constexpr uint64_t kBsize = 4096;
+  const uint64_t capacity = s->arena_bytes + s->ssd_capacity;
+  const uint64_t used = s->used_bytes + s->ssd_file_bytes;
+  struct statvfs st {};
+  st.f_bsize = kBsize;
+  st.f_frsize = kBsize;
+  st.f_blocks = capacity / kBsize;
+  st.f_bfree = capacity > used ? (capacity - used) / kBsize : 0;
+  st.f_bavail = st.f_bfree;
+  st.f_files = s->prefix_nodes + s->namespaces;
+  st.f_ffree = 0;
+  st.f_favail = 0;
+  st.f_namemax = 255;
+  fuse_reply_statfs(req, &st);
+}
+
+// The attributes of `ref`, or an errno.
+int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::string, std::string>>* attrs) {
+  attrs->clear();
+  if (ref.kind == NodeKind::kNamespace) {
+    auto ns = fs->tree().Namespace(ref.ns);
+    if (!ns.ok()) return ErrnoOf(ns.status());
+    *attrs = NamespaceXattrs(*ns);
+  } else if (ref.kind == NodeKind::kIncrement || ref.kind == NodeKind::kKvFile) {
+    auto inc = fs->tree().Increment(ref.ns, ref.key);
+    if (!inc.ok()) return ErrnoOf(inc.status());
+    *attrs = IncrementXattrs(inc->node);
+  }
+  return 0;
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  if (int err = XattrsOf(Fs(req), ref, &attrs)) return (void)fuse_reply_err(req, err);
+  auto v = FindXattr(attrs, name);
+  if (!v) return (void)fuse_reply_err(req, ENODATA);
+  if (size == 0) return (void)fuse_reply_xattr(req, v->size());
+  if (size < v->size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, v->data(), v->size());
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  if (int err = XattrsOf(Fs(req), ref, &attrs)) return (void)fuse_reply_err(req, err);
+  std::string list = XattrList(attrs);
+  if (size == 0) return (void)fuse_reply_xattr(req, list.size());
+  if (size < list.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, list.data(), list.size());
+}
+
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  Filesystem* fs = Fs(req);
+  const std::string n = name;
+  if (ref.kind == NodeKind::kNamespace && n == kLayoutXattr) {
+    std::string text(value, size);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+    for (char& c : text) {
+      if (c == ':') c = ' ';
+    }
+    auto layout = Layout::Parse(text);
+    if (!layout.ok()) return (void)fuse_reply_err(req, EINVAL);
+    int err = fs->tree().SetLayout(ref.ns, *layout);
+    if (err == 0) {
+      if (auto lino = fs->inodes().Find(NodeRef{NodeKind::kLayoutFile, ref.ns, {}})) fs->invalidator().Inode(*lino);
+    }
+    return (void)fuse_reply_err(req, err);
+  }
+  // Our own attributes are facts of the store; other names have nowhere to go.
+  fuse_reply_err(req, n.rfind(kXattrPrefix, 0) == 0 ? EPERM : ENOTSUP);
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  fuse_reply_err(req, std::string(name).rfind(kXattrPrefix, 0) == 0 ? EPERM : ENOTSUP);
+}
+
+void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi, unsigned flags,
+           const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);  // 32-bit callers: not supported
+  if (!(flags & FUSE_IOCTL_DIR)) return (void)fuse_reply_err(req, ENOTTY);  // only directories speak it
+  OpenDir* d = Dir(fi);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  storage::Credentials who;
+  who.pid = ctx->pid;
+  who.uid = ctx->uid;
+  who.gid = ctx->gid;
+  std::vector<gid_t> groups(64);
+  int ng = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (ng > static_cast<int>(groups.size())) {
+    groups.resize(ng);
+    ng = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  }
+  if (ng > 0) who.groups.assign(groups.begin(), groups.begin() + std::min<int>(ng, static_cast<int>(groups.size())));
+  std::vector<uint8_t> out;
+  int err = HandleIoctl(Fs(req)->tree(), d->ref, d->leases, who, cmd, in_buf, in_bufsz, &out);
+  if (err != 0) return (void)fuse_reply_err(req, err);
+  if (out.size() > out_bufsz) out.resize(out_bufsz);
+  fuse_reply_ioctl(req, 0, out.empty() ? nullptr : out.data(), out.size());
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.init = Init;
+  ops.lookup = Lookup;
+  ops.forget = Forget;
+  ops.forget_multi = ForgetMulti;
+  ops.getattr = GetAttr;
+  ops.setattr = SetAttr;
+  ops.mknod = MkNod;
+  ops.mkdir = MkDir;
+  ops.unlink = Unlink;
+  ops.rmdir = RmDir;
+  ops.symlink = SymLink;
+  ops.rename = Rename;
+  ops.link = Link;
+  ops.open = Open;
+  ops.read = Read;
+  ops.write = Write;
+  ops.release = Release;
+  ops.opendir = OpenDirOp;
+  ops.readdir = ReadDir;
+  ops.releasedir = ReleaseDir;
+  ops.statfs = StatFs;
+  ops.setxattr = SetXattr;
+  ops.getxattr = GetXattr;
+  ops.listxattr = ListXattr;
+  ops.removexattr = RemoveXattr;
+  ops.create = Create;
+  ops.ioctl = Ioctl;
+  return ops;
+}
+
+TreeOptions TreeOptionsFor(const MountOptions& o) {
+  TreeOptions t;
+  t.default_layout = o.layout;
+  t.root_uid = geteuid();
+  t.root_gid = getegid();
+  return t;
+}
+
+}  // namespace
+
+Filesystem::Filesystem(const MountOptions& options) : options_(options) {}
+
+Filesystem::~Filesystem() { Stop(); }
+
+const fuse_lowlevel_ops& Filesystem::Ops() {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  return ops;
+}
+
+Result<std::unique_ptr<Client>> Filesystem::Connect(const MountOptions& options) {
+  ClientOptions o;
+  o.socket_path = options.socket_path;
+  o.client_name = "ptstore-fuse";
+  o.max_connections = 8;  // one per busy FUSE worker
+  PTS_ASSIGN_OR_RETURN(std::unique_ptr<Client> c, Client::Connect(o));
+  if (!c->mapped()) {
+    return PermissionDenied("ptstored at " + options.socket_path +
+                            " does not share its arena with this process: run ptstore-fuse as root or as a member "
+                            "of the store's group");
+  }
+  return c;
+}
+
+Status Filesystem::Start(fuse_session* se) {
+  PTS_ASSIGN_OR_RETURN(client_, Connect(options_));
+  tree_ = std::make_unique<TreeView>(client_.get(), TreeOptionsFor(options_));
+  invalidator_.Start(se);
+  return Status::OK();
+}
+
+void Filesystem::Stop() { invalidator_.Stop(); }
+
+}  // namespace ptstore::fs

@@ -1,0 +1,61 @@
+// The FUSE low-level filesystem of a PTStore mount: the operation table
+// and the state it works on (inode table, tree view, open handles,
+// invalidation thread). ptstore-fuse (main.cc) creates one per mount.
+//
+// Errnos (ptstore(7), "ERRORS"): writing data is EROFS (open for write,
+// O_TRUNC, truncate, create, mknod, write); changing structure the store
+// has no operation for is EPERM (mkdir below the root, rename, link,
+// symlink, chmod, chown, utimes); the store's own errors go through
+// ErrnoOf (errors.h).
+//
+// Thread safety: the operations run on libfuse's worker threads
+// (fuse_session_loop_mt); everything here is safe for that.
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <memory>
+
+#include "fs/inode_table.h"
+#include "fs/invalidator.h"
+#include "fs/options.h"
+#include "fs/tree.h"
+#include "ptstore/client.h"
+
+namespace ptstore::fs {
+
+class Filesystem {
+ public:
+  explicit Filesystem(const MountOptions& options);
+  ~Filesystem();  // Stop()
+
+  // The operation table; fuse_req_userdata(req) must be this Filesystem.
+  static const fuse_lowlevel_ops& Ops();
+
+  // Connects to ptstored and starts the invalidation thread for session
+  // `se`. Call it after fuse_daemonize (threads do not survive the fork)
+  // and before the session loop. PermissionDenied when ptstored does not
+  // share its arena with this process (kv reads and pins come from it).
+  Status Start(fuse_session* se);
+  // Stops the invalidation thread (before the session is destroyed).
+  void Stop();
+
+  // REQUIRES: Start() succeeded (true in every operation).
+  InodeTable& inodes() { return inodes_; }
+  TreeView& tree() { return *tree_; }
+  Invalidator& invalidator() { return invalidator_; }
+  const MountOptions& options() const { return options_; }
+  Client* client() const { return client_.get(); }
+
+  // A client of the ptstored at options.socket_path that maps its arena.
+  static Result<std::unique_ptr<Client>> Connect(const MountOptions& options);
+
+ private:
+  MountOptions options_;
+  std::unique_ptr<Client> client_;
+  InodeTable inodes_;
+  std::unique_ptr<TreeView> tree_;
+  Invalidator invalidator_;
+};
+
+}  // namespace ptstore::fs

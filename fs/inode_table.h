@@ -1,0 +1,63 @@
+// The inode numbers of a mount and the kernel's lookup counts.
+//
+// An inode number is derived from what the inode is (NodeRefHash), so the
+// same increment keeps its number across lookups and forgets and readdir can
+// report the d_ino that stat will show; a hash collision (two refs, one
+// number) moves the newcomer to the next free number. An entry lives while
+// the kernel holds lookups on it (Ref ... Forget); the root lives forever.
+//
+// The table also remembers, per directory inode, the names its last listing
+// showed, so that the filesystem notices children that vanished (removed
+// by another client or evicted) and can push invalidations.
+//
+// Thread safety: all methods may be called from any thread (one mutex).
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fs/node.h"
+
+namespace ptstore::fs {
+
+class InodeTable {
+ public:
+  InodeTable();
+
+  // The inode of `ref` with one more kernel lookup (every successful
+  // lookup/mkdir reply that hands an inode to the kernel calls this once).
+  fuse_ino_t Ref(const NodeRef& ref);
+  // The inode number `ref` has or would have, without a lookup (d_ino).
+  fuse_ino_t Peek(const NodeRef& ref) const;
+  // The inode number of `ref` if the kernel holds it.
+  std::optional<fuse_ino_t> Find(const NodeRef& ref) const;
+  // What `ino` is; nullopt for a number the kernel does not hold.
+  std::optional<NodeRef> Get(fuse_ino_t ino) const;
+  // Drops `nlookup` kernel lookups; the entry goes at zero.
+  void Forget(fuse_ino_t ino, uint64_t nlookup);
+
+  // Records the names a listing of directory `dir` showed and returns those
+  // the previous listing showed that are gone now.
+  std::vector<std::string> UpdateChildren(fuse_ino_t dir, const std::vector<std::string>& names);
+
+  size_t size() const;
+
+ private:
+  struct Entry {
+    NodeRef ref;
+    uint64_t nlookup = 0;
+    std::vector<std::string> children;  // sorted; last listing (directories)
+  };
+  static fuse_ino_t HashIno(const NodeRef& ref);
+
+  mutable std::mutex mu_;  // guards inodes_, by_ref_
+  std::unordered_map<fuse_ino_t, Entry> inodes_;
+  std::unordered_map<NodeRef, fuse_ino_t, NodeRefHash> by_ref_;
+};
+
+}  // namespace ptstore::fs

@@ -1,0 +1,95 @@
+// ptstore-fuse: mounts the local ptstored as a filesystem (ptstore(7),
+// mount.ptstore(8)).
+//
+//   ptstore-fuse MOUNTPOINT [-o socket=PATH,allow_other,layout=...] [-f] [-d] [-s]
+//
+// A thin main over fs/: parse options, check the store is there, mount,
+// daemonize, serve (multithreaded unless -s), unmount.
+#include <fuse_lowlevel.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "fs/filesystem.h"
+#include "fs/options.h"
+
+namespace {
+
+using ptstore::fs::Filesystem;
+
+int Run(int argc, char** argv) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  auto options = ptstore::fs::ParseMountOptions(&args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "ptstore-fuse: %s\n", options.status().message().c_str());
+    return 2;
+  }
+  fuse_cmdline_opts cmd{};
+  if (fuse_parse_cmdline(&args, &cmd) != 0) return 2;
+  if (cmd.show_help) {
+    std::printf("usage: %s MOUNTPOINT [options]\n\n", argv[0]);
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+    std::printf("%s", ptstore::fs::MountOptionsHelp());
+    return 0;
+  }
+  if (cmd.show_version) {
+    std::printf("ptstore-fuse %s\n", PTSTORE_VERSION);
+    fuse_lowlevel_version();
+    return 0;
+  }
+  if (cmd.mountpoint == nullptr) {
+    std::fprintf(stderr, "usage: %s MOUNTPOINT [options] (--help for more)\n", argv[0]);
+    return 2;
+  }
+  // Connect once before mounting so that a wrong socket or missing rights
+  // fail here, on the terminal; the serving client is made after
+  // fuse_daemonize (Filesystem::Start).
+  if (auto probe = Filesystem::Connect(*options); !probe.ok()) {
+    std::fprintf(stderr, "ptstore-fuse: %s\n", probe.status().ToString().c_str());
+    return 1;
+  }
+  // The kernel checks permissions against our attributes (namespace owner,
+  // group, mode); fsname shows the socket in mount(8) and df(1).
+  std::string fixed = "-odefault_permissions,subtype=ptstore,fsname=" + options->socket_path;
+  fuse_opt_add_arg(&args, fixed.c_str());
+
+  Filesystem fs(*options);
+  int rc = 1;
+  fuse_session* se = fuse_session_new(&args, &Filesystem::Ops(), sizeof(fuse_lowlevel_ops), &fs);
+  if (se == nullptr) goto out_args;
+  if (fuse_set_signal_handlers(se) != 0) goto out_session;
+  if (fuse_session_mount(se, cmd.mountpoint) != 0) goto out_signals;
+  fuse_daemonize(cmd.foreground);
+  if (auto started = fs.Start(se); !started.ok()) {
+    std::fprintf(stderr, "ptstore-fuse: %s\n", started.ToString().c_str());
+    goto out_unmount;
+  }
+  if (cmd.singlethread) {
+    rc = fuse_session_loop(se);
+  } else {
+    fuse_loop_config* cfg = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(cfg, cmd.clone_fd);
+    fuse_loop_cfg_set_max_threads(cfg, cmd.max_threads);
+    fuse_loop_cfg_set_idle_threads(cfg, cmd.max_idle_threads);
+    rc = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+  }
+  fs.Stop();
+out_unmount:
+  fuse_session_unmount(se);
+out_signals:
+  fuse_remove_signal_handlers(se);
+out_session:
+  fuse_session_destroy(se);
+out_args:
+  free(cmd.mountpoint);
+  fuse_opt_free_args(&args);
+  return rc == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }

@@ -1,0 +1,248 @@
+#include "fs/tree.h"
+
+#include <cerrno>
+
+#include "fs/errors.h"
+
+namespace ptstore::fs {
+
+namespace {
+
+constexpr blksize_t kBlockSize = 1 << 20;  // st_blksize: big reads for cat/cp
+
+bool IsHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+timespec ToTimespec(std::chrono::system_clock::time_point t) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+}  // namespace
+
+bool ParseKeyName(const std::string& name, ChainKey* key) {
+  if (name.size() != 32) return false;
+  for (char c : name) {
+    if (!IsHex(c)) return false;  // lowercase only: one name per key
+  }
+  auto k = ChainKey::FromHex(name);
+  if (!k.ok()) return false;
+  *key = *k;
+  return true;
+}
+
+TreeView::TreeView(Client* client, TreeOptions options)
+    : client_(client), options_(std::move(options)), mounted_at_(std::chrono::system_clock::now()) {}
+
+// Times: the store keeps none, so every inode shows the mount time.
+struct stat TreeView::DirStat(const NamespaceInfo& ns, uint64_t nlink) const {
+  struct stat st {};
+  uint32_t perm = ns.mode & 07777;
+  perm |= (perm & 0444) >> 2;  // read means "may look up": search with it
+  st.st_mode = S_IFDIR | perm;
+  st.st_nlink = nlink;
+  st.st_uid = ns.uid;
+  st.st_gid = ns.gid;
+  st.st_blksize = kBlockSize;
+  st.st_atim = st.st_mtim = st.st_ctim = ToTimespec(mounted_at_);
+  return st;
+}
+
+struct stat TreeView::FileStat(const NamespaceInfo& ns, uint64_t size) const {
+  struct stat st {};
+  st.st_mode = S_IFREG | (ns.mode & 0444);
+  st.st_nlink = 1;
+  st.st_uid = ns.uid;
+  st.st_gid = ns.gid;
+  st.st_size = static_cast<off_t>(size);
+  st.st_blocks = static_cast<blkcnt_t>((size + 511) / 512);  // du: the real bytes
+  st.st_blksize = kBlockSize;
+  st.st_atim = st.st_mtim = st.st_ctim = ToTimespec(mounted_at_);
+  return st;
+}
+
+Result<NamespaceInfo> TreeView::Namespace(const std::string& ns) { return client_->GetNamespace(ns); }
+
+Result<IncrementInfo> TreeView::Increment(const std::string& ns, const ChainKey& key) {
+  return client_->GetIncrement(ns, key);
+}
+
+bool TreeView::Hidden(const NodeRef& file) {
+  std::lock_guard lock(mu_);
+  auto it = whiteouts_.find(file);
+  if (it == whiteouts_.end()) return false;
+  if (std::chrono::steady_clock::now() < it->second) return true;
+  whiteouts_.erase(it);
+  return false;
+}
+
+void TreeView::Unhide(const std::string& ns, const ChainKey* key) {
+  std::lock_guard lock(mu_);
+  for (auto it = whiteouts_.begin(); it != whiteouts_.end();) {
+    bool match = it->first.ns == ns && (key == nullptr || it->first.key == *key);
+    it = match ? whiteouts_.erase(it) : std::next(it);
+  }
+}
+
+Result<struct stat> TreeView::Stat(const NodeRef& ref) {
+  if (ref.kind == NodeKind::kRoot) {
+    PTS_ASSIGN_OR_RETURN(auto all, client_->ListNamespaces());
+    NamespaceInfo root;
+    root.uid = options_.root_uid;
+    root.gid = options_.root_gid;
+    root.mode = 0755;
+    return DirStat(root, 2 + all.size());
+  }
+  if (!ref.IsDir() && Hidden(ref)) return NotFound(ref.ToString() + " was unlinked in this mount");
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, client_->GetNamespace(ref.ns));
+  switch (ref.kind) {
+    case NodeKind::kNamespace:
+      return DirStat(ns, 1);  // 1: subdirectories not counted (as btrfs does)
+    case NodeKind::kLayoutFile:
+      return FileStat(ns, LayoutText(ns.layout).size());
+    default:
+      break;
+  }
+  PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(ref.ns, ref.key));
+  switch (ref.kind) {
+    case NodeKind::kIncrement: return DirStat(ns, 2 + inc.node.children);
+    case NodeKind::kKvFile: return FileStat(ns, inc.node.bytes);
+    case NodeKind::kTokensFile: return FileStat(ns, 4 * inc.node.tokens);
+    default: return Internal("unhandled node kind");
+  }
+}
+
+Result<Found> TreeView::Lookup(const NodeRef& dir, const std::string& name) {
+  Found f;
+  switch (dir.kind) {
+    case NodeKind::kRoot: {
+      if (!ValidateNamespaceName(name).ok()) return NotFound("no namespace '" + name + "'");
+      f.ref = NodeRef{NodeKind::kNamespace, name, {}};
+      break;
+    }
+    case NodeKind::kNamespace:
+    case NodeKind::kIncrement: {
+      ChainKey key;
+      if (dir.kind == NodeKind::kNamespace && name == kLayoutName) {
+        f.ref = NodeRef{NodeKind::kLayoutFile, dir.ns, {}};
+      } else if (dir.kind == NodeKind::kIncrement && name == kKvName) {
+        f.ref = NodeRef{NodeKind::kKvFile, dir.ns, dir.key};
+      } else if (dir.kind == NodeKind::kIncrement && name == kTokensName) {
+        f.ref = NodeRef{NodeKind::kTokensFile, dir.ns, dir.key};
+      } else if (ParseKeyName(name, &key)) {
+        // The increment must hang right below `dir`, not anywhere in the tree.
+        PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(dir.ns, key));
+        const ChainKey parent = dir.kind == NodeKind::kIncrement ? dir.key : ChainKey{};
+        if (inc.node.parent != parent) return NotFound(name + " is not a child of " + dir.ToString());
+        PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, client_->GetNamespace(dir.ns));
+        f.ref = NodeRef{NodeKind::kIncrement, dir.ns, key};
+        f.st = DirStat(ns, 2 + inc.node.children);
+        return f;
+      } else {
+        return NotFound("no '" + name + "' in " + dir.ToString());
+      }
+      break;
+    }
+    default:
+      return InvalidArgument(dir.ToString() + " is not a directory");
+  }
+  PTS_ASSIGN_OR_RETURN(f.st, Stat(f.ref));
+  return f;
+}
+
+Result<std::vector<DirEntry>> TreeView::List(const NodeRef& dir) {
+  std::vector<DirEntry> out;
+  auto add_file = [&](NodeKind kind, const char* name) {
+    NodeRef r{kind, dir.ns, dir.key};
+    if (!Hidden(r)) out.push_back(DirEntry{name, r, false});
+  };
+  switch (dir.kind) {
+    case NodeKind::kRoot: {
+      PTS_ASSIGN_OR_RETURN(auto all, client_->ListNamespaces());
+      for (const NamespaceInfo& ns : all) out.push_back(DirEntry{ns.name, NodeRef{NodeKind::kNamespace, ns.name, {}}, true});
+      return out;
+    }
+    case NodeKind::kNamespace:
+      add_file(NodeKind::kLayoutFile, kLayoutName);
+      break;
+    case NodeKind::kIncrement:
+      // ListTree below a key that is gone may list nothing: make that ENOENT.
+      PTS_RETURN_IF_ERROR(client_->GetIncrement(dir.ns, dir.key).status());
+      add_file(NodeKind::kKvFile, kKvName);
+      add_file(NodeKind::kTokensFile, kTokensName);
+      break;
+    default:
+      return InvalidArgument(dir.ToString() + " is not a directory");
+  }
+  PTS_ASSIGN_OR_RETURN(auto children, client_->ListTree(dir.ns, dir.key, false));
+  for (const PrefixNodeInfo& n : children) {
+    out.push_back(DirEntry{n.key.ToHex(), NodeRef{NodeKind::kIncrement, dir.ns, n.key}, true});
+  }
+  return out;
+}
+
+Result<Found> TreeView::MakeNamespace(const std::string& name, uint32_t mode) {
+  PTS_RETURN_IF_ERROR(ValidateNamespaceName(name));
+  if (client_->GetNamespace(name).ok()) return AlreadyExists("namespace '" + name + "' exists");
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo ns,
+                       client_->CreateNamespace(name, options_.default_layout, "", mode & 07777, /*exist_ok=*/false));
+  Unhide(name, nullptr);
+  Found f;
+  f.ref = NodeRef{NodeKind::kNamespace, name, {}};
+  f.st = DirStat(ns, 1);
+  return f;
+}
+
+int TreeView::RemoveDir(const NodeRef& dir, const std::string& name) {
+  if (dir.kind == NodeKind::kRoot) {
+    if (!ValidateNamespaceName(name).ok()) return ENOENT;
+    auto top = client_->ListTree(name, {}, false);
+    if (!top.ok()) return ErrnoOf(top.status());
+    if (!top->empty()) return ENOTEMPTY;
+    auto dropped = client_->DropNamespace(name);
+    if (!dropped.ok()) return ErrnoOf(dropped.status());
+    Unhide(name, nullptr);
+    return 0;
+  }
+  if (!dir.IsDir()) return ENOTDIR;
+  ChainKey key;
+  if (!ParseKeyName(name, &key)) {
+    if (name == kKvName || name == kTokensName || name == kLayoutName) return ENOTDIR;
+    return ENOENT;
+  }
+  auto inc = client_->GetIncrement(dir.ns, key);
+  if (!inc.ok()) return ErrnoOf(inc.status());
+  const ChainKey parent = dir.kind == NodeKind::kIncrement ? dir.key : ChainKey{};
+  if (inc->node.parent != parent) return ENOENT;
+  // kv and tokens do not make an increment "non-empty": they are its
+  // contents, not entries of their own (ptstore(7)). Continuations do.
+  if (inc->node.children != 0) return ENOTEMPTY;
+  auto removed = client_->RemoveByKey(dir.ns, key);
+  if (!removed.ok()) return ErrnoOf(removed.status());
+  Unhide(dir.ns, &key);
+  return 0;
+}
+
+int TreeView::HideFile(const NodeRef& dir, const std::string& name) {
+  auto found = Lookup(dir, name);
+  if (!found.ok()) return ErrnoOf(found.status());
+  if (found->ref.IsDir()) return EISDIR;
+  std::lock_guard lock(mu_);
+  whiteouts_[found->ref] = std::chrono::steady_clock::now() + options_.whiteout_ttl;
+  return 0;
+}
+
+int TreeView::SetLayout(const std::string& name, const Layout& layout) {
+  if (!layout.Validate().ok()) return EINVAL;
+  auto ns = client_->GetNamespace(name);
+  if (!ns.ok()) return ErrnoOf(ns.status());
+  if (ns->layout == layout) return 0;
+  if (ns->prefixes != 0 || ns->bytes != 0) return EBUSY;
+  if (ns->salted || ns->uid != options_.root_uid) return EPERM;
+  auto dropped = client_->DropNamespace(name);
+  if (!dropped.ok()) return ErrnoOf(dropped.status());
+  auto created = client_->CreateNamespace(name, layout, "", ns->mode, /*exist_ok=*/false);
+  if (!created.ok()) return ErrnoOf(created.status());
+  return 0;
+}
+
+}  // namespace ptstore::fs

@@ -1,0 +1,119 @@
+// The tree a PTStore mount shows (ptstore(7)), resolved against the store.
+//
+//   /                         one directory per namespace
+//   /<ns>/.layout             the namespace's layout, Layout::ToString() + "\n"
+//   /<ns>/<key>/              a top-level increment (key: 32 hex digits)
+//   /<ns>/<key>/kv            its own bytes (node.bytes), read-only
+//   /<ns>/<key>/tokens        its token ids, uint32 little-endian
+//   /<ns>/<key>/<key>/        a continuation, and so on
+//
+// Directory modes come from the namespace: its mode bits, with the search
+// (x) bit set wherever the read bit is (a namespace's read bit means "may
+// look up and load"); files get the read bits only. Owner and group are the
+// namespace's. The root is owned by the mount daemon's user, mode 0755.
+//
+// Structure edits: mkdir at the root creates a namespace; rmdir removes an
+// increment with no continuations (or drops a namespace with no
+// increments); unlink of kv, tokens or .layout hides the file from this
+// mount (a "whiteout", so that `rm -r` works) without touching the store.
+// Everything else that would change the tree is refused (fuse_ops.cc).
+//
+// Every call asks the store (one or two RPCs): the kernel caches the answers
+// for the mount's short entry/attr timeouts only.
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fs/node.h"
+#include "ptstore/client.h"
+#include "ptstore/layout.h"
+#include "ptstore/status.h"
+#include "ptstore/types.h"
+
+namespace ptstore::fs {
+
+struct TreeOptions {
+  Layout default_layout = MistralLayout();  // namespaces made by mkdir
+  uint32_t root_uid = 0;
+  uint32_t root_gid = 0;
+  // How long an unlinked kv/tokens/.layout stays hidden when its directory
+  // is not removed after it (an `rm kv` on its own).
+  std::chrono::seconds whiteout_ttl{600};
+};
+
+// A node found in the store, with its attributes (st_ino left 0).
+struct Found {
+  NodeRef ref;
+  struct stat st {};
+};
+
+struct DirEntry {
+  std::string name;
+  NodeRef ref;
+  bool dir = false;
+};
+
+class TreeView {
+ public:
+  TreeView(Client* client, TreeOptions options);
+
+  // Attributes of `ref`. NotFound when it is gone (or hidden).
+  Result<struct stat> Stat(const NodeRef& ref);
+  // The child `name` of directory `dir`. NotFound when there is none;
+  // InvalidArgument ("not a directory") when `dir` is a file.
+  Result<Found> Lookup(const NodeRef& dir, const std::string& name);
+  // The entries of directory `dir` (without "." and "..").
+  Result<std::vector<DirEntry>> List(const NodeRef& dir);
+
+  // mkdir NAME at the root: creates namespace NAME with the default layout
+  // and `mode` (already masked by the caller's umask). AlreadyExists when
+  // it exists; InvalidArgument for a bad name.
+  Result<Found> MakeNamespace(const std::string& name, uint32_t mode);
+  // rmdir: `name` in `dir` must be a namespace (dropped only when it has no
+  // increments) or an increment (removed, with anything saved under it
+  // meanwhile, only when it has no continuations). Returns 0 or an errno:
+  // ENOTEMPTY, ENOTDIR (a file), ENOENT, or the store's error.
+  int RemoveDir(const NodeRef& dir, const std::string& name);
+  // unlink: hides kv/tokens/.layout in this mount (see the header comment).
+  // Returns 0 or an errno: EISDIR (a directory), ENOENT.
+  int HideFile(const NodeRef& dir, const std::string& name);
+
+  // The store's view of a namespace / an increment.
+  Result<NamespaceInfo> Namespace(const std::string& ns);
+  Result<IncrementInfo> Increment(const std::string& ns, const ChainKey& key);
+  // Replaces the layout of an empty, unsalted namespace (drop + create with
+  // the same mode). Returns 0 or an errno: EBUSY once anything is stored in
+  // it, EPERM for a salted one or one owned by another user than the mount
+  // daemon's (re-creating it would change its owner), or the store's error.
+  int SetLayout(const std::string& ns, const Layout& layout);
+
+  // The contents of a .layout file.
+  static std::string LayoutText(const Layout& layout) { return layout.ToString() + "\n"; }
+  Client* client() const { return client_; }
+
+ private:
+  struct stat DirStat(const NamespaceInfo& ns, uint64_t nlink) const;
+  struct stat FileStat(const NamespaceInfo& ns, uint64_t size) const;
+  bool Hidden(const NodeRef& file);
+  void Unhide(const std::string& ns, const ChainKey* key);
+
+  Client* const client_;
+  const TreeOptions options_;
+  std::mutex mu_;  // guards whiteouts_
+  std::unordered_map<NodeRef, std::chrono::steady_clock::time_point, NodeRefHash> whiteouts_;
+  const std::chrono::system_clock::time_point mounted_at_;
+};
+
+// "ab12..." (32 hex digits) -> key; nullopt for anything else.
+bool ParseKeyName(const std::string& name, ChainKey* key);
+
+}  // namespace ptstore::fs

@@ -1,0 +1,48 @@
+#include "fs/xattrs.h"
+
+namespace ptstore::fs {
+
+std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNodeInfo& n) {
+  const std::string p = kXattrPrefix;
+  return {
+      {p + "tokens", std::to_string(n.tokens)},
+      {p + "bytes", std::to_string(n.bytes)},
+      {p + "start_token", std::to_string(n.start_token)},
+      {p + "owner", std::to_string(n.tensor.owner().value)},
+      {p + "tier", TierName(n.tier)},
+      {p + "hits", std::to_string(n.hits)},
+      // Replicas live on other nodes; this node cannot count them before
+      // cluster membership lands, so the value is 0 (ptstore(7)).
+      {p + "replicas", "0"},
+      {p + "chain_key", n.key.ToHex()},
+      {p + "cache_class", CacheClassName(n.cache_class)},
+  };
+}
+
+std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns) {
+  const std::string p = kXattrPrefix;
+  return {
+      {p + "layout", ns.layout.ToString()},
+      {p + "bytes", std::to_string(ns.bytes)},
+      {p + "prefixes", std::to_string(ns.prefixes)},
+  };
+}
+
+std::optional<std::string> FindXattr(const std::vector<std::pair<std::string, std::string>>& attrs,
+                                     const std::string& name) {
+  for (const auto& [k, v] : attrs) {
+    if (k == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::string XattrList(const std::vector<std::pair<std::string, std::string>>& attrs) {
+  std::string out;
+  for (const auto& [k, v] : attrs) {
+    out += k;
+    out.push_back('\0');
+  }
+  return out;
+}
+
+}  // namespace ptstore::fs

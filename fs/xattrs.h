@@ -1,0 +1,43 @@
+// Extended attributes of a mount (ptstore(7)): read-only facts about
+// increments and namespaces for tools (`getfattr -d -m user.ptstore`).
+//
+// On increment directories and their kv files:
+//   user.ptstore.tokens       tokens in the increment
+//   user.ptstore.bytes        its bytes (= size of kv)
+//   user.ptstore.start_token  depth of its first token in the prefix
+//   user.ptstore.owner        node id of its tensor's owner (TensorId::owner)
+//   user.ptstore.tier         dram | ssd | dram+ssd
+//   user.ptstore.hits         lookups/loads that used it
+//   user.ptstore.replicas     replicas on other nodes: 0 until the cluster lands
+//   user.ptstore.chain_key    its chain key (the directory's name)
+//   user.ptstore.cache_class  owned | replica
+// On namespace directories:
+//   user.ptstore.layout       the layout (settable while nothing is stored)
+//   user.ptstore.bytes        bytes stored in the namespace on this node
+//   user.ptstore.prefixes     increments stored in it
+// Values are text without a trailing newline.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ptstore/types.h"
+
+namespace ptstore::fs {
+
+inline constexpr const char* kXattrPrefix = "user.ptstore.";
+inline constexpr const char* kLayoutXattr = "user.ptstore.layout";
+
+// Names and values of an increment's attributes, in listing order.
+std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNodeInfo& node);
+// Names and values of a namespace's attributes.
+std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns);
+
+// The value of `name` in `attrs`, if there.
+std::optional<std::string> FindXattr(const std::vector<std::pair<std::string, std::string>>& attrs,
+                                     const std::string& name);
+// The NUL-separated list listxattr returns.
+std::string XattrList(const std::vector<std::pair<std::string, std::string>>& attrs);
+
+}  // namespace ptstore::fs

@@ -1,0 +1,758 @@
+// The filesystem view (ptstore(7)) on a real mount: ptstore-fuse of this
+// build in front of a real ptstored, driven with the shell tools users run
+// (ls, find, du, cat, cmp, getfattr, rm) and with system calls.
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "ptstore/client.h"
+#include "ptstore/ioctl.h"
+#include "tests/storage/kv_fixture.h"
+#include "tests/testing/daemon.h"
+#include "tests/testing/mount.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ptstore {
+namespace {
+
+using storage::testkv::SmallLayout;
+using testing::Daemon;
+using testing::Mount;
+
+// KV of token id `tok` at position `pos`: both matter, so a byte from a
+// wrong increment or offset never matches.
+void FillKvAt(uint32_t tok, uint64_t pos, uint64_t bpt, uint8_t* out) {
+  uint64_t x = (uint64_t{tok} << 32) ^ (pos * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
+  for (uint64_t b = 0; b < bpt; b += 8) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 29;
+    std::memcpy(out + b, &x, std::min<uint64_t>(8, bpt - b));
+  }
+}
+
+std::vector<uint8_t> KvOf(std::span<const uint32_t> tokens, uint64_t start, const Layout& l) {
+  const uint64_t bpt = l.BytesPerToken();
+  std::vector<uint8_t> kv(tokens.size() * bpt);
+  for (size_t i = 0; i < tokens.size(); ++i) FillKvAt(tokens[i], start + i, bpt, kv.data() + i * bpt);
+  return kv;
+}
+
+std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  std::mt19937 rng(seed);
+  for (auto& x : t) x = rng() % 32000;
+  return t;
+}
+
+struct ShellResult {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs `cmd` with sh -c, stdout and stderr together.
+ShellResult Sh(const std::string& cmd) {
+  ShellResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+bool HaveTool(const std::string& tool) { return Sh("command -v " + tool).rc == 0; }
+
+int RunAs(uid_t uid, gid_t gid, const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
+    _exit(fn());
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+// errno of a call that must fail (0 when it succeeded).
+template <typename F>
+int ErrnoOf(F&& f) {
+  errno = 0;
+  return f() < 0 ? errno : 0;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class FsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse";
+    for (const char* tool : {"ls", "find", "du", "cat", "cmp", "getfattr", "setfattr", "rm", "fusermount3"}) {
+      ASSERT_TRUE(HaveTool(tool)) << tool << " is missing (scripts/setup installs it)";
+    }
+    ASSERT_TRUE(daemon_.Start().ok());
+    client_ = Connect();
+    ASSERT_NE(client_, nullptr);
+    ASSERT_TRUE(client_->CreateNamespace("ns", layout_).ok());
+    auto st = mount_.Start(daemon_.socket_path());
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  void TearDown() override {
+    int rc = mount_.Unmount();
+    EXPECT_EQ(rc, 0) << mount_.ReadLog();
+    EXPECT_FALSE(testing::IsMountPoint(mount_.path()));
+  }
+
+  std::unique_ptr<Client> Connect() {
+    ClientOptions o;
+    o.socket_path = daemon_.socket_path();
+    o.rpc_timeout_ms = 10000;
+    auto c = Client::Connect(o);
+    if (!c.ok()) return nullptr;
+    return std::move(*c);
+  }
+
+  void Save(const std::string& ns, const std::vector<uint32_t>& toks) {
+    auto kv = KvOf(toks, 0, layout_);
+    auto s = client_->Save(ns, toks, kv.data(), kv.size());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+  }
+
+  // Three prompts: a and b share 20 tokens (a split common increment and
+  // two branches); c is unrelated.
+  void SaveTree() {
+    a_ = Tokens(64, 1);
+    b_ = a_;
+    for (size_t i = 20; i < b_.size(); ++i) b_[i] = 31999 - b_[i];
+    c_ = Tokens(32, 7);
+    Save("ns", a_);
+    Save("ns", b_);
+    Save("ns", c_);
+  }
+
+  // Mount-relative path of every increment of `ns`.
+  std::map<std::string, PrefixNodeInfo> Paths(const std::string& ns) {
+    std::map<std::string, PrefixNodeInfo> out;
+    auto all = client_->ListTree(ns, {}, true);
+    EXPECT_TRUE(all.ok());
+    std::map<ChainKey, PrefixNodeInfo> by_key;
+    for (auto& n : *all) by_key[n.key] = n;
+    for (auto& n : *all) {
+      std::string path = n.key.ToHex();
+      for (ChainKey p = n.parent; p != ChainKey{}; p = by_key[p].parent) path = p.ToHex() + "/" + path;
+      out[ns + "/" + path] = n;
+    }
+    return out;
+  }
+
+  std::string M(const std::string& rel) const { return mount_.Join(rel); }
+
+  Layout layout_ = SmallLayout();
+  Daemon daemon_;
+  std::unique_ptr<Client> client_;
+  Mount mount_;
+  std::vector<uint32_t> a_, b_, c_;
+};
+
+TEST_F(FsTest, LsAndFindShowTheTree) {
+  SaveTree();
+  auto paths = Paths("ns");
+  ASSERT_EQ(paths.size(), 4u);  // common part, two branches, c
+  auto ls = Sh("ls -R " + M(""));
+  ASSERT_EQ(ls.rc, 0) << ls.out;
+  for (auto& [p, n] : paths) EXPECT_NE(ls.out.find(n.key.ToHex()), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("tokens"), std::string::npos);
+
+  auto find = Sh("cd " + M("") + " && find . -name kv | LC_ALL=C sort");
+  ASSERT_EQ(find.rc, 0) << find.out;
+  std::set<std::string> lines;
+  for (auto& [p, n] : paths) lines.insert("./" + p + "/kv\n");
+  std::string expected;
+  for (auto& l : lines) expected += l;
+  EXPECT_EQ(find.out, expected);
+
+  auto layout = Sh("cat " + M("ns/.layout"));
+  EXPECT_EQ(layout.out, layout_.ToString() + "\n");
+  // Directories: namespace owner and mode; files read-only.
+  struct stat st {};
+  ASSERT_EQ(stat(M("ns").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(stat(M(paths.begin()->first + "/kv").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0444u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), paths.begin()->second.bytes);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_blocks), (paths.begin()->second.bytes + 511) / 512);
+  // A name that is not a child of this directory is not there.
+  EXPECT_NE(stat(M("ns/" + paths.rbegin()->second.key.ToHex() + "/" + paths.begin()->second.key.ToHex()).c_str(), &st),
+            0);
+}
+
+TEST_F(FsTest, DuAndDfShowRealSizes) {
+  SaveTree();
+  uint64_t expected = layout_.ToString().size() + 1;  // .layout
+  for (auto& [p, n] : Paths("ns")) expected += n.bytes + 4 * n.tokens;
+  auto du = Sh("du -sb " + M("ns"));
+  ASSERT_EQ(du.rc, 0) << du.out;
+  EXPECT_EQ(std::stoull(du.out), expected) << du.out;
+  auto ns = client_->GetNamespace("ns");
+  ASSERT_TRUE(ns.ok());
+  auto kv_only = Sh("find " + M("ns") + " -name kv -exec cat {} + | wc -c");
+  EXPECT_EQ(std::stoull(kv_only.out), ns->bytes);
+
+  struct statvfs vfs {};
+  ASSERT_EQ(statvfs(M("").c_str(), &vfs), 0);
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(vfs.f_bsize, 4096u);
+  EXPECT_EQ(vfs.f_blocks * 4096, stats->arena_bytes + stats->ssd_capacity);
+  EXPECT_EQ((vfs.f_blocks - vfs.f_bfree) * 4096, (stats->used_bytes + stats->ssd_file_bytes + 4095) / 4096 * 4096);
+}
+
+TEST_F(FsTest, KvAndTokensAreByteExact) {
+  SaveTree();
+  testing::TempDir tmp;
+  for (auto& [path, n] : Paths("ns")) {
+    auto pin = client_->PinIncrement("ns", n.key);
+    ASSERT_TRUE(pin.ok());
+    std::string want;
+    for (const Extent& e : pin->extents()) want.append(reinterpret_cast<const char*>(pin->data(e)), e.length);
+    ASSERT_EQ(want.size(), n.bytes);
+    std::string ref = tmp.Join("want");
+    std::ofstream(ref, std::ios::binary).write(want.data(), want.size());
+    auto cmp = Sh("cat " + M(path + "/kv") + " | cmp - " + ref);
+    EXPECT_EQ(cmp.rc, 0) << cmp.out;
+    EXPECT_EQ(Sh("cmp " + M(path + "/kv") + " " + ref).rc, 0);
+
+    auto inc = client_->GetIncrement("ns", n.key);
+    ASSERT_TRUE(inc.ok());
+    std::string toks = ReadAll(M(path + "/tokens"));
+    ASSERT_EQ(toks.size(), 4 * inc->tokens.size());
+    for (size_t i = 0; i < inc->tokens.size(); ++i) {
+      const auto* p = reinterpret_cast<const uint8_t*>(toks.data() + 4 * i);
+      EXPECT_EQ(uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24, inc->tokens[i]);
+    }
+    // And the bytes are the KV of those tokens at those positions.
+    EXPECT_EQ(want, std::string(reinterpret_cast<const char*>(KvOf(inc->tokens, n.start_token, layout_).data()),
+                                n.bytes));
+  }
+}
+
+TEST_F(FsTest, GetfattrShowsEveryAttribute) {
+  SaveTree();
+  for (auto& [path, n] : Paths("ns")) {
+    auto r = Sh("getfattr --absolute-names -d -m user.ptstore " + M(path));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const std::map<std::string, std::string> want = {
+        {"tokens", std::to_string(n.tokens)},       {"bytes", std::to_string(n.bytes)},
+        {"start_token", std::to_string(n.start_token)}, {"owner", std::to_string(n.tensor.owner().value)},
+        {"tier", "dram"},                           {"hits", std::to_string(n.hits)},
+        {"replicas", "0"},                          {"chain_key", n.key.ToHex()},
+        {"cache_class", "owned"},
+    };
+    for (auto& [k, v] : want) {
+      EXPECT_NE(r.out.find("user.ptstore." + k + "=\"" + v + "\""), std::string::npos) << k << " in " << r.out;
+    }
+    auto one = Sh("getfattr --absolute-names --only-values -n user.ptstore.bytes " + M(path + "/kv"));
+    EXPECT_EQ(one.out, std::to_string(n.bytes));
+  }
+  auto ns = Sh("getfattr --absolute-names --only-values -n user.ptstore.layout " + M("ns"));
+  EXPECT_EQ(ns.out, layout_.ToString());
+  std::vector<char> list(4096);
+  ssize_t len = listxattr(M("ns").c_str(), list.data(), list.size());
+  ASSERT_GT(len, 0);
+  EXPECT_NE(std::string(list.data(), len).find("user.ptstore.layout"), std::string::npos);
+  char v[8];
+  EXPECT_EQ(ErrnoOf([&] { return getxattr(M("ns").c_str(), "user.nope", v, sizeof(v)); }), ENODATA);
+}
+
+TEST_F(FsTest, RmRecursiveRemovesASubtreeAndANamespace) {
+  SaveTree();
+  auto paths = Paths("ns");
+  // The common part of a and b: the only top-level node with children.
+  std::string common;
+  for (auto& [p, n] : paths) {
+    if (n.children == 2) common = p;
+  }
+  ASSERT_FALSE(common.empty());
+  auto rm = Sh("rm -r " + M(common));
+  ASSERT_EQ(rm.rc, 0) << rm.out;
+  auto la = client_->Lookup("ns", a_);
+  ASSERT_TRUE(la.ok());
+  EXPECT_EQ(la->matched_tokens, 0u);
+  EXPECT_EQ(client_->Lookup("ns", b_)->matched_tokens, 0u);
+  EXPECT_EQ(client_->Lookup("ns", c_)->matched_tokens, 32u);
+  struct stat st {};
+  EXPECT_NE(stat(M(common).c_str(), &st), 0);
+
+  // rm -r of a whole namespace ends with it dropped.
+  rm = Sh("rm -r " + M("ns"));
+  ASSERT_EQ(rm.rc, 0) << rm.out;
+  EXPECT_EQ(client_->GetNamespace("ns").status().code(), Code::kNotFound);
+  EXPECT_EQ(Sh("ls " + M("")).out, "");
+}
+
+TEST_F(FsTest, RmdirOfIncrementsAndUnlinkWhiteouts) {
+  SaveTree();
+  auto paths = Paths("ns");
+  std::string common, leaf;
+  for (auto& [p, n] : paths) {
+    if (n.children == 2) common = p;
+    if (n.children == 0 && n.parent != ChainKey{}) leaf = p;
+  }
+  EXPECT_EQ(ErrnoOf([&] { return rmdir(M(common).c_str()); }), ENOTEMPTY);
+  EXPECT_EQ(ErrnoOf([&] { return rmdir(M(common + "/kv").c_str()); }), ENOTDIR);
+  EXPECT_EQ(ErrnoOf([&] { return unlink(M(common).c_str()); }), EISDIR);
+  // unlink of kv hides it in this mount; the bytes stay in the store.
+  EXPECT_EQ(unlink(M(leaf + "/kv").c_str()), 0);
+  struct stat st {};
+  EXPECT_EQ(ErrnoOf([&] { return stat(M(leaf + "/kv").c_str(), &st); }), ENOENT);
+  EXPECT_EQ(Sh("ls " + M(leaf)).out, "tokens\n");
+  EXPECT_EQ(client_->Lookup("ns", a_)->matched_tokens + client_->Lookup("ns", b_)->matched_tokens, 128u);
+  // A leaf's rmdir removes it (kv and tokens are its contents).
+  EXPECT_EQ(rmdir(M(leaf).c_str()), 0);
+  EXPECT_EQ(client_->Lookup("ns", a_)->matched_tokens + client_->Lookup("ns", b_)->matched_tokens, 84u);
+  EXPECT_EQ(ErrnoOf([&] { return rmdir(M("ns").c_str()); }), ENOTEMPTY);
+}
+
+TEST_F(FsTest, MkdirCreatesANamespaceAndRmdirDropsIt) {
+  ASSERT_EQ(mkdir(M("fresh").c_str(), 0750), 0);
+  auto ns = client_->GetNamespace("fresh");
+  ASSERT_TRUE(ns.ok());
+  EXPECT_EQ(ns->layout, MistralLayout());
+  EXPECT_EQ(ns->mode, 0750u);
+  EXPECT_EQ(ReadAll(M("fresh/.layout")), MistralLayout().ToString() + "\n");
+  // Another layout, before anything is saved.
+  auto set = Sh("setfattr -n user.ptstore.layout -v 'layers=2 kv_heads=2 head_dim=16 dtype=bf16 block_tokens=8' " +
+                M("fresh"));
+  ASSERT_EQ(set.rc, 0) << set.out;
+  ns = client_->GetNamespace("fresh");
+  EXPECT_EQ(ns->layout, SmallLayout(8));
+  EXPECT_EQ(ns->mode, 0750u);
+  EXPECT_EQ(ReadAll(M("fresh/.layout")), SmallLayout(8).ToString() + "\n");
+  EXPECT_EQ(ErrnoOf([&] { return setxattr(M("fresh").c_str(), "user.ptstore.layout", "bogus", 5, 0); }), EINVAL);
+  // Once something is stored the layout is fixed.
+  Save("ns", Tokens(8, 3));
+  EXPECT_EQ(ErrnoOf([&] {
+              std::string l = MistralLayout().ToString();
+              return setxattr(M("ns").c_str(), "user.ptstore.layout", l.data(), l.size(), 0);
+            }),
+            EBUSY);
+  EXPECT_EQ(ErrnoOf([&] { return mkdir(M("fresh").c_str(), 0755); }), EEXIST);
+  EXPECT_EQ(ErrnoOf([&] { return mkdir(M("bad name").c_str(), 0755); }), EINVAL);
+  EXPECT_EQ(rmdir(M("fresh").c_str()), 0);
+  EXPECT_EQ(client_->GetNamespace("fresh").status().code(), Code::kNotFound);
+  EXPECT_EQ(ErrnoOf([&] { return rmdir(M("ns").c_str()); }), ENOTEMPTY);
+}
+
+TEST_F(FsTest, UnsupportedOperationsFailWithTheDocumentedErrno) {
+  SaveTree();
+  auto paths = Paths("ns");
+  const std::string inc = M(paths.begin()->first);
+  const std::string kv = inc + "/kv";
+  EXPECT_EQ(ErrnoOf([&] { return open(kv.c_str(), O_WRONLY); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return open(kv.c_str(), O_RDWR); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return open(kv.c_str(), O_RDONLY | O_TRUNC); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return truncate(kv.c_str(), 0); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return open((inc + "/new").c_str(), O_WRONLY | O_CREAT, 0644); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return mknod((inc + "/node").c_str(), S_IFREG | 0644, 0); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return open(M("file").c_str(), O_WRONLY | O_CREAT, 0644); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return mkdir((inc + "/sub").c_str(), 0755); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return mkdir(M("ns/sub").c_str(), 0755); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return rename(inc.c_str(), M("ns/renamed").c_str()); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return rename(kv.c_str(), (inc + "/kv2").c_str()); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return link(kv.c_str(), (inc + "/kv2").c_str()); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return symlink("kv", (inc + "/ln").c_str()); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return chmod(kv.c_str(), 0644); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return chmod(inc.c_str(), 0700); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return chown(kv.c_str(), 1, 1); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return utimes(kv.c_str(), nullptr); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return setxattr(inc.c_str(), "user.ptstore.tokens", "1", 1, 0); }), EPERM);
+  EXPECT_EQ(ErrnoOf([&] { return setxattr(inc.c_str(), "user.other", "1", 1, 0); }), ENOTSUP);
+  EXPECT_EQ(ErrnoOf([&] { return removexattr(inc.c_str(), "user.ptstore.tokens"); }), EPERM);
+  // Nothing changed.
+  auto after = Paths("ns");
+  EXPECT_EQ(after.size(), paths.size());
+  struct stat st {};
+  ASSERT_EQ(stat(kv.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), paths.begin()->second.bytes);
+  // Write through an fd that is open for reading: EBADF from the kernel.
+  int fd = open(kv.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ErrnoOf([&] { return write(fd, "x", 1); }), EBADF);
+  close(fd);
+}
+
+TEST_F(FsTest, TwoUsersSeeWhatTheirModesAllow) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to another uid";
+  SaveTree();
+  ASSERT_TRUE(client_->CreateNamespace("private", layout_, "", 0700).ok());
+  Save("private", a_);
+  const std::string pub = M(Paths("ns").begin()->first);
+  const std::string priv = M(Paths("private").begin()->first);
+  const std::string want = ReadAll(pub + "/kv");
+  ASSERT_FALSE(want.empty());
+  ASSERT_FALSE(ReadAll(priv + "/kv").empty());  // root reads everything
+  int rc = RunAs(65534, 65534, [&] {
+    if (ReadAll(pub + "/kv") != want) return 2;
+    if (Sh("ls " + M("ns")).rc != 0) return 3;
+    if (ErrnoOf([&] { return open(M("private").c_str(), O_RDONLY | O_DIRECTORY); }) != EACCES) return 4;
+    if (ErrnoOf([&] { return open((priv + "/kv").c_str(), O_RDONLY); }) != EACCES) return 5;
+    // Through the ioctl neither: the directory cannot even be opened.
+    if (ErrnoOf([&] { return open(priv.c_str(), O_RDONLY | O_DIRECTORY); }) != EACCES) return 6;
+    // The public one answers the ioctl.
+    int fd = open(pub.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return 7;
+    ptstore_ioc_info info{};
+    info.version = PTSTORE_IOCTL_VERSION;
+    if (ioctl(fd, PTSTORE_IOC_INFO, &info) != 0 || info.kind != PTSTORE_KIND_INCREMENT) return 8;
+    close(fd);
+    // No write permission: no removal, no namespace creation.
+    if (ErrnoOf([&] { return rmdir(pub.c_str()); }) != EACCES) return 9;
+    if (ErrnoOf([&] { return mkdir(M("mine").c_str(), 0755); }) != EACCES) return 10;
+    if (Sh("rm -r " + pub + " 2>/dev/null").rc == 0) return 11;
+    return 0;
+  });
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(client_->Lookup("ns", a_)->matched_tokens, 64u);
+}
+
+TEST_F(FsTest, ConcurrentReadersWhileAnotherClientSavesAndRemoves) {
+  SaveTree();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> verified{0}, mismatches{0};
+  auto reader = [&] {
+    while (!stop) {
+      std::error_code ec;
+      for (auto it = std::filesystem::recursive_directory_iterator(M("ns"), ec);
+           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->path().filename() != "kv") continue;
+        const std::string dir = it->path().parent_path();
+        std::string kv = ReadAll(dir + "/kv"), toks = ReadAll(dir + "/tokens");
+        char start[32] = {};
+        ssize_t n = getxattr(dir.c_str(), "user.ptstore.start_token", start, sizeof(start) - 1);
+        if (kv.empty() || toks.empty() || n <= 0) continue;  // removed meanwhile
+        std::vector<uint32_t> t(toks.size() / 4);
+        std::memcpy(t.data(), toks.data(), t.size() * 4);
+        auto want = KvOf(t, std::stoull(start), layout_);
+        if (std::string(reinterpret_cast<const char*>(want.data()), want.size()) == kv) ++verified;
+        else ++mismatches;
+      }
+    }
+  };
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) readers.emplace_back(reader);
+  auto writer = Connect();
+  ASSERT_NE(writer, nullptr);
+  for (int round = 0; round < 30; ++round) {
+    auto t = Tokens(16 + 4 * (round % 5), 1000 + round);
+    auto kv = KvOf(t, 0, layout_);
+    ASSERT_TRUE(writer->Save("ns", t, kv.data(), kv.size()).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (round % 2 == 0) {
+      ASSERT_TRUE(writer->Remove("ns", t).ok());
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_GT(verified.load(), 0u);
+  EXPECT_EQ(mismatches.load(), 0u);
+  // After the churn the mount shows exactly what the store holds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // attr/entry timeouts
+  auto find = Sh("cd " + M("") + " && find ns -name kv | LC_ALL=C sort");
+  std::set<std::string> lines;
+  for (auto& [p, n] : Paths("ns")) lines.insert(p + "/kv\n");
+  std::string expected;
+  for (auto& l : lines) expected += l;
+  EXPECT_EQ(find.out, expected);
+}
+
+TEST_F(FsTest, LazyUnmountWithOpenFilesReleasesPins) {
+  SaveTree();
+  auto base = client_->Stats();
+  ASSERT_TRUE(base.ok());
+  const std::string kv = M(Paths("ns").begin()->first + "/kv");
+  int fd = open(kv.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(client_->Stats()->active_leases, base->active_leases + 1);  // the open kv is pinned
+  mount_.UnmountLazy();
+  EXPECT_FALSE(testing::IsMountPoint(mount_.path()));
+  char buf[512];
+  EXPECT_EQ(pread(fd, buf, sizeof(buf), 0), static_cast<ssize_t>(sizeof(buf)));  // still readable
+  close(fd);
+  EXPECT_EQ(mount_.Wait(10000), 0) << mount_.ReadLog();
+  EXPECT_EQ(client_->Stats()->active_leases, base->active_leases);
+  EXPECT_EQ(daemon_.Stop(), 0) << daemon_.ReadLog();
+}
+
+TEST_F(FsTest, RemovalsByAnotherClientArePushedToTheKernel) {
+  // Long cache times: only a pushed invalidation makes the removal visible.
+  Mount slow;
+  Mount::Options o;
+  o.options = "allow_other,entry_timeout=60,attr_timeout=60";
+  ASSERT_TRUE(slow.Start(daemon_.socket_path(), o).ok());
+  SaveTree();
+  const std::string c_path = [&] {
+    for (auto& [p, n] : Paths("ns")) {
+      if (n.start_token == 0 && n.tokens == 32) return p;
+    }
+    return std::string();
+  }();
+  ASSERT_FALSE(c_path.empty());
+  struct stat st {};
+  ASSERT_EQ(Sh("ls " + slow.Join("ns")).rc, 0);  // the listing the mount remembers
+  ASSERT_EQ(stat(slow.Join(c_path + "/kv").c_str(), &st), 0);  // cached dentries
+  ASSERT_TRUE(client_->Remove("ns", c_).ok());
+  // Still cached: the kernel asks nobody for 60 s...
+  EXPECT_EQ(stat(slow.Join(c_path).c_str(), &st), 0);
+  // ...but the next listing notices the vanished increment and invalidates it.
+  auto ls = Sh("ls " + slow.Join("ns"));
+  EXPECT_EQ(ls.out.find(c_path.substr(3)), std::string::npos);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = stat(slow.Join(c_path).c_str(), &st) != 0 && errno == ENOENT;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+  EXPECT_EQ(slow.Unmount(), 0);
+}
+
+TEST_F(FsTest, MountHelperTakesMountStyleArguments) {
+  testing::TempDir dir;
+  const std::string mnt = dir.Join("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  const std::string bin_dir = std::filesystem::path(testing::PtstoreFusePath()).parent_path();
+  // As mount(8) runs it: SOURCE MOUNTPOINT -o OPTIONS (with fstab-only options).
+  auto r = Sh("PATH=" + bin_dir + ":$PATH " + PTSTORE_MOUNT_HELPER + " " + daemon_.socket_path() + " " + mnt +
+              " -o rw,allow_other,_netdev,nofail,entry_timeout=2,layout=layers=2:kv_heads=2:head_dim=16:dtype=bf16:"
+              "block_tokens=4");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(testing::IsMountPoint(mnt));
+  EXPECT_EQ(mkdir((mnt + "/viahelper").c_str(), 0755), 0);
+  EXPECT_EQ(client_->GetNamespace("viahelper")->layout, SmallLayout());
+  auto m = Sh("grep ' " + mnt + " ' /proc/mounts");
+  EXPECT_NE(m.out.find("fuse.ptstore"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find(daemon_.socket_path()), std::string::npos) << m.out;
+  EXPECT_EQ(Sh("fusermount3 -u " + mnt).rc, 0);
+  for (int i = 0; i < 100 && testing::IsMountPoint(mnt); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(testing::IsMountPoint(mnt));
+  // A bad socket fails on the terminal, before mounting.
+  r = Sh("PATH=" + bin_dir + ":$PATH " + PTSTORE_MOUNT_HELPER + " /nonexistent.sock " + mnt);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_FALSE(testing::IsMountPoint(mnt));
+}
+
+// ------------------------------------------------------------------ ioctl
+
+class FsIoctlTest : public FsTest {
+ protected:
+  // Opens the increment at the end of `keys` by walking down with openat
+  // (a long chain is deeper than PATH_MAX).
+  int OpenChain(const std::string& ns, const std::vector<ChainKey>& keys) {
+    int fd = open(M(ns).c_str(), O_RDONLY | O_DIRECTORY);
+    for (const ChainKey& k : keys) {
+      if (fd < 0) return fd;
+      int next = openat(fd, k.ToHex().c_str(), O_RDONLY | O_DIRECTORY);
+      close(fd);
+      fd = next;
+    }
+    return fd;
+  }
+};
+
+TEST_F(FsIoctlTest, InfoDescribesRootNamespaceAndIncrement) {
+  SaveTree();
+  auto stats = client_->Stats();
+  auto paths = Paths("ns");
+  auto& [path, node] = *paths.rbegin();
+  int fd = open(M(path).c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ptstore_ioc_info info{};
+  info.version = PTSTORE_IOCTL_VERSION;
+  ASSERT_EQ(ioctl(fd, PTSTORE_IOC_INFO, &info), 0) << strerror(errno);
+  EXPECT_EQ(info.kind, PTSTORE_KIND_INCREMENT);
+  EXPECT_STREQ(info.ns, "ns");
+  EXPECT_EQ(info.layers, layout_.layers);
+  EXPECT_EQ(info.block_tokens, layout_.block_tokens);
+  EXPECT_EQ(info.bytes_per_token, layout_.BytesPerToken());
+  EXPECT_EQ(info.ns_mode, 0755u);
+  char hex[33];
+  for (int i = 0; i < 16; ++i) snprintf(hex + 2 * i, 3, "%02x", info.key[i]);
+  EXPECT_EQ(std::string(hex), node.key.ToHex());
+  EXPECT_EQ(info.tokens, node.tokens);
+  EXPECT_EQ(info.bytes, node.bytes);
+  EXPECT_EQ(info.start_token, node.start_token);
+  EXPECT_EQ(info.tier, PTSTORE_TIER_DRAM);
+  EXPECT_EQ(info.arena_bytes, stats->arena_bytes);
+  EXPECT_EQ(info.node_id, client_->node_id());
+  info.version = 99;
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_INFO, &info); }), EPROTO);
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, _IOR(PTSTORE_IOC_MAGIC, 77, uint64_t), &info); }), ENOTTY);
+  close(fd);
+
+  for (auto [rel, kind] : {std::pair{std::string(""), PTSTORE_KIND_ROOT}, {"ns", PTSTORE_KIND_NAMESPACE}}) {
+    fd = open(M(rel).c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(fd, 0);
+    info = {};
+    info.version = PTSTORE_IOCTL_VERSION;
+    ASSERT_EQ(ioctl(fd, PTSTORE_IOC_INFO, &info), 0);
+    EXPECT_EQ(info.kind, kind);
+    auto pin = std::make_unique<ptstore_ioc_pin>();
+    pin->version = PTSTORE_IOCTL_VERSION;
+    EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, pin.get()); }), EINVAL);  // nothing to pin
+    close(fd);
+  }
+  // A kv file is not a directory: not a PTStore ioctl target.
+  fd = open(M(path + "/kv").c_str(), O_RDONLY);
+  info.version = PTSTORE_IOCTL_VERSION;
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_INFO, &info); }), ENOTTY);
+  close(fd);
+}
+
+TEST_F(FsIoctlTest, PinPagesALongPrefixUnpinsAndCopiesByteExact) {
+  // 600 one-block increments in a chain: the whole prefix has 600 extents.
+  constexpr size_t kBlocks = 600;
+  auto toks = Tokens(kBlocks * layout_.block_tokens, 42);
+  auto kv = KvOf(toks, 0, layout_);
+  const uint64_t bb = layout_.BytesPerBlock();
+  for (size_t b = 1; b <= kBlocks; ++b) {
+    ASSERT_TRUE(client_->Save("ns", std::span(toks).first(b * layout_.block_tokens), kv.data(), b * bb).ok());
+  }
+  std::vector<ChainKey> keys;
+  for (ChainKey k{};;) {
+    auto kids = client_->ListTree("ns", k, false);
+    ASSERT_TRUE(kids.ok());
+    if (kids->empty()) break;
+    ASSERT_EQ(kids->size(), 1u);
+    k = kids->front().key;
+    keys.push_back(k);
+  }
+  ASSERT_EQ(keys.size(), kBlocks);
+  int fd = OpenChain("ns", keys);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  const uint64_t base_leases = client_->Stats()->active_leases;
+
+  auto pin = std::make_unique<ptstore_ioc_pin>();
+  pin->version = PTSTORE_IOCTL_VERSION;
+  pin->flags = PTSTORE_PIN_WHOLE_PREFIX;
+  ASSERT_EQ(ioctl(fd, PTSTORE_IOC_PIN, pin.get()), 0) << strerror(errno);
+  EXPECT_NE(pin->lease, 0u);
+  EXPECT_EQ(pin->total, kBlocks);
+  EXPECT_EQ(pin->count, PTSTORE_IOC_MAX_EXTENTS);
+  EXPECT_EQ(pin->tokens, toks.size());
+  EXPECT_EQ(pin->bytes, kv.size());
+  EXPECT_EQ(client_->Stats()->active_leases, base_leases + 1);
+  std::vector<ptstore_ioc_extent> extents(pin->extents, pin->extents + pin->count);
+  const uint64_t lease = pin->lease;
+  while (extents.size() < pin->total) {
+    auto page = std::make_unique<ptstore_ioc_pin>();
+    page->version = PTSTORE_IOCTL_VERSION;
+    page->lease = lease;
+    page->first = static_cast<uint32_t>(extents.size());
+    ASSERT_EQ(ioctl(fd, PTSTORE_IOC_PIN, page.get()), 0) << strerror(errno);
+    ASSERT_GT(page->count, 0u);
+    extents.insert(extents.end(), page->extents, page->extents + page->count);
+  }
+  ASSERT_EQ(extents.size(), kBlocks);
+  // Copy out of this client's own mapping of the arena, at the offsets given.
+  auto any = client_->PinIncrement("ns", keys.front());
+  ASSERT_TRUE(any.ok());
+  std::vector<uint8_t> got;
+  for (const auto& e : extents) {
+    const uint8_t* p = any->data(Extent{{}, 0, e.length, e.arena_offset});
+    got.insert(got.end(), p, p + e.length);
+  }
+  EXPECT_EQ(got, kv);
+  ASSERT_TRUE(any->Release().ok());
+
+  // Paging errors, then UNPIN.
+  auto bad = std::make_unique<ptstore_ioc_pin>();
+  bad->version = PTSTORE_IOCTL_VERSION;
+  bad->lease = lease;
+  bad->first = kBlocks + 1;
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, bad.get()); }), EINVAL);
+  bad->lease = 0;
+  bad->first = 3;
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, bad.get()); }), EINVAL);
+  bad->first = 0;
+  bad->flags = 0x80;
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, bad.get()); }), EINVAL);
+  ptstore_ioc_unpin un{PTSTORE_IOCTL_VERSION, 0, lease};
+  ASSERT_EQ(ioctl(fd, PTSTORE_IOC_UNPIN, &un), 0);
+  EXPECT_EQ(client_->Stats()->active_leases, base_leases);
+  EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_UNPIN, &un); }), EINVAL);  // gone
+
+  // Only the increment's own bytes: one extent.
+  auto own = std::make_unique<ptstore_ioc_pin>();
+  own->version = PTSTORE_IOCTL_VERSION;
+  ASSERT_EQ(ioctl(fd, PTSTORE_IOC_PIN, own.get()), 0);
+  EXPECT_EQ(own->total, 1u);
+  EXPECT_EQ(own->bytes, bb);
+  EXPECT_EQ(own->tokens, layout_.block_tokens);
+  // Closing the directory releases what it still holds.
+  close(fd);
+  for (int i = 0; i < 100 && client_->Stats()->active_leases != base_leases; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(client_->Stats()->active_leases, base_leases);
+}
+
+TEST_F(FsIoctlTest, PinsOfAKilledProcessAreReleased) {
+  SaveTree();
+  const std::string inc = M(Paths("ns").begin()->first);
+  const uint64_t base = client_->Stats()->active_leases;
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(inc.c_str(), O_RDONLY | O_DIRECTORY);
+    auto pin = std::make_unique<ptstore_ioc_pin>();
+    pin->version = PTSTORE_IOCTL_VERSION;
+    char ok = (fd >= 0 && ioctl(fd, PTSTORE_IOC_PIN, pin.get()) == 0 && pin->total == 1) ? 'y' : 'n';
+    (void)!write(pipefd[1], &ok, 1);
+    pause();
+    _exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(read(pipefd[0], &ok, 1), 1);
+  EXPECT_EQ(ok, 'y');
+  EXPECT_EQ(client_->Stats()->active_leases, base + 1);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  close(pipefd[0]);
+  close(pipefd[1]);
+  for (int i = 0; i < 250 && client_->Stats()->active_leases != base; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(client_->Stats()->active_leases, base);
+}
+
+}  // namespace
+}  // namespace ptstore

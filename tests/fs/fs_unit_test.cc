@@ -1,0 +1,99 @@
+// Unit tests of the filesystem's pieces that need no mount.
+#include <fuse_lowlevel.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+#include "fs/errors.h"
+#include "fs/inode_table.h"
+#include "fs/options.h"
+#include "fs/tree.h"
+#include "fs/xattrs.h"
+
+namespace ptstore::fs {
+namespace {
+
+TEST(InodeTable, NumbersAreStableAndLiveWhileLookedUp) {
+  InodeTable t;
+  NodeRef inc{NodeKind::kIncrement, "ns", ChainKey{1, 2}};
+  NodeRef kv{NodeKind::kKvFile, "ns", ChainKey{1, 2}};
+  fuse_ino_t a = t.Ref(inc);
+  EXPECT_GT(a, FUSE_ROOT_ID);
+  EXPECT_EQ(t.Peek(inc), a);
+  EXPECT_NE(t.Ref(kv), a);
+  EXPECT_EQ(t.Ref(inc), a);
+  t.Forget(a, 1);
+  EXPECT_TRUE(t.Get(a).has_value());
+  t.Forget(a, 1);
+  EXPECT_FALSE(t.Get(a).has_value());
+  EXPECT_EQ(t.Ref(inc), a);  // the same number again
+  EXPECT_EQ(t.Get(FUSE_ROOT_ID)->kind, NodeKind::kRoot);
+  t.Forget(FUSE_ROOT_ID, 100);
+  EXPECT_TRUE(t.Get(FUSE_ROOT_ID).has_value());
+}
+
+TEST(InodeTable, UpdateChildrenReportsVanishedNames) {
+  InodeTable t;
+  EXPECT_TRUE(t.UpdateChildren(FUSE_ROOT_ID, {"a", "b", "c"}).empty());
+  EXPECT_EQ(t.UpdateChildren(FUSE_ROOT_ID, {"c", "d"}), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(Xattrs, IncrementAttributes) {
+  PrefixNodeInfo n;
+  n.key = ChainKey{0xab, 0xcd};
+  n.tokens = 16;
+  n.bytes = 4096;
+  n.start_token = 32;
+  n.tensor = TensorId::Make(NodeId{3}, 9);
+  n.tier = kTierDram | kTierSsd;
+  auto a = IncrementXattrs(n);
+  EXPECT_EQ(*FindXattr(a, "user.ptstore.owner"), "3");
+  EXPECT_EQ(*FindXattr(a, "user.ptstore.tier"), "dram+ssd");
+  EXPECT_EQ(*FindXattr(a, "user.ptstore.chain_key"), n.key.ToHex());
+  EXPECT_EQ(*FindXattr(a, "user.ptstore.replicas"), "0");
+  EXPECT_FALSE(FindXattr(a, "user.ptstore.layout").has_value());
+  std::string list = XattrList(a);
+  EXPECT_EQ(std::count(list.begin(), list.end(), '\0'), 9);
+}
+
+TEST(Tree, KeyNamesAreLowercaseHex) {
+  ChainKey k;
+  EXPECT_TRUE(ParseKeyName("000000000000000a00000000000000ff", &k));
+  EXPECT_EQ(k, (ChainKey{0xa, 0xff}));
+  EXPECT_FALSE(ParseKeyName("000000000000000A00000000000000ff", &k));
+  EXPECT_FALSE(ParseKeyName("kv", &k));
+}
+
+TEST(Errors, ErrnoOfStatus) {
+  EXPECT_EQ(ErrnoOf(NotFound("x")), ENOENT);
+  EXPECT_EQ(ErrnoOf(PermissionDenied("x")), EACCES);
+  EXPECT_EQ(ErrnoOf(ResourceExhausted("x")), ENOMEM);
+  EXPECT_EQ(ErrnoOf(Status::OK()), 0);
+}
+
+TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
+  const char* argv[] = {"ptstore-fuse", "/mnt", "-o",
+                        "allow_other,socket=/tmp/s.sock,layout=layers=2:kv_heads=2:head_dim=16:dtype=bf16:block_tokens=4,"
+                        "attr_timeout=0.5"};
+  fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
+  auto o = ParseMountOptions(&args);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->socket_path, "/tmp/s.sock");
+  EXPECT_EQ(o->layout.block_tokens, 4u);
+  EXPECT_EQ(o->layout.layers, 2u);
+  EXPECT_DOUBLE_EQ(o->attr_timeout, 0.5);
+  EXPECT_DOUBLE_EQ(o->entry_timeout, 1.0);
+  std::string rest;
+  for (int i = 0; i < args.argc; ++i) rest += std::string(args.argv[i]) + " ";
+  EXPECT_NE(rest.find("allow_other"), std::string::npos);
+  EXPECT_EQ(rest.find("socket="), std::string::npos);
+  fuse_opt_free_args(&args);
+
+  const char* bad[] = {"ptstore-fuse", "/mnt", "-o", "layout=layers=0"};
+  fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad));
+  EXPECT_EQ(ParseMountOptions(&bad_args).status().code(), Code::kInvalidArgument);
+  fuse_opt_free_args(&bad_args);
+}
+
+}  // namespace
+}  // namespace ptstore::fs

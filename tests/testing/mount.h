@@ -1,0 +1,59 @@
+// A real PTStore mount owned by a test: ptstore-fuse (this build's) run in
+// the foreground on a fresh temporary mountpoint against a test's ptstored,
+// unmounted when destroyed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "ptstore/status.h"
+
+namespace ptstore::testing {
+
+// Path of the ptstore-fuse binary of this build (set by CMake).
+std::string PtstoreFusePath();
+// True when `path` is a mount point (its device differs from its parent's).
+bool IsMountPoint(const std::string& path);
+
+class Mount {
+ public:
+  struct Options {
+    // Extra -o options (comma-separated), e.g. "allow_other".
+    std::string options = "allow_other";
+    std::vector<std::string> extra_args;  // e.g. {"-d"}
+  };
+  Mount() = default;
+  ~Mount();  // Unmount()
+  Mount(const Mount&) = delete;
+  Mount& operator=(const Mount&) = delete;
+
+  // Mounts the ptstored listening on `socket` and waits (up to 20 s) until
+  // the mountpoint is mounted. The mountpoint and the log live in a fresh
+  // temporary directory (mode 0755, so that other users reach it).
+  Status Start(const std::string& socket, const Options& options);
+  Status Start(const std::string& socket) { return Start(socket, Options{}); }
+  // Unmounts (fusermount3 -u, falling back to a lazy umount -l when busy)
+  // and waits for ptstore-fuse to exit; returns its exit status (or
+  // -signal; 0 when it was not running).
+  int Unmount();
+  // Lazy unmount only (umount -l): open files stay usable until closed.
+  void UnmountLazy();
+  // Waits for ptstore-fuse to exit (after a lazy unmount) for up to
+  // `timeout_ms`; returns its exit status, or -1000 on timeout.
+  int Wait(int timeout_ms);
+
+  const std::string& path() const { return mountpoint_; }
+  std::string Join(const std::string& rel) const { return mountpoint_ + "/" + rel; }
+  pid_t pid() const { return pid_; }
+  std::string ReadLog() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_;
+  std::string mountpoint_;
+  std::string log_;
+};
+
+}  // namespace ptstore::testing
