@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <memory>
 
@@ -25,6 +26,28 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// Opens a directory by walking its path one component at a time (openat),
+// so that trees deeper than PATH_MAX allows in one string (about 120
+// levels of 32-digit keys) can be loaded too. -1 with errno on failure.
+int OpenDeep(const std::string& path) {
+  if (path.size() < PATH_MAX) return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = ::open(path[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  size_t pos = 0;
+  while (dir >= 0 && pos < path.size()) {
+    size_t end = path.find('/', pos);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(pos, end - pos);
+    pos = end + 1;
+    if (part.empty()) continue;
+    const int next = ::openat(dir, part.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int err = errno;
+    ::close(dir);
+    errno = err;
+    dir = next;
+  }
+  return dir;
+}
 
 Status IoctlError(const std::string& path, const char* what, int err) {
   const std::string where = std::string(what) + " on " + path + ": " + std::strerror(err);
@@ -47,7 +70,7 @@ Result<uint64_t> Client::LoadPath(const std::string& path, void* dst, uint64_t c
     return PermissionDenied("this client has no arena mapping (not trusted with every namespace): use Load");
   }
   Fd d;
-  d.fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  d.fd = OpenDeep(path);
   if (d.fd < 0) {
     const int err = errno;
     if (err == ENOENT) return NotFound("no such directory: " + path);

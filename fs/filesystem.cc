@@ -343,6 +343,10 @@ int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::stri
     auto inc = fs->tree().Increment(ref.ns, ref.key);
     if (!inc.ok()) return ErrnoOf(inc.status());
     *attrs = IncrementXattrs(inc->node);
+  } else if (ref.kind == NodeKind::kRoot) {
+    // The mount itself: how busy the daemon is (tools and bench_fs).
+    attrs->push_back({"user.ptstore.fuse_requests", std::to_string(fs->requests())});
+    attrs->push_back({"user.ptstore.socket", fs->options().socket_path});
   }
   return 0;
 }
@@ -421,35 +425,46 @@ void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_fil
   fuse_reply_ioctl(req, 0, out.empty() ? nullptr : out.data(), out.size());
 }
 
+// Every request handler, counted (user.ptstore.fuse_requests on the root).
+template <auto F>
+struct Counted;
+template <typename... A, void (*F)(fuse_req_t, A...)>
+struct Counted<F> {
+  static void Call(fuse_req_t req, A... a) {
+    Fs(req)->CountRequest();
+    F(req, a...);
+  }
+};
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops ops{};
   ops.init = Init;
-  ops.lookup = Lookup;
-  ops.forget = Forget;
-  ops.forget_multi = ForgetMulti;
-  ops.getattr = GetAttr;
-  ops.setattr = SetAttr;
-  ops.mknod = MkNod;
-  ops.mkdir = MkDir;
-  ops.unlink = Unlink;
-  ops.rmdir = RmDir;
-  ops.symlink = SymLink;
-  ops.rename = Rename;
-  ops.link = Link;
-  ops.open = Open;
-  ops.read = Read;
-  ops.write = Write;
-  ops.release = Release;
-  ops.opendir = OpenDirOp;
-  ops.readdir = ReadDir;
-  ops.releasedir = ReleaseDir;
-  ops.statfs = StatFs;
-  ops.setxattr = SetXattr;
-  ops.getxattr = GetXattr;
-  ops.listxattr = ListXattr;
-  ops.removexattr = RemoveXattr;
-  ops.create = Create;
-  ops.ioctl = Ioctl;
+  ops.lookup = Counted<Lookup>::Call;
+  ops.forget = Counted<Forget>::Call;
+  ops.forget_multi = Counted<ForgetMulti>::Call;
+  ops.getattr = Counted<GetAttr>::Call;
+  ops.setattr = Counted<SetAttr>::Call;
+  ops.mknod = Counted<MkNod>::Call;
+  ops.mkdir = Counted<MkDir>::Call;
+  ops.unlink = Counted<Unlink>::Call;
+  ops.rmdir = Counted<RmDir>::Call;
+  ops.symlink = Counted<SymLink>::Call;
+  ops.rename = Counted<Rename>::Call;
+  ops.link = Counted<Link>::Call;
+  ops.open = Counted<Open>::Call;
+  ops.read = Counted<Read>::Call;
+  ops.write = Counted<Write>::Call;
+  ops.release = Counted<Release>::Call;
+  ops.opendir = Counted<OpenDirOp>::Call;
+  ops.readdir = Counted<ReadDir>::Call;
+  ops.releasedir = Counted<ReleaseDir>::Call;
+  ops.statfs = Counted<StatFs>::Call;
+  ops.setxattr = Counted<SetXattr>::Call;
+  ops.getxattr = Counted<GetXattr>::Call;
+  ops.listxattr = Counted<ListXattr>::Call;
+  ops.removexattr = Counted<RemoveXattr>::Call;
+  ops.create = Counted<Create>::Call;
+  ops.ioctl = Counted<Ioctl>::Call;
   return ops;
 }
 

@@ -12,6 +12,8 @@
 // (fuse_session_loop_mt); everything here is safe for that.
 #pragma once
 
+#include <atomic>
+
 #include <fuse_lowlevel.h>
 
 #include <memory>
@@ -46,6 +48,9 @@ class Filesystem {
   Invalidator& invalidator() { return invalidator_; }
   const MountOptions& options() const { return options_; }
   Client* client() const { return client_.get(); }
+  // Requests served since the mount (every operation but init).
+  void CountRequest() { requests_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
 
   // A client of the ptstored at options.socket_path that maps its arena.
   static Result<std::unique_ptr<Client>> Connect(const MountOptions& options);
@@ -56,6 +61,7 @@ class Filesystem {
   InodeTable inodes_;
   std::unique_ptr<TreeView> tree_;
   Invalidator invalidator_;
+  std::atomic<uint64_t> requests_{0};
 };
 
 }  // namespace ptstore::fs

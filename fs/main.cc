@@ -7,6 +7,7 @@
 // daemonize, serve (multithreaded unless -s), unmount.
 #include <fuse_lowlevel.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -63,6 +64,13 @@ int Run(int argc, char** argv) {
   if (fuse_set_signal_handlers(se) != 0) goto out_session;
   if (fuse_session_mount(se, cmd.mountpoint) != 0) goto out_signals;
   fuse_daemonize(cmd.foreground);
+  if (options->readahead_kb > 0) {
+    // Cold reads of kv files in 1 MiB requests rather than 128 KiB ones.
+    if (ptstore::Status ra = ptstore::fs::SetMountReadahead(cmd.mountpoint, options->readahead_kb); !ra.ok()) {
+      std::fprintf(stderr, "ptstore-fuse: cannot set the mount's readahead (%s); cold reads will be slower\n",
+                   ra.ToString().c_str());
+    }
+  }
   if (auto started = fs.Start(se); !started.ok()) {
     std::fprintf(stderr, "ptstore-fuse: %s\n", started.ToString().c_str());
     goto out_unmount;
@@ -73,7 +81,8 @@ int Run(int argc, char** argv) {
     fuse_loop_config* cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_clone_fd(cfg, cmd.clone_fd);
     fuse_loop_cfg_set_max_threads(cfg, cmd.max_threads);
-    fuse_loop_cfg_set_idle_threads(cfg, cmd.max_idle_threads);
+    // fuse_parse_cmdline leaves max_idle_threads at UINT_MAX ("not given").
+    if (cmd.max_idle_threads != UINT_MAX) fuse_loop_cfg_set_idle_threads(cfg, cmd.max_idle_threads);
     rc = fuse_session_loop_mt(se, cfg);
     fuse_loop_cfg_destroy(cfg);
   }

@@ -1,6 +1,14 @@
 #include "fs/options.h"
 
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <cerrno>
 #include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 
@@ -15,6 +23,7 @@ struct RawOptions {
   char* layout = nullptr;
   double entry_timeout = 1.0;
   double attr_timeout = 1.0;
+  int readahead_kb = 4096;
 };
 
 #define PTS_OPT(t, p) {t, offsetof(RawOptions, p), 1}
@@ -23,6 +32,7 @@ const fuse_opt kOptions[] = {
     PTS_OPT("layout=%s", layout),
     PTS_OPT("entry_timeout=%lf", entry_timeout),
     PTS_OPT("attr_timeout=%lf", attr_timeout),
+    PTS_OPT("readahead_kb=%d", readahead_kb),
     FUSE_OPT_END,
 };
 #undef PTS_OPT
@@ -35,7 +45,8 @@ const char* MountOptionsHelp() {
          "    -o layout=TEXT         layout of namespaces made by mkdir (default Mistral-7B;\n"
          "                           'layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16')\n"
          "    -o entry_timeout=SECS  name cache time (default 1)\n"
-         "    -o attr_timeout=SECS   attribute cache time (default 1)\n";
+         "    -o attr_timeout=SECS   attribute cache time (default 1)\n"
+         "    -o readahead_kb=KIB    kernel readahead of the mount (default 4096; 0: leave the kernel's)\n";
 }
 
 Result<MountOptions> ParseMountOptions(fuse_args* args) {
@@ -67,9 +78,36 @@ Result<MountOptions> ParseMountOptions(fuse_args* args) {
   if (!(raw.attr_timeout >= 0 && raw.attr_timeout <= 86400)) {
     return InvalidArgument("attr_timeout must be between 0 and 86400 seconds");
   }
+  if (raw.readahead_kb < 0 || raw.readahead_kb > (1 << 20)) {
+    return InvalidArgument("readahead_kb must be between 0 and 1048576");
+  }
   o.entry_timeout = raw.entry_timeout;
   o.attr_timeout = raw.attr_timeout;
+  o.readahead_kb = static_cast<uint32_t>(raw.readahead_kb);
   return o;
+}
+
+Status SetMountReadahead(const std::string& mountpoint, uint32_t kib) {
+  // The device comes from /proc/self/mountinfo, never from stat(2) of the
+  // mountpoint: before the session loop runs, nobody would answer it.
+  char resolved[PATH_MAX];
+  const std::string mp = ::realpath(mountpoint.c_str(), resolved) != nullptr ? resolved : mountpoint;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, dev;
+  while (std::getline(in, line)) {
+    // id parent major:minor root mountpoint ...
+    std::istringstream f(line);
+    std::string id, parent, majmin, root, point;
+    if (f >> id >> parent >> majmin >> root >> point && point == mp) dev = majmin;  // the last one wins
+  }
+  if (dev.empty()) return NotFound(mp + " is not in /proc/self/mountinfo");
+  const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) return IOError("open " + path + ": " + std::strerror(errno));
+  const bool ok = std::fprintf(file, "%u\n", kib) > 0;
+  const bool closed = std::fclose(file) == 0;
+  if (!ok || !closed) return IOError("write " + path + ": " + std::strerror(errno));
+  return Status::OK();
 }
 
 }  // namespace ptstore::fs

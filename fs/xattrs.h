@@ -15,6 +15,9 @@
 //   user.ptstore.layout       the layout (settable while nothing is stored)
 //   user.ptstore.bytes        bytes stored in the namespace on this node
 //   user.ptstore.prefixes     increments stored in it
+// On the root of the mount:
+//   user.ptstore.fuse_requests  requests the daemon has served since the mount
+//   user.ptstore.socket         the ptstored socket it is a client of
 // Values are text without a trailing newline.
 #pragma once
 

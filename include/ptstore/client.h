@@ -149,7 +149,8 @@ class Client {
   // out of this client's arena mapping, unpins. The mount must front the
   // same ptstored as this client (checked by node id and arena size), and
   // this client must map the arena. Returns the tokens loaded; `capacity`
-  // below the prefix's bytes is InvalidArgument.
+  // below the prefix's bytes is InvalidArgument. Paths longer than PATH_MAX
+  // (trees deeper than ~120 levels) are opened component by component.
   Result<uint64_t> LoadPath(const std::string& path, void* dst, uint64_t capacity);
 
  private:

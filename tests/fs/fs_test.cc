@@ -756,3 +756,59 @@ TEST_F(FsIoctlTest, PinsOfAKilledProcessAreReleased) {
 
 }  // namespace
 }  // namespace ptstore
+
+namespace ptstore {
+namespace {
+
+// Client::LoadPath: a load by path through the ioctl, paged, byte-exact.
+TEST_F(FsIoctlTest, LoadPathLoadsTheWholePrefixByteExact) {
+  constexpr size_t kBlocks = 600;  // more extents than one ioctl page holds
+  auto toks = Tokens(kBlocks * layout_.block_tokens, 43);
+  auto kv = KvOf(toks, 0, layout_);
+  const uint64_t bb = layout_.BytesPerBlock();
+  for (size_t b = 1; b <= kBlocks; ++b) {
+    ASSERT_TRUE(client_->Save("ns", std::span(toks).first(b * layout_.block_tokens), kv.data(), b * bb).ok());
+  }
+  std::string deepest, middle;
+  for (const auto& [path, node] : Paths("ns")) {
+    if (node.start_token + node.tokens == toks.size()) deepest = path;
+    if (node.start_token + node.tokens == toks.size() / 2) middle = path;
+  }
+  ASSERT_FALSE(deepest.empty());
+  ASSERT_FALSE(middle.empty());
+  const uint64_t base_leases = client_->Stats()->active_leases;
+
+  std::vector<uint8_t> out(kv.size() + 4096, 0xee);
+  auto got = client_->LoadPath(M(deepest), out.data(), out.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, toks.size());
+  EXPECT_TRUE(std::equal(kv.begin(), kv.end(), out.begin()));
+  EXPECT_EQ(out[kv.size()], 0xee);  // nothing past the prefix
+  // Half way down the chain: the prefix that ends there.
+  std::fill(out.begin(), out.end(), 0);
+  got = client_->LoadPath(M(middle), out.data(), out.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, toks.size() / 2);
+  EXPECT_TRUE(std::equal(kv.begin(), kv.begin() + kv.size() / 2, out.begin()));
+  // Its pins are gone once it returns.
+  EXPECT_EQ(client_->Stats()->active_leases, base_leases);
+
+  // Errors name what was wrong.
+  auto small = client_->LoadPath(M(deepest), out.data(), kv.size() - 1);
+  EXPECT_EQ(small.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(small.status().message().find(std::to_string(kv.size())), std::string::npos) << small.status().message();
+  EXPECT_EQ(client_->LoadPath(M("ns/00000000000000000000000000000001"), out.data(), out.size()).status().code(),
+            Code::kNotFound);
+  auto outside = client_->LoadPath("/tmp", out.data(), out.size());
+  EXPECT_EQ(outside.status().code(), Code::kInvalidArgument) << outside.status().ToString();
+  auto file = client_->LoadPath(M(deepest) + "/kv", out.data(), out.size());
+  EXPECT_EQ(file.status().code(), Code::kInvalidArgument) << file.status().ToString();
+  // A namespace has no prefix: 0 tokens, not an error.
+  auto ns = client_->LoadPath(M("ns"), out.data(), out.size());
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  EXPECT_EQ(*ns, 0u);
+  EXPECT_EQ(client_->Stats()->active_leases, base_leases);
+}
+
+}  // namespace
+}  // namespace ptstore
