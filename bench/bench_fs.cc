@@ -51,69 +51,6 @@ struct Options {
   bool quick = false;
 };
 
-std::string DefaultFuseBinary() {
-#ifdef PTSTORE_BENCH_FUSE_PATH
-  if (access(PTSTORE_BENCH_FUSE_PATH, X_OK) == 0) return PTSTORE_BENCH_FUSE_PATH;
-#endif
-  return "ptstore-fuse";
-}
-
-bool IsMounted(const std::string& mountpoint) {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, mnt, rest;
-  while (in >> dev >> mnt && std::getline(in, rest)) {
-    if (mnt == mountpoint) return true;
-  }
-  return false;
-}
-
-// A ptstore-fuse mount for the length of a phase (foreground child).
-class Mount {
- public:
-  static Result<std::unique_ptr<Mount>> Start(const std::string& binary, const std::string& socket,
-                                              const std::string& mountpoint) {
-    std::unique_ptr<Mount> m(new Mount());
-    m->mountpoint_ = mountpoint;
-    m->pid_ = fork();
-    if (m->pid_ < 0) return ErrnoError("fork", errno);
-    if (m->pid_ == 0) {
-      const std::string opts = "socket=" + socket;
-      execl(binary.c_str(), binary.c_str(), "-f", "-o", opts.c_str(), mountpoint.c_str(), nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 1000; ++i) {
-      if (IsMounted(mountpoint)) return m;
-      int st;
-      if (waitpid(m->pid_, &st, WNOHANG) == m->pid_) {
-        m->pid_ = -1;
-        return Unavailable(binary + " exited before mounting " + mountpoint);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return DeadlineExceeded(mountpoint + " was not mounted within 10 s");
-  }
-  ~Mount() {
-    if (IsMounted(mountpoint_)) {
-      std::string cmd = "fusermount3 -u -z '" + mountpoint_ + "' 2>/dev/null || umount -l '" + mountpoint_ + "'";
-      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "bench_fs: could not unmount %s\n", mountpoint_.c_str());
-    }
-    if (pid_ > 0) {
-      int st;
-      for (int i = 0; i < 500 && waitpid(pid_, &st, WNOHANG) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &st, 0);
-    }
-  }
-  const std::string& path() const { return mountpoint_; }
-
- private:
-  Mount() = default;
-  std::string mountpoint_;
-  pid_t pid_ = -1;
-};
-
 // Reads a whole file with 1 MiB read(2) calls into `dst`; returns seconds.
 Result<double> ReadFile(const std::string& path, uint8_t* dst, uint64_t capacity, uint64_t* bytes) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -220,7 +157,7 @@ Status Run(const Options& o) {
 
   std::vector<double> tmpfs_s, cold_s, warm_s, ioctl_s;
   for (int rep = 0; rep < o.reps; ++rep) {
-    PTS_ASSIGN_OR_RETURN(auto m, Mount::Start(fuse, server->socket_path(), mnt));
+    PTS_ASSIGN_OR_RETURN(auto m, LocalMount::Start(fuse, server->socket_path(), mnt));
     auto kv_path = [&](int i) { return mnt + "/bench/" + rel[i] + "/kv"; };
     PTS_ASSIGN_OR_RETURN(double cold, read_all(kv_path));
     PTS_RETURN_IF_ERROR(check("mount, cold"));
@@ -280,7 +217,7 @@ Status Run(const Options& o) {
               static_cast<unsigned long long>(tree.prefixes), docs, depth, HumanBytes(tree.bytes).c_str());
   Table t3({"command on the tree", "cold s", "warm s", "daemon requests (cold)"});
   for (const char* cmd : {"ls -R", "du -s", "find . -name kv"}) {
-    PTS_ASSIGN_OR_RETURN(auto m, Mount::Start(fuse, server->socket_path(), mnt));
+    PTS_ASSIGN_OR_RETURN(auto m, LocalMount::Start(fuse, server->socket_path(), mnt));
     const std::string shell = std::string("cd '") + mnt + "/tree' && " + cmd + " > /dev/null";
     const uint64_t r0 = RequestCount(mnt);
     auto t0 = Clock::now();
@@ -295,7 +232,7 @@ Status Run(const Options& o) {
   std::printf("%s", t3.ToString().c_str());
   // du must agree with the store.
   {
-    PTS_ASSIGN_OR_RETURN(auto m, Mount::Start(fuse, server->socket_path(), mnt));
+    PTS_ASSIGN_OR_RETURN(auto m, LocalMount::Start(fuse, server->socket_path(), mnt));
     FILE* p = popen(("du -sb '" + mnt + "/tree' | cut -f1").c_str(), "r");
     unsigned long long du = 0;
     if (p == nullptr || std::fscanf(p, "%llu", &du) != 1) du = 0;

@@ -345,4 +345,72 @@ Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string
   return h;
 }
 
+// ---------------------------------------------------------------- the mount
+
+namespace {
+bool IsMounted(const std::string& mountpoint) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, mnt, rest;
+  while (in >> dev >> mnt && std::getline(in, rest)) {
+    if (mnt == mountpoint) return true;
+  }
+  return false;
+}
+}  // namespace
+
+std::string DefaultFuseBinary() {
+#ifdef PTSTORE_BENCH_FUSE_PATH
+  if (access(PTSTORE_BENCH_FUSE_PATH, X_OK) == 0) return PTSTORE_BENCH_FUSE_PATH;
+#endif
+  return "ptstore-fuse";
+}
+
+std::string WhyNoMount(const std::string& binary) {
+  if (access("/dev/fuse", R_OK | W_OK) != 0) return "no usable /dev/fuse";
+  if (geteuid() != 0) return "not root (ptstore-fuse needs the arena mapping and a mount)";
+  if (binary.find('/') != std::string::npos && access(binary.c_str(), X_OK) != 0) return binary + " is missing";
+  return "";
+}
+
+Result<std::unique_ptr<LocalMount>> LocalMount::Start(const std::string& binary, const std::string& socket,
+                                                      const std::string& mountpoint) {
+  std::unique_ptr<LocalMount> m(new LocalMount());
+  m->mountpoint_ = mountpoint;
+  const pid_t parent = getpid();
+  m->pid_ = fork();
+  if (m->pid_ < 0) return ErrnoError("fork", errno);
+  if (m->pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(126);
+    const std::string opts = "socket=" + socket;
+    execl(binary.c_str(), binary.c_str(), "-f", "-o", opts.c_str(), mountpoint.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    if (IsMounted(mountpoint)) return m;
+    int st;
+    if (waitpid(m->pid_, &st, WNOHANG) == m->pid_) {
+      m->pid_ = -1;
+      return Unavailable(binary + " exited before mounting " + mountpoint);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return DeadlineExceeded(mountpoint + " was not mounted within 10 s");
+}
+
+LocalMount::~LocalMount() {
+  if (IsMounted(mountpoint_)) {
+    std::string cmd = "fusermount3 -u -z '" + mountpoint_ + "' 2>/dev/null || umount -l '" + mountpoint_ + "'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not unmount %s\n", mountpoint_.c_str());
+  }
+  if (pid_ > 0) {
+    int st;
+    for (int i = 0; i < 500 && waitpid(pid_, &st, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &st, 0);
+  }
+}
+
 }  // namespace ptstore::bench

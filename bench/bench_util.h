@@ -148,4 +148,30 @@ Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string
                                     const std::string& ptstored_binary, bool quiet,
                                     const std::vector<std::string>& extra_args = {});
 
+// ---------------------------------------------------------------- the mount
+
+// Path of the ptstore-fuse of this build tree (set by CMake), else
+// "ptstore-fuse".
+std::string DefaultFuseBinary();
+// Why a mount cannot be made here ("" when it can): no /dev/fuse, not
+// root, no ptstore-fuse binary.
+std::string WhyNoMount(const std::string& binary);
+
+// A ptstore-fuse mount (a foreground child) for the length of a phase;
+// unmounted (lazily if busy) on destruction.
+class LocalMount {
+ public:
+  static Result<std::unique_ptr<LocalMount>> Start(const std::string& binary, const std::string& socket,
+                                                   const std::string& mountpoint);
+  ~LocalMount();
+  LocalMount(const LocalMount&) = delete;
+  LocalMount& operator=(const LocalMount&) = delete;
+  const std::string& path() const { return mountpoint_; }
+
+ private:
+  LocalMount() = default;
+  std::string mountpoint_;
+  pid_t pid_ = -1;
+};
+
 }  // namespace ptstore::bench
