@@ -37,19 +37,11 @@ std::string ReadFile(const std::string& path) {
 }
 
 Daemon::Daemon() = default;
-Daemon::~Daemon() { Stop(); }
-
-Status Daemon::Start(const Options& options) {
-  dir_ = MakeTempDir("ptstored-test");
-  if (dir_.empty()) return ErrnoError("mkdtemp", errno);
-  socket_ = dir_ + "/ptstored.sock";
-  log_ = dir_ + "/ptstored.log";
-  std::vector<std::string> args = {PtstoredPath(), "--socket", socket_, "--arena-size", options.arena_size};
-  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
-  pid_ = fork();
-  if (pid_ < 0) return ErrnoError("fork", errno);
-  if (pid_ == 0) {
-    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+Result<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid < 0) return ErrnoError("fork", errno);
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
@@ -60,6 +52,19 @@ Status Daemon::Start(const Options& options) {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+Daemon::~Daemon() { Stop(); }
+
+Status Daemon::Start(const Options& options) {
+  dir_ = MakeTempDir("ptstored-test");
+  if (dir_.empty()) return ErrnoError("mkdtemp", errno);
+  socket_ = dir_ + "/ptstored.sock";
+  log_ = dir_ + "/ptstored.log";
+  std::vector<std::string> args = {PtstoredPath(), "--socket", socket_, "--arena-size", options.arena_size};
+  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+  PTS_ASSIGN_OR_RETURN(pid_, SpawnWithLog(args, log_));
   // Wait until the socket accepts a connection (or the daemon dies).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {

@@ -19,6 +19,10 @@ std::string MakeTempDir(const std::string& prefix);
 // The contents of a file; empty when it cannot be read.
 std::string ReadFile(const std::string& path);
 
+// Starts `args` (args[0]: the binary's path) in a child process with its
+// standard output and error going to `log`.
+Result<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log);
+
 class Daemon {
  public:
   struct Options {

@@ -41,20 +41,7 @@ Status Mount::Start(const std::string& socket, const Options& options) {
   std::string opts = "socket=" + socket + (options.options.empty() ? "" : "," + options.options);
   std::vector<std::string> args = {PtstoreFusePath(), mountpoint_, "-f", "-o", opts};
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
-  pid_ = fork();
-  if (pid_ < 0) return ErrnoError("fork", errno);
-  if (pid_ == 0) {
-    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  PTS_ASSIGN_OR_RETURN(pid_, SpawnWithLog(args, log_));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     int status;
