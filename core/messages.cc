@@ -39,6 +39,10 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kUnregisterBufferReply: return "UnregisterBufferReply";
     case MsgType::kIncrement: return "Increment";
     case MsgType::kIncrementReply: return "IncrementReply";
+    case MsgType::kAuthHello: return "AuthHello";
+    case MsgType::kAuthHelloReply: return "AuthHelloReply";
+    case MsgType::kAuthProof: return "AuthProof";
+    case MsgType::kAuthProofReply: return "AuthProofReply";
   }
   return "Unknown";
 }
@@ -400,6 +404,35 @@ Status IncrementReply::Decode(Decoder& d) {
   return d.Finish("IncrementReply");
 }
 
+void AuthHello::Encode(Encoder& e) const {
+  e.PutU32(node_id);
+  e.PutRaw(nonce.data(), nonce.size());
+}
+Status AuthHello::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU32("node_id", &node_id));
+  PTS_RETURN_IF_ERROR(d.GetRaw("nonce", nonce.data(), nonce.size()));
+  return d.Finish("AuthHello");
+}
+void AuthHelloReply::Encode(Encoder& e) const {
+  e.PutU32(node_id);
+  e.PutRaw(nonce.data(), nonce.size());
+}
+Status AuthHelloReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU32("node_id", &node_id));
+  PTS_RETURN_IF_ERROR(d.GetRaw("nonce", nonce.data(), nonce.size()));
+  return d.Finish("AuthHelloReply");
+}
+void AuthProof::Encode(Encoder& e) const { e.PutRaw(mac.data(), mac.size()); }
+Status AuthProof::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetRaw("mac", mac.data(), mac.size()));
+  return d.Finish("AuthProof");
+}
+void AuthProofReply::Encode(Encoder& e) const { e.PutRaw(mac.data(), mac.size()); }
+Status AuthProofReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetRaw("mac", mac.data(), mac.size()));
+  return d.Finish("AuthProofReply");
+}
+
 namespace {
 template <typename M>
 Status DecodeAs(std::span<const uint8_t> body) {
@@ -444,6 +477,10 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kUnregisterBufferReply: return DecodeAs<EmptyReply>(body);
     case MsgType::kIncrement: return DecodeAs<IncrementRequest>(body);
     case MsgType::kIncrementReply: return DecodeAs<IncrementReply>(body);
+    case MsgType::kAuthHello: return DecodeAs<AuthHello>(body);
+    case MsgType::kAuthHelloReply: return DecodeAs<AuthHelloReply>(body);
+    case MsgType::kAuthProof: return DecodeAs<AuthProof>(body);
+    case MsgType::kAuthProofReply: return DecodeAs<AuthProofReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

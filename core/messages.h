@@ -5,6 +5,7 @@
 // either decodes or yields kProtocol naming the bad field.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ enum class MsgType : uint16_t {
   kDropNamespace = 28, kDropNamespaceReply = 29,
   kUnregisterBuffer = 30, kUnregisterBufferReply = 31,
   kIncrement = 32, kIncrementReply = 33,
+  // Node-to-node authentication (rdma/auth.h), the first frames on a
+  // connection between two ptstored.
+  kAuthHello = 34, kAuthHelloReply = 35,
+  kAuthProof = 36, kAuthProofReply = 37,
 };
 const char* MsgTypeName(uint16_t type);
 
@@ -218,6 +223,41 @@ struct IncrementReply {
   std::vector<uint32_t> tokens;  // the increment's own token ids
   uint64_t lease_id = 0;         // pin only
   std::vector<Extent> extents;   // pin only, with arena offsets
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// Authentication (rdma/auth.h, docs/architecture.md "Cluster foundations"):
+// each side names itself and sends a fresh 32-byte nonce, then each proves it
+// knows the cluster secret with an HMAC-SHA256 over both nonces and both ids.
+inline constexpr size_t kAuthNonceBytes = 32;
+inline constexpr size_t kAuthMacBytes = 32;
+using AuthNonce = std::array<uint8_t, kAuthNonceBytes>;
+using AuthMac = std::array<uint8_t, kAuthMacBytes>;
+
+struct AuthHello {  // initiator -> responder
+  static constexpr MsgType kType = MsgType::kAuthHello;
+  uint32_t node_id = 0;
+  AuthNonce nonce{};
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct AuthHelloReply {  // responder -> initiator
+  static constexpr MsgType kType = MsgType::kAuthHelloReply;
+  uint32_t node_id = 0;
+  AuthNonce nonce{};
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct AuthProof {  // initiator's MAC; the responder checks it first
+  static constexpr MsgType kType = MsgType::kAuthProof;
+  AuthMac mac{};
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct AuthProofReply {  // responder's MAC, sent only after the initiator's checked
+  static constexpr MsgType kType = MsgType::kAuthProofReply;
+  AuthMac mac{};
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

@@ -181,6 +181,18 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   inc.lease_id = 9;
   inc.extents = {Extent{TensorId{7}, 0, 4096, 8192}};
   out.push_back(Frame(MsgType::kIncrementReply, inc));
+  AuthHello ah{.node_id = 3};
+  for (size_t i = 0; i < ah.nonce.size(); ++i) ah.nonce[i] = static_cast<uint8_t>(i * 7 + 1);
+  out.push_back(Frame(MsgType::kAuthHello, ah));
+  AuthHelloReply ahr{.node_id = 5};
+  for (size_t i = 0; i < ahr.nonce.size(); ++i) ahr.nonce[i] = static_cast<uint8_t>(255 - i);
+  out.push_back(Frame(MsgType::kAuthHelloReply, ahr));
+  AuthProof ap;
+  for (size_t i = 0; i < ap.mac.size(); ++i) ap.mac[i] = static_cast<uint8_t>(i ^ 0x5a);
+  out.push_back(Frame(MsgType::kAuthProof, ap));
+  AuthProofReply apr;
+  for (size_t i = 0; i < apr.mac.size(); ++i) apr.mac[i] = static_cast<uint8_t>(i ^ 0xa5);
+  out.push_back(Frame(MsgType::kAuthProofReply, apr));
   return out;
 }
 

@@ -122,6 +122,10 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kUnregisterBufferReply: return CheckTyped<core::EmptyReply>(type, body, any);
     case MsgType::kIncrement: return CheckTyped<core::IncrementRequest>(type, body, any);
     case MsgType::kIncrementReply: return CheckTyped<core::IncrementReply>(type, body, any);
+    case MsgType::kAuthHello: return CheckTyped<core::AuthHello>(type, body, any);
+    case MsgType::kAuthHelloReply: return CheckTyped<core::AuthHelloReply>(type, body, any);
+    case MsgType::kAuthProof: return CheckTyped<core::AuthProof>(type, body, any);
+    case MsgType::kAuthProofReply: return CheckTyped<core::AuthProofReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";
