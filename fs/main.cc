@@ -7,6 +7,7 @@
 // daemonize, serve (multithreaded unless -s), unmount.
 #include <fuse_lowlevel.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +86,15 @@ int Run(int argc, char** argv) {
     if (cmd.max_idle_threads != UINT_MAX) fuse_loop_cfg_set_idle_threads(cfg, cmd.max_idle_threads);
     rc = fuse_session_loop_mt(se, cfg);
     fuse_loop_cfg_destroy(cfg);
+  }
+  // The kernel ends the connection when the mount goes away (umount, or
+  // the last open file of a lazy umount closing). A reader then gets
+  // ENODEV, or ECONNABORTED when the kernel aborted the connection while
+  // tearing the superblock down (libfuse 3.14 reports only ENODEV as a
+  // clean end): both are a normal unmount, not an error.
+  if (rc == -ECONNABORTED || rc == ECONNABORTED) {
+    std::fprintf(stderr, "ptstore-fuse: the kernel ended the connection (unmounted)\n");
+    rc = 0;
   }
   fs.Stop();
 out_unmount:
