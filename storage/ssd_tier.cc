@@ -278,17 +278,27 @@ Result<std::pair<std::shared_ptr<File>, uint64_t>> SsdTier::ReserveLocked(uint64
   return std::make_pair(s.file, off);
 }
 
-void SsdTier::FinishAppend(uint64_t segment_id, bool ok) {
+void SsdTier::FinishAppend(const SsdLocation& loc, bool ok) {
   std::shared_ptr<File> to_sync;
   {
     std::lock_guard lk(mu_);
-    auto it = segments_.find(segment_id);
+    if (ok) {
+      stats_.records_written++;
+      stats_.payload_bytes_written += loc.payload_bytes;
+      stats_.stored_bytes_written += loc.stored_bytes;
+    } else {
+      stats_.write_errors++;
+    }
+    auto it = segments_.find(loc.segment);
     if (it == segments_.end()) return;
     Segment& s = it->second;
+    if (ok) {
+      s.live += loc.footprint();
+      live_bytes_ += loc.footprint();
+    }
     s.inflight--;
     if (s.sealed && s.inflight == 0 && options_.sync == SsdOptions::Sync::kSegment) to_sync = s.file;
   }
-  (void)ok;
   if (to_sync) {
     Status st = to_sync->Sync();
     if (!st.ok()) PTS_WARN("ssd", "sync of a sealed segment: " << st.ToString());
@@ -389,19 +399,7 @@ Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uin
     if (zs.ok() && options_.sync != SsdOptions::Sync::kNone) zs = file->Sync();
     if (!zs.ok()) PTS_WARN("ssd", "blanking the header of a failed append: " << zs.ToString());
   }
-  {
-    std::lock_guard lk(mu_);
-    if (s.ok()) {
-      segments_.at(loc.segment).live += foot;
-      live_bytes_ += foot;
-      stats_.records_written++;
-      stats_.payload_bytes_written += payload.size();
-      stats_.stored_bytes_written += stored.size();
-    } else {
-      stats_.write_errors++;
-    }
-  }
-  FinishAppend(loc.segment, s.ok());
+  FinishAppend(loc, s.ok());
   if (!s.ok()) return s.WithContext("ssd: writing a record to " + Where(loc.segment, loc.offset));
   return loc;
 }

@@ -167,7 +167,9 @@ class SsdTier {
   Status OpenNewSegmentLocked();
   // Marks `s` sealed; returns its file when the caller must sync it.
   std::shared_ptr<File> SealLocked(Segment* s);
-  void FinishAppend(uint64_t segment_id, bool ok);
+  // An append's writes are over: its space counts as live if they
+  // succeeded, and a sealed segment left with no append in flight is synced.
+  void FinishAppend(const SsdLocation& loc, bool ok);
   Result<SegmentRef> SegmentOf(uint64_t segment);
   std::string PathOf(uint64_t segment) const;
   Status ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats);

@@ -267,8 +267,9 @@ bool Store::DropOneLocked(CacheClass from) {
   return true;
 }
 
-bool Store::MakeDramRoomLocked(CacheClass cls, CacheClass from, std::unique_lock<std::mutex>& lk) {
-  if (from == CacheClass::kReplica || !SsdEnabled()) return DropOneLocked(from);
+bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk) {
+  const CacheClass from = CacheClass::kOwned;
+  if (!SsdEnabled()) return DropOneLocked(from);
   // Owned data with an SSD tier: by GDSF, the victim's DRAM copy goes.
   // One that SSD holds already just frees its DRAM; one that SSD does not
   // hold is spilled first (or, when it cannot be, dropped if it is a leaf).
@@ -315,7 +316,7 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::uniq
     // Replicas can be fetched again: they go first. Owned data only makes
     // room for owned data.
     if (DropOneLocked(CacheClass::kReplica)) continue;
-    if (cls == CacheClass::kOwned && MakeDramRoomLocked(cls, CacheClass::kOwned, lk)) continue;
+    if (cls == CacheClass::kOwned && MakeOwnedRoomLocked(lk)) continue;
     if (appends_in_flight_ > 0) {
       // Other threads' spills will free DRAM: wait for them.
       io_done_.wait(lk);

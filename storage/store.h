@@ -198,10 +198,10 @@ class Store {
   // May release `lk` while it waits for a spill to SSD: callers must hold
   // (pin, hold or mark busy) whatever they need to stay.
   Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk);
-  // Frees DRAM by one GDSF step for an allocation of class `cls`: drops a
-  // replica or an owned tensor, frees the DRAM copy of one that SSD holds,
-  // or spills one (releasing `lk` while writing). False if nothing can go.
-  bool MakeDramRoomLocked(CacheClass cls, CacheClass from, std::unique_lock<std::mutex>& lk);
+  // Frees DRAM by one GDSF step among owned tensors: drops one (no SSD
+  // tier), frees the DRAM copy of one that SSD holds, or spills one
+  // (releasing `lk` while writing). False if nothing can go.
+  bool MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk);
   bool DropOneLocked(CacheClass from);
   // Removes `t`'s nodes from its tree (t must be a leaf tensor) and frees it
   // unless pinned.
