@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/storage/kv_fixture.h"
+#include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
 
 namespace ptstore {
@@ -48,12 +49,7 @@ std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) {
   return kv;
 }
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<uint32_t> t(n);
-  std::mt19937 rng(seed);
-  for (auto& x : t) x = rng() % 32000;
-  return t;
-}
+using testing::Tokens;
 
 class ClientTest : public ::testing::Test {
  protected:

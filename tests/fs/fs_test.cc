@@ -29,6 +29,7 @@
 #include "ptstore/client.h"
 #include "ptstore/ioctl.h"
 #include "tests/storage/kv_fixture.h"
+#include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
@@ -59,12 +60,7 @@ std::vector<uint8_t> KvOf(std::span<const uint32_t> tokens, uint64_t start, cons
   return kv;
 }
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<uint32_t> t(n);
-  std::mt19937 rng(seed);
-  for (auto& x : t) x = rng() % 32000;
-  return t;
-}
+using testing::Tokens;
 
 struct ShellResult {
   int rc = -1;

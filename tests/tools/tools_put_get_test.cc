@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ptstore/client.h"
+#include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/temp_dir.h"
@@ -74,9 +75,7 @@ class PutGetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(daemon_.Start().ok());
-    ClientOptions o;
-    o.socket_path = daemon_.socket_path();
-    auto c = Client::Connect(o);
+    auto c = testing::ConnectTo(daemon_.socket_path());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
     ASSERT_TRUE(client_->CreateNamespace(kNs, TestLayout()).ok());
