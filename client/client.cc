@@ -5,6 +5,7 @@
 
 #include "client/connection.h"
 #include "core/messages.h"
+#include "core/peer_messages.h"
 
 namespace ptstore {
 
@@ -322,6 +323,13 @@ Result<StoreStats> Client::Stats() {
   core::StatsReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kStats, core::NameRequest{}, MsgType::kStatsReply, &rep));
   return rep.stats;
+}
+
+Result<ClusterStatus> Client::GetClusterStatus() {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::ClusterStatusReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kClusterStatus, core::EmptyReply{}, MsgType::kClusterStatusReply, &rep));
+  return static_cast<ClusterStatus>(rep);
 }
 
 Result<IncrementInfo> Client::GetIncrement(const std::string& ns, const ChainKey& key) {

@@ -1,4 +1,5 @@
 #include "core/messages.h"
+#include "core/peer_messages.h"
 
 #include "core/wire_types.h"
 
@@ -43,45 +44,24 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kAuthHelloReply: return "AuthHelloReply";
     case MsgType::kAuthProof: return "AuthProof";
     case MsgType::kAuthProofReply: return "AuthProofReply";
+    case MsgType::kPeerPing: return "PeerPing";
+    case MsgType::kPeerPingReply: return "PeerPingReply";
+    case MsgType::kShardLookup: return "ShardLookup";
+    case MsgType::kShardLookupReply: return "ShardLookupReply";
+    case MsgType::kShardAnnounce: return "ShardAnnounce";
+    case MsgType::kShardAnnounceReply: return "ShardAnnounceReply";
+    case MsgType::kPeerFetch: return "PeerFetch";
+    case MsgType::kPeerFetchReply: return "PeerFetchReply";
+    case MsgType::kPeerRelease: return "PeerRelease";
+    case MsgType::kPeerReleaseReply: return "PeerReleaseReply";
+    case MsgType::kPeerRemove: return "PeerRemove";
+    case MsgType::kPeerRemoveReply: return "PeerRemoveReply";
+    case MsgType::kClusterStatus: return "ClusterStatus";
+    case MsgType::kClusterStatusReply: return "ClusterStatusReply";
   }
   return "Unknown";
 }
 
-namespace {
-
-void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n) {
-  e.PutString(n.name);
-  PutLayout(e, n.layout);
-  e.PutBool(n.salted);
-  e.PutU32(n.uid);
-  e.PutU32(n.gid);
-  e.PutU32(n.mode);
-  e.PutU64(n.bytes);
-  e.PutU64(n.prefixes);
-}
-Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n) {
-  PTS_RETURN_IF_ERROR(d.GetString("namespace.name", &n->name, 4096));
-  PTS_RETURN_IF_ERROR(GetLayout(d, &n->layout));
-  PTS_RETURN_IF_ERROR(d.GetBool("namespace.salted", &n->salted));
-  PTS_RETURN_IF_ERROR(d.GetU32("namespace.uid", &n->uid));
-  PTS_RETURN_IF_ERROR(d.GetU32("namespace.gid", &n->gid));
-  PTS_RETURN_IF_ERROR(d.GetU32("namespace.mode", &n->mode));
-  PTS_RETURN_IF_ERROR(d.GetU64("namespace.bytes", &n->bytes));
-  return d.GetU64("namespace.prefixes", &n->prefixes);
-}
-
-// Bounds the element counts of lists so a hostile count cannot make us
-// allocate more than the body could possibly describe.
-Status GetCount(Decoder& d, const char* field, size_t min_elem_bytes, uint32_t* n) {
-  PTS_RETURN_IF_ERROR(d.GetU32(field, n));
-  if (min_elem_bytes && *n > d.remaining() / min_elem_bytes) {
-    return ProtocolError(std::string("field '") + field + "' count " + std::to_string(*n) +
-                         " does not fit in the " + std::to_string(d.remaining()) + " remaining bytes");
-  }
-  return Status::OK();
-}
-
-}  // namespace
 
 void ErrorReply::Encode(Encoder& e) const {
   e.PutU16(static_cast<uint16_t>(code));
@@ -338,6 +318,10 @@ void ForEachStat(StoreStats& s, F f) {
   f("ssd_compactions", s.ssd_compactions); f("recovered_tensors", s.recovered_tensors);
   f("recovered_bytes", s.recovered_bytes); f("recovery_corrupt", s.recovery_corrupt);
   f("recovery_dropped", s.recovery_dropped);
+  f("remote_tensors", s.remote_tensors); f("remote_hits", s.remote_hits);
+  f("remote_fetches", s.remote_fetches); f("remote_fetch_bytes", s.remote_fetch_bytes);
+  f("remote_fetch_failures", s.remote_fetch_failures); f("replicas_kept", s.replicas_kept);
+  f("peer_served_bytes", s.peer_served_bytes);
 }
 }  // namespace
 
@@ -481,6 +465,20 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kAuthHelloReply: return DecodeAs<AuthHelloReply>(body);
     case MsgType::kAuthProof: return DecodeAs<AuthProof>(body);
     case MsgType::kAuthProofReply: return DecodeAs<AuthProofReply>(body);
+    case MsgType::kPeerPing: return DecodeAs<PeerPing>(body);
+    case MsgType::kPeerPingReply: return DecodeAs<PeerPingReply>(body);
+    case MsgType::kShardLookup: return DecodeAs<ShardLookup>(body);
+    case MsgType::kShardLookupReply: return DecodeAs<ShardLookupReply>(body);
+    case MsgType::kShardAnnounce: return DecodeAs<ShardAnnounce>(body);
+    case MsgType::kShardAnnounceReply:
+    case MsgType::kPeerReleaseReply: return DecodeAs<EmptyReply>(body);
+    case MsgType::kPeerFetch: return DecodeAs<PeerFetch>(body);
+    case MsgType::kPeerFetchReply: return DecodeAs<PeerFetchReply>(body);
+    case MsgType::kPeerRelease: return DecodeAs<PeerRelease>(body);
+    case MsgType::kPeerRemove: return DecodeAs<PeerRemove>(body);
+    case MsgType::kPeerRemoveReply: return DecodeAs<RemoveReply>(body);
+    case MsgType::kClusterStatus: return DecodeAs<EmptyReply>(body);
+    case MsgType::kClusterStatusReply: return DecodeAs<ClusterStatusReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -37,6 +37,15 @@ enum class MsgType : uint16_t {
   // connection between two ptstored.
   kAuthHello = 34, kAuthHelloReply = 35,
   kAuthProof = 36, kAuthProofReply = 37,
+  // Node-to-node requests after authentication (core/peer_messages.h).
+  kPeerPing = 38, kPeerPingReply = 39,
+  kShardLookup = 40, kShardLookupReply = 41,
+  kShardAnnounce = 42, kShardAnnounceReply = 43,
+  kPeerFetch = 44, kPeerFetchReply = 45,
+  kPeerRelease = 46, kPeerReleaseReply = 47,
+  kPeerRemove = 48, kPeerRemoveReply = 49,
+  // Client -> local ptstored: the members of the cluster as this node sees them.
+  kClusterStatus = 50, kClusterStatusReply = 51,
 };
 const char* MsgTypeName(uint16_t type);
 

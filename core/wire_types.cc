@@ -30,4 +30,37 @@ Status GetLayout(Decoder& d, Layout* l) {
   return d.GetU32("layout.block_tokens", &l->block_tokens);
 }
 
+void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n) {
+  e.PutString(n.name);
+  PutLayout(e, n.layout);
+  e.PutBool(n.salted);
+  e.PutU32(n.uid);
+  e.PutU32(n.gid);
+  e.PutU32(n.mode);
+  e.PutU64(n.bytes);
+  e.PutU64(n.prefixes);
+}
+Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n) {
+  PTS_RETURN_IF_ERROR(d.GetString("namespace.name", &n->name, 4096));
+  PTS_RETURN_IF_ERROR(GetLayout(d, &n->layout));
+  PTS_RETURN_IF_ERROR(d.GetBool("namespace.salted", &n->salted));
+  PTS_RETURN_IF_ERROR(d.GetU32("namespace.uid", &n->uid));
+  PTS_RETURN_IF_ERROR(d.GetU32("namespace.gid", &n->gid));
+  PTS_RETURN_IF_ERROR(d.GetU32("namespace.mode", &n->mode));
+  PTS_RETURN_IF_ERROR(d.GetU64("namespace.bytes", &n->bytes));
+  return d.GetU64("namespace.prefixes", &n->prefixes);
+}
+
+// Bounds the element counts of lists so a hostile count cannot make us
+// allocate more than the body could possibly describe.
+Status GetCount(Decoder& d, const char* field, size_t min_elem_bytes, uint32_t* n) {
+  PTS_RETURN_IF_ERROR(d.GetU32(field, n));
+  if (min_elem_bytes && *n > d.remaining() / min_elem_bytes) {
+    return ProtocolError(std::string("field '") + field + "' count " + std::to_string(*n) +
+                         " does not fit in the " + std::to_string(d.remaining()) + " remaining bytes");
+  }
+  return Status::OK();
+}
+
+
 }  // namespace ptstore::core

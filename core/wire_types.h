@@ -11,6 +11,7 @@
 #include "ptstore/keys.h"
 #include "ptstore/layout.h"
 #include "ptstore/status.h"
+#include "ptstore/types.h"
 
 namespace ptstore::core {
 
@@ -24,5 +25,14 @@ void PutLayout(Encoder& e, const Layout& l);
 // Reads what PutLayout wrote. It does not validate: layouts are validated
 // where they are used (the server, the record header decoder).
 Status GetLayout(Decoder& d, Layout* l);
+
+// name, layout, salted, uid, gid, mode, bytes, prefixes.
+void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n);
+Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n);
+
+// Reads a u32 element count and bounds it, so a hostile count cannot make
+// the decoder allocate more than the body could possibly describe: each
+// element takes at least min_elem_bytes.
+Status GetCount(Decoder& d, const char* field, size_t min_elem_bytes, uint32_t* n);
 
 }  // namespace ptstore::core

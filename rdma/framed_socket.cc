@@ -134,6 +134,27 @@ Status FramedSocket::ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd)
   return Status::OK();
 }
 
+Status FramedSocket::SendRaw(const uint8_t* p, size_t n) {
+  size_t sent = 0;
+  while (sent < n) {
+    ssize_t w = send(fd_, p + sent, n - sent, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return DeadlineExceeded("the peer stopped reading bulk data");
+      return ErrnoError("sending bulk data", errno);
+    }
+    sent += static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Status FramedSocket::ReceiveRaw(uint8_t* p, size_t n, int timeout_ms) {
+  int fd = -1;
+  Status st = ReadFull(p, n, timeout_ms, &fd);
+  if (fd >= 0) close(fd);
+  return st;
+}
+
 Result<Frame> FramedSocket::Receive(int timeout_ms) {
   Frame f;
   uint8_t header[core::kFrameHeaderBytes];

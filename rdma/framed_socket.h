@@ -49,6 +49,11 @@ class FramedSocket {
   Status Send(uint16_t type, uint64_t request_id, std::span<const uint8_t> body, int pass_fd = -1);
   // timeout_ms < 0 waits forever (servers waiting for the next request).
   Result<Frame> Receive(int timeout_ms);
+  // Raw bytes outside frames: the bulk data that follows a frame that
+  // announced it (node-to-node loads over TCP). ReceiveRaw fails with
+  // DeadlineExceeded if all n bytes have not arrived within timeout_ms.
+  Status SendRaw(const uint8_t* p, size_t n);
+  Status ReceiveRaw(uint8_t* p, size_t n, int timeout_ms);
   void Shutdown();
   int fd() const { return fd_; }
 

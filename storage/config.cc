@@ -76,7 +76,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     std::string where = e.source().begin ? " at line " + std::to_string(e.source().begin.line) : "";
     return InvalidArgument("config " + path + where + ": " + std::string(e.description()));
   }
-  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "ssd", "server", "log"}));
+  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "ssd", "server", "log", "metrics", "cluster"}));
   if (auto* node = root["node"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*node, "node", {"id"}));
     int64_t id = config->store.node_id;
@@ -134,6 +134,48 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     if (sessions <= 0) return InvalidArgument("config: server.max_sessions must be positive");
     config->server.max_sessions = static_cast<uint32_t>(sessions);
   }
+  if (auto* metrics = root["metrics"].as_table()) {
+    PTS_RETURN_IF_ERROR(CheckKeys(*metrics, "metrics", {"bind", "port"}));
+    PTS_RETURN_IF_ERROR(Field(*metrics, "bind", &config->metrics.bind));
+    if (config->metrics.bind.empty()) return InvalidArgument("config: metrics.bind must not be empty");
+    if (const toml::node* port = metrics->get("port")) {
+      std::string text;
+      if (auto i = port->value<int64_t>()) text = std::to_string(*i);
+      else if (auto str = port->value<std::string>()) text = *str;
+      else return InvalidArgument("config: metrics.port must be a port number or \"auto\"");
+      PTS_RETURN_IF_ERROR(ParseMetricsPort(text, &config->metrics).WithContext("config"));
+    }
+  }
+  if (auto* cluster = root["cluster"].as_table()) {
+    ClusterOptions& c = config->cluster;
+    PTS_RETURN_IF_ERROR(CheckKeys(*cluster, "cluster",
+                                  {"file", "secret_file", "data_path", "fabric_provider", "rpc_timeout_ms",
+                                   "heartbeat_ms", "dead_after", "replicate_after"}));
+    PTS_RETURN_IF_ERROR(Field(*cluster, "file", &c.cluster_file));
+    PTS_RETURN_IF_ERROR(Field(*cluster, "secret_file", &c.secret_file));
+    std::string path;
+    PTS_RETURN_IF_ERROR(Field(*cluster, "data_path", &path));
+    if (!path.empty()) {
+      PTS_ASSIGN_OR_RETURN(c.data_path, ParseDataPath(path));
+    }
+    PTS_RETURN_IF_ERROR(Field(*cluster, "fabric_provider", &c.fabric_provider));
+    int64_t v = c.rpc_timeout_ms;
+    PTS_RETURN_IF_ERROR(Field(*cluster, "rpc_timeout_ms", &v));
+    if (v < 10 || v > 600000) return InvalidArgument("config: cluster.rpc_timeout_ms must be in [10, 600000]");
+    c.rpc_timeout_ms = static_cast<int>(v);
+    v = c.heartbeat_ms;
+    PTS_RETURN_IF_ERROR(Field(*cluster, "heartbeat_ms", &v));
+    if (v < 10 || v > 600000) return InvalidArgument("config: cluster.heartbeat_ms must be in [10, 600000]");
+    c.heartbeat_ms = static_cast<int>(v);
+    v = c.dead_after;
+    PTS_RETURN_IF_ERROR(Field(*cluster, "dead_after", &v));
+    if (v < 1 || v > 1000) return InvalidArgument("config: cluster.dead_after must be in [1, 1000]");
+    c.dead_after = static_cast<int>(v);
+    v = config->store.replicate_after;
+    PTS_RETURN_IF_ERROR(Field(*cluster, "replicate_after", &v));
+    if (v < 0 || v > 1000000) return InvalidArgument("config: cluster.replicate_after must be in [0, 1000000]");
+    config->store.replicate_after = static_cast<uint32_t>(v);
+  }
   if (auto* log = root["log"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
     PTS_RETURN_IF_ERROR(Field(*log, "level", &config->log_level));
@@ -146,6 +188,28 @@ Result<SsdOptions::Sync> ParseSync(std::string_view text) {
   if (text == "segment") return SsdOptions::Sync::kSegment;
   if (text == "record") return SsdOptions::Sync::kRecord;
   return InvalidArgument("ssd sync mode '" + std::string(text) + "' is not none, segment or record");
+}
+
+Result<core::DataPath> ParseDataPath(std::string_view text) {
+  if (text == "tcp") return core::DataPath::kTcp;
+  if (text == "rma") return core::DataPath::kRma;
+  return InvalidArgument("data path '" + std::string(text) + "' is not \"tcp\" or \"rma\"");
+}
+
+Status ParseMetricsPort(std::string_view text, MetricsConfig* metrics) {
+  if (text == "auto") {
+    metrics->enabled = true;
+    metrics->port = 0;
+    return Status::OK();
+  }
+  uint32_t port = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || p != text.data() + text.size() || port > 65535) {
+    return InvalidArgument("metrics port '" + std::string(text) + "' is not a port number (0-65535) or \"auto\"");
+  }
+  metrics->enabled = port != 0;
+  metrics->port = static_cast<uint16_t>(port);
+  return Status::OK();
 }
 
 Status CheckSsdConfig(const DaemonConfig& config) {

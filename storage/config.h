@@ -5,10 +5,18 @@
 #include <string>
 
 #include "ptstore/status.h"
+#include "storage/cluster.h"
 #include "storage/server.h"
 #include "storage/store.h"
 
 namespace ptstore::storage {
+
+// [metrics]: the Prometheus endpoint (storage/metrics_http.h).
+struct MetricsConfig {
+  bool enabled = false;           // a port was given: a number or "auto"
+  std::string bind = "127.0.0.1";
+  uint16_t port = 0;              // 0 while enabled: an ephemeral port (logged)
+};
 
 struct DaemonConfig {
   StoreOptions store;
@@ -17,6 +25,9 @@ struct DaemonConfig {
   std::string log_level = "info";
   // On SIGTERM, write what only DRAM holds to the SSD tier first.
   bool persist_on_shutdown = true;
+  MetricsConfig metrics;
+  // [cluster]: empty cluster.cluster_file means a single node.
+  ClusterOptions cluster;
 };
 
 // "4GiB", "512MiB", "64KiB", "1G", "1048576" -> bytes.
@@ -28,6 +39,13 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 
 // "none", "segment", "record".
 Result<SsdOptions::Sync> ParseSync(std::string_view text);
+
+// A metrics port: "1".."65535", "auto" (an ephemeral port) or "0" (no
+// metrics endpoint).
+Status ParseMetricsPort(std::string_view text, MetricsConfig* metrics);
+
+// "tcp" or "rma".
+Result<core::DataPath> ParseDataPath(std::string_view text);
 
 // An SSD tier needs both a directory and a capacity.
 Status CheckSsdConfig(const DaemonConfig& config);

@@ -12,6 +12,8 @@
 
 #include "core/logging.h"
 #include "storage/config.h"
+#include "storage/metrics.h"
+#include "storage/metrics_http.h"
 #include "storage/server.h"
 #include "storage/store.h"
 
@@ -25,6 +27,9 @@ int main(int argc, char** argv) {
   bool no_prefault = false;
   std::string ssd_dir, ssd_capacity, ssd_sync;
   bool ssd_compress = false;
+  std::string metrics_port, metrics_bind;
+  std::string cluster_file, secret_file, data_path, fabric_provider;
+  std::optional<uint32_t> replicate_after;
   app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket, "unix socket path for local clients");
   app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
@@ -38,6 +43,14 @@ int main(int argc, char** argv) {
   app.add_option("--ssd-capacity", ssd_capacity, "bytes the SSD tier may take, e.g. 100GiB");
   app.add_flag("--ssd-compress", ssd_compress, "byte-shuffle + zstd the payloads written to SSD");
   app.add_option("--ssd-sync", ssd_sync, "when SSD writes are made durable: none, segment or record");
+  app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics on this TCP port (auto: any free one; 0: off)");
+  app.add_option("--metrics-bind", metrics_bind, "address of the metrics port (default 127.0.0.1)");
+  app.add_option("--cluster", cluster_file, "cluster file (TOML [[node]] list or one host[:port] per line): join a cluster")
+      ->check(CLI::ExistingFile);
+  app.add_option("--secret-file", secret_file, "the cluster's shared secret (>= 32 bytes, mode 0600)");
+  app.add_option("--data-path", data_path, "how remote loads move bytes: tcp (a stream) or rma (libfabric fi_read)");
+  app.add_option("--fabric-provider", fabric_provider, "libfabric provider for --data-path rma (default tcp)");
+  app.add_option("--replicate-after", replicate_after, "keep a fetched remote increment as a replica after this many loads (0: never)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -62,6 +75,17 @@ int main(int argc, char** argv) {
   }
   if (replica_share) cfg.store.replica_share = *replica_share;
   if (node_id) cfg.store.node_id = *node_id;
+  if (!cluster_file.empty()) cfg.cluster.cluster_file = cluster_file;
+  if (!secret_file.empty()) cfg.cluster.secret_file = secret_file;
+  if (!data_path.empty()) {
+    auto p = storage::ParseDataPath(data_path);
+    if (!p.ok()) return fail(p.status().WithContext("--data-path"));
+    cfg.cluster.data_path = *p;
+  }
+  if (!fabric_provider.empty()) cfg.cluster.fabric_provider = fabric_provider;
+  if (replicate_after) cfg.store.replicate_after = *replicate_after;
+  // Owned data evicted with no copy left must leave the other nodes' indexes.
+  cfg.store.track_lost = !cfg.cluster.cluster_file.empty();
   if (!group.empty()) cfg.trusted_group = group;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (no_prefault) cfg.store.prefault = false;
@@ -77,6 +101,12 @@ int main(int argc, char** argv) {
     if (!sync.ok()) return fail(sync.status().WithContext("--ssd-sync"));
     cfg.store.ssd.sync = *sync;
   }
+  if (!metrics_port.empty()) {
+    if (Status st = storage::ParseMetricsPort(metrics_port, &cfg.metrics); !st.ok()) {
+      return fail(st.WithContext("--metrics-port"));
+    }
+  }
+  if (!metrics_bind.empty()) cfg.metrics.bind = metrics_bind;
   if (Status st = storage::CheckSsdConfig(cfg); !st.ok()) return fail(st);
   core::LogLevel level;
   if (!core::ParseLogLevel(cfg.log_level, &level)) {
@@ -98,6 +128,7 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(cfg.server.socket_path).parent_path(), ec);
 
+  const double start_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto t0 = std::chrono::steady_clock::now();
   auto store = storage::Store::Open(cfg.store);
   if (!store.ok()) return fail(store.status().WithContext("opening the store"));
@@ -107,7 +138,33 @@ int main(int argc, char** argv) {
                                 << (cfg.store.prefault ? ", pre-faulted" : "") << "; node " << cfg.store.node_id
                                 << ", replica share " << cfg.store.replica_share);
 
+  std::unique_ptr<storage::Cluster> cluster;
+  if (!cfg.cluster.cluster_file.empty()) {
+    auto c = storage::Cluster::Start(store->get(), cfg.cluster);
+    if (!c.ok()) return fail(c.status().WithContext("joining the cluster"));
+    cluster = std::move(*c);
+    cfg.server.cluster = cluster.get();
+  }
   storage::Server server(store->get(), cfg.server);
+  // The metrics endpoint starts before the socket, so that its port is in
+  // the log once clients can connect.
+  storage::MetricsHttpServer metrics;
+  if (cfg.metrics.enabled) {
+    storage::Store* node_store = store->get();
+    auto render = [node_store, &server, &cfg, start_time] {
+      storage::NodeMetrics node;
+      node.node_id = cfg.store.node_id;
+      node.version = PTSTORE_VERSION;
+      node.start_time = start_time;
+      node.sessions_open = server.sessions_open();
+      node.sessions_total = server.sessions_served();
+      return storage::RenderStoreMetrics(node_store->Stats(), node, node_store->ListNamespaces());
+    };
+    if (Status st = metrics.Start(cfg.metrics.bind, cfg.metrics.port, render); !st.ok()) {
+      return fail(st.WithContext("metrics endpoint"));
+    }
+    PTS_INFO("metrics", "metrics on http://" << metrics.address() << "/metrics");
+  }
   if (Status st = server.Start(); !st.ok()) return fail(st);
   PTS_INFO("main", "ready");
 
@@ -120,7 +177,9 @@ int main(int argc, char** argv) {
     break;
   }
   PTS_INFO("main", "signal " << sig << " (" << strsignal(sig) << "): shutting down");
+  metrics.Stop();
   server.Stop();
+  if (cluster) cluster->Stop();
   if (cfg.persist_on_shutdown && !cfg.store.ssd.dir.empty()) {
     Result<uint64_t> n = (*store)->PersistAll();
     if (!n.ok()) PTS_WARN("main", "persisting to SSD at shutdown: " << n.status().ToString());

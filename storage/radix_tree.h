@@ -81,11 +81,13 @@ class RadixTree {
   uint32_t block_tokens() const { return block_tokens_; }
   uint64_t block_bytes() const { return block_bytes_; }
 
- private:
-  // Splits `node` after `blocks` blocks; returns the new upper node, which
-  // takes node's place under its parent. `upper_key` is the key of the
-  // upper node's last block.
+  // Splits `node` after `blocks` blocks (0 < blocks < blocks_of(node));
+  // returns the new upper node, which takes node's place under its parent;
+  // `node` keeps the rest. `upper_key` is the key of the upper node's last
+  // block.
   RadixNode* Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key);
+
+ private:
 
   uint32_t block_tokens_;
   uint64_t block_bytes_;

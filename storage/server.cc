@@ -48,6 +48,13 @@ void Server::AcceptLoop() {
   }
 }
 
+uint64_t Server::sessions_open() const {
+  std::lock_guard lk(mu_);
+  uint64_t n = 0;
+  for (const auto& s : sessions_) n += s->done() ? 0 : 1;
+  return n;
+}
+
 void Server::ReapLoop() {
   std::unique_lock lk(mu_);
   while (!stopping_.load()) {

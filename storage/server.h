@@ -32,6 +32,8 @@ struct ServerOptions {
   int64_t trusted_gid = -1;          // members get the zero-copy arena mapping
   uint32_t lease_reap_ms = 500;      // how often expired leases are dropped
   uint32_t max_sessions = 4096;
+  // This node's part in a cluster (nullptr: a single node). Not owned.
+  class Cluster* cluster = nullptr;
 };
 
 class Session;
@@ -46,6 +48,8 @@ class Server {
   void Stop();
   const ServerOptions& options() const { return options_; }
   uint64_t sessions_served() const { return next_session_.load() - 1; }
+  // Sessions open now (for metrics).
+  uint64_t sessions_open() const;
 
  private:
   void AcceptLoop();
@@ -58,7 +62,7 @@ class Server {
   std::atomic<uint64_t> next_session_{1};
   std::thread accept_thread_;
   std::thread reap_thread_;
-  std::mutex mu_;  // guards sessions_
+  mutable std::mutex mu_;  // guards sessions_
   std::condition_variable reap_cv_;
   std::list<std::unique_ptr<Session>> sessions_;
 };

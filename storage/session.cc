@@ -4,6 +4,8 @@
 
 #include "core/logging.h"
 #include "core/messages.h"
+#include "core/peer_messages.h"
+#include "storage/cluster.h"
 #include "storage/server.h"
 
 namespace ptstore::storage {
@@ -15,7 +17,7 @@ constexpr uint32_t kMaxBuffers = 64;
 }
 
 Session::Session(Store* store, const ServerOptions* options, int fd, uint64_t id)
-    : store_(store), options_(options), socket_(fd), id_(id) {}
+    : store_(store), options_(options), cluster_(options->cluster), socket_(fd), id_(id) {}
 
 Session::~Session() {
   Stop();
@@ -159,13 +161,17 @@ Status Session::Dispatch(rdma::Frame& f) {
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
       PTS_ASSIGN_OR_RETURN(uint8_t * data, BufferRange(req.buffer_id, req.buffer_offset, req.length));
+      // Blocks other nodes hold are not stored again: learn of them first.
+      if (cluster_) cluster_->Refresh(req.ns, req.tokens);
       PTS_ASSIGN_OR_RETURN(SaveResult r, store_->Save(req.ns, req.tokens, data, req.length, req.first_block));
+      if (cluster_ && r.stored_tokens > 0) cluster_->Announce(req.ns, req.tokens);
       return Reply(f, core::SaveReply{r.matched_tokens, r.stored_tokens, r.new_bytes});
     }
     case MsgType::kLookup: {
       core::PrefixRequest req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      if (cluster_) cluster_->Refresh(req.ns, req.tokens);
       PTS_ASSIGN_OR_RETURN(PrefixResult r, store_->Lookup(req.ns, req.tokens));
       return Reply(f, core::PrefixReply{r.matched_tokens, 0, std::move(r.extents)});
     }
@@ -177,6 +183,7 @@ Status Session::Dispatch(rdma::Frame& f) {
                                 " is not in the store group): load by copy instead");
       }
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      if (cluster_) cluster_->Refresh(req.ns, req.tokens);
       PTS_ASSIGN_OR_RETURN(PrefixResult r, store_->Pin(req.ns, req.tokens, id_));
       core::PrefixReply rep{r.matched_tokens, r.lease_id, std::move(r.extents)};
       return Reply(f, rep);
@@ -186,6 +193,7 @@ Status Session::Dispatch(rdma::Frame& f) {
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
       PTS_ASSIGN_OR_RETURN(uint8_t * dst, BufferRange(req.buffer_id, req.buffer_offset, req.capacity));
+      if (cluster_) cluster_->Refresh(req.ns, req.tokens);
       PTS_ASSIGN_OR_RETURN(uint64_t tokens, store_->LoadCopy(req.ns, req.tokens, dst, req.capacity));
       core::PrefixReply rep{tokens, 0, {}};
       return Reply(f, rep);
@@ -200,8 +208,12 @@ Status Session::Dispatch(rdma::Frame& f) {
       core::RemoveRequest req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
-      Result<RemoveResult> r = req.by_key ? store_->RemoveByKey(req.ns, req.key) : store_->Remove(req.ns, req.tokens);
+      RemovalPoint point;
+      Result<RemoveResult> r = req.by_key ? store_->RemoveByKey(req.ns, req.key, &point)
+                                          : store_->Remove(req.ns, req.tokens, &point);
       PTS_RETURN_IF_ERROR(r.status());
+      // Cluster-wide: no node serves the removed bytes afterwards.
+      if (cluster_) cluster_->PropagateRemoval(point);
       return Reply(f, core::RemoveReply{r->nodes, r->bytes});
     }
     case MsgType::kStats: {
@@ -224,6 +236,12 @@ Status Session::Dispatch(rdma::Frame& f) {
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
       PTS_ASSIGN_OR_RETURN(IncrementResult r, store_->Increment(req.ns, req.key, req.pin, req.whole_prefix, id_));
       core::IncrementReply rep{r.node, std::move(r.tokens), r.lease_id, std::move(r.extents)};
+      return Reply(f, rep);
+    }
+    case MsgType::kClusterStatus: {
+      if (cluster_) return Reply(f, cluster_->MemberStatus());
+      core::ClusterStatusReply rep;
+      rep.self_id = store_->options().node_id;
       return Reply(f, rep);
     }
     default:

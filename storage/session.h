@@ -47,6 +47,7 @@ class Session {
 
   Store* store_;
   const ServerOptions* options_;
+  class Cluster* cluster_;  // nullptr: a single node
   rdma::FramedSocket socket_;
   const uint64_t id_;
   Credentials peer_;

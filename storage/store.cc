@@ -183,13 +183,20 @@ void Store::PinLocked(Tensor* t) {
 void Store::UnpinLocked(Tensor* t) {
   if (--t->pins == 0) {
     stats_.pinned_bytes -= t->allocated;
+    if (t->transient) {
+      // Fetched for the loads that pinned it, not hot enough to keep: back
+      // to a placeholder.
+      FreeDramLocked(t);
+      t->transient = false;
+    }
     MaybeDestroyLocked(t);
   }
 }
 
 void Store::FreeDramLocked(Tensor* t) {
   if (!t->in_dram) return;
-  if (t->in_index) queue_[static_cast<int>(t->cache_class)].Remove(t);
+  EvictionQueue& q = queue_[static_cast<int>(t->cache_class)];
+  if (t->in_index && q.Contains(t)) q.Remove(t);
   alloc_.Free(t->arena_offset);
   (t->cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) -= t->allocated;
   t->in_dram = false;
@@ -228,7 +235,11 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
     if (t->in_dram) queue_[static_cast<int>(t->cache_class)].Remove(t);
     if (t->on_ssd) ssd_queue_.Remove(t);
     t->in_index = false;
-    t->ns->info.bytes -= t->bytes;
+    if (t->remote) {
+      stats_.remote_tensors--;
+    } else {
+      t->ns->info.bytes -= t->bytes;
+    }
     MaybeDestroyLocked(t);
   } else if (!chain.empty() && t->on_ssd) {
     // The tail of the tensor went: its record must not bring it back.
@@ -253,6 +264,7 @@ void Store::EvictLocked(Tensor* t) {
   stats_.evicted_bytes += t->bytes;
   PTS_DEBUG("store", "evict tensor " << t->id.value << " (" << CacheClassName(t->cache_class) << ", "
                                      << Bytes(t->bytes) << ", priority " << t->priority << ")");
+  NoteLostLocked(t);
   RemoveResult ignored;
   // A leaf tensor's nodes are one chain: removing its top node removes all.
   RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
@@ -260,9 +272,19 @@ void Store::EvictLocked(Tensor* t) {
 
 bool Store::DropOneLocked(CacheClass from) {
   Tensor* victim = queue_[static_cast<int>(from)].PickVictim([](const Tensor* t) {
-    return t->pins == 0 && t->holds == 0 && t->io == Tensor::Io::kNone && t->foreign_children == 0;
+    if (t->pins != 0 || t->io != Tensor::Io::kNone) return false;
+    // A replica of another node's increment only gives up its bytes: its
+    // metadata stays (what hangs below it stays reachable).
+    return t->remote || (t->holds == 0 && t->foreign_children == 0);
   });
   if (victim == nullptr) return false;
+  if (victim->remote) {
+    gdsf_.OnEvict(*victim);
+    FreeDramLocked(victim);
+    stats_.evictions++;
+    stats_.evicted_bytes += victim->bytes;
+    return true;
+  }
   EvictLocked(victim);
   return true;
 }
@@ -295,7 +317,8 @@ bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk) {
   return true;  // something changed (or the lock was released): look again
 }
 
-Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk) {
+Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
+                                      bool transient) {
   const uint64_t capacity = alloc_.capacity();
   auto exhausted = [&](const char* why) {
     return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + ": " + why + " (arena " +
@@ -304,7 +327,7 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::uniq
                              Bytes(alloc_.largest_free_extent()) + ")");
   };
   if (bytes + stats_.pinned_bytes > capacity) return exhausted("the arena is too small or too much of it is pinned");
-  if (cls == CacheClass::kReplica) {
+  if (cls == CacheClass::kReplica && !transient) {
     const uint64_t share = static_cast<uint64_t>(options_.replica_share * static_cast<double>(capacity));
     if (bytes > share) return exhausted("larger than the replica share");
     while (stats_.replica_bytes + bytes > share) {
@@ -316,7 +339,9 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::uniq
     // Replicas can be fetched again: they go first. Owned data only makes
     // room for owned data.
     if (DropOneLocked(CacheClass::kReplica)) continue;
-    if (cls == CacheClass::kOwned && MakeOwnedRoomLocked(lk)) continue;
+    // A transient fetch serves a load now and goes right after: it may
+    // push owned data out (to SSD, or by GDSF) like a save would.
+    if ((cls == CacheClass::kOwned || transient) && MakeOwnedRoomLocked(lk)) continue;
     if (appends_in_flight_ > 0) {
       // Other threads' spills will free DRAM: wait for them.
       io_done_.wait(lk);
@@ -543,37 +568,62 @@ Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const u
 
 Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
                                 uint64_t lease_ms) {
+  return PinImpl(ns_name, tokens, session, lease_ms, 0, /*fetch_remote=*/true, /*count=*/true);
+}
+
+Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
+                                    uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   Namespace* ns;
   Match m;
-  // Tensors of the match that only SSD holds are read back first, then the
-  // match is taken again (anything may have changed while the lock was
-  // released). A few rounds at most: under heavy DRAM pressure the pin
+  // Whether step `st` (its blocks start at `first`) must be in DRAM.
+  auto needed = [&](uint64_t first, const MatchStep& st) { return first + st.blocks > from_block; };
+  // Tensors of the match that only SSD holds are read back first, remote
+  // ones fetched from their owners, then the match is taken again (anything
+  // may have changed while the lock was released). A few rounds at most:
+  // under heavy DRAM pressure, or when an owner does not answer, the pin
   // settles for the part of the prefix that is in DRAM.
   constexpr int kFillRounds = 4;
-  bool filled = false;
+  bool filled = false, fetched = false;
+  std::vector<Tensor*> tried;      // fetched (or tried) once in this pin: not again
+  std::vector<Tensor*> transient;  // fetched for this pin alone
   for (int round = 0;; ++round) {
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
     m = MatchLocked(*ns, tokens, &k);
-    std::vector<Tensor*> missing;
-    bool busy = false;
+    std::vector<Tensor*> from_ssd, from_peers;
+    bool busy = false, stuck = false;
+    uint64_t first = 0;
     for (const MatchStep& st : m.path) {
       Tensor* t = st.node->tensor;
-      if (t->in_dram) continue;
-      if (t->io != Tensor::Io::kNone) busy = true;
-      if (missing.empty() || missing.back() != t) missing.push_back(t);
+      const bool need = needed(first, st);
+      first += st.blocks;
+      if (!need || t->in_dram) continue;
+      if (t->io != Tensor::Io::kNone) {
+        busy = true;
+      } else if (t->on_ssd && SsdEnabled()) {
+        if (from_ssd.empty() || from_ssd.back() != t) from_ssd.push_back(t);
+      } else if (t->remote && fetch_remote && fetcher_ != nullptr &&
+                 std::find(tried.begin(), tried.end(), t) == tried.end()) {
+        if (from_peers.empty() || from_peers.back() != t) from_peers.push_back(t);
+      } else {
+        stuck = true;  // nothing brings it back: the pin ends before it
+        break;
+      }
     }
-    if (missing.empty()) break;
-    if (round < kFillRounds && busy) {
+    if (!busy && from_ssd.empty() && from_peers.empty()) {
+      if (!stuck) break;
+    } else if (round < kFillRounds && busy && from_ssd.empty() && from_peers.empty()) {
       io_done_.wait(lk);  // someone else is reading or moving it
       continue;
     }
-    if (round >= kFillRounds || !SsdEnabled()) {
-      // Serve the prefix up to the first tensor that is not in DRAM.
+    if (round >= kFillRounds || (from_ssd.empty() && from_peers.empty())) {
+      // Serve the prefix up to the first needed tensor that is not in DRAM.
       Match cut;
+      uint64_t at = 0;
       for (const MatchStep& st : m.path) {
-        if (!st.node->tensor->in_dram) break;
+        if (needed(at, st) && !st.node->tensor->in_dram) break;
+        at += st.blocks;
         cut.path.push_back(st);
         cut.blocks += st.blocks;
       }
@@ -582,25 +632,52 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
     }
     // Keep the DRAM part of the path while the rest is read.
     std::vector<Tensor*> present;
+    // (Transient fetched tensors are in no eviction queue: they stay.)
     for (const MatchStep& st : m.path) {
       Tensor* t = st.node->tensor;
-      if (t->in_dram && (present.empty() || present.back() != t)) present.push_back(t);
+      if (t->in_dram && !t->transient && (present.empty() || present.back() != t)) present.push_back(t);
     }
     for (Tensor* t : present) PinLocked(t);
-    FillLocked(missing, lk);
+    if (!from_ssd.empty()) {
+      FillLocked(from_ssd, lk);
+      filled = true;
+    }
+    if (!from_peers.empty()) {
+      tried.insert(tried.end(), from_peers.begin(), from_peers.end());
+      for (Tensor* t : from_peers) t->holds++;  // the struct outlives the fetch
+      FetchLocked(*ns, tokens, from_peers, lk, &transient);
+      for (Tensor* t : from_peers) {
+        t->holds--;
+        MaybeDestroyLocked(t);
+      }
+      fetched = true;
+    }
     for (Tensor* t : present) UnpinLocked(t);
-    filled = true;
   }
+  // Fetched bytes this pin does not use after all go now.
+  auto drop_unused = [&] {
+    for (Tensor* t : transient) {
+      if (t->transient && t->pins == 0) {
+        FreeDramLocked(t);
+        t->transient = false;
+      }
+    }
+  };
   if (filled) stats_.ssd_hits++;
+  if (fetched) stats_.remote_hits++;
   const uint32_t bt = ns->info.layout.block_tokens;
   PrefixResult r;
-  if (m.blocks > 0 && leases_.size() >= options_.max_leases) {
+  if (m.blocks > from_block && leases_.size() >= options_.max_leases) {
+    drop_unused();
     return ResourceExhausted("too many active leases (" + std::to_string(leases_.size()) +
                              "): release pins or raise max_leases");
   }
-  CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
-  if (m.blocks == 0) return r;
-  HitLocked(m);
+  if (count) CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
+  if (m.blocks <= from_block) {
+    drop_unused();
+    return r;
+  }
+  if (count) HitLocked(m);
   Lease lease;
   lease.session = session;
   // Saturating: a lease too long for the clock never expires (and does not
@@ -609,13 +686,43 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
   const Clock::time_point now = Clock::now();
   const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now).count();
   lease.expiry = ms >= static_cast<uint64_t>(room) ? Clock::time_point::max() : now + std::chrono::milliseconds(ms);
+  uint64_t at = 0;
   for (const MatchStep& s : m.path) {
+    const bool need = needed(at, s);
+    at += s.blocks;
+    if (!need) continue;
     if (lease.tensors.empty() || lease.tensors.back() != s.node->tensor) lease.tensors.push_back(s.node->tensor);
   }
   for (Tensor* t : lease.tensors) PinLocked(t);
+  drop_unused();
   r.lease_id = next_lease_++;
   r.matched_tokens = m.blocks * bt;
-  r.extents = ExtentsLocked(m, ns->info.layout.BytesPerBlock(), true);
+  const uint64_t bb = ns->info.layout.BytesPerBlock();
+  if (from_block == 0) {
+    r.extents = ExtentsLocked(m, bb, true);
+  } else {
+    // Only the extents of blocks [from_block, ...).
+    Match tail;
+    uint64_t skip = from_block;
+    for (MatchStep s : m.path) {
+      if (skip >= s.blocks) {
+        skip -= s.blocks;
+        continue;
+      }
+      std::vector<Extent> one = ExtentsLocked(Match{{s}, s.blocks, false}, bb, true);
+      Extent x = one.front();
+      x.offset += skip * bb;
+      x.arena_offset += skip * bb;
+      x.length -= skip * bb;
+      skip = 0;
+      if (!r.extents.empty() && r.extents.back().tensor == x.tensor &&
+          r.extents.back().offset + r.extents.back().length == x.offset) {
+        r.extents.back().length += x.length;
+      } else {
+        r.extents.push_back(x);
+      }
+    }
+  }
   leases_.emplace(r.lease_id, std::move(lease));
   return r;
 }
@@ -702,7 +809,8 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
 
 // ------------------------------------------------------------------ removal
 
-Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens) {
+Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens,
+                                   RemovalPoint* point) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
@@ -714,6 +822,7 @@ Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const u
     return NotFound("remove: the prefix of " + std::to_string(whole) + " tokens is not stored in '" + ns_name +
                     "' (" + std::to_string(m.blocks * bt) + " tokens are)");
   }
+  if (point != nullptr) *point = RemovalPointLocked(*ns, m.path.back().node);
   RemoveResult r;
   RemoveSubtreeLocked(ns, m.path.back().node, &r);
   return FinishRemovalLocked(r, lk);
@@ -731,11 +840,12 @@ Result<RemoveResult> Store::FinishRemovalLocked(const RemoveResult& r, std::uniq
   return r;
 }
 
-Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainKey& key) {
+Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainKey& key, RemovalPoint* point) {
   std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RadixNode* node = ns->tree->FindByKey(key);
   if (node == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
+  if (point != nullptr) *point = RemovalPointLocked(*ns, node);
   RemoveResult r;
   RemoveSubtreeLocked(ns, node, &r);
   return FinishRemovalLocked(r, lk);
@@ -789,7 +899,8 @@ PrefixNodeInfo Store::NodeInfoLocked(const RadixNode* n, uint32_t bt) const {
   info.cache_class = n->tensor->cache_class;
   info.children = static_cast<uint32_t>(n->children.size());
   info.pins = n->tensor->pins;
-  info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0));
+  info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0) |
+                                   (n->tensor->remote ? kTierRemote : 0));
   return info;
 }
 

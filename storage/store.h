@@ -48,6 +48,7 @@
 #include "storage/gdsf.h"
 #include "storage/io_pool.h"
 #include "storage/radix_tree.h"
+#include "storage/remote.h"
 #include "storage/ssd_tier.h"
 #include "storage/tensor.h"
 
@@ -63,6 +64,13 @@ struct StoreOptions {
   uint64_t default_lease_ms = 30000;  // a pin not released by then is dropped
   uint64_t max_leases = 1u << 20;
   SsdOptions ssd;                     // ssd.dir empty: DRAM only
+  // Cluster: a fetched remote increment is kept as a replica once it has
+  // been loaded this many times (counting this load); before that it is
+  // transient (freed when the load's pin goes). 0 never keeps replicas.
+  uint32_t replicate_after = 2;
+  // Record evictions of owned increments that leave no copy on this node
+  // (TakeLostIncrements), for the cluster to propagate.
+  bool track_lost = false;
   Env* env = nullptr;                 // nullptr: Env::Default()
 };
 
@@ -134,8 +142,9 @@ class Store {
   // `tokens`, with everything below it: the prefix and every longer prompt
   // stored through it. Ancestors shared with other prompts stay. NotFound if
   // the prefix is not fully stored.
-  Result<RemoveResult> Remove(const std::string& ns, std::span<const uint32_t> tokens);
-  Result<RemoveResult> RemoveByKey(const std::string& ns, const ChainKey& key);
+  // With `point`, also says where the removal started (to propagate it).
+  Result<RemoveResult> Remove(const std::string& ns, std::span<const uint32_t> tokens, RemovalPoint* point = nullptr);
+  Result<RemoveResult> RemoveByKey(const std::string& ns, const ChainKey& key, RemovalPoint* point = nullptr);
 
   // One increment by its chain key (NotFound if there is none): its listing
   // entry and its own token ids. With `pin`, also pins the prefix that ends
@@ -150,6 +159,47 @@ class Store {
                                                bool recursive) const;
 
   StoreStats Stats() const;
+
+  // ---------------------------------------------------------------- cluster
+  // (store_remote.cc, docs/architecture.md "Cluster"). Another node's
+  // increments enter the index as remote tensors: metadata (tokens, owner)
+  // without bytes. A pin whose prefix runs through them asks the fetcher
+  // (SetFetcher) for their bytes, one request per owner; a fetch that fails
+  // cuts the pin short there (a miss, never an error).
+
+  // Who owns each block of the longest match of `tokens` (this node's id
+  // for its own data): what an index shard answers.
+  Result<Ownership> Resolve(const std::string& ns, std::span<const uint32_t> tokens);
+  // Files blocks of `tokens` past the local match as remote increments,
+  // owned as `ranges` say (ranges cover blocks [0, ranges.back().end_block)
+  // in order). Ranges naming this node are skipped (stale). Returns the
+  // local match, in blocks, afterwards.
+  Result<uint64_t> InsertRemote(const std::string& ns, std::span<const uint32_t> tokens,
+                                std::span<const OwnedRange> ranges);
+  // Pins blocks [from_block, ...) of the longest match of `tokens` that this
+  // node holds (its own data or replicas; SSD-only parts are read back;
+  // nothing is fetched from other nodes): what an owner does to serve a
+  // peer's fetch. The extents cover only those blocks; matched_tokens is
+  // the end of the pinned range. Not counted as a client hit.
+  Result<PrefixResult> PinHeld(const std::string& ns, std::span<const uint32_t> tokens, uint64_t from_block,
+                               uint64_t session, uint64_t lease_ms = 0);
+  // Removes blocks [from_block, ...) of the prefix `tokens` (its first
+  // from_block + 1 whole blocks at least) and everything below them,
+  // splitting an increment that starts before from_block. A no-op when the
+  // prefix is not stored that far: removals that arrive from other nodes
+  // are idempotent.
+  Result<RemoveResult> RemoveFrom(const std::string& ns, std::span<const uint32_t> tokens, uint64_t from_block);
+  // Owned increments that left this node without a copy (evicted with no
+  // SSD tier, or dropped from SSD) since the last call (with track_lost).
+  std::vector<RemovalPoint> TakeLostIncrements();
+  // Every owned increment in the index: its namespace, whole prefix tokens
+  // and first block (to announce to the index shards).
+  std::vector<HeldIncrement> ListOwned() const;
+  // The namespace as other nodes must create it (with its salt).
+  Result<NamespaceDef> GetNamespaceDef(const std::string& ns) const;
+  // The fetcher of remote bytes (nullptr: none; remote tensors stay misses).
+  // Set before serving; it must outlive the store's use of it.
+  void SetFetcher(RemoteFetcher* fetcher);
 
   // Writes every owned tensor that only DRAM holds to the SSD tier (most
   // valuable first, as far as the capacity goes), keeping the DRAM copies:
@@ -197,7 +247,10 @@ class Store {
   // Allocates `bytes` for a tensor of `cls`, evicting by GDSF as needed.
   // May release `lk` while it waits for a spill to SSD: callers must hold
   // (pin, hold or mark busy) whatever they need to stay.
-  Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk);
+  // A `transient` replica (fetched for one load) may exceed the replica
+  // share and push owned data out.
+  Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
+                                  bool transient = false);
   // Frees DRAM by one GDSF step among owned tensors: drops one (no SSD
   // tier), frees the DRAM copy of one that SSD holds, or spills one
   // (releasing `lk` while writing). False if nothing can go.
@@ -256,6 +309,22 @@ class Store {
   void PropagateLocked(RadixNode* node, double p);
   void PinLocked(Tensor* t);
   PrefixNodeInfo NodeInfoLocked(const RadixNode* n, uint32_t block_tokens) const;
+  // Pin with its cluster options: only blocks from `from_block` must be in
+  // DRAM and are pinned; remote tensors are fetched when `fetch_remote`;
+  // `count` counts the request as a client lookup/load.
+  Result<PrefixResult> PinImpl(const std::string& ns, std::span<const uint32_t> tokens, uint64_t session,
+                               uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count);
+  // Fetches the remote tensors `missing` (lock released for the fetch).
+  // Tensors it fetched for this pin alone go in `transient`.
+  void FetchLocked(const Namespace& ns, std::span<const uint32_t> tokens, const std::vector<Tensor*>& missing,
+                   std::unique_lock<std::mutex>& lk, std::vector<Tensor*>* transient);
+  // An owned increment leaves the node with no copy: remember it for the
+  // cluster (track_lost).
+  void NoteLostLocked(Tensor* t);
+  // Tokens of the prefix from the root to the end of node `n`.
+  std::vector<uint32_t> PrefixTokensLocked(const RadixNode* n) const;
+  // Where a removal of node `n` (and all below) starts.
+  RemovalPoint RemovalPointLocked(const Namespace& ns, const RadixNode* n) const;
 
   const StoreOptions options_;
   std::unique_ptr<core::SharedMemory> arena_;
@@ -284,6 +353,8 @@ class Store {
   std::vector<std::future<Status>> pending_rewrites_;                    // GUARDED_BY(mu_)
   bool stopping_ = false;                                                // GUARDED_BY(mu_)
   std::thread cleaner_;
+  RemoteFetcher* fetcher_ = nullptr;                                     // GUARDED_BY(mu_)
+  std::vector<RemovalPoint> lost_;                                       // GUARDED_BY(mu_)
   mutable StoreStats stats_;                                             // GUARDED_BY(mu_)
 };
 

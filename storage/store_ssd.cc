@@ -113,6 +113,7 @@ bool Store::MakeSsdRoomLocked(uint64_t need) {
       DropSsdCopyLocked(v);
     } else {
       gdsf_.OnEvict(*v);
+      NoteLostLocked(v);
       RemoveResult ignored;
       RemoveSubtreeLocked(v->ns, v->nodes.front(), &ignored);
     }

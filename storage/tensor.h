@@ -40,6 +40,14 @@ struct Tensor {
   enum class Io : uint8_t { kNone, kSpilling, kFilling, kCopying } io = Io::kNone;
   uint64_t spill_failed_gen = 0;  // a spill failed in this SSD generation: do not retry yet
 
+  // A remote tensor is metadata for bytes that another node owns (`owner`):
+  // a placeholder in the index until a load fetches them, then a replica in
+  // DRAM (kept when hot, else transient: freed when its last pin goes, back
+  // to a placeholder). Always CacheClass::kReplica; never spilled.
+  bool remote = false;
+  uint32_t owner = 0;          // node that owns its bytes (this node unless remote)
+  bool transient = false;      // fetched for one load: DRAM freed at pins == 0
+
   uint32_t pins = 0;           // leases on its DRAM bytes
   uint32_t holds = 0;          // saves hanging below it: keep it in the index
   uint64_t hits = 0;           // loads that used it

@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "rdma/fabric_report.h"
+
 namespace ptstore::tools {
 
 Result<LsTarget> ParseLsTarget(std::string_view arg) {
@@ -141,8 +143,38 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
   return rc;
 }
 
+namespace {
+
+// ptstore-stat --fabric: probes locally, no server.
+int RunFabricReport(const StatOptions& opt, std::ostream& out, std::ostream& err) {
+  constexpr const char* kProg = "ptstore-stat";
+  if (opt.ns || opt.key) return Usage(err, kProg, "--fabric takes no namespace or --key");
+  rdma::FabricOptions fo;
+  if (opt.fabric_provider) fo.provider = *opt.fabric_provider;
+  if (opt.fabric_node) fo.node = *opt.fabric_node;
+  auto report = rdma::ProbeFabric(fo);
+  if (!report.ok()) {
+    Report(err, kProg, report.status());
+    return kExitFailure;
+  }
+  if (opt.json) {
+    Emit(out, rdma::FabricReportJson(*report));
+  } else {
+    out << rdma::FormatFabricReport(*report);
+  }
+  if (!report->choice) {
+    err << kProg << ": " << report->choice_error << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunStat(const StatOptions& opt, std::ostream& out, std::ostream& err) {
   constexpr const char* kProg = "ptstore-stat";
+  if (opt.fabric) return RunFabricReport(opt, out, err);
+  if (opt.fabric_provider || opt.fabric_node) return Usage(err, kProg, "--provider and --node go with --fabric");
   if (opt.ns) {
     if (Status st = ValidateNamespaceName(*opt.ns); !st.ok()) return Usage(err, kProg, st.message());
   }

@@ -57,6 +57,12 @@ struct StatOptions {
   // With ns: one increment of it, by chain key (32 hex digits), instead of
   // the node's and the namespace's figures.
   std::optional<std::string> key;
+  // --fabric: this machine's RDMA devices and libfabric providers, and the
+  // one ptstored would use with this provider and node
+  // (rdma/fabric_report.h); no ptstored needed. Not with ns or key.
+  bool fabric = false;
+  std::optional<std::string> fabric_provider;  // default: FabricOptions'
+  std::optional<std::string> fabric_node;
 };
 int RunStat(const StatOptions& options, std::ostream& out, std::ostream& err);
 

@@ -351,6 +351,15 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
     add("recovery corrupt", num(s.recovery_corrupt));
     add("recovery dropped", num(s.recovery_dropped));
   }
+  if (s.remote_tensors > 0 || s.remote_fetches > 0 || s.peer_served_bytes > 0) {
+    section_starts.push_back(rows.size());
+    add("remote increments", num(s.remote_tensors));
+    add("remote hits", num(s.remote_hits));
+    add("remote fetches", num(s.remote_fetches) + " (" + HumanBytes(s.remote_fetch_bytes) + ")");
+    add("failed fetches", num(s.remote_fetch_failures));
+    add("replicas kept", num(s.replicas_kept));
+    add("served to peers", HumanBytes(s.peer_served_bytes));
+  }
   if (ns) {
     section_starts.push_back(rows.size());
     const NamespaceInfo& i = ns->info;
@@ -504,7 +513,14 @@ Json ToJson(const StoreStats& s) {
           {"recovered_tensors", s.recovered_tensors},
           {"recovered_bytes", s.recovered_bytes},
           {"recovery_corrupt", s.recovery_corrupt},
-          {"recovery_dropped", s.recovery_dropped}};
+          {"recovery_dropped", s.recovery_dropped},
+          {"remote_tensors", s.remote_tensors},
+          {"remote_hits", s.remote_hits},
+          {"remote_fetches", s.remote_fetches},
+          {"remote_fetch_bytes", s.remote_fetch_bytes},
+          {"remote_fetch_failures", s.remote_fetch_failures},
+          {"replicas_kept", s.replicas_kept},
+          {"peer_served_bytes", s.peer_served_bytes}};
 }
 
 Json ToJson(const TreeSummary& t) {

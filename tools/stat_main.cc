@@ -15,8 +15,16 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "machine-readable JSON (exact sizes)");
   app.add_option("namespace", ns, "also show this namespace's layout, sizes and counters");
   app.add_option("-k,--key", key, "show one increment of the namespace instead: its chain key (32 hex digits)");
+  std::string provider;
+  std::string node;
+  app.add_flag("--fabric", o.fabric,
+               "show this machine's RDMA devices and libfabric providers instead (no ptstored needed)");
+  app.add_option("--provider", provider, "with --fabric: the libfabric provider to check (default tcp)");
+  app.add_option("--node", node, "with --fabric: the local address to bind (default 127.0.0.1)");
   if (auto rc = ptstore::tools::ParseCommandLine(app, "ptstore-stat", argc, argv, std::cout, std::cerr)) return *rc;
   if (app.count("namespace")) o.ns = ns;
   if (app.count("--key")) o.key = key;
+  if (app.count("--provider")) o.fabric_provider = provider;
+  if (app.count("--node")) o.fabric_node = node;
   return ptstore::tools::RunStat(o, std::cout, std::cerr);
 }

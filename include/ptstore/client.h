@@ -127,6 +127,9 @@ class Client {
   Result<RemoveResult> RemoveByKey(const std::string& ns, const ChainKey& key);
 
   Result<StoreStats> Stats();
+  // The members of the cluster as this node sees them (enabled == false on
+  // a node without a cluster file).
+  Result<ClusterStatus> GetClusterStatus();
   // Increments below `parent` (zero key: the namespace root).
   Result<std::vector<PrefixNodeInfo>> ListTree(const std::string& ns, const ChainKey& parent = {},
                                                bool recursive = false);

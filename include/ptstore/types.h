@@ -34,7 +34,9 @@ enum class CacheClass : uint8_t { kOwned = 0, kReplica = 1 };
 // the SSD tier, or both (a DRAM copy of a record that is still on SSD).
 inline constexpr uint8_t kTierDram = 1;
 inline constexpr uint8_t kTierSsd = 2;
-// "dram", "ssd", "dram+ssd" (or "-" for none).
+// Metadata only: another node owns the bytes (and this node holds no copy).
+inline constexpr uint8_t kTierRemote = 4;
+// "dram", "ssd", "dram+ssd", "remote" (or "-" for none).
 const char* TierName(uint8_t tier);
 const char* CacheClassName(CacheClass c);  // "owned" / "replica"
 
@@ -143,6 +145,37 @@ struct StoreStats {
   uint64_t recovered_bytes = 0;
   uint64_t recovery_corrupt = 0;   // records skipped at start: bad checksums, torn
   uint64_t recovery_dropped = 0;   // valid records not indexed: orphans, duplicates
+
+  // Cluster (all 0 on a node without peers).
+  uint64_t remote_tensors = 0;       // increments other nodes own that this node's index knows
+  uint64_t remote_hits = 0;          // pins/loads that fetched something from other nodes
+  uint64_t remote_fetches = 0;       // increments fetched from their owners
+  uint64_t remote_fetch_bytes = 0;
+  uint64_t remote_fetch_failures = 0;  // fetches that failed (owner dead, gone, deadline): misses
+  uint64_t replicas_kept = 0;        // fetched increments kept as replicas (hot)
+  uint64_t peer_served_bytes = 0;    // bytes this node's owned data served to other nodes' loads
+};
+
+// A member of the cluster as one node sees it (ptstore-stat --cluster).
+enum class MemberState : uint8_t { kSelf = 0, kAlive = 1, kSuspect = 2, kDead = 3 };
+struct ClusterMember {
+  uint32_t id = 0;
+  std::string address;
+  MemberState state = MemberState::kDead;
+  uint64_t incarnation = 0;     // changes when the node restarts
+  uint64_t arena_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t owned_bytes = 0;
+  uint64_t replica_bytes = 0;
+  uint64_t rtt_us = 0;          // last ping's round trip
+  uint64_t last_seen_ms = 0;    // since its last answer (0 for self)
+};
+struct ClusterStatus {
+  uint32_t self_id = 0;
+  bool enabled = false;         // false: a single node without a cluster file
+  std::string data_path;        // "tcp" or "rma"
+  std::string fabric_provider;  // with rma
+  std::vector<ClusterMember> members;
 };
 
 }  // namespace ptstore

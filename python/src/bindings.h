@@ -1,0 +1,58 @@
+// The pieces of the _ptstore extension (python/src/): each Bind* adds its
+// classes and functions to the module. The Python package ptstore
+// (python/ptstore/) wraps them; docs/python.md is the user's guide.
+//
+// GIL: every binding that talks to ptstored, touches a mount or copies KV
+// bytes converts its arguments first, releases the GIL for the call
+// (NoGil), and converts the result after taking it back. Nothing under
+// NoGil touches a Python object.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "ptstore/status.h"
+
+namespace ptstore::python {
+
+namespace py = pybind11;
+
+// A non-OK Status on its way to Python. The translator registered by
+// BindErrors raises it as the ptstore exception class of its code
+// (ptstore._errors), carrying its message.
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(Status status) : status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+  const char* what() const noexcept override { return status_.message().c_str(); }
+
+ private:
+  Status status_;
+};
+
+inline void ThrowIfError(const Status& s) {
+  if (!s.ok()) throw StatusError(s);
+}
+
+template <typename T>
+T Unwrap(Result<T>&& r) {
+  if (!r.ok()) throw StatusError(r.status());
+  return std::move(r).value();
+}
+
+// Runs f() without the GIL. f must not touch Python objects.
+template <typename F>
+auto NoGil(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+void BindErrors(py::module_& m);
+void BindTypes(py::module_& m);
+void BindClient(py::module_& m);
+
+}  // namespace ptstore::python

@@ -1,0 +1,248 @@
+// The Client and Pin classes of _ptstore: libptstore's Client with the GIL
+// released around every request and copy. KV buffers arrive as (address,
+// bytes) pairs that python/ptstore/_arrays.py took from a numpy array or a
+// torch tensor after checking its dtype, shape and contiguity against the
+// namespace's layout; the Python object stays referenced by the caller's
+// frame for the whole call.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "ptstore/client.h"
+#include "python/src/bindings.h"
+
+namespace ptstore::python {
+
+namespace {
+
+using Tokens = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>;
+
+std::span<const uint32_t> Span(const Tokens& t) {
+  if (t.ndim() != 1) throw StatusError(InvalidArgument("tokens must be a 1-D sequence of token ids"));
+  return {t.data(), static_cast<size_t>(t.size())};
+}
+
+void* Addr(uint64_t address) { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
+
+ChainKey KeyFrom(const std::string& hex) {
+  if (hex.empty()) return ChainKey{};
+  return Unwrap(ChainKey::FromHex(hex));
+}
+
+// One pinned prefix, shared by its Python object. The mutex makes copies and
+// the release of one pin safe from several Python threads (PinnedPrefix
+// itself is single-threaded).
+class Pin {
+ public:
+  explicit Pin(PinnedPrefix p) : pin_(std::move(p)) {}
+
+  uint64_t tokens() const { return pin_.tokens(); }
+  uint64_t bytes() const { return pin_.bytes(); }
+  const std::vector<Extent>& extents() const { return pin_.extents(); }
+  bool pinned() {
+    std::lock_guard lk(mu_);
+    return pin_.pinned();
+  }
+  Status CopyTo(void* dst, uint64_t bytes) {
+    std::lock_guard lk(mu_);
+    return pin_.CopyTo(dst, bytes);
+  }
+  Status Release() {
+    std::lock_guard lk(mu_);
+    return pin_.Release();
+  }
+
+ private:
+  std::mutex mu_;
+  PinnedPrefix pin_;
+};
+
+// The Python object's handle on a Client. Calls copy the shared_ptr (under
+// the GIL) before releasing the GIL, so close() from another thread never
+// frees a Client that a call is still using.
+class PyClient {
+ public:
+  explicit PyClient(const ClientOptions& options) {
+    client_ = Unwrap(NoGil([&] { return Client::Connect(options); }));
+    socket_ = options.socket_path;
+  }
+
+  std::shared_ptr<Client> Get() const {
+    if (!client_) throw StatusError(Unavailable("the client is closed"));
+    return client_;
+  }
+  void Close() { client_.reset(); }
+  bool closed() const { return !client_; }
+  const std::string& socket() const { return socket_; }
+
+ private:
+  std::shared_ptr<Client> client_;
+  std::string socket_;
+};
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  using namespace pybind11::literals;
+
+  py::class_<Pin, std::shared_ptr<Pin>>(m, "Pin", R"doc(
+The low-level pin of a prefix in the server's arena (ptstore.Pin wraps it).
+Its extents cannot be evicted until release() (or the lease runs out).
+)doc")
+      .def_property_readonly("tokens", &Pin::tokens, "Tokens pinned (0 on a miss).")
+      .def_property_readonly("bytes", &Pin::bytes, "Bytes pinned.")
+      .def_property_readonly("extents", &Pin::extents, "The extents, in order, with their arena offsets.")
+      .def_property_readonly("pinned", &Pin::pinned, "False once released (or on a miss).")
+      .def(
+          "copy_to_address",
+          [](Pin& p, uint64_t address, uint64_t bytes) {
+            ThrowIfError(NoGil([&] { return p.CopyTo(Addr(address), bytes); }));
+          },
+          "address"_a, "bytes"_a, "Copies the first `bytes` bytes of the prefix to `address` (GIL released).")
+      .def(
+          "release", [](Pin& p) { ThrowIfError(NoGil([&] { return p.Release(); })); },
+          "Unpins now; a second call does nothing.");
+
+  py::class_<PyClient>(m, "Client", R"doc(
+The low-level client of a local ptstored (ptstore.Client wraps it). Thread
+safe: calls from several Python threads run in parallel, the GIL released.
+)doc")
+      .def(py::init([](std::optional<std::string> socket, const std::string& client_name, bool want_mapping,
+                       int rpc_timeout_ms, int max_connections, uint64_t staging_bytes) {
+             ClientOptions o;
+             if (socket) o.socket_path = *socket;
+             o.client_name = client_name;
+             o.want_mapping = want_mapping;
+             o.rpc_timeout_ms = rpc_timeout_ms;
+             o.max_connections = max_connections;
+             o.staging_bytes = staging_bytes;
+             return std::make_unique<PyClient>(o);
+           }),
+           "socket"_a = py::none(), "client_name"_a = "python", "want_mapping"_a = true, "rpc_timeout_ms"_a = 30000,
+           "max_connections"_a = 4, "staging_bytes"_a = 16ull << 20)
+      .def("close", &PyClient::Close, "Drops the connections (pins taken keep theirs until released).")
+      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("socket", &PyClient::socket)
+      .def_property_readonly("mapped", [](const PyClient& c) { return c.Get()->mapped(); })
+      .def_property_readonly("node_id", [](const PyClient& c) { return c.Get()->node_id(); })
+      .def(
+          "create_namespace",
+          [](const PyClient& c, const std::string& name, const Layout& layout, const std::string& salt, uint32_t mode,
+             bool exist_ok) {
+            auto cl = c.Get();
+            return Unwrap(NoGil([&] { return cl->CreateNamespace(name, layout, salt, mode, exist_ok); }));
+          },
+          "name"_a, "layout"_a, "salt"_a = "", "mode"_a = 0755, "exist_ok"_a = true)
+      .def(
+          "get_namespace",
+          [](const PyClient& c, const std::string& name) {
+            auto cl = c.Get();
+            return Unwrap(NoGil([&] { return cl->GetNamespace(name); }));
+          },
+          "name"_a)
+      .def("list_namespaces",
+           [](const PyClient& c) {
+             auto cl = c.Get();
+             return Unwrap(NoGil([&] { return cl->ListNamespaces(); }));
+           })
+      .def(
+          "drop_namespace",
+          [](const PyClient& c, const std::string& name) {
+            auto cl = c.Get();
+            return Unwrap(NoGil([&] { return cl->DropNamespace(name); }));
+          },
+          "name"_a)
+      .def(
+          "save",
+          [](const PyClient& c, const std::string& ns, const Tokens& tokens, uint64_t address, uint64_t bytes) {
+            auto cl = c.Get();
+            auto t = Span(tokens);
+            return Unwrap(NoGil([&] { return cl->Save(ns, t, Addr(address), bytes); }));
+          },
+          "ns"_a, "tokens"_a, "address"_a, "bytes"_a)
+      .def(
+          "lookup",
+          [](const PyClient& c, const std::string& ns, const Tokens& tokens) {
+            auto cl = c.Get();
+            auto t = Span(tokens);
+            return Unwrap(NoGil([&] { return cl->Lookup(ns, t); }));
+          },
+          "ns"_a, "tokens"_a)
+      .def(
+          "load",
+          [](const PyClient& c, const std::string& ns, const Tokens& tokens, uint64_t address, uint64_t capacity) {
+            auto cl = c.Get();
+            auto t = Span(tokens);
+            return Unwrap(NoGil([&] { return cl->Load(ns, t, Addr(address), capacity); }));
+          },
+          "ns"_a, "tokens"_a, "address"_a, "capacity"_a)
+      .def(
+          "load_path",
+          [](const PyClient& c, const std::string& path, uint64_t address, uint64_t capacity) {
+            auto cl = c.Get();
+            return Unwrap(NoGil([&] { return cl->LoadPath(path, Addr(address), capacity); }));
+          },
+          "path"_a, "address"_a, "capacity"_a)
+      .def(
+          "pin",
+          [](const PyClient& c, const std::string& ns, const Tokens& tokens) {
+            auto cl = c.Get();
+            auto t = Span(tokens);
+            PinnedPrefix p = Unwrap(NoGil([&] { return cl->Pin(ns, t); }));
+            return std::make_shared<Pin>(std::move(p));
+          },
+          "ns"_a, "tokens"_a)
+      .def(
+          "pin_increment",
+          [](const PyClient& c, const std::string& ns, const std::string& key, bool whole_prefix) {
+            auto cl = c.Get();
+            ChainKey k = KeyFrom(key);
+            PinnedPrefix p = Unwrap(NoGil([&] { return cl->PinIncrement(ns, k, whole_prefix); }));
+            return std::make_shared<Pin>(std::move(p));
+          },
+          "ns"_a, "key"_a, "whole_prefix"_a = false)
+      .def(
+          "remove",
+          [](const PyClient& c, const std::string& ns, const Tokens& tokens) {
+            auto cl = c.Get();
+            auto t = Span(tokens);
+            return Unwrap(NoGil([&] { return cl->Remove(ns, t); }));
+          },
+          "ns"_a, "tokens"_a)
+      .def(
+          "remove_key",
+          [](const PyClient& c, const std::string& ns, const std::string& key) {
+            auto cl = c.Get();
+            ChainKey k = KeyFrom(key);
+            return Unwrap(NoGil([&] { return cl->RemoveByKey(ns, k); }));
+          },
+          "ns"_a, "key"_a)
+      .def("stats",
+           [](const PyClient& c) {
+             auto cl = c.Get();
+             return Unwrap(NoGil([&] { return cl->Stats(); }));
+           })
+      .def(
+          "list_tree",
+          [](const PyClient& c, const std::string& ns, const std::string& parent, bool recursive) {
+            auto cl = c.Get();
+            ChainKey k = KeyFrom(parent);
+            return Unwrap(NoGil([&] { return cl->ListTree(ns, k, recursive); }));
+          },
+          "ns"_a, "parent"_a = "", "recursive"_a = false)
+      .def(
+          "get_increment",
+          [](const PyClient& c, const std::string& ns, const std::string& key) {
+            auto cl = c.Get();
+            ChainKey k = KeyFrom(key);
+            return Unwrap(NoGil([&] { return cl->GetIncrement(ns, k); }));
+          },
+          "ns"_a, "key"_a);
+}
+
+}  // namespace ptstore::python

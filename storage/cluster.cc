@@ -1,0 +1,448 @@
+// Membership, liveness, shard routing and the hooks the local sessions call
+// (storage/cluster.h). The peer-facing server is in peer_service.cc, remote
+// loads in cluster_fetch.cc.
+#include "storage/cluster.h"
+#include "storage/cluster_peer.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "core/logging.h"
+#include "core/rendezvous.h"
+#include "rdma/fabric.h"
+#include "rdma/tcp.h"
+
+namespace ptstore::storage {
+
+using core::MemberState;
+
+
+namespace {
+constexpr size_t kMaxPendingRemovals = 100000;
+constexpr size_t kAnnounceBatch = 256;
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+}
+}  // namespace
+
+Cluster::Cluster(Store* store, ClusterOptions options, core::Membership membership, core::Member self,
+                 rdma::ClusterSecret secret)
+    : store_(store),
+      options_(std::move(options)),
+      membership_(std::move(membership)),
+      self_(std::move(self)),
+      secret_(std::move(secret)),
+      incarnation_(NewIncarnation()) {}
+
+Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options) {
+  PTS_ASSIGN_OR_RETURN(core::Membership m, core::Membership::Load(options.cluster_file));
+  const uint32_t id = store->options().node_id;
+  PTS_ASSIGN_OR_RETURN(core::Member self, m.Self(id));
+  std::string secret_file = options.secret_file.empty() ? m.secret_file() : options.secret_file;
+  if (secret_file.empty()) {
+    return InvalidArgument("cluster file " + options.cluster_file +
+                           ": no secret_file (nodes authenticate each other with a shared secret; set "
+                           "secret_file in the cluster file or [cluster] secret_file)");
+  }
+  PTS_ASSIGN_OR_RETURN(rdma::ClusterSecret secret, rdma::ClusterSecret::Load(secret_file));
+  std::unique_ptr<Cluster> c(new Cluster(store, options, std::move(m), std::move(self), std::move(secret)));
+  for (const core::Member& mem : c->membership_.members()) {
+    if (mem.node_id == id) continue;
+    auto p = std::make_unique<Peer>();
+    p->member = mem;
+    p->channel = std::make_unique<rdma::PeerChannel>(id, mem.node_id, mem.host, mem.port, &c->secret_);
+    c->peers_.push_back(std::move(p));
+  }
+  if (options.data_path == core::DataPath::kRma) {
+    rdma::FabricOptions fo;
+    fo.provider = options.fabric_provider;
+    fo.node = c->self_.host;
+    PTS_ASSIGN_OR_RETURN(c->fabric_, rdma::Fabric::Open(fo));
+    PTS_RETURN_IF_ERROR(c->fabric_->RegisterRegion(const_cast<uint8_t*>(store->arena_base()), store->arena_bytes(),
+                                                   uint64_t{id} + 1));
+  }
+  PTS_RETURN_IF_ERROR(c->Listen());
+  store->SetFetcher(c.get());
+  c->accept_thread_ = std::thread([p = c.get()] { p->AcceptLoop(); });
+  c->maintenance_thread_ = std::thread([p = c.get()] { p->MaintenanceLoop(); });
+  for (auto& p : c->peers_) {
+    Peer* raw = p.get();
+    raw->heartbeat = std::thread([c = c.get(), raw] { c->HeartbeatLoop(raw); });
+  }
+  PTS_INFO("cluster", "node " << id << " of " << c->membership_.size() << " listening on " << c->self_.host << ":"
+                              << c->port_ << ", loads over "
+                              << core::DataPathName(options.data_path)
+                              << (c->fabric_ ? " (" + options.fabric_provider + ")" : std::string()));
+  return c;
+}
+
+Cluster::~Cluster() { Stop(); }
+
+void Cluster::Stop() {
+  if (stopping_.exchange(true)) return;
+  store_->SetFetcher(nullptr);
+  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
+  if (accept_thread_.joinable()) accept_thread_.join();
+  wake_.notify_all();
+  if (maintenance_thread_.joinable()) maintenance_thread_.join();
+  for (auto& p : peers_) {
+    p->hb_cv.notify_all();
+    if (p->heartbeat.joinable()) p->heartbeat.join();
+    p->channel->Reset();
+  }
+  std::list<ServedConn> conns;
+  {
+    std::lock_guard lk(conns_mu_);
+    for (ServedConn& c : conns_) shutdown(c.fd, SHUT_RDWR);
+    conns.swap(conns_);
+  }
+  for (ServedConn& c : conns) c.thread.join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  listen_fd_ = -1;
+  fabric_.reset();
+}
+
+// ------------------------------------------------------------ membership
+
+bool Cluster::IsAlive(const Peer* p) const {
+  const MemberState s = p->state.load();
+  return s == MemberState::kAlive || s == MemberState::kSuspect;
+}
+
+std::vector<uint32_t> Cluster::AliveIds() const {
+  std::vector<uint32_t> ids{self_.node_id};
+  for (const auto& p : peers_) {
+    if (IsAlive(p.get())) ids.push_back(p->member.node_id);
+  }
+  return ids;
+}
+
+Cluster::Peer* Cluster::FindPeer(uint32_t id) const {
+  for (const auto& p : peers_) {
+    if (p->member.node_id == id) return p.get();
+  }
+  return nullptr;
+}
+
+uint32_t Cluster::ShardFor(const NamespaceDef& def, std::span<const uint32_t> tokens) const {
+  const uint32_t bt = def.info.layout.block_tokens;
+  const ChainKey root = NextKey(RootKey(def.info.name, def.salt), tokens.first(bt));
+  const std::vector<uint32_t> alive = AliveIds();
+  return core::ShardOf(root, alive);
+}
+
+void Cluster::HeartbeatLoop(Peer* p) {
+  std::mutex m;
+  std::unique_lock lk(m);
+  while (!stopping_.load()) {
+    Ping(p);
+    p->hb_cv.wait_for(lk, std::chrono::milliseconds(options_.heartbeat_ms), [&] { return stopping_.load(); });
+  }
+}
+
+void Cluster::Ping(Peer* p) {
+  const auto t0 = Clock::now();
+  Result<core::PeerPingReply> rep = p->channel->Call<core::PeerPing, core::PeerPingReply>(
+      core::PeerPing{self_.node_id, incarnation_}, std::min(options_.rpc_timeout_ms, options_.heartbeat_ms * 2));
+  const auto rtt = Clock::now() - t0;
+  if (!rep.ok()) {
+    if (rep.status().code() == Code::kPermissionDenied) counters_.auth_failures++;
+    MarkFailed(p, rep.status());
+    return;
+  }
+  if (rep->node_id != p->member.node_id) {
+    MarkFailed(p, ProtocolError("the node at " + p->member.Address() + " says it is node " +
+                                std::to_string(rep->node_id)));
+    return;
+  }
+  counters_.ping_latency.Observe(std::chrono::duration_cast<std::chrono::nanoseconds>(rtt));
+  MarkAlive(p, *rep, std::chrono::duration_cast<std::chrono::nanoseconds>(rtt));
+}
+
+void Cluster::MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::nanoseconds rtt) {
+  bool changed = false;
+  {
+    std::lock_guard lk(p->mu);
+    const bool restarted = p->seen && p->last.incarnation != rep.incarnation;
+    changed = p->state.load() == MemberState::kDead || restarted;
+    if (restarted) PTS_INFO("cluster", "node " << p->member.node_id << " restarted");
+    p->last = rep;
+    p->seen = true;
+    p->last_seen = Clock::now();
+    p->rtt_us = static_cast<uint64_t>(rtt.count() / 1000);
+    p->misses = 0;
+    if (fabric_ && !rep.fabric_address.empty() && rep.fabric_address != p->fabric_address) {
+      if (p->fabric_ready) fabric_->RemovePeer(p->fabric_handle);
+      p->fabric_ready = false;
+      auto bytes = std::span(reinterpret_cast<const uint8_t*>(rep.fabric_address.data()), rep.fabric_address.size());
+      Result<uint64_t> h = fabric_->AddPeer(bytes);
+      if (h.ok()) {
+        p->fabric_handle = *h;
+        p->fabric_ready = true;
+        p->fabric_address = rep.fabric_address;
+      } else {
+        PTS_WARN("cluster", "node " << p->member.node_id << ": its RMA address does not work: "
+                                     << h.status().ToString() << "; loads from it use TCP");
+      }
+    }
+    p->state.store(MemberState::kAlive);
+  }
+  if (changed) {
+    PTS_INFO("cluster", "node " << p->member.node_id << " at " << p->member.Address() << " is alive");
+    std::lock_guard lk(wake_mu_);
+    reannounce_ = true;
+    wake_.notify_all();
+  }
+}
+
+void Cluster::MarkFailed(Peer* p, const ptstore::Status& why) {
+  bool died = false;
+  {
+    std::lock_guard lk(p->mu);
+    p->misses++;
+    const MemberState before = p->state.load();
+    // A refused connection is a dead node; a silent one gets dead_after tries.
+    const bool refused = why.code() == Code::kUnavailable;
+    if (before != MemberState::kDead && (refused || p->misses >= options_.dead_after)) {
+      p->state.store(MemberState::kDead);
+      died = true;
+    } else if (before == MemberState::kAlive) {
+      p->state.store(MemberState::kSuspect);
+    }
+  }
+  if (died) {
+    PTS_WARN("cluster", "node " << p->member.node_id << " at " << p->member.Address()
+                                << " is dead: " << why.ToString());
+    p->channel->Reset();
+    std::lock_guard lk(wake_mu_);
+    reannounce_ = true;  // its roots moved to other shards
+    wake_.notify_all();
+  } else {
+    PTS_DEBUG("cluster", "node " << p->member.node_id << ": " << why.ToString());
+  }
+}
+
+core::ClusterStatusReply Cluster::MemberStatus() const {
+  core::ClusterStatusReply r;
+  r.self_id = self_.node_id;
+  r.enabled = true;
+  r.data_path = core::DataPathName(options_.data_path);
+  r.fabric_provider = fabric_ ? options_.fabric_provider : "";
+  const StoreStats s = store_->Stats();
+  core::MemberInfo me;
+  me.id = self_.node_id;
+  me.address = self_.host + ":" + std::to_string(port_);
+  me.state = MemberState::kSelf;
+  me.incarnation = incarnation_;
+  me.arena_bytes = s.arena_bytes;
+  me.used_bytes = s.used_bytes;
+  me.owned_bytes = s.owned_bytes;
+  me.replica_bytes = s.replica_bytes;
+  r.members.push_back(me);
+  const auto now = Clock::now();
+  for (const auto& p : peers_) {
+    std::lock_guard lk(p->mu);
+    core::MemberInfo m;
+    m.id = p->member.node_id;
+    m.address = p->member.Address();
+    m.state = p->state.load();
+    if (p->seen) {
+      m.incarnation = p->last.incarnation;
+      m.arena_bytes = p->last.arena_bytes;
+      m.used_bytes = p->last.used_bytes;
+      m.owned_bytes = p->last.owned_bytes;
+      m.replica_bytes = p->last.replica_bytes;
+      m.rtt_us = p->rtt_us;
+      m.last_seen_ms = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - p->last_seen).count());
+    }
+    r.members.push_back(std::move(m));
+  }
+  std::sort(r.members.begin(), r.members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return r;
+}
+
+// ------------------------------------------------------------------ hooks
+
+void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
+  Result<NamespaceDef> def = store_->GetNamespaceDef(ns);
+  if (!def.ok()) return;
+  const uint32_t bt = def->info.layout.block_tokens;
+  const uint64_t whole = tokens.size() / bt;
+  if (whole == 0) return;
+  const uint32_t shard = ShardFor(*def, tokens);
+  if (shard == self_.node_id) {
+    counters_.local_shard++;
+    return;
+  }
+  Result<Ownership> local = store_->Resolve(ns, tokens);
+  if (!local.ok()) return;
+  if (local->blocks == whole) {
+    counters_.metadata_hits++;
+    return;
+  }
+  Peer* p = FindPeer(shard);
+  if (p == nullptr) return;
+  counters_.shard_lookups++;
+  const auto t0 = Clock::now();
+  Result<core::ShardLookupReply> rep = p->channel->Call<core::ShardLookup, core::ShardLookupReply>(
+      core::ShardLookup{*def, std::vector<uint32_t>(tokens.begin(), tokens.begin() + whole * bt)},
+      options_.rpc_timeout_ms);
+  counters_.lookup_latency.Observe(Clock::now() - t0);
+  if (!rep.ok()) {
+    counters_.shard_lookup_failures++;
+    MarkFailed(p, rep.status());
+    return;
+  }
+  if (rep->blocks > local->blocks) {
+    Result<uint64_t> r = store_->InsertRemote(ns, tokens, rep->ranges);
+    if (!r.ok()) PTS_DEBUG("cluster", "filing the shard's answer: " << r.status().ToString());
+  }
+}
+
+void Cluster::Announce(const std::string& ns, std::span<const uint32_t> tokens) {
+  Result<NamespaceDef> def = store_->GetNamespaceDef(ns);
+  if (!def.ok()) return;
+  const uint32_t shard = ShardFor(*def, tokens);
+  if (shard == self_.node_id) return;  // this node's index is the shard's
+  Result<Ownership> own = store_->Resolve(ns, tokens);
+  if (!own.ok() || own->blocks == 0) return;
+  Peer* p = FindPeer(shard);
+  if (p == nullptr) return;
+  core::ShardAnnounce msg;
+  msg.ns = *def;
+  msg.entries.push_back({std::vector<uint32_t>(tokens.begin(), tokens.begin() + own->blocks * def->info.layout.block_tokens),
+                         own->ranges});
+  counters_.announces++;
+  Result<core::EmptyReply> r = p->channel->Call<core::ShardAnnounce, core::EmptyReply>(msg, options_.rpc_timeout_ms);
+  if (!r.ok()) {
+    MarkFailed(p, r.status());
+    std::lock_guard lk(wake_mu_);
+    reannounce_ = true;  // the shard learns it later
+  }
+}
+
+void Cluster::PropagateRemoval(const RemovalPoint& pt) {
+  core::PeerRemove msg{pt.ns, pt.tokens, pt.from_block};
+  counters_.removals_sent++;
+  SendRemoval(msg, self_.node_id);
+}
+
+void Cluster::SendRemoval(const core::PeerRemove& msg, uint32_t skip_id) {
+  // Every member (the shard, the owners, the replicas, the metadata caches)
+  // in parallel; one that cannot take it now gets it when it is back.
+  std::vector<std::thread> sends;
+  for (auto& up : peers_) {
+    Peer* p = up.get();
+    if (p->member.node_id == skip_id) continue;
+    auto queue = [p, &msg] {
+      std::lock_guard lk(p->mu);
+      if (p->pending.size() < kMaxPendingRemovals) p->pending.push_back(msg);
+    };
+    if (!IsAlive(p)) {
+      queue();
+      continue;
+    }
+    sends.emplace_back([this, p, &msg, queue] {
+      Result<core::RemoveReply> r = p->channel->Call<core::PeerRemove, core::RemoveReply>(msg, options_.rpc_timeout_ms);
+      if (!r.ok()) {
+        queue();
+        MarkFailed(p, r.status());
+      }
+    });
+  }
+  for (std::thread& t : sends) t.join();
+}
+
+void Cluster::DeliverPending(Peer* p) {
+  for (;;) {
+    core::PeerRemove msg;
+    {
+      std::lock_guard lk(p->mu);
+      if (p->pending.empty()) return;
+      msg = p->pending.front();
+    }
+    Result<core::RemoveReply> r = p->channel->Call<core::PeerRemove, core::RemoveReply>(msg, options_.rpc_timeout_ms);
+    if (!r.ok()) {
+      MarkFailed(p, r.status());
+      return;
+    }
+    std::lock_guard lk(p->mu);
+    if (!p->pending.empty()) p->pending.pop_front();
+  }
+}
+
+// ------------------------------------------------------------ maintenance
+
+void Cluster::MaintenanceLoop() {
+  while (!stopping_.load()) {
+    bool reannounce = false;
+    {
+      std::unique_lock lk(wake_mu_);
+      wake_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping_.load() || reannounce_; });
+      if (stopping_.load()) return;
+      reannounce = std::exchange(reannounce_, false);
+    }
+    for (const RemovalPoint& pt : store_->TakeLostIncrements()) PropagateRemoval(pt);
+    for (auto& p : peers_) {
+      if (IsAlive(p.get())) DeliverPending(p.get());
+    }
+    if (reannounce) ReannounceAll();
+  }
+}
+
+void Cluster::ReannounceAll() {
+  // Everything this node owns, to the shard of its root as of now.
+  std::map<std::pair<uint32_t, std::string>, core::ShardAnnounce> batches;
+  std::map<std::string, NamespaceDef> defs;
+  uint64_t entries = 0;
+  for (HeldIncrement& h : store_->ListOwned()) {
+    auto d = defs.find(h.ns);
+    if (d == defs.end()) {
+      Result<NamespaceDef> def = store_->GetNamespaceDef(h.ns);
+      if (!def.ok()) continue;
+      d = defs.emplace(h.ns, *def).first;
+    }
+    const uint32_t shard = ShardFor(d->second, h.tokens);
+    if (shard == self_.node_id) continue;
+    Result<Ownership> own = store_->Resolve(h.ns, h.tokens);
+    if (!own.ok() || own->blocks == 0) continue;
+    core::ShardAnnounce& b = batches[{shard, h.ns}];
+    b.ns = d->second;
+    h.tokens.resize(own->blocks * d->second.info.layout.block_tokens);
+    b.entries.push_back({std::move(h.tokens), own->ranges});
+    entries++;
+  }
+  bool failed = false;
+  for (auto& [key, b] : batches) {
+    Peer* p = FindPeer(key.first);
+    if (p == nullptr || !IsAlive(p)) continue;
+    for (size_t i = 0; i < b.entries.size(); i += kAnnounceBatch) {
+      core::ShardAnnounce part;
+      part.ns = b.ns;
+      const size_t end = std::min(b.entries.size(), i + kAnnounceBatch);
+      part.entries.assign(std::make_move_iterator(b.entries.begin() + i), std::make_move_iterator(b.entries.begin() + end));
+      counters_.announces++;
+      Result<core::EmptyReply> r =
+          p->channel->Call<core::ShardAnnounce, core::EmptyReply>(part, options_.rpc_timeout_ms * 4);
+      if (!r.ok()) {
+        MarkFailed(p, r.status());
+        failed = true;
+        break;
+      }
+    }
+  }
+  if (entries) PTS_DEBUG("cluster", "announced " << entries << " owned increment(s) to their shards");
+  if (failed) {
+    std::lock_guard lk(wake_mu_);
+    reannounce_ = true;
+  }
+}
+
+}  // namespace ptstore::storage

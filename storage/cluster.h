@@ -1,0 +1,189 @@
+// This node's part in a PTStore cluster (DESIGN.md §5, docs/architecture.md
+// "Cluster"): membership and liveness, the index shards, remote loads and
+// the propagation of removals.
+//
+// Every node keeps one index per namespace (the Store's radix trees). It
+// holds the node's own increments, replicas, and remote increments: other
+// nodes' increments known by tokens and owner. The shard of a root (the
+// first block of a prompt in a namespace; rendezvous hashing over the live
+// members) is authoritative for it: saves anywhere are announced to it, and
+// a node whose index does not match a whole prompt asks it (one RPC) and
+// files the answer as remote increments, which then serve as its metadata
+// cache (tensors are immutable: a stale entry costs a failed fetch, a miss).
+//
+// Loads: the Store asks Fetch for the remote increments of a pin; Fetch
+// sends one request per owner carrying all of that owner's segments, to all
+// owners in parallel, and the bytes land in this node's arena over a TCP
+// stream or by one-sided RMA reads (libfabric) from the owner's registered
+// arena. A dead owner, an unreachable one or a deadline is a miss.
+//
+// Removals (rm -r, Remove, evictions of owned data with no copy left) go to
+// the root's shard, which applies them and sends them to every other
+// member; a member that cannot be reached gets them when it is back.
+// Failures: every RPC has a deadline; members are pinged every heartbeat;
+// a member that misses `dead_after` pings (or refuses a connection) is dead
+// and its roots move to the next node in rendezvous order; whenever a
+// member comes back, dies or restarts, every node announces what it owns
+// to the (new) shards.
+//
+// Thread safety: all public methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/membership.h"
+#include "core/peer_messages.h"
+#include "core/prometheus.h"
+#include "rdma/auth.h"
+#include "rdma/peer_channel.h"
+#include "storage/remote.h"
+#include "storage/store.h"
+
+namespace ptstore::rdma {
+class Fabric;
+class FramedSocket;
+struct Frame;
+}
+
+namespace ptstore::storage {
+
+struct ClusterOptions {
+  std::string cluster_file;           // membership (core/membership.h)
+  std::string secret_file;            // overrides the cluster file's secret_file
+  core::DataPath data_path = core::DataPath::kTcp;
+  std::string fabric_provider = "tcp";  // libfabric provider for the rma path
+  int rpc_timeout_ms = 1000;          // lookups, announces, removals, pings
+  int connect_timeout_ms = 500;
+  int heartbeat_ms = 500;
+  int dead_after = 2;                 // missed pings before a member is dead
+  // A fetch may take rpc_timeout_ms plus its bytes at this rate.
+  double min_fetch_bytes_per_s = 200e6;
+};
+
+// Counters and latencies of the cluster layer (metrics).
+struct ClusterCounters {
+  std::atomic<uint64_t> shard_lookups{0};        // RPCs to remote shards
+  std::atomic<uint64_t> shard_lookup_failures{0};
+  std::atomic<uint64_t> metadata_hits{0};        // prompts the local index matched whole: no RPC
+  std::atomic<uint64_t> local_shard{0};          // prompts whose shard is this node
+  std::atomic<uint64_t> announces{0};
+  std::atomic<uint64_t> removals_sent{0};
+  std::atomic<uint64_t> removals_applied{0};     // from other nodes
+  std::atomic<uint64_t> fetch_requests{0};       // requests to owners
+  std::atomic<uint64_t> fetch_failures{0};
+  std::atomic<uint64_t> bytes_tcp{0};            // fetched over the TCP stream
+  std::atomic<uint64_t> bytes_rma{0};            // fetched by RMA reads
+  std::atomic<uint64_t> auth_failures{0};        // peers refused (wrong or no secret)
+  core::LatencyHistogram lookup_latency;
+  core::LatencyHistogram fetch_latency;
+  core::LatencyHistogram ping_latency;
+};
+
+class Cluster : public RemoteFetcher {
+ public:
+  // Reads the membership, loads the secret, listens on this node's address
+  // (port 0 in the file picks one: tests), opens the RMA endpoint when the
+  // data path is rma, and starts the heartbeats. The store must outlive it.
+  static Result<std::unique_ptr<Cluster>> Start(Store* store, const ClusterOptions& options);
+  ~Cluster() override;  // Stop()
+  void Stop();
+
+  // Before a lookup, pin or save of `tokens`: unless this node's index
+  // matches every whole block, asks the root's shard and files its answer.
+  // Failures are misses (logged at debug level), never errors.
+  void Refresh(const std::string& ns, std::span<const uint32_t> tokens);
+  // After a save that stored something: tells the root's shard.
+  void Announce(const std::string& ns, std::span<const uint32_t> tokens);
+  // After a local removal: sends it to the root's shard, which sends it on.
+  void PropagateRemoval(const RemovalPoint& p);
+
+  // RemoteFetcher.
+  void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, std::vector<FetchRequest>& requests) override;
+
+  core::ClusterStatusReply MemberStatus() const;
+  const ClusterCounters& counters() const { return counters_; }
+  uint32_t self_id() const { return self_.node_id; }
+  uint16_t port() const { return port_; }
+
+ private:
+  struct Peer;
+  Cluster(Store* store, ClusterOptions options, core::Membership membership, core::Member self,
+          rdma::ClusterSecret secret);
+  Status Listen();
+  void AcceptLoop();
+  // Serves one authenticated peer connection until it closes.
+  void ServePeer(int fd, std::string remote);
+  Status DispatchPeer(rdma::FramedSocket& sock, const rdma::Frame& f, uint64_t session);
+  // Pins what a peer asks for and sends it (TCP) or its addresses (RMA;
+  // pins kept in `rma_fetches` until the peer's PeerRelease).
+  Status ServeFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req, uint64_t session,
+                    std::map<uint64_t, std::vector<uint64_t>>* rma_fetches, uint64_t* next_fetch);
+  // Creates the namespace a peer names if this node does not have it.
+  Status EnsureNamespace(const NamespaceDef& def);
+
+  void HeartbeatLoop(Peer* p);
+  void Ping(Peer* p);
+  void MarkFailed(Peer* p, const ptstore::Status& why);
+  void MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::nanoseconds rtt);
+  // Background: re-announces owned data after membership changes, drains
+  // lost increments, retries removals.
+  void MaintenanceLoop();
+  void ReannounceAll();
+  void DeliverPending(Peer* p);
+
+  // The live node ids (self included), and the shard of a prompt's root.
+  std::vector<uint32_t> AliveIds() const;
+  uint32_t ShardFor(const NamespaceDef& def, std::span<const uint32_t> tokens) const;
+  Peer* FindPeer(uint32_t id) const;
+  bool IsAlive(const Peer* p) const;
+
+  // Fetch from one owner (cluster_fetch.cc).
+  void FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_t> tokens, FetchRequest& req);
+  Status FetchTcp(Peer* p, rdma::PeerChannel::Conn& c, const core::PeerFetch& msg, FetchRequest& req,
+                  uint64_t block_bytes, int timeout_ms);
+  Status FetchRma(Peer* p, rdma::PeerChannel::Conn& c, const core::PeerFetch& msg, FetchRequest& req,
+                  uint64_t block_bytes, int timeout_ms);
+  void SendRemoval(const core::PeerRemove& msg, uint32_t skip_id);
+
+  Store* store_;
+  const ClusterOptions options_;
+  const core::Membership membership_;
+  const core::Member self_;
+  const rdma::ClusterSecret secret_;
+  const uint64_t incarnation_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::unique_ptr<rdma::Fabric> fabric_;  // rma data path only
+  mutable ClusterCounters counters_;
+
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> next_session_{1ull << 62};
+  std::thread accept_thread_;
+  std::thread maintenance_thread_;
+  std::mutex conns_mu_;
+  struct ServedConn {
+    int fd;
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::list<ServedConn> conns_;  // GUARDED_BY(conns_mu_)
+
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  bool reannounce_ = true;  // GUARDED_BY(wake_mu_); set when membership changes
+};
+
+}  // namespace ptstore::storage

@@ -1,0 +1,251 @@
+// The node store's part in the cluster: remote tensors (other nodes'
+// increments known by their tokens and owner), fetching their bytes through
+// the RemoteFetcher, serving this node's bytes to peers, and removals that
+// arrive from other nodes.
+#include <algorithm>
+#include <map>
+
+#include "core/logging.h"
+#include "storage/store.h"
+
+namespace ptstore::storage {
+
+void Store::SetFetcher(RemoteFetcher* fetcher) {
+  std::lock_guard lk(mu_);
+  fetcher_ = fetcher;
+}
+
+Result<NamespaceDef> Store::GetNamespaceDef(const std::string& ns_name) const {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  return NamespaceDef{ns->info, ns->salt};
+}
+
+std::vector<uint32_t> Store::PrefixTokensLocked(const RadixNode* n) const {
+  std::vector<const RadixNode*> path;
+  for (const RadixNode* a = n; a != nullptr && a->tensor != nullptr; a = a->parent) path.push_back(a);
+  std::vector<uint32_t> tokens;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    tokens.insert(tokens.end(), (*it)->tokens.begin(), (*it)->tokens.end());
+  }
+  return tokens;
+}
+
+Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uint32_t> tokens) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const Match m = MatchLocked(*ns, tokens, &k);
+  Ownership o;
+  o.blocks = m.blocks;
+  uint64_t end = 0;
+  for (const MatchStep& st : m.path) {
+    end += st.blocks;
+    const uint32_t owner = st.node->tensor->remote ? st.node->tensor->owner : options_.node_id;
+    if (!o.ranges.empty() && o.ranges.back().owner == owner) {
+      o.ranges.back().end_block = end;
+    } else {
+      o.ranges.push_back(OwnedRange{end, owner});
+    }
+  }
+  return o;
+}
+
+Result<uint64_t> Store::InsertRemote(const std::string& ns_name, std::span<const uint32_t> tokens,
+                                     std::span<const OwnedRange> ranges) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  RekeyLocked(*ns, tokens, &k);
+  const uint32_t bt = ns->info.layout.block_tokens;
+  const uint64_t bb = ns->info.layout.BytesPerBlock();
+  const std::vector<ChainKey>& keys = k.keys;
+  const uint64_t blocks = keys.size();
+  auto full = tokens.first(blocks * bt);
+  Match m = ns->tree->Longest(full, keys);
+  uint64_t start = 0;
+  for (const OwnedRange& r : ranges) {
+    if (r.end_block <= start || r.end_block > blocks) {
+      return InvalidArgument("remote ranges must grow within the prompt's " + std::to_string(blocks) +
+                             " blocks: a range ends at block " + std::to_string(r.end_block) + " after " +
+                             std::to_string(start));
+    }
+    const uint64_t range_start = start;
+    start = r.end_block;
+    if (r.end_block <= m.blocks) continue;   // held here already
+    if (m.blocks < range_start) break;       // a gap: nothing below it is reachable
+    if (r.owner == options_.node_id) break;  // said to be ours, but we do not hold it
+    auto owned = std::make_unique<Tensor>();
+    Tensor* t = owned.get();
+    t->id = TensorId::Make(NodeId{r.owner}, next_tensor_seq_++);
+    t->cache_class = CacheClass::kReplica;
+    t->remote = true;
+    t->owner = r.owner;
+    t->ns = ns;
+    t->in_dram = false;
+    t->start_token = m.blocks * bt;
+    t->tokens = (r.end_block - m.blocks) * bt;
+    t->bytes = (r.end_block - m.blocks) * bb;
+    t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
+    RadixNode* node = ns->tree->Insert(m, full.first(r.end_block * bt), std::span(keys).first(r.end_block), t);
+    if (node == nullptr) break;  // a chain-key collision: a miss
+    t->in_index = true;
+    tensors_.emplace(t->id.value, std::move(owned));
+    stats_.remote_tensors++;
+    m = ns->tree->Longest(full, keys);
+  }
+  ns->info.prefixes = ns->tree->node_count();
+  return m.blocks;
+}
+
+Result<PrefixResult> Store::PinHeld(const std::string& ns, std::span<const uint32_t> tokens, uint64_t from_block,
+                                    uint64_t session, uint64_t lease_ms) {
+  PTS_ASSIGN_OR_RETURN(PrefixResult r,
+                       PinImpl(ns, tokens, session, lease_ms, from_block, /*fetch_remote=*/false, /*count=*/false));
+  uint64_t bytes = 0;
+  for (const Extent& x : r.extents) bytes += x.length;
+  std::lock_guard lk(mu_);
+  stats_.peer_served_bytes += bytes;
+  return r;
+}
+
+Result<RemoveResult> Store::RemoveFrom(const std::string& ns_name, std::span<const uint32_t> tokens,
+                                       uint64_t from_block) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
+  std::unique_lock lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const Match m = MatchLocked(*ns, tokens, &k);
+  if (m.blocks <= from_block) return RemoveResult{};
+  uint64_t at = 0;
+  for (const MatchStep& st : m.path) {
+    RadixNode* n = st.node;
+    const uint64_t n_blocks = ns->tree->blocks_of(n);
+    if (at + n_blocks > from_block) {
+      // `n` holds block from_block: cut it there (its upper part stays).
+      if (const uint64_t inside = from_block - at; inside > 0) ns->tree->Split(n, inside, k.keys[from_block - 1]);
+      RemoveResult r;
+      RemoveSubtreeLocked(ns, n, &r);
+      return FinishRemovalLocked(r, lk);
+    }
+    at += n_blocks;
+  }
+  return RemoveResult{};
+}
+
+RemovalPoint Store::RemovalPointLocked(const Namespace& ns, const RadixNode* n) const {
+  RemovalPoint p;
+  p.ns = ns.info.name;
+  p.tokens = PrefixTokensLocked(n);
+  p.from_block = n->start_block;
+  p.tokens.resize((n->start_block + 1) * ns.info.layout.block_tokens);
+  return p;
+}
+
+void Store::NoteLostLocked(Tensor* t) {
+  if (!options_.track_lost || t->remote || t->cache_class != CacheClass::kOwned || t->nodes.empty()) return;
+  constexpr size_t kMaxLost = 100000;  // nobody drains them: the cluster is gone
+  if (lost_.size() >= kMaxLost) return;
+  lost_.push_back(RemovalPointLocked(*t->ns, t->nodes.front()));
+}
+
+std::vector<RemovalPoint> Store::TakeLostIncrements() {
+  std::lock_guard lk(mu_);
+  return std::exchange(lost_, {});
+}
+
+std::vector<HeldIncrement> Store::ListOwned() const {
+  std::lock_guard lk(mu_);
+  std::vector<HeldIncrement> out;
+  for (const auto& [id, t] : tensors_) {
+    if (t->remote || t->cache_class != CacheClass::kOwned || !t->in_index || t->nodes.empty()) continue;
+    out.push_back(HeldIncrement{t->ns->info.name, PrefixTokensLocked(t->nodes.back()),
+                                t->nodes.front()->start_block});
+  }
+  return out;
+}
+
+void Store::FetchLocked(const Namespace& ns, std::span<const uint32_t> tokens, const std::vector<Tensor*>& missing,
+                        std::unique_lock<std::mutex>& lk, std::vector<Tensor*>* transient) {
+  struct Job {
+    Tensor* t;
+    uint64_t off;
+    uint64_t blocks;
+    bool keep;
+    size_t request;
+    size_t segment;
+  };
+  const NamespaceDef def{ns.info, ns.salt};
+  const uint32_t bt = ns.info.layout.block_tokens;
+  const uint64_t bb = ns.info.layout.BytesPerBlock();
+  std::vector<Job> jobs;
+  std::vector<FetchRequest> requests;
+  std::map<uint32_t, size_t> by_owner;
+  uint64_t end_block = 0;
+  for (Tensor* t : missing) {
+    if (t->io != Tensor::Io::kNone || t->in_dram || !t->in_index || !t->remote || t->nodes.empty()) continue;
+    const uint64_t blocks = LiveTokens(*t) / bt;
+    if (blocks == 0) continue;
+    const bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
+    Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep);
+    if (!off.ok()) {
+      PTS_DEBUG("cluster", "no room to fetch " << blocks * bb << " bytes: " << off.status().ToString());
+      break;  // the pin serves the part before it
+    }
+    if (!t->in_index || t->in_dram || t->io != Tensor::Io::kNone) {
+      // It changed while the allocation waited for a spill.
+      alloc_.Free(*off);
+      continue;
+    }
+    t->io = Tensor::Io::kFilling;
+    auto [it, fresh] = by_owner.emplace(t->owner, requests.size());
+    if (fresh) requests.push_back(FetchRequest{t->owner, {}});
+    FetchRequest& req = requests[it->second];
+    const uint64_t first = t->nodes.front()->start_block;
+    req.segments.push_back(FetchSegment{first, first + blocks, *off, 0, false});
+    jobs.push_back(Job{t, *off, blocks, keep, it->second, req.segments.size() - 1});
+    end_block = std::max(end_block, first + blocks);
+  }
+  RemoteFetcher* fetcher = fetcher_;
+  if (!jobs.empty() && fetcher != nullptr) {
+    lk.unlock();
+    fetcher->Fetch(def, tokens.first(std::min<uint64_t>(tokens.size(), end_block * bt)), requests);
+    lk.lock();
+  }
+  for (const Job& j : jobs) {
+    Tensor* t = j.t;
+    t->io = Tensor::Io::kNone;
+    const FetchSegment& seg = requests[j.request].segments[j.segment];
+    const bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
+    if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
+      t->in_dram = true;
+      t->arena_offset = j.off;
+      t->allocated = alloc_.AllocatedSize(j.off);
+      stats_.replica_bytes += t->allocated;
+      stats_.remote_fetches++;
+      stats_.remote_fetch_bytes += j.blocks * bb;
+      if (j.keep) {
+        t->priority = std::max(t->priority, gdsf_.Priority(*t));
+        queue_[static_cast<int>(CacheClass::kReplica)].Add(t);
+        stats_.replicas_kept++;
+      } else {
+        t->transient = true;
+        transient->push_back(t);
+      }
+    } else {
+      alloc_.Free(j.off);
+      if (!complete) {
+        stats_.remote_fetch_failures++;
+        if (seg.gone && t->in_index) {
+          PTS_INFO("cluster", "node " << t->owner << " no longer holds blocks [" << seg.start_block << ", "
+                                      << seg.end_block << ") of a prefix in '" << def.info.name
+                                      << "': dropping them from the index");
+          DropFromIndexLocked(t);
+        }
+      }
+    }
+    MaybeDestroyLocked(t);
+  }
+  io_done_.notify_all();
+}
+
+}  // namespace ptstore::storage

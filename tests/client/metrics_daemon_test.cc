@@ -1,0 +1,220 @@
+// The metrics endpoint of a real ptstored: started with --metrics-port (an
+// ephemeral port found in its log, an explicit port, a config file), scraped
+// with a plain socket while a client saves, looks up and loads, and gone
+// after SIGTERM; bad ports and a port in use stop the daemon at start.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ptstore/client.h"
+#include "tests/storage/kv_fixture.h"
+#include "tests/testing/client.h"
+#include "tests/testing/daemon.h"
+#include "tests/testing/http_get.h"
+#include "tests/testing/prometheus_text.h"
+
+namespace ptstore {
+namespace {
+
+using namespace std::chrono_literals;
+using storage::testkv::Gen;
+using storage::testkv::Kv;
+using storage::testkv::SmallLayout;
+using testing::Daemon;
+using testing::PromExposition;
+
+// The port of "metrics on http://HOST:PORT/metrics" in the daemon's log
+// (written before its socket accepts clients); 0 if it is not there.
+uint16_t MetricsPortFromLog(const Daemon& d) {
+  static const std::regex kLine(R"(metrics on http://(?:[0-9.]+|\[[0-9a-fA-F:]+\]):([0-9]+)/metrics)");
+  std::smatch m;
+  const std::string log = d.ReadLog();
+  if (!std::regex_search(log, m, kLine)) return 0;
+  return static_cast<uint16_t>(std::stoul(m[1]));
+}
+
+PromExposition Scrape(uint16_t port) {
+  auto r = testing::HttpGet(port, "/metrics");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return {};
+  EXPECT_EQ(r->code, 200);
+  EXPECT_EQ(r->headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  auto p = testing::ParsePromText(r->body);
+  EXPECT_TRUE(p.ok()) << p.status().ToString() << "\n" << r->body;
+  return p.ok() ? *p : PromExposition{};
+}
+
+// A TCP port nobody listens on right now (a small race, retried by callers).
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
+  Daemon d;
+  Daemon::Options o;
+  o.extra_args = {"--metrics-port", "auto", "--node-id", "7"};
+  ASSERT_TRUE(d.Start(o).ok()) << d.ReadLog();
+  const uint16_t port = MetricsPortFromLog(d);
+  ASSERT_NE(port, 0) << d.ReadLog();
+
+  PromExposition before = Scrape(port);
+  EXPECT_EQ(before.Value("ptstore_node_info", {{"node", "7"}}), 1);
+  EXPECT_EQ(before.Value("ptstore_arena_capacity_bytes"), 64 << 20);
+  EXPECT_EQ(before.Value("ptstore_saves_total"), 0);
+  EXPECT_EQ(before.Value("ptstore_hits_total"), 0);
+  EXPECT_EQ(before.Value("ptstore_misses_total"), 0);
+  EXPECT_EQ(before.Value("ptstore_cache_bytes", {{"class", "owned"}}), 0);
+  EXPECT_GT(before.Value("ptstore_start_time_seconds"), 1.6e9);
+
+  auto client = testing::ConnectTo(d.socket_path());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Client& c = **client;
+  ASSERT_TRUE(c.CreateNamespace("m", SmallLayout()).ok());
+  const auto tokens = Gen(1, 64);
+  const auto kv = Kv(tokens, 0, tokens.size());
+  auto saved = c.Save("m", tokens, kv.data(), kv.size());
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_EQ(saved->new_bytes, kv.size());
+  auto hit = c.Lookup("m", tokens);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->matched_tokens, tokens.size());
+  auto miss = c.Lookup("m", Gen(2, 64));
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss->matched_tokens, 0u);
+  std::vector<uint8_t> out(kv.size());
+  auto loaded = c.Load("m", tokens, out.data(), out.size());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(*loaded, tokens.size());
+
+  PromExposition after = Scrape(port);
+  EXPECT_EQ(after.Value("ptstore_saves_total"), 1);
+  EXPECT_EQ(after.Value("ptstore_saved_bytes_total"), kv.size());
+  EXPECT_GE(after.Value("ptstore_cache_bytes", {{"class", "owned"}}), kv.size());
+  EXPECT_EQ(after.Value("ptstore_cache_bytes", {{"class", "replica"}}), 0);
+  EXPECT_GE(after.Value("ptstore_arena_used_bytes"), kv.size());
+  EXPECT_EQ(after.Value("ptstore_lookups_total"), 2);
+  EXPECT_GE(after.Value("ptstore_hits_total"), 2);  // the lookup and the load
+  EXPECT_EQ(after.Value("ptstore_misses_total"), 1);
+  EXPECT_GE(after.Value("ptstore_hit_tokens_total"), 2 * tokens.size());
+  EXPECT_EQ(after.Value("ptstore_tensors"), 1);
+  EXPECT_EQ(after.Value("ptstore_namespaces"), 1);
+  EXPECT_EQ(after.Value("ptstore_namespace_bytes", {{"namespace", "m"}}), kv.size());
+  EXPECT_EQ(after.Value("ptstore_sessions"), 1);
+  EXPECT_GE(after.Value("ptstore_sessions_total"), 1);
+  EXPECT_EQ(after.Value("ptstore_start_time_seconds"), before.Value("ptstore_start_time_seconds"));
+
+  // The other pages of the endpoint.
+  auto index = testing::HttpGet(port, "/");
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ(index->code, 200);
+  auto nope = testing::HttpGet(port, "/nope");
+  ASSERT_TRUE(nope.ok());
+  EXPECT_EQ(nope->code, 404);
+
+  // A silent client does not hold up a scrape of the daemon.
+  int silent = testing::ConnectTcp(port);
+  ASSERT_GE(silent, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  Scrape(port);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  close(silent);
+
+  client->reset();
+  EXPECT_EQ(d.Stop(), 0);
+  EXPECT_LT(testing::ConnectTcp(port), 0) << "the metrics port is still open after SIGTERM";
+}
+
+TEST(MetricsDaemonTest, ExplicitPortAndConfigFile) {
+  // An explicit port picked here (retried: someone may take it meanwhile).
+  bool started = false;
+  for (int attempt = 0; attempt < 5 && !started; ++attempt) {
+    const uint16_t port = FreePort();
+    Daemon d;
+    Daemon::Options o;
+    o.extra_args = {"--metrics-port", std::to_string(port), "--metrics-bind", "127.0.0.1"};
+    if (!d.Start(o).ok()) continue;
+    started = true;
+    EXPECT_EQ(MetricsPortFromLog(d), port) << d.ReadLog();
+    EXPECT_EQ(Scrape(port).Value("ptstore_saves_total"), 0);
+  }
+  EXPECT_TRUE(started);
+
+  // [metrics] in the config file.
+  const std::string dir = testing::MakeTempDir("ptstore-metrics-cfg");
+  ASSERT_FALSE(dir.empty());
+  {
+    std::ofstream f(dir + "/ptstored.toml");
+    f << "[metrics]\nbind = \"127.0.0.1\"\nport = \"auto\"\n";
+  }
+  Daemon d;
+  Daemon::Options o;
+  o.extra_args = {"-c", dir + "/ptstored.toml"};
+  ASSERT_TRUE(d.Start(o).ok()) << d.ReadLog();
+  const uint16_t port = MetricsPortFromLog(d);
+  ASSERT_NE(port, 0) << d.ReadLog();
+  EXPECT_EQ(Scrape(port).Value("ptstore_namespaces"), 0);
+  d.Stop();
+
+  // --metrics-port 0 turns the config's endpoint off.
+  Daemon off;
+  o.extra_args = {"-c", dir + "/ptstored.toml", "--metrics-port", "0"};
+  ASSERT_TRUE(off.Start(o).ok()) << off.ReadLog();
+  EXPECT_EQ(MetricsPortFromLog(off), 0) << off.ReadLog();
+  off.Stop();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MetricsDaemonTest, NoEndpointByDefault) {
+  Daemon d;
+  ASSERT_TRUE(d.Start().ok()) << d.ReadLog();
+  EXPECT_EQ(MetricsPortFromLog(d), 0) << d.ReadLog();
+}
+
+TEST(MetricsDaemonTest, BadPortsStopTheStart) {
+  for (const char* bad : {"70000", "http", "12x"}) {
+    Daemon d;
+    Daemon::Options o;
+    o.extra_args = {"--metrics-port", bad};
+    Status st = d.Start(o);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("--metrics-port: metrics port '" + std::string(bad) + "'"), std::string::npos) << st.ToString();
+  }
+  // A port in use.
+  Daemon first;
+  Daemon::Options o;
+  o.extra_args = {"--metrics-port", "auto"};
+  ASSERT_TRUE(first.Start(o).ok()) << first.ReadLog();
+  const uint16_t port = MetricsPortFromLog(first);
+  ASSERT_NE(port, 0);
+  Daemon second;
+  o.extra_args = {"--metrics-port", std::to_string(port)};
+  Status st = second.Start(o);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("metrics endpoint"), std::string::npos) << st.ToString();
+  // An address that is not local.
+  Daemon third;
+  o.extra_args = {"--metrics-port", "auto", "--metrics-bind", "192.0.2.1"};
+  EXPECT_FALSE(third.Start(o).ok());
+}
+
+}  // namespace
+}  // namespace ptstore

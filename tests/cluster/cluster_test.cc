@@ -1,0 +1,252 @@
+// Several real ptstored processes on loopback ports forming one cluster:
+// cross-node loads, dedup, removals, failures, authentication, both data
+// paths.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "ptstore/client.h"
+#include "tests/storage/kv_fixture.h"
+#include "tests/testing/client.h"
+#include "tests/testing/cluster.h"
+
+namespace ptstore::testing {
+namespace {
+
+using storage::testkv::Cat;
+using storage::testkv::Gen;
+using storage::testkv::Kv;
+using storage::testkv::kBpt;
+using storage::testkv::SmallLayout;
+
+constexpr char kNs[] = "kv";
+
+// Loads the longest stored prefix of `prompt` through `c` and checks its
+// bytes; returns the tokens loaded.
+uint64_t LoadAndCheck(Client& c, const std::vector<uint32_t>& prompt) {
+  std::vector<uint8_t> out(prompt.size() * kBpt);
+  auto n = c.Load(kNs, prompt, out.data(), out.size());
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  if (!n.ok()) return 0;
+  if (*n > 0) {
+    const auto want = Kv(prompt, 0, *n);
+    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "bytes differ";
+  }
+  return *n;
+}
+
+void Save(Client& c, const std::vector<uint32_t>& prompt) {
+  auto kv = Kv(prompt, 0, prompt.size());
+  auto r = c.Save(kNs, prompt, kv.data(), kv.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+class ClusterTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void StartCluster(size_t n, uint32_t replicate_after = 2) {
+    TestCluster::Options o;
+    o.nodes = n;
+    o.data_path = GetParam();
+    o.replicate_after = replicate_after;
+    cluster_ = std::make_unique<TestCluster>(o);
+    ASSERT_TRUE(cluster_->Start().ok());
+    ASSERT_TRUE(cluster_->WaitConverged().ok());
+    for (size_t i = 0; i < n; ++i) {
+      auto c = cluster_->Connect(i);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
+      clients_.push_back(std::move(*c));
+    }
+  }
+  Client& client(size_t i) { return *clients_[i]; }
+  void TearDown() override {
+    if (HasFailure() && cluster_) {
+      for (size_t k = 0; k < cluster_->size(); ++k) {
+        std::cerr << "=== ptstored node " << k << " log\n" << cluster_->node(k).ReadLog();
+      }
+    }
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::vector<std::unique_ptr<Client>> clients_;
+};
+
+TEST_P(ClusterTest, SaveOnOneNodeLoadsByteExactOnTheOthers) {
+  StartCluster(3);
+  const auto prompt = Gen(1, 64);
+  Save(client(0), prompt);
+  for (size_t i : {1, 2}) {
+    auto look = client(i).Lookup(kNs, prompt);
+    ASSERT_TRUE(look.ok());
+    EXPECT_EQ(look->matched_tokens, 64u) << "node " << i;
+    EXPECT_EQ(LoadAndCheck(client(i), prompt), 64u) << "node " << i;
+  }
+  auto s1 = client(1).Stats();
+  ASSERT_TRUE(s1.ok());
+  EXPECT_GE(s1->remote_fetches, 1u);
+  EXPECT_GE(s1->remote_fetch_bytes, 64 * kBpt);
+  auto s0 = client(0).Stats();
+  EXPECT_GE(s0->peer_served_bytes, 2 * 64 * kBpt);
+}
+
+TEST_P(ClusterTest, ManyPromptsFromManyNodesAllLoadEverywhere) {
+  StartCluster(3);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 24; ++i) prompts.push_back(Gen(100 + i, 32 + 4 * (i % 5)));
+  for (size_t i = 0; i < prompts.size(); ++i) Save(client(i % 3), prompts[i]);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t n = 0; n < 3; ++n) {
+      EXPECT_EQ(LoadAndCheck(client(n), prompts[i]), prompts[i].size()) << "prompt " << i << " on node " << n;
+    }
+  }
+}
+
+TEST_P(ClusterTest, ASharedPrefixIsStoredOnceAcrossNodes) {
+  StartCluster(3);
+  const auto doc = Gen(7, 256);
+  Save(client(0), doc);
+  // Node 1 saves the document plus a question: only the question is new.
+  const auto q1 = Cat(doc, Gen(8, 16));
+  auto kv = Kv(q1, 0, q1.size());
+  auto r = client(1).Save(kNs, q1, kv.data(), kv.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->matched_tokens, 256u);
+  EXPECT_EQ(r->stored_tokens, 16u);
+  EXPECT_EQ(r->new_bytes, 16 * kBpt);
+  // Node 2 loads the whole q1: document from node 0, question from node 1.
+  EXPECT_EQ(LoadAndCheck(client(2), q1), q1.size());
+  uint64_t owned = 0;
+  for (size_t i = 0; i < 3; ++i) owned += client(i).Stats()->owned_bytes;
+  EXPECT_LE(owned, (256 + 16) * kBpt + 3 * 4096) << "bytes stored more than once";
+}
+
+TEST_P(ClusterTest, ReplicasAfterEnoughLoadsServeLocally) {
+  StartCluster(2, /*replicate_after=*/2);
+  const auto prompt = Gen(11, 128);
+  Save(client(0), prompt);
+  EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);  // transient
+  EXPECT_EQ(client(1).Stats()->replica_bytes, 0u);
+  EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);  // kept
+  auto s = client(1).Stats();
+  EXPECT_GT(s->replica_bytes, 0u);
+  EXPECT_EQ(s->replicas_kept, 1u);
+  const uint64_t fetched = s->remote_fetch_bytes;
+  EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);  // from the replica
+  EXPECT_EQ(client(1).Stats()->remote_fetch_bytes, fetched);
+  // The owner dies: the replica still serves.
+  cluster_->Kill(0);
+  EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);
+}
+
+TEST_P(ClusterTest, RemovalReachesEveryNode) {
+  StartCluster(3, /*replicate_after=*/1);
+  const auto doc = Gen(21, 128);
+  const auto longer = Cat(doc, Gen(22, 32));
+  Save(client(0), doc);
+  Save(client(1), longer);
+  EXPECT_EQ(LoadAndCheck(client(2), longer), longer.size());  // replicas on node 2
+  EXPECT_GT(client(2).Stats()->replica_bytes, 0u);
+  // Remove the document's increment on node 1 (a metadata node for it).
+  auto rm = client(1).Remove(kNs, doc);
+  ASSERT_TRUE(rm.ok()) << rm.status().ToString();
+  for (size_t i = 0; i < 3; ++i) {
+    auto look = client(i).Lookup(kNs, longer);
+    ASSERT_TRUE(look.ok());
+    EXPECT_EQ(look->matched_tokens, 0u) << "node " << i << " still knows the removed prefix";
+    EXPECT_EQ(LoadAndCheck(client(i), longer), 0u) << "node " << i << " still serves removed bytes";
+  }
+  EXPECT_EQ(client(2).Stats()->replica_bytes, 0u);
+  EXPECT_EQ(client(0).Stats()->owned_bytes, 0u);
+}
+
+TEST_P(ClusterTest, ADeadOwnerIsAMissNeverAnErrorOrAHang) {
+  StartCluster(3);
+  const auto a = Gen(31, 64);
+  const auto b = Cat(a, Gen(32, 64));
+  Save(client(0), a);
+  Save(client(1), b);
+  ASSERT_EQ(client(2).Lookup(kNs, b)->matched_tokens, 128u);
+  cluster_->Kill(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  // Node 1's half is missing; node 0's half still loads.
+  EXPECT_EQ(LoadAndCheck(client(2), b), 64u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_TRUE(cluster_->WaitState(2, 1, MemberState::kDead).ok());
+  EXPECT_EQ(LoadAndCheck(client(2), b), 64u);
+  // It comes back (empty): the cluster carries on.
+  ASSERT_TRUE(cluster_->StartNode(1).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  auto c1 = cluster_->Connect(1);
+  ASSERT_TRUE(c1.ok());
+  ASSERT_TRUE((*c1)->CreateNamespace(kNs, SmallLayout()).ok());
+  EXPECT_EQ(LoadAndCheck(**c1, a), 64u);
+  Save(**c1, b);
+  EXPECT_EQ(LoadAndCheck(client(2), b), 128u);
+}
+
+TEST_P(ClusterTest, ANodeKilledMidLoadCostsAMiss) {
+  StartCluster(2);
+  // Big enough that the load takes a while (16 MiB).
+  TestCluster::Options big;
+  const auto prompt = Gen(41, 16 * 1024 * 1024 / kBpt);
+  Save(client(0), prompt);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    cluster_->Kill(0);
+  });
+  std::vector<uint8_t> out(prompt.size() * kBpt);
+  auto n = client(1).Load(kNs, prompt, out.data(), out.size());
+  killer.join();
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(*n == 0 || *n == prompt.size()) << *n;
+  if (*n > 0) {
+    auto want = Kv(prompt, 0, *n);
+    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size()));
+  }
+  // Afterwards: a miss, fast.
+  EXPECT_EQ(LoadAndCheck(client(1), prompt), *n == 0 ? 0u : prompt.size());
+}
+
+TEST_P(ClusterTest, ANodeWithTheWrongSecretIsRefused) {
+  StartCluster(3);
+  const auto prompt = Gen(51, 64);
+  Save(client(0), prompt);
+  cluster_->Stop(2);
+  ASSERT_TRUE(cluster_->StartNode(2, cluster_->WriteOtherSecret()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  auto c2 = cluster_->Connect(2);
+  ASSERT_TRUE(c2.ok());
+  auto st = (*c2)->GetClusterStatus();
+  ASSERT_TRUE(st.ok());
+  for (const auto& m : st->members) {
+    if (m.id != 2) EXPECT_EQ(m.state, MemberState::kDead) << "node 2 reached node " << m.id;
+  }
+  ASSERT_TRUE((*c2)->CreateNamespace(kNs, SmallLayout()).ok());
+  EXPECT_EQ(LoadAndCheck(**c2, prompt), 0u);  // a miss, not an error
+  ASSERT_TRUE(cluster_->WaitState(0, 2, MemberState::kDead).ok());
+  const std::string log0 = cluster_->node(0).ReadLog();
+  EXPECT_NE(log0.find("authentication"), std::string::npos) << log0;
+}
+
+TEST_P(ClusterTest, ClusterStatusListsMembersAndBytes) {
+  StartCluster(3);
+  Save(client(1), Gen(61, 64));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto st = client(0).GetClusterStatus();
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->enabled);
+  EXPECT_EQ(st->self_id, 0u);
+  EXPECT_EQ(st->data_path, GetParam());
+  ASSERT_EQ(st->members.size(), 3u);
+  EXPECT_EQ(st->members[0].state, MemberState::kSelf);
+  EXPECT_EQ(st->members[1].state, MemberState::kAlive);
+  EXPECT_EQ(st->members[1].address, cluster_->address(1));
+  EXPECT_GE(st->members[1].owned_bytes, 64 * kBpt);
+}
+
+INSTANTIATE_TEST_SUITE_P(DataPaths, ClusterTest, ::testing::Values("tcp", "rma"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ptstore::testing

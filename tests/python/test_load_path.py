@@ -1,0 +1,132 @@
+"""Client.load_path and path_info through a real PTStore mount (this build's ptstore-fuse).
+
+Needs root, /dev/fuse and $PTSTORE_FUSE (set by ctest); skipped otherwise.
+The mount is always unmounted, and ptstore-fuse stopped, at the end."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+import ptstore
+from conftest import as_kv, empty, kv_bits, raw, tokens
+
+KEY = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "mounting needs root"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "no /dev/fuse"
+    fuse = os.environ.get("PTSTORE_FUSE", "")
+    if not fuse or not os.access(fuse, os.X_OK):
+        return "no ptstore-fuse ($PTSTORE_FUSE)"
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "ok")
+
+
+def _unmount(path: str) -> None:
+    if os.path.ismount(path):
+        if subprocess.run(["fusermount3", "-u", path], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def mount(daemon):
+    """The session's ptstored mounted on a fresh temporary directory."""
+    d = tempfile.mkdtemp(prefix="ptstore-mount-py-")
+    mnt = os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    log = open(os.path.join(d, "ptstore-fuse.log"), "wb")
+    proc = subprocess.Popen([os.environ["PTSTORE_FUSE"], mnt, "-f", "-o", f"socket={daemon.socket},allow_other"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mnt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with open(log.name, errors="replace") as f:
+                    pytest.fail(f"ptstore-fuse did not mount: {f.read()}")
+            time.sleep(0.02)
+        yield mnt
+    finally:
+        _unmount(mnt)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            _unmount(mnt)
+        log.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _increments(root: str):
+    """{path: (start_token + tokens)} of every increment directory below `root`."""
+    found = {}
+    for dirpath, dirnames, _ in os.walk(root):
+        for name in dirnames:
+            if KEY.match(name):
+                p = os.path.join(dirpath, name)
+                info = ptstore.path_info(p)
+                found[p] = info.prefix_tokens
+    return found
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_load_path_is_byte_exact(client, make_ns, mount, backend):
+    ns, layout = make_ns("bf16")
+    toks = tokens(48, seed=7)
+    bits = kv_bits(toks, layout)
+    # Three increments: 16, then 32, then 48 tokens.
+    for n in (16, 32, 48):
+        client.save(ns, toks[:n], as_kv(bits[:n], layout, backend))
+    incs = _increments(os.path.join(mount, ns))
+    assert sorted(incs.values()) == [16, 32, 48]
+    deepest = max(incs, key=incs.get)
+    middle = [p for p, n in incs.items() if n == 32][0]
+
+    info = ptstore.path_info(deepest)
+    assert info.kind == "increment" and info.namespace == ns and info.layout == layout
+    assert (info.start_token, info.tokens, info.prefix_tokens) == (32, 16, 48)
+    assert KEY.match(info.key) and info.arena_bytes == client.stats().arena_bytes
+
+    out = empty(layout, 50, backend)
+    assert client.load_path(deepest, out) == 48
+    assert np.array_equal(raw(out)[:48], bits) and (raw(out)[48:] == 0x5A).all()
+    out = empty(layout, 32, backend)
+    assert client.load_path(middle, out) == 32
+    assert np.array_equal(raw(out), bits[:32])
+    assert client.stats().active_leases == 0
+
+    # The namespace and the root hold no prefix: 0 tokens.
+    assert ptstore.path_info(os.path.join(mount, ns)).kind == "namespace"
+    assert client.load_path(os.path.join(mount, ns), out) == 0
+    assert ptstore.path_info(mount).kind == "root"
+
+
+def test_load_path_errors(client, make_ns, mount):
+    ns, layout = make_ns("fp16")
+    toks = tokens(16, seed=8)
+    client.save(ns, toks, as_kv(kv_bits(toks, layout), layout, "numpy"))
+    (path,) = _increments(os.path.join(mount, ns))
+    with pytest.raises(ptstore.InvalidArgument, match="holds 16 tokens, out only 8"):
+        client.load_path(path, empty(layout, 8, "numpy"))
+    with pytest.raises(TypeError, match="fp16"):
+        client.load_path(path, np.zeros(layout.kv_shape(16), dtype=np.float32))
+    with pytest.raises(ptstore.NotFound):
+        client.load_path(os.path.join(mount, ns, "0" * 31 + "1"), empty(layout, 16, "numpy"))
+    with pytest.raises(ptstore.InvalidArgument, match="not a directory of a PTStore mount"):
+        client.load_path(tempfile.gettempdir(), empty(layout, 16, "numpy"))
+    with pytest.raises(ptstore.InvalidArgument):
+        client.load_path(os.path.join(path, "kv"), empty(layout, 16, "numpy"))

@@ -1,0 +1,66 @@
+// Several real ptstored processes that form one cluster on loopback ports:
+// a cluster file (TOML), a shared secret file, one daemon per node.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ptstore/client.h"
+#include "ptstore/status.h"
+#include "tests/testing/daemon.h"
+
+namespace ptstore::testing {
+
+// A TCP port nothing listens on right now (bind to port 0, then close).
+uint16_t FreePort();
+
+class TestCluster {
+ public:
+  struct Options {
+    size_t nodes = 3;
+    std::string arena_size = "64MiB";
+    std::string data_path = "tcp";  // or "rma"
+    std::string host = "127.0.0.1";
+    int heartbeat_ms = 100;
+    int rpc_timeout_ms = 500;
+    uint32_t replicate_after = 2;
+    std::vector<std::string> extra_args;  // for every node
+  };
+  explicit TestCluster(Options options);
+  ~TestCluster();  // stops every node, removes the directory
+
+  // Writes the files and starts every node.
+  Status Start();
+  // Starts node i (again, after Kill/Stop), with `secret_file` instead of
+  // the cluster's when not empty.
+  Status StartNode(size_t i, const std::string& secret_file = "");
+  void Kill(size_t i) { daemons_[i]->Kill(); }
+  int Stop(size_t i) { return daemons_[i]->Stop(); }
+  // Waits until every running node sees every running node alive.
+  Status WaitConverged(int timeout_ms = 10000);
+  // Waits until node i sees node j in state `state` ("alive", "dead").
+  Status WaitState(size_t i, size_t j, MemberState state, int timeout_ms = 10000);
+
+  Result<std::unique_ptr<Client>> Connect(size_t i) const;
+  Daemon& node(size_t i) { return *daemons_[i]; }
+  size_t size() const { return daemons_.size(); }
+  const std::string& dir() const { return dir_; }
+  const std::string& cluster_file() const { return cluster_file_; }
+  const std::string& secret_file() const { return secret_file_; }
+  std::string address(size_t i) const { return options_.host + ":" + std::to_string(ports_[i]); }
+  // A secret file with other bytes (for the wrong-secret tests).
+  std::string WriteOtherSecret() const;
+
+ private:
+  Options options_;
+  std::string dir_;
+  std::string cluster_file_;
+  std::string secret_file_;
+  std::vector<uint16_t> ports_;
+  std::vector<bool> running_;
+  std::vector<std::unique_ptr<Daemon>> daemons_;
+};
+
+}  // namespace ptstore::testing
