@@ -12,6 +12,7 @@
 
 #include "core/logging.h"
 #include "storage/config.h"
+#include "storage/cluster_metrics.h"
 #include "storage/metrics.h"
 #include "storage/metrics_http.h"
 #include "storage/server.h"
@@ -151,14 +152,21 @@ int main(int argc, char** argv) {
   storage::MetricsHttpServer metrics;
   if (cfg.metrics.enabled) {
     storage::Store* node_store = store->get();
-    auto render = [node_store, &server, &cfg, start_time] {
+    storage::Cluster* node_cluster = cluster.get();
+    auto render = [node_store, node_cluster, &server, &cfg, start_time] {
       storage::NodeMetrics node;
       node.node_id = cfg.store.node_id;
       node.version = PTSTORE_VERSION;
       node.start_time = start_time;
       node.sessions_open = server.sessions_open();
       node.sessions_total = server.sessions_served();
-      return storage::RenderStoreMetrics(node_store->Stats(), node, node_store->ListNamespaces());
+      core::PromWriter w;
+      storage::AppendNodeMetrics(w, node);
+      storage::AppendStoreMetrics(w, node_store->Stats());
+      storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
+      if (node_cluster != nullptr) storage::AppendClusterMetrics(w, *node_cluster);
+      if (!w.status().ok()) PTS_ERROR("metrics", w.status().ToString());
+      return w.Take();
     };
     if (Status st = metrics.Start(cfg.metrics.bind, cfg.metrics.port, render); !st.ok()) {
       return fail(st.WithContext("metrics endpoint"));

@@ -57,7 +57,7 @@ class Daemon:
 
     def __init__(self, arena_size: str = "64MiB", extra_args: Sequence[str] = (), binary: Optional[str] = None,
                  keep_dir: bool = False) -> None:
-        self.binary = binary or find_ptstored()
+        self.binary = os.path.abspath(binary or find_ptstored())  # it runs in its own directory
         self.arena_size = arena_size
         self.extra_args = list(extra_args)
         self.keep_dir = keep_dir
@@ -75,7 +75,7 @@ class Daemon:
         args = [self.binary, "--socket", self.socket, "--arena-size", self.arena_size, *self.extra_args]
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          preexec_fn=_die_with_parent)
+                                          cwd=self.dir, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -32,17 +32,9 @@ using storage::testkv::Gen;
 using storage::testkv::Kv;
 using storage::testkv::SmallLayout;
 using testing::Daemon;
+using testing::MetricsPortFromLog;
 using testing::PromExposition;
 
-// The port of "metrics on http://HOST:PORT/metrics" in the daemon's log
-// (written before its socket accepts clients); 0 if it is not there.
-uint16_t MetricsPortFromLog(const Daemon& d) {
-  static const std::regex kLine(R"(metrics on http://(?:[0-9.]+|\[[0-9a-fA-F:]+\]):([0-9]+)/metrics)");
-  std::smatch m;
-  const std::string log = d.ReadLog();
-  if (!std::regex_search(log, m, kLine)) return 0;
-  return static_cast<uint16_t>(std::stoul(m[1]));
-}
 
 PromExposition Scrape(uint16_t port) {
   auto r = testing::HttpGet(port, "/metrics");

@@ -10,6 +10,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/http_get.h"
 
 namespace ptstore::testing {
 namespace {
@@ -49,6 +50,7 @@ class ClusterTest : public ::testing::TestWithParam<std::string> {
     o.nodes = n;
     o.data_path = GetParam();
     o.replicate_after = replicate_after;
+    o.extra_args = {"--metrics-port", "auto"};
     cluster_ = std::make_unique<TestCluster>(o);
     ASSERT_TRUE(cluster_->Start().ok());
     ASSERT_TRUE(cluster_->WaitConverged().ok());
@@ -88,6 +90,16 @@ TEST_P(ClusterTest, SaveOnOneNodeLoadsByteExactOnTheOthers) {
   EXPECT_GE(s1->remote_fetch_bytes, 64 * kBpt);
   auto s0 = client(0).Stats();
   EXPECT_GE(s0->peer_served_bytes, 2 * 64 * kBpt);
+  // The loader's metrics: bytes by data path, fetch latency, members up.
+  const uint16_t port = MetricsPortFromLog(cluster_->node(1));
+  ASSERT_NE(port, 0) << cluster_->node(1).ReadLog();
+  auto r = HttpGet(port, "/metrics");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string& text = r->body;
+  const std::string bytes_line = "ptstore_fetched_bytes_total{path=\"" + GetParam() + "\"} " + std::to_string(64 * kBpt);
+  EXPECT_NE(text.find(bytes_line), std::string::npos) << text;
+  EXPECT_NE(text.find("ptstore_rpc_latency_seconds_count{rpc=\"fetch\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("ptstore_member_up{node=\"0\",state=\"alive\"} 1"), std::string::npos) << text;
 }
 
 TEST_P(ClusterTest, ManyPromptsFromManyNodesAllLoadEverywhere) {

@@ -70,6 +70,7 @@ void FillPattern(uint8_t* p, uint64_t offset, uint64_t n, uint64_t seed) {
   }
 }
 bool MatchesPattern(const uint8_t* p, uint64_t offset, uint64_t n, uint64_t seed) {
+  if (n == 0) return true;
   std::vector<uint8_t> want(n);
   FillPattern(want.data(), offset, n, seed);
   return std::memcmp(p, want.data(), n) == 0;

@@ -59,7 +59,7 @@ Status TestCluster::Start() {
   std::ofstream f(cluster_file_);
   f << "secret_file = \"" << secret_file_ << "\"\n";
   for (size_t i = 0; i < options_.nodes; ++i) {
-    ports_.push_back(FreePort());
+    ports_.push_back(options_.hosts.empty() ? FreePort() : 7400);
     f << "[[node]]\nid = " << i << "\naddress = \"" << address(i) << "\"\n";
     daemons_.push_back(std::make_unique<Daemon>());
   }
@@ -82,6 +82,7 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
                         << "\nrpc_timeout_ms = " << options_.rpc_timeout_ms << "\n";
   o.extra_args.insert(o.extra_args.end(), {"--config", config});
   o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());
+  if (i < options_.wrappers.size()) o.wrapper = options_.wrappers[i];
   daemons_[i] = std::make_unique<Daemon>();
   return daemons_[i]->Start(o);
 }

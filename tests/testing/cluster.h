@@ -27,6 +27,10 @@ class TestCluster {
     int rpc_timeout_ms = 500;
     uint32_t replicate_after = 2;
     std::vector<std::string> extra_args;  // for every node
+    // Separate hosts: node i listens on hosts[i]:7400 and runs under
+    // wrappers[i] (e.g. "ip netns exec ..."); empty: loopback ports.
+    std::vector<std::string> hosts;
+    std::vector<std::vector<std::string>> wrappers;
   };
   explicit TestCluster(Options options);
   ~TestCluster();  // stops every node, removes the directory
@@ -49,7 +53,9 @@ class TestCluster {
   const std::string& dir() const { return dir_; }
   const std::string& cluster_file() const { return cluster_file_; }
   const std::string& secret_file() const { return secret_file_; }
-  std::string address(size_t i) const { return options_.host + ":" + std::to_string(ports_[i]); }
+  std::string address(size_t i) const {
+    return (options_.hosts.empty() ? options_.host : options_.hosts[i]) + ":" + std::to_string(ports_[i]);
+  }
   // A secret file with other bytes (for the wrong-secret tests).
   std::string WriteOtherSecret() const;
 

@@ -64,6 +64,7 @@ Status Daemon::Start(const Options& options) {
   log_ = dir_ + "/ptstored.log";
   std::vector<std::string> args = {PtstoredPath(), "--socket", socket_, "--arena-size", options.arena_size};
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+  args.insert(args.begin(), options.wrapper.begin(), options.wrapper.end());
   PTS_ASSIGN_OR_RETURN(pid_, SpawnWithLog(args, log_));
   // Wait until the socket accepts a connection (or the daemon dies).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

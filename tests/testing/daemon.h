@@ -28,6 +28,9 @@ class Daemon {
   struct Options {
     std::string arena_size = "64MiB";
     std::vector<std::string> extra_args;
+    // Runs ptstored under this command (e.g. {"ip", "netns", "exec", "ns0"}),
+    // which must exec it in place (the pid stays ptstored's).
+    std::vector<std::string> wrapper;
   };
   Daemon();
   ~Daemon();  // Stop()

@@ -15,9 +15,11 @@
 #include <cerrno>
 #include <chrono>
 #include <map>
+#include <regex>
 #include <string>
 
 #include "ptstore/status.h"
+#include "tests/testing/daemon.h"
 
 namespace ptstore::testing {
 
@@ -131,6 +133,16 @@ inline Result<HttpReply> HttpExchange(uint16_t port, const std::string& request,
 inline Result<HttpReply> HttpGet(uint16_t port, const std::string& path,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   return HttpExchange(port, "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: pts-test\r\n\r\n", timeout);
+}
+
+// The port of "metrics on http://HOST:PORT/metrics" in the daemon's log
+// (written before its socket accepts clients); 0 if it is not there.
+inline uint16_t MetricsPortFromLog(const Daemon& d) {
+  static const std::regex kLine(R"(metrics on http://(?:[0-9.]+|\[[0-9a-fA-F:]+\]):([0-9]+)/metrics)");
+  std::smatch m;
+  const std::string log = d.ReadLog();
+  if (!std::regex_search(log, m, kLine)) return 0;
+  return static_cast<uint16_t>(std::stoul(m[1]));
 }
 
 }  // namespace ptstore::testing

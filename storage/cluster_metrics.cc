@@ -1,0 +1,40 @@
+#include "storage/cluster_metrics.h"
+
+namespace ptstore::storage {
+
+void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster) {
+  using core::MetricType;
+  const ClusterCounters& c = cluster.counters();
+  w.Counter("ptstore_shard_lookups_total", "Lookups sent to another node's index shard.", c.shard_lookups.load());
+  w.Counter("ptstore_shard_lookup_failures_total", "Shard lookups that failed (a miss).",
+            c.shard_lookup_failures.load());
+  w.Counter("ptstore_metadata_cache_hits_total",
+            "Prompts this node's index matched whole, so no shard was asked.", c.metadata_hits.load());
+  w.Counter("ptstore_local_shard_requests_total", "Prompts whose index shard is this node.", c.local_shard.load());
+  w.Counter("ptstore_announces_total", "Announcements of owned increments sent to shards.", c.announces.load());
+  w.Counter("ptstore_removals_sent_total", "Removals this node sent to the other members.", c.removals_sent.load());
+  w.Counter("ptstore_removals_applied_total", "Removals from other nodes applied here.", c.removals_applied.load());
+  w.Counter("ptstore_fetch_requests_total", "Fetch requests sent to owners (one per owner per load).",
+            c.fetch_requests.load());
+  w.Counter("ptstore_fetch_failures_total", "Fetch requests that failed (the load was cut short: a miss).",
+            c.fetch_failures.load());
+  w.Family("ptstore_fetched_bytes_total", MetricType::kCounter, "Bytes fetched from other nodes, by data path.");
+  w.Sample(c.bytes_tcp.load(), {{"path", "tcp"}});
+  w.Sample(c.bytes_rma.load(), {{"path", "rma"}});
+  w.Counter("ptstore_peer_auth_failures_total", "Connections from or to peers refused by the cluster secret check.",
+            c.auth_failures.load());
+  w.Family("ptstore_rpc_latency_seconds", MetricType::kHistogram, "Latency of node-to-node RPCs by kind.");
+  w.Histogram(c.lookup_latency.Snapshot(), {{"rpc", "shard_lookup"}});
+  w.Histogram(c.fetch_latency.Snapshot(), {{"rpc", "fetch"}});
+  w.Histogram(c.ping_latency.Snapshot(), {{"rpc", "ping"}});
+  const core::ClusterStatusReply st = cluster.MemberStatus();
+  w.Family("ptstore_member_up", MetricType::kGauge, "1 when this node sees the member alive (or is it), else 0.");
+  for (const auto& m : st.members) {
+    const bool up = m.state == MemberState::kSelf || m.state == MemberState::kAlive || m.state == MemberState::kSuspect;
+    w.Sample(up ? 1 : 0, {{"node", std::to_string(m.id)}, {"state", core::MemberStateName(m.state)}});
+  }
+  w.Family("ptstore_member_owned_bytes", MetricType::kGauge, "Owned bytes of each member (from its last ping).");
+  for (const auto& m : st.members) w.Sample(m.owned_bytes, {{"node", std::to_string(m.id)}});
+}
+
+}  // namespace ptstore::storage
