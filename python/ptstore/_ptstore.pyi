@@ -143,6 +143,13 @@ class Stats:
     recovered_bytes: int
     recovery_corrupt: int
     recovery_dropped: int
+    remote_tensors: int
+    remote_hits: int
+    remote_fetches: int
+    remote_fetch_bytes: int
+    remote_fetch_failures: int
+    replicas_kept: int
+    peer_served_bytes: int
     def to_dict(self) -> Dict[str, int]: ...
 
 class PrefixNode:
@@ -215,6 +222,8 @@ class PathInfo:
 
 def path_info(path: str) -> PathInfo: ...
 def code_names() -> Dict[int, str]: ...
+
+_STORE_STATS_COUNTERS: int
 def _raise_status(code: int, message: str) -> None: ...
 
 class Pin:

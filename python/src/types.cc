@@ -111,6 +111,13 @@ void ForEachStat(const StoreStats& s, F f) {
   f("recovered_bytes", s.recovered_bytes, "their bytes");
   f("recovery_corrupt", s.recovery_corrupt, "records skipped at start (bad checksums, torn)");
   f("recovery_dropped", s.recovery_dropped, "valid records not indexed at start (orphans, duplicates)");
+  f("remote_tensors", s.remote_tensors, "increments other nodes own that this node's index knows");
+  f("remote_hits", s.remote_hits, "pins/loads that fetched something from other nodes");
+  f("remote_fetches", s.remote_fetches, "increments fetched from their owners");
+  f("remote_fetch_bytes", s.remote_fetch_bytes, "their bytes");
+  f("remote_fetch_failures", s.remote_fetch_failures, "fetches that failed (owner dead, gone, deadline): misses");
+  f("replicas_kept", s.replicas_kept, "fetched increments kept as replicas (hot)");
+  f("peer_served_bytes", s.peer_served_bytes, "bytes this node's owned data served to other nodes' loads");
 }
 
 // What PTSTORE_IOC_INFO says about a directory of a mount.
@@ -352,6 +359,9 @@ True when something matched.
           doc);
     });
   }
+  // StoreStats is all u64 counters: a test compares this with the list above,
+  // so a counter added to types.h without a binding is caught.
+  m.attr("_STORE_STATS_COUNTERS") = sizeof(StoreStats) / sizeof(uint64_t);
   stats.def("to_dict", [](const StoreStats& s) {
     py::dict d;
     ForEachStat(s, [&](const char* name, const uint64_t& v, const char*) { d[name] = v; });
@@ -389,7 +399,7 @@ True when something matched.
       .def_readonly("pins", &PrefixNodeInfo::pins, "Pins held on it now.")
       .def_property_readonly(
           "tier", [](const PrefixNodeInfo& n) { return std::string(TierName(n.tier)); },
-          "Where its tensor is: 'dram', 'ssd', 'dram+ssd'.")
+          "Where its tensor is: 'dram', 'ssd', 'dram+ssd', 'remote' (another node owns it).")
       .def("__repr__", [](const PrefixNodeInfo& n) {
         return "PrefixNode(key='" + n.key.ToHex() + "', start_token=" + std::to_string(n.start_token) +
                ", tokens=" + std::to_string(n.tokens) + ", bytes=" + std::to_string(n.bytes) +

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <thread>
 
+#include "core/rendezvous.h"
 #include "ptstore/client.h"
+#include "ptstore/keys.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/cluster.h"
@@ -35,6 +37,15 @@ uint64_t LoadAndCheck(Client& c, const std::vector<uint32_t>& prompt) {
     EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "bytes differ";
   }
   return *n;
+}
+
+// A prompt of `n` tokens whose root's shard (all of `nodes` alive) is `shard`.
+std::vector<uint32_t> PromptShardedTo(uint32_t shard, std::vector<uint32_t> nodes, size_t n, uint64_t seed) {
+  for (;; ++seed) {
+    auto p = Gen(seed, n);
+    const ChainKey root = NextKey(RootKey(kNs, ""), std::span(p).first(SmallLayout().block_tokens));
+    if (core::ShardOf(root, nodes) == shard) return p;
+  }
 }
 
 void Save(Client& c, const std::vector<uint32_t>& prompt) {
@@ -218,6 +229,62 @@ TEST_P(ClusterTest, ANodeKilledMidLoadCostsAMiss) {
   }
   // Afterwards: a miss, fast.
   EXPECT_EQ(LoadAndCheck(client(1), prompt), *n == 0 ? 0u : prompt.size());
+}
+
+TEST_P(ClusterTest, ARestartedShardLearnsAgainWhatOthersHold) {
+  StartCluster(3);
+  // Saved on node 0, indexed by shard node 1.
+  const auto p = PromptShardedTo(1, {0, 1, 2}, 64, 1000);
+  Save(client(0), p);
+  ASSERT_EQ(LoadAndCheck(client(2), p), 64u);
+  // Node 1 restarts empty (no SSD tier): node 0 announces again what it owns.
+  ASSERT_EQ(cluster_->Stop(1), 0);
+  ASSERT_TRUE(cluster_->StartNode(1).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  auto c1 = cluster_->Connect(1);
+  ASSERT_TRUE(c1.ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  uint64_t matched = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto ns = (*c1)->GetNamespace(kNs);  // created by node 0's announcement
+    if (ns.ok()) {
+      matched = (*c1)->Lookup(kNs, p)->matched_tokens;
+      if (matched == 64) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(matched, 64u);
+  EXPECT_EQ(LoadAndCheck(**c1, p), 64u);
+}
+
+TEST_P(ClusterTest, ARestartedOwnerWithAnSsdTierServesItsDataAgain) {
+  TestCluster::Options o;
+  o.nodes = 2;
+  o.data_path = GetParam();
+  cluster_ = std::make_unique<TestCluster>(o);
+  ASSERT_TRUE(cluster_->Start().ok());
+  // Node 0 gets an SSD tier: stop it and start it again with one.
+  ASSERT_EQ(cluster_->Stop(0), 0);
+  const std::string ssd = cluster_->dir() + "/ssd0";
+  cluster_->SetNodeArgs(0, {"--ssd-dir", ssd, "--ssd-capacity", "256MiB"});
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  for (size_t i = 0; i < 2; ++i) {
+    auto c = cluster_->Connect(i);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
+    clients_.push_back(std::move(*c));
+  }
+  const auto p = PromptShardedTo(1, {0, 1}, 64, 2000);
+  Save(client(0), p);
+  ASSERT_EQ(LoadAndCheck(client(1), p), 64u);
+  // A planned restart: SIGTERM persists to SSD, the restart recovers.
+  clients_[0].reset();
+  ASSERT_EQ(cluster_->Stop(0), 0);
+  EXPECT_EQ(LoadAndCheck(client(1), p), 0u);  // its owner is down: a miss
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  EXPECT_EQ(LoadAndCheck(client(1), p), 64u);
 }
 
 TEST_P(ClusterTest, ANodeWithTheWrongSecretIsRefused) {

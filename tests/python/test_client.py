@@ -414,6 +414,24 @@ def test_stats_and_repr(client, make_ns):
     assert d["arena_bytes"] == 256 << 20 == s.arena_bytes
     assert d["saves"] >= 1 and d["namespaces"] >= 1 and "ssd_capacity" in d
     assert all(isinstance(v, int) for v in d.values())
+    # Every counter of the C++ StoreStats has its attribute (python/src/types.cc lists them).
+    assert len(d) == _ptstore._STORE_STATS_COUNTERS, "a StoreStats counter is missing from python/src/types.cc"
     assert "arena_bytes=" in repr(s)
     assert client.mapped and client.node_id == 0 and "mapped=True" in repr(client)
     assert type(s).__module__ == "ptstore" and type(s).__name__ == "Stats"
+
+
+def test_client_without_the_mapping(daemon, make_ns):
+    """A client that does not map the arena loads by copy (same bytes) and cannot pin."""
+    ns, layout = make_ns("fp16")
+    toks = tokens(24, seed=120)
+    bits = kv_bits(toks, layout)
+    with ptstore.Client(daemon.socket, want_mapping=False) as c:
+        assert not c.mapped
+        c.save(ns, toks, as_kv(bits, layout, "numpy"))
+        out = empty(layout, 24, "torch")
+        assert c.load(ns, toks, out) == 24
+        assert np.array_equal(raw(out), bits)
+        with pytest.raises(ptstore.PermissionDenied, match="mapping") as e:
+            c.pin(ns, toks)
+        assert isinstance(e.value, PermissionError)

@@ -65,6 +65,7 @@ Status TestCluster::Start() {
   }
   f.close();
   running_.assign(options_.nodes, false);
+  node_args_.resize(options_.nodes);
   for (size_t i = 0; i < options_.nodes; ++i) PTS_RETURN_IF_ERROR(StartNode(i));
   return Status::OK();
 }
@@ -82,6 +83,7 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
                         << "\nrpc_timeout_ms = " << options_.rpc_timeout_ms << "\n";
   o.extra_args.insert(o.extra_args.end(), {"--config", config});
   o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());
+  o.extra_args.insert(o.extra_args.end(), node_args_[i].begin(), node_args_[i].end());
   if (i < options_.wrappers.size()) o.wrapper = options_.wrappers[i];
   daemons_[i] = std::make_unique<Daemon>();
   return daemons_[i]->Start(o);

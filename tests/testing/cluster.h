@@ -40,6 +40,8 @@ class TestCluster {
   // Starts node i (again, after Kill/Stop), with `secret_file` instead of
   // the cluster's when not empty.
   Status StartNode(size_t i, const std::string& secret_file = "");
+  // Extra arguments of node i from its next start on.
+  void SetNodeArgs(size_t i, std::vector<std::string> args) { node_args_[i] = std::move(args); }
   void Kill(size_t i) { daemons_[i]->Kill(); }
   int Stop(size_t i) { return daemons_[i]->Stop(); }
   // Waits until every running node sees every running node alive.
@@ -66,6 +68,7 @@ class TestCluster {
   std::string secret_file_;
   std::vector<uint16_t> ports_;
   std::vector<bool> running_;
+  std::vector<std::vector<std::string>> node_args_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
 };
 
