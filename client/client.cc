@@ -325,6 +325,14 @@ Result<StoreStats> Client::Stats() {
   return rep.stats;
 }
 
+Result<std::vector<IncrementLocation>> Client::Locate(const std::string& ns, const std::vector<ChainKey>& keys) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::LocateRequest req{ns, keys};
+  core::LocateReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLocate, req, MsgType::kLocateReply, &rep));
+  return std::move(rep.locations);
+}
+
 Result<ClusterStatus> Client::GetClusterStatus() {
   PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
   core::ClusterStatusReply rep;

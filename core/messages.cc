@@ -58,6 +58,10 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kPeerRemoveReply: return "PeerRemoveReply";
     case MsgType::kClusterStatus: return "ClusterStatus";
     case MsgType::kClusterStatusReply: return "ClusterStatusReply";
+    case MsgType::kPeerHolds: return "PeerHolds";
+    case MsgType::kPeerHoldsReply: return "PeerHoldsReply";
+    case MsgType::kLocate: return "Locate";
+    case MsgType::kLocateReply: return "LocateReply";
   }
   return "Unknown";
 }
@@ -479,6 +483,10 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kPeerRemoveReply: return DecodeAs<RemoveReply>(body);
     case MsgType::kClusterStatus: return DecodeAs<EmptyReply>(body);
     case MsgType::kClusterStatusReply: return DecodeAs<ClusterStatusReply>(body);
+    case MsgType::kPeerHolds: return DecodeAs<PeerHolds>(body);
+    case MsgType::kPeerHoldsReply: return DecodeAs<PeerHoldsReply>(body);
+    case MsgType::kLocate: return DecodeAs<LocateRequest>(body);
+    case MsgType::kLocateReply: return DecodeAs<LocateReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -46,6 +46,10 @@ enum class MsgType : uint16_t {
   kPeerRemove = 48, kPeerRemoveReply = 49,
   // Client -> local ptstored: the members of the cluster as this node sees them.
   kClusterStatus = 50, kClusterStatusReply = 51,
+  // Node to node: which of these increments does the peer hold?
+  kPeerHolds = 52, kPeerHoldsReply = 53,
+  // Client -> local ptstored: which nodes hold these increments?
+  kLocate = 54, kLocateReply = 55,
 };
 const char* MsgTypeName(uint16_t type);
 

@@ -201,6 +201,76 @@ Status PeerRemove::Decode(Decoder& d) {
   return d.Finish("PeerRemove");
 }
 
+void PeerHolds::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU32(static_cast<uint32_t>(entries.size()));
+  for (const Entry& x : entries) {
+    e.PutU32Array(x.tokens);
+    e.PutU64(x.from_block);
+  }
+}
+Status PeerHolds::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "entries", 12, &n));
+  entries.resize(n);
+  for (Entry& x : entries) {
+    PTS_RETURN_IF_ERROR(d.GetU32Array("entry.tokens", &x.tokens));
+    PTS_RETURN_IF_ERROR(d.GetU64("entry.from_block", &x.from_block));
+  }
+  return d.Finish("PeerHolds");
+}
+
+void PeerHoldsReply::Encode(Encoder& e) const {
+  e.PutU32(static_cast<uint32_t>(held.size()));
+  for (bool b : held) e.PutBool(b);
+}
+Status PeerHoldsReply::Decode(Decoder& d) {
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "held", 1, &n));
+  held.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    bool b;
+    PTS_RETURN_IF_ERROR(d.GetBool("held", &b));
+    held[i] = b;
+  }
+  return d.Finish("PeerHoldsReply");
+}
+
+void LocateRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU32(static_cast<uint32_t>(keys.size()));
+  for (const ChainKey& k : keys) PutKey(e, k);
+}
+Status LocateRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "keys", 16, &n));
+  keys.resize(n);
+  for (ChainKey& k : keys) PTS_RETURN_IF_ERROR(GetKey(d, "key", &k));
+  return d.Finish("Locate");
+}
+
+void LocateReply::Encode(Encoder& e) const {
+  e.PutU32(static_cast<uint32_t>(locations.size()));
+  for (const IncrementLocation& l : locations) {
+    PutKey(e, l.key);
+    e.PutU32(l.owner);
+    e.PutU32Array(l.nodes);
+  }
+}
+Status LocateReply::Decode(Decoder& d) {
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "locations", 24, &n));
+  locations.resize(n);
+  for (IncrementLocation& l : locations) {
+    PTS_RETURN_IF_ERROR(GetKey(d, "location.key", &l.key));
+    PTS_RETURN_IF_ERROR(d.GetU32("location.owner", &l.owner));
+    PTS_RETURN_IF_ERROR(d.GetU32Array("location.nodes", &l.nodes, 1u << 24));
+  }
+  return d.Finish("LocateReply");
+}
+
 void ClusterStatusReply::Encode(Encoder& e) const {
   e.PutU32(self_id);
   e.PutBool(enabled);

@@ -136,6 +136,43 @@ struct PeerRemove {
   Status Decode(Decoder& d);
 };
 
+// Which of these increments does the peer hold (in DRAM or on SSD, owned or
+// replica)? Each entry: the whole prefix's tokens up to the increment's
+// end, and its first block.
+struct PeerHolds {
+  static constexpr MsgType kType = MsgType::kPeerHolds;
+  struct Entry {
+    std::vector<uint32_t> tokens;
+    uint64_t from_block = 0;
+  };
+  std::string ns;
+  std::vector<Entry> entries;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct PeerHoldsReply {
+  static constexpr MsgType kType = MsgType::kPeerHoldsReply;
+  std::vector<bool> held;  // one per entry
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// Client -> its node: the nodes that hold each of these increments (by the
+// chain keys this node's index names them with).
+struct LocateRequest {
+  static constexpr MsgType kType = MsgType::kLocate;
+  std::string ns;
+  std::vector<ChainKey> keys;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct LocateReply {
+  static constexpr MsgType kType = MsgType::kLocateReply;
+  std::vector<IncrementLocation> locations;  // one per key, in order
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
 // ClusterStatus (a client asks its node) carries an empty body.
 using ptstore::MemberState;
 using MemberInfo = ptstore::ClusterMember;

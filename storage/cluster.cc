@@ -378,6 +378,72 @@ void Cluster::DeliverPending(Peer* p) {
   }
 }
 
+Result<std::vector<IncrementLocation>> Cluster::Locate(const std::string& ns, const std::vector<ChainKey>& keys) {
+  PTS_ASSIGN_OR_RETURN(std::vector<IncrementLocation> out, LocateLocal(store_, ns, keys));
+  core::PeerHolds q;
+  q.ns = ns;
+  std::vector<size_t> asked;  // index in `out` of each entry of q
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Result<HeldIncrement> h = store_->PrefixOf(ns, keys[i]);
+    if (!h.ok()) continue;
+    q.entries.push_back({std::move(h->tokens), h->first_block});
+    asked.push_back(i);
+  }
+  if (q.entries.empty()) return out;
+  std::vector<std::pair<uint32_t, std::vector<bool>>> answers(peers_.size());
+  std::vector<std::thread> calls;
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    Peer* peer = peers_[p].get();
+    if (!IsAlive(peer)) continue;
+    calls.emplace_back([this, peer, &q, &answers, p] {
+      Result<core::PeerHoldsReply> r =
+          peer->channel->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
+      if (r.ok() && r->held.size() == q.entries.size()) answers[p] = {peer->member.node_id, std::move(r->held)};
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  for (const auto& [id, held] : answers) {
+    for (size_t e = 0; e < held.size(); ++e) {
+      if (held[e]) out[asked[e]].nodes.push_back(id);
+    }
+  }
+  for (IncrementLocation& l : out) {
+    // The owner first, then by id.
+    std::sort(l.nodes.begin(), l.nodes.end(), [&](uint32_t a, uint32_t b) {
+      return (a == l.owner) != (b == l.owner) ? a == l.owner : a < b;
+    });
+  }
+  return out;
+}
+
+Result<std::vector<IncrementLocation>> LocateLocal(Store* store, const std::string& ns,
+                                                   const std::vector<ChainKey>& keys) {
+  std::vector<IncrementLocation> out;
+  const uint32_t self = store->options().node_id;
+  for (const ChainKey& k : keys) {
+    IncrementLocation l;
+    l.key = k;
+    l.owner = self;
+    Result<HeldIncrement> h = store->PrefixOf(ns, k);
+    if (!h.ok()) {
+      if (h.status().code() != Code::kNotFound) return h.status();
+      out.push_back(std::move(l));  // gone meanwhile: nobody holds it
+      continue;
+    }
+    PTS_ASSIGN_OR_RETURN(Ownership o, store->Resolve(ns, h->tokens));
+    for (const OwnedRange& r : o.ranges) {
+      if (r.end_block > h->first_block) {
+        l.owner = r.owner;
+        break;
+      }
+    }
+    PTS_ASSIGN_OR_RETURN(bool held, store->Holds(ns, h->tokens, h->first_block));
+    if (held) l.nodes.push_back(self);
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 // ------------------------------------------------------------ maintenance
 
 void Cluster::MaintenanceLoop() {

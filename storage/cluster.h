@@ -91,6 +91,11 @@ struct ClusterCounters {
   core::LatencyHistogram ping_latency;
 };
 
+// Where the increments named `keys` are as far as this node alone knows:
+// their owner, and this node when it holds their bytes.
+Result<std::vector<IncrementLocation>> LocateLocal(Store* store, const std::string& ns,
+                                                   const std::vector<ChainKey>& keys);
+
 class Cluster : public RemoteFetcher {
  public:
   // Reads the membership, loads the secret, listens on this node's address
@@ -108,6 +113,11 @@ class Cluster : public RemoteFetcher {
   void Announce(const std::string& ns, std::span<const uint32_t> tokens);
   // After a local removal: sends it to the root's shard, which sends it on.
   void PropagateRemoval(const RemovalPoint& p);
+
+  // Where the increments named `keys` (in this node's index) are: owner and
+  // every alive node holding their bytes (one PeerHolds per peer, in
+  // parallel). Without a cluster, LocateLocal.
+  Result<std::vector<IncrementLocation>> Locate(const std::string& ns, const std::vector<ChainKey>& keys);
 
   // RemoteFetcher.
   void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, std::vector<FetchRequest>& requests) override;

@@ -169,6 +169,16 @@ Status Cluster::DispatchPeer(rdma::FramedSocket& sock, const rdma::Frame& f, uin
       }
       return Reply(sock, f, core::EmptyReply{});
     }
+    case MsgType::kPeerHolds: {
+      core::PeerHolds req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      core::PeerHoldsReply rep;
+      for (const auto& e : req.entries) {
+        Result<bool> h = store_->Holds(req.ns, e.tokens, e.from_block);
+        rep.held.push_back(h.ok() && *h);  // an unknown namespace holds nothing
+      }
+      return Reply(sock, f, rep);
+    }
     case MsgType::kPeerRemove: {
       core::PeerRemove req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));

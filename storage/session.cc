@@ -238,6 +238,15 @@ Status Session::Dispatch(rdma::Frame& f) {
       core::IncrementReply rep{r.node, std::move(r.tokens), r.lease_id, std::move(r.extents)};
       return Reply(f, rep);
     }
+    case MsgType::kLocate: {
+      core::LocateRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      core::LocateReply rep;
+      PTS_ASSIGN_OR_RETURN(rep.locations, cluster_ ? cluster_->Locate(req.ns, req.keys)
+                                                   : LocateLocal(store_, req.ns, req.keys));
+      return Reply(f, rep);
+    }
     case MsgType::kClusterStatus: {
       if (cluster_) return Reply(f, cluster_->MemberStatus());
       core::ClusterStatusReply rep;

@@ -195,6 +195,12 @@ class Store {
   // Every owned increment in the index: its namespace, whole prefix tokens
   // and first block (to announce to the index shards).
   std::vector<HeldIncrement> ListOwned() const;
+  // Whether this node holds (in DRAM or on SSD, its own data or a replica)
+  // every block of the longest match of `tokens` from from_block on, and
+  // that match covers all of its whole blocks. No pin, no hit.
+  Result<bool> Holds(const std::string& ns, std::span<const uint32_t> tokens, uint64_t from_block);
+  // The increment named `key`: its whole prefix's tokens and first block.
+  Result<HeldIncrement> PrefixOf(const std::string& ns, const ChainKey& key) const;
   // The namespace as other nodes must create it (with its salt).
   Result<NamespaceDef> GetNamespaceDef(const std::string& ns) const;
   // The fetcher of remote bytes (nullptr: none; remote tensors stay misses).

@@ -141,6 +141,30 @@ RemovalPoint Store::RemovalPointLocked(const Namespace& ns, const RadixNode* n) 
   return p;
 }
 
+Result<bool> Store::Holds(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t from_block) {
+  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const Match m = MatchLocked(*ns, tokens, &k);
+  if (m.blocks != k.keys.size() || m.blocks <= from_block) return false;
+  uint64_t at = 0;
+  for (const MatchStep& st : m.path) {
+    const Tensor* t = st.node->tensor;
+    const bool needed = at + st.blocks > from_block;
+    at += st.blocks;
+    if (needed && !t->in_dram && !t->on_ssd) return false;
+  }
+  return true;
+}
+
+Result<HeldIncrement> Store::PrefixOf(const std::string& ns_name, const ChainKey& key) const {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const RadixNode* n = ns->tree->FindByKey(key);
+  if (n == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
+  return HeldIncrement{ns_name, PrefixTokensLocked(n), n->start_block};
+}
+
 void Store::NoteLostLocked(Tensor* t) {
   if (!options_.track_lost || t->remote || t->cache_class != CacheClass::kOwned || t->nodes.empty()) return;
   constexpr size_t kMaxLost = 100000;  // nobody drains them: the cluster is gone

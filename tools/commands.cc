@@ -76,6 +76,18 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
       Report(err, kProg, nodes.status());
       return kExitFailure;
     }
+    std::optional<std::vector<IncrementLocation>> where;
+    if (opt.where) {
+      std::vector<ChainKey> keys;
+      for (const auto& n : *nodes) keys.push_back(n.key);
+      auto w = c.Locate(target->ns, keys);
+      if (!w.ok()) {
+        Report(err, kProg, w.status());
+        return kExitFailure;
+      }
+      where = std::move(*w);
+    }
+    const std::vector<IncrementLocation>* wp = where ? &*where : nullptr;
     if (opt.json) {
       Json j = {{"namespace", target->ns},
                           {"parent", KeyJson(target->key)},
@@ -87,11 +99,12 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
         for (const auto& n : *nodes) a.push_back(ToJson(n));
         j["increments"] = std::move(a);
       }
+      if (wp) j["locations"] = LocationsJson(*wp);
       Emit(out, j);
     } else if (opt.recursive) {
-      out << RenderTree(*nodes, target->key, opt.long_format, opt.style);
+      out << RenderTree(*nodes, target->key, opt.long_format || wp, opt.style, wp);
     } else {
-      out << RenderIncrements(*nodes, opt.long_format);
+      out << RenderIncrements(*nodes, opt.long_format || wp, wp);
     }
     return kExitOk;
   }

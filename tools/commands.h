@@ -45,6 +45,7 @@ struct LsOptions {
   bool long_format = false;
   bool recursive = false;
   bool json = false;
+  bool where = false;  // with a namespace: the nodes holding each increment (asks every node)
   std::optional<std::string> target;  // none: list the namespaces
   TreeStyle style = TreeStyle::kAscii;
 };

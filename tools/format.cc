@@ -209,9 +209,15 @@ std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool 
 
 namespace {
 
-Table IncrementTable() {
+std::string NodeList(const std::vector<uint32_t>& nodes) {
+  std::string out;
+  for (uint32_t n : nodes) out += (out.empty() ? "" : ",") + std::to_string(n);
+  return out.empty() ? "-" : out;
+}
+
+Table IncrementTable(bool where) {
   using A = Table::Align;
-  return Table({{"KEY"},
+  std::vector<Table::Column> cols = {{"KEY"},
                 {"START", A::kRight},
                 {"TOKENS", A::kRight},
                 {"BYTES", A::kRight},
@@ -220,11 +226,14 @@ Table IncrementTable() {
                 {"CLASS"},
                 {"TIER"},
                 {"PINS", A::kRight},
-                {"CHILDREN", A::kRight}});
+                {"CHILDREN", A::kRight}};
+  if (where) cols.push_back({"NODES"});
+  return Table(cols);
 }
 
-std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeInfo& n) {
-  return {name,
+std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeInfo& n,
+                                      const IncrementLocation* where) {
+  std::vector<std::string> row = {name,
           std::to_string(n.start_token),
           std::to_string(n.tokens),
           HumanBytes(n.bytes),
@@ -234,31 +243,38 @@ std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeI
           TierName(n.tier),
           std::to_string(n.pins),
           std::to_string(n.children)};
+  if (where) row.push_back(NodeList(where->nodes));
+  return row;
 }
 
 }  // namespace
 
-std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format) {
+std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format,
+                             const std::vector<IncrementLocation>* where) {
   if (!long_format) {
     std::string out;
     for (const auto& n : nodes) out += n.key.ToHex() + "\n";
     return out;
   }
-  Table t = IncrementTable();
-  for (const auto& n : nodes) t.AddRow(IncrementRow(n.key.ToHex(), n));
+  Table t = IncrementTable(where != nullptr);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    t.AddRow(IncrementRow(nodes[i].key.ToHex(), nodes[i], where ? &(*where)[i] : nullptr));
+  }
   return t.rows() ? t.Render() : "";
 }
 
 std::string RenderTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, bool long_format,
-                       TreeStyle style) {
+                       TreeStyle style, const std::vector<IncrementLocation>* where) {
   std::vector<TreeLine> lines = LayoutTree(nodes, root, style);
   if (!long_format) {
     std::string out;
     for (const auto& l : lines) out += l.prefix + nodes[l.index].key.ToHex() + "\n";
     return out;
   }
-  Table t = IncrementTable();
-  for (const auto& l : lines) t.AddRow(IncrementRow(l.prefix + nodes[l.index].key.ToHex(), nodes[l.index]));
+  Table t = IncrementTable(where != nullptr);
+  for (const auto& l : lines) {
+    t.AddRow(IncrementRow(l.prefix + nodes[l.index].key.ToHex(), nodes[l.index], where ? &(*where)[l.index] : nullptr));
+  }
   return t.rows() ? t.Render() : "";
 }
 
@@ -269,7 +285,11 @@ TreeSummary Summarize(const std::vector<PrefixNodeInfo>& nodes) {
     s.tokens += n.tokens;
     s.bytes += n.bytes;
     s.hits += n.hits;
-    (n.cache_class == CacheClass::kReplica ? s.replica_bytes : s.owned_bytes) += n.bytes;
+    if ((n.tier & (kTierDram | kTierSsd)) == 0 && (n.tier & kTierRemote)) {
+      s.remote_bytes += n.bytes;
+    } else {
+      (n.cache_class == CacheClass::kReplica ? s.replica_bytes : s.owned_bytes) += n.bytes;
+    }
     if (n.pins > 0) s.pinned_increments++;
     if (n.children == 0) s.leaves++;
     s.max_depth_tokens = std::max(s.max_depth_tokens, n.start_token + n.tokens);
@@ -379,6 +399,7 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
       add("increment hits", num(t.hits));
       add("owned bytes", HumanBytes(t.owned_bytes));
       add("replica bytes", HumanBytes(t.replica_bytes));
+      if (t.remote_bytes > 0) add("remote bytes", HumanBytes(t.remote_bytes) + " (held by other nodes)");
       add("pinned increments", num(t.pinned_increments));
     }
   }
@@ -455,6 +476,12 @@ Json ToJson(const NamespaceInfo& i) {
           {"bytes", i.bytes}, {"increments", i.prefixes}};
 }
 
+Json LocationsJson(const std::vector<IncrementLocation>& where) {
+  Json j = Json::object();
+  for (const IncrementLocation& l : where) j[l.key.ToHex()] = {{"owner", l.owner}, {"nodes", l.nodes}};
+  return j;
+}
+
 Json ToJson(const PrefixNodeInfo& n) {
   return {{"key", KeyJson(n.key)},
           {"parent", KeyJson(n.parent)},
@@ -527,6 +554,7 @@ Json ToJson(const TreeSummary& t) {
   return {{"increments", t.increments},       {"tokens", t.tokens},
           {"bytes", t.bytes},                 {"hits", t.hits},
           {"owned_bytes", t.owned_bytes},     {"replica_bytes", t.replica_bytes},
+          {"remote_bytes", t.remote_bytes},
           {"pinned_increments", t.pinned_increments}, {"longest_prefix_tokens", t.max_depth_tokens},
           {"prefixes", t.leaves}};
 }

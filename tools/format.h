@@ -106,12 +106,15 @@ std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool 
 // Increments as a flat list (short: one key per line; long: a table of
 // KEY START TOKENS BYTES HITS OWNER CLASS TIER PINS CHILDREN; OWNER is the
 // id of the node that owns the increment's tensor, TensorId::owner()).
-std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format);
+// With `where` (one location per node, in order), the long format gets a
+// NODES column: the nodes holding each increment's bytes, the owner first.
+std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format,
+                             const std::vector<IncrementLocation>* where = nullptr);
 
 // Increments as an indented tree below `root` (short: keys only; long: the
 // table of RenderIncrements with the tree drawn in the KEY column).
 std::string RenderTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, bool long_format,
-                       TreeStyle style);
+                       TreeStyle style, const std::vector<IncrementLocation>* where = nullptr);
 
 // The aggregate of a namespace's increments (from a recursive ListTree).
 struct TreeSummary {
@@ -121,6 +124,7 @@ struct TreeSummary {
   uint64_t hits = 0;
   uint64_t owned_bytes = 0;
   uint64_t replica_bytes = 0;
+  uint64_t remote_bytes = 0;      // increments other nodes hold that this node knows (no bytes here)
   uint64_t pinned_increments = 0;
   uint64_t max_depth_tokens = 0;  // longest stored prefix, in tokens
   uint64_t leaves = 0;            // increments without children: the distinct longest prefixes
@@ -153,6 +157,8 @@ Json RatioJson(std::optional<double> ratio);  // the number, or null for nullopt
 Json ToJson(const Layout& layout);
 Json ToJson(const NamespaceInfo& info);
 Json ToJson(const PrefixNodeInfo& node);
+// {"<key hex>": {"owner": N, "nodes": [...]}, ...}
+Json LocationsJson(const std::vector<IncrementLocation>& where);
 // Every counter (the SSD ones too, 0 without a tier) plus hit_rate,
 // token_hit_rate, dedup_ratio and ssd_compression_ratio.
 Json ToJson(const StoreStats& stats);

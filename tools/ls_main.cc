@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   app.add_flag("-l,--long", o.long_format, "long format: one row per entry with its sizes and counters");
   app.add_flag("-R,--recursive", o.recursive, "the whole subtree, drawn as an indented tree");
   app.add_flag("--json", o.json, "machine-readable JSON (exact sizes)");
+  app.add_flag("-w,--where", o.where,
+               "with NAMESPACE: also the cluster nodes that hold each increment's bytes (owner first; implies -l)");
   app.add_option("path", target, "NAMESPACE or NAMESPACE/KEY (KEY: a chain key, 32 hex digits)");
   if (auto rc = ptstore::tools::ParseCommandLine(app, "ptstore-ls", argc, argv, std::cout, std::cerr)) return *rc;
   if (app.count("path")) o.target = target;

@@ -30,14 +30,17 @@ import time
 
 
 def _import_ptstore():
-    try:
-        import ptstore  # noqa: F401
-    except ImportError:  # run from a checkout: use build/python
+    import importlib.util
+
+    if importlib.util.find_spec("ptstore") is None:  # run from a checkout: use build/python
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         sys.path.insert(0, os.path.join(os.environ.get("PTSTORE_BUILD_DIR", os.path.join(root, "build")), "python"))
-    import ptstore
-    import ptstore.testing
-
+    try:
+        import ptstore
+        import ptstore.testing
+    except ImportError as e:
+        sys.exit(f"bench_load.py: cannot import ptstore ({e}): build the project (scripts/setup) and set "
+                 f"PYTHONPATH=<build>/python (or PTSTORE_BUILD_DIR=<build>)")
     return ptstore
 
 

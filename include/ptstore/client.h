@@ -130,6 +130,9 @@ class Client {
   // The members of the cluster as this node sees them (enabled == false on
   // a node without a cluster file).
   Result<ClusterStatus> GetClusterStatus();
+  // Where these increments (chain keys as ListTree names them) are in the
+  // cluster: their owner and every node holding their bytes.
+  Result<std::vector<IncrementLocation>> Locate(const std::string& ns, const std::vector<ChainKey>& keys);
   // Increments below `parent` (zero key: the namespace root).
   Result<std::vector<PrefixNodeInfo>> ListTree(const std::string& ns, const ChainKey& parent = {},
                                                bool recursive = false);

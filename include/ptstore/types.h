@@ -156,6 +156,15 @@ struct StoreStats {
   uint64_t peer_served_bytes = 0;    // bytes this node's owned data served to other nodes' loads
 };
 
+// Where one increment is in the cluster (Client::Locate, ptstore-ls -w):
+// its owner and every node that holds its bytes (in DRAM or on SSD; the
+// owner first when it does), as the asking node's index names it.
+struct IncrementLocation {
+  ChainKey key;
+  uint32_t owner = 0;
+  std::vector<uint32_t> nodes;
+};
+
 // A member of the cluster as one node sees it (ptstore-stat --cluster).
 enum class MemberState : uint8_t { kSelf = 0, kAlive = 1, kSuspect = 2, kDead = 3 };
 struct ClusterMember {

@@ -13,6 +13,7 @@
 #include "tests/testing/client.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/run_tool.h"
 
 namespace ptstore::testing {
 namespace {
@@ -160,6 +161,31 @@ TEST_P(ClusterTest, ReplicasAfterEnoughLoadsServeLocally) {
   // The owner dies: the replica still serves.
   cluster_->Kill(0);
   EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);
+}
+
+TEST_P(ClusterTest, LocateNamesTheOwnerAndEveryReplica) {
+  StartCluster(3, /*replicate_after=*/1);
+  const auto p = Gen(71, 64);
+  Save(client(0), p);
+  EXPECT_EQ(LoadAndCheck(client(2), p), 64u);  // node 2 keeps a replica
+  for (size_t asker : {0, 1, 2}) {
+    if (asker == 1) EXPECT_EQ(client(1).Lookup(kNs, p)->matched_tokens, 64u);  // node 1 learns of it
+    auto nodes = client(asker).ListTree(kNs, {}, true);
+    ASSERT_TRUE(nodes.ok());
+    ASSERT_EQ(nodes->size(), 1u) << "asker " << asker;
+    auto where = client(asker).Locate(kNs, {(*nodes)[0].key});
+    ASSERT_TRUE(where.ok()) << where.status().ToString();
+    ASSERT_EQ(where->size(), 1u);
+    EXPECT_EQ((*where)[0].owner, 0u) << "asker " << asker;
+    EXPECT_EQ((*where)[0].nodes, (std::vector<uint32_t>{0, 2})) << "asker " << asker;
+    EXPECT_EQ((*nodes)[0].tensor.owner().value, 0u);
+  }
+  // The same through ptstore-ls -w (NODES column).
+  auto out = RunTool(PTSTORE_LS_PATH, {"-s", cluster_->node(1).socket_path(), "-w", kNs});
+  EXPECT_EQ(out.rc, 0) << out.err;
+  EXPECT_NE(out.out.find("NODES"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("0,2"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("remote"), std::string::npos) << out.out;  // node 1 holds none of it
 }
 
 TEST_P(ClusterTest, RemovalReachesEveryNode) {

@@ -55,6 +55,25 @@ def test_threads_share_one_client(client, make_ns, backend):
     assert len(roots) == 1 and roots[0].start_token == 0
 
 
+def _wait_all_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Waits until every thread of `pid` is stopped (state T): kill(SIGSTOP) returns before they are, and a
+    thread that has not stopped yet may still serve a request."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # the thread exited
+        if states and all(st in "Tt" for st in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ptstored's threads did not stop: {states}")
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("op", ["load", "save", "lookup", "pin", "stats"])
 def test_calls_release_the_gil(daemon, make_ns, op):
     """A call blocked on the server leaves the GIL to the other threads.
@@ -81,6 +100,7 @@ def test_calls_release_the_gil(daemon, make_ns, op):
     t = threading.Thread(target=lambda: result.append(calls[op]()))
     os.kill(daemon.pid, signal.SIGSTOP)
     try:
+        _wait_all_stopped(daemon.pid)
         t.start()
         time.sleep(0.3)
         blocked_while_main_ran = t.is_alive()

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -38,9 +39,14 @@ std::string ReadFile(const std::string& path) {
 
 Daemon::Daemon() = default;
 Result<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return ErrnoError("fork", errno);
   if (pid == 0) {
+    // SIGTERM when the thread that started it goes (a test or benchmark
+    // killed by a timeout leaves no server behind).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);

@@ -20,7 +20,9 @@ std::string MakeTempDir(const std::string& prefix);
 std::string ReadFile(const std::string& path);
 
 // Starts `args` (args[0]: the binary's path) in a child process with its
-// standard output and error going to `log`.
+// standard output and error going to `log`. The child gets SIGTERM when the
+// calling thread ends (PR_SET_PDEATHSIG): start children from a thread that
+// outlives them.
 Result<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log);
 
 class Daemon {
