@@ -246,10 +246,17 @@ int RunStat(const StatOptions& opt, std::ostream& out, std::ostream& err) {
           << "\n";
     }
   }
+  // A node of a cluster: its members too (an older server without the
+  // request: none).
+  Result<ClusterStatus> cluster = c.GetClusterStatus();
+  const bool in_cluster = cluster.ok() && cluster->enabled;
   if (opt.json) {
-    Emit(out, StatsReportJson(c.node_id(), *stats, report));
+    Json j = StatsReportJson(c.node_id(), *stats, report);
+    if (in_cluster) j["cluster"] = ToJson(*cluster);
+    Emit(out, j);
   } else {
     out << RenderStats(c.node_id(), *stats, report);
+    if (in_cluster) out << "\n" << RenderCluster(*cluster);
   }
   return kExitOk;
 }

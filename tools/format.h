@@ -162,6 +162,10 @@ Json LocationsJson(const std::vector<IncrementLocation>& where);
 // Every counter (the SSD ones too, 0 without a tier) plus hit_rate,
 // token_hit_rate, dedup_ratio and ssd_compression_ratio.
 Json ToJson(const StoreStats& stats);
+// The members of the cluster as a table (ID ADDRESS STATE RTT SEEN ARENA
+// USED OWNED REPLICA), after a "cluster:" line with the data path.
+std::string RenderCluster(const ClusterStatus& cluster);
+Json ToJson(const ClusterStatus& cluster);
 Json ToJson(const TreeSummary& summary);
 
 // The increments below `root` nested: each node's object gets "subtree", the

@@ -348,6 +348,14 @@ TEST_P(ClusterTest, ClusterStatusListsMembersAndBytes) {
   EXPECT_EQ(st->members[1].state, MemberState::kAlive);
   EXPECT_EQ(st->members[1].address, cluster_->address(1));
   EXPECT_GE(st->members[1].owned_bytes, 64 * kBpt);
+  // ptstore-stat shows them.
+  auto out = RunTool(PTSTORE_STAT_PATH, {"-s", cluster_->node(0).socket_path()});
+  EXPECT_EQ(out.rc, 0) << out.err;
+  EXPECT_NE(out.out.find("cluster: 3 nodes, loads over " + GetParam()), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find(cluster_->address(2)), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("alive"), std::string::npos) << out.out;
+  auto json = RunTool(PTSTORE_STAT_PATH, {"-s", cluster_->node(0).socket_path(), "--json"});
+  EXPECT_NE(json.out.find("\"members\""), std::string::npos) << json.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, ClusterTest, ::testing::Values("tcp", "rma"),
