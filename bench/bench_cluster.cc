@@ -96,13 +96,19 @@ struct Options {
   std::string scale_arena = "256MiB";
   std::string scale_path = "tcp";
   uint32_t scale_docs = 4;          // per node
-  uint32_t scale_requests = 48;     // per node
+  uint32_t scale_requests = 96;     // per node
   uint32_t min_doc = 256, max_doc = 1024;
   uint32_t min_question = 16, max_question = 48;
   double zipf = 1.0;
   uint32_t replicate_after = 2;     // in the scaling runs
   bool quick = false, json = false, verbose = false;
 };
+
+// Heartbeats of the clusters: the daemon's defaults (the harness's are
+// short, for failure tests; a 1 GiB transfer on 2 busy cores must not look
+// like a dead node), shorter in --quick (small transfers; faster start).
+int g_heartbeat_ms = 500;
+int g_rpc_timeout_ms = 1000;
 
 constexpr char kNs[] = "bench";
 
@@ -212,19 +218,25 @@ struct ClusterMetrics {
   }
 };
 
-// A cluster of `nodes` real ptstored (metrics on), converged.
+// A cluster of `nodes` real ptstored (metrics on), converged. `path`: tcp,
+// rma (libfabric's tcp provider, the daemon's default) or rma-<provider>.
 Result<std::unique_ptr<TestCluster>> StartCluster(size_t nodes, const std::string& arena, const std::string& path,
                                                   uint32_t replicate_after) {
   TestCluster::Options co;
   co.nodes = nodes;
   co.arena_size = arena;
-  co.data_path = path;
+  co.data_path = path.rfind("rma", 0) == 0 ? "rma" : path;
   co.replicate_after = replicate_after;
-  // The daemon's defaults (the harness's are short, for failure tests): a
-  // 1 GiB transfer on 2 busy cores must not look like a dead node.
-  co.heartbeat_ms = 500;
-  co.rpc_timeout_ms = 1000;
+  co.heartbeat_ms = g_heartbeat_ms;
+  co.rpc_timeout_ms = g_rpc_timeout_ms;
   co.extra_args = {"--metrics-port", "auto"};
+  if (path.rfind("rma-", 0) == 0) {
+    co.extra_args.insert(co.extra_args.end(), {"--fabric-provider", path.substr(4)});
+    // A provider may name an endpoint by its node's address (shm does):
+    // node i at 127.0.0.(i + 1), port 7400 (the harness's fixed port for
+    // separate hosts).
+    for (size_t i = 0; i < nodes; ++i) co.hosts.push_back("127.0.0." + std::to_string(i + 1));
+  }
   auto c = std::make_unique<TestCluster>(co);
   PTS_RETURN_IF_ERROR(c->Start());
   PTS_RETURN_IF_ERROR(c->WaitConverged(20000));
@@ -521,6 +533,8 @@ class RedisBaseline {
 
 // One timed method of the load comparison.
 struct Method {
+  Method(std::string n, std::string k, std::function<Result<double>()> r)
+      : name(std::move(n)), key(std::move(k)), run(std::move(r)) {}
   std::string name;
   std::string key;  // for JSON
   std::function<Result<double>()> run;
@@ -574,7 +588,11 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
   auto check = [&](const char* what) { return CheckKv(what, sh.tokens, bpt, sh.dst.data()); };
   // Every load on B must be a remote fetch of the whole prefix over `path`.
   uint64_t remote_loads = 0;
+  // Seconds node B spent in the fetch RPC of each remote load (its
+  // metrics), by method key.
+  std::map<std::string, std::vector<double>> fetch_s;
   auto remote = [&](const char* what, const std::function<Result<uint64_t>()>& load) -> Result<double> {
+    PTS_ASSIGN_OR_RETURN(ClusterMetrics mb, ClusterMetrics::Read(metrics_b));
     PTS_ASSIGN_OR_RETURN(StoreStats before, b->Stats());
     const auto t0 = Clock::now();
     PTS_ASSIGN_OR_RETURN(uint64_t got, load());
@@ -590,17 +608,19 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
                              static_cast<unsigned long long>(bytes)));
     }
     remote_loads++;
+    PTS_ASSIGN_OR_RETURN(ClusterMetrics ma, ClusterMetrics::Read(metrics_b));
+    fetch_s[what].push_back((ma - mb).fetch_sum_s);
     return s;
   };
   std::vector<double> pin_only, copy_only;
   std::vector<Method> methods;
-  methods.push_back({"raw TCP, 1 connection (baseline)", "raw_tcp_1", [&]() -> Result<double> {
+  methods.emplace_back(Method{"raw TCP, 1 connection (baseline)", "raw_tcp_1", [&]() -> Result<double> {
                        poison(0x11);
                        PTS_ASSIGN_OR_RETURN(double s, sh.tcp1->Transfer(sh.dst.data()));
                        PTS_RETURN_IF_ERROR(check("raw TCP, 1 connection"));
                        return s;
                      }});
-  methods.push_back({"raw TCP, 2 connections", "raw_tcp_2", [&]() -> Result<double> {
+  methods.emplace_back(Method{"raw TCP, 2 connections", "raw_tcp_2", [&]() -> Result<double> {
                        poison(0x12);
                        PTS_ASSIGN_OR_RETURN(double s, sh.tcp2->Transfer(sh.dst.data()));
                        PTS_RETURN_IF_ERROR(check("raw TCP, 2 connections"));
@@ -618,16 +638,16 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
       };
     };
     const std::string v = HumanBytes(o.redis_value);
-    methods.push_back({Format("Redis GET x%llu of %s, 1 client, one at a time", static_cast<unsigned long long>(nv),
+    methods.emplace_back(Method{Format("Redis GET x%llu of %s, 1 client, one at a time", static_cast<unsigned long long>(nv),
                               v.c_str()),
                        "redis_1_sequential", redis("Redis GET, sequential", 1, 1)});
-    methods.push_back({Format("Redis GET, 1 client, pipelined (depth %d)", o.redis_depth), "redis_1_pipelined",
+    methods.emplace_back(Method{Format("Redis GET, 1 client, pipelined (depth %d)", o.redis_depth), "redis_1_pipelined",
                        redis("Redis GET, pipelined", o.redis_depth, 1)});
-    methods.push_back({Format("Redis GET, 2 clients, pipelined (depth %d)", o.redis_depth), "redis_2_pipelined",
+    methods.emplace_back(Method{Format("Redis GET, 2 clients, pipelined (depth %d)", o.redis_depth), "redis_2_pipelined",
                        redis("Redis GET, 2 clients", o.redis_depth, 2)});
   }
 #endif
-  methods.push_back({"Client::Load on node B (remote fetch)", "remote_load", [&]() -> Result<double> {
+  methods.emplace_back(Method{"Client::Load on node B (remote fetch)", "remote_load", [&]() -> Result<double> {
                        poison(0x21);
                        PTS_ASSIGN_OR_RETURN(double s, remote("Client::Load on node B", [&] {
                                               return b->Load(kNs, sh.tokens, sh.dst.data(), bytes);
@@ -635,7 +655,7 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
                        PTS_RETURN_IF_ERROR(check("Client::Load on node B"));
                        return s;
                      }});
-  methods.push_back({"Pin + CopyTo + Release on node B", "remote_pin_copy", [&]() -> Result<double> {
+  methods.emplace_back(Method{"Pin + CopyTo + Release on node B", "remote_pin_copy", [&]() -> Result<double> {
                        poison(0x22);
                        double pin_s = 0, copy_s = 0;
                        PTS_ASSIGN_OR_RETURN(double s, remote("Pin + CopyTo on node B", [&]() -> Result<uint64_t> {
@@ -654,7 +674,7 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
                        copy_only.push_back(copy_s);
                        return s;
                      }});
-  methods.push_back({"Client::Load on node A (owner, local DRAM; reference)", "local_load", [&]() -> Result<double> {
+  methods.emplace_back(Method{"Client::Load on node A (owner, local DRAM; reference)", "local_load", [&]() -> Result<double> {
                        poison(0x23);
                        const auto t0 = Clock::now();
                        PTS_ASSIGN_OR_RETURN(uint64_t got, a->Load(kNs, sh.tokens, sh.dst.data(), bytes));
@@ -672,6 +692,7 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
   }
   pin_only.clear();
   copy_only.clear();
+  fetch_s.clear();
   PTS_ASSIGN_OR_RETURN(ClusterMetrics m0, ClusterMetrics::Read(metrics_b));
   const uint64_t loads_before = remote_loads;
   for (int rep = 0; rep < o.reps; ++rep) {
@@ -685,7 +706,8 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
   PTS_ASSIGN_OR_RETURN(ClusterMetrics m1, ClusterMetrics::Read(metrics_b));
   const ClusterMetrics dm = m1 - m0;
   const uint64_t timed_loads = remote_loads - loads_before;
-  const double on_path = path == "rma" ? dm.bytes_rma : dm.bytes_tcp;
+  const bool rma = path.rfind("rma", 0) == 0;
+  const double on_path = rma ? dm.bytes_rma : dm.bytes_tcp;
   if (on_path != static_cast<double>(timed_loads * bytes)) {
     return with_logs(Internal(Format("node B fetched %.0f bytes over %s (tcp %.0f, rma %.0f) for %llu loads of %llu",
                                      on_path, path.c_str(), dm.bytes_tcp, dm.bytes_rma,
@@ -695,6 +717,7 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
   const double fetch_mean = dm.fetch_count > 0 ? dm.fetch_sum_s / dm.fetch_count : 0;
   PTS_ASSIGN_OR_RETURN(StoreStats sa, a->Stats());
   PTS_ASSIGN_OR_RETURN(StoreStats sb, b->Stats());
+  if (sb.replicas_kept != 0) return Internal("node B kept a replica: its loads were not all remote fetches");
 
   PathResult res;
   res.path = path;
@@ -725,6 +748,7 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
                              {"x_raw_tcp_1", base / s.p50}};
     }
     j["pin_s"] = pin_only;
+    j["fetch_rpc_s"] = fetch_s;
     j["copy_s"] = copy_only;
     j["fetch_mean_s"] = fetch_mean;
     j["load_vs_raw_tcp_1"] = base / res.load_p50;
@@ -743,10 +767,17 @@ Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::stri
       const Summary s = Summarize(m.seconds);
       t.Row({m.name, Format("%.2f", GBps(bytes, s.p50)), Format("%.2f", GBps(bytes, s.max)),
              Format("%.2f", GBps(bytes, s.min)), Format("%.1f", s.p50 * 1e3), Ratio(base / s.p50)});
+      auto fetch_row = [&](const char* what) {
+        const Summary f = Summarize(fetch_s[what]);
+        t.Row({"  of which node B's fetch RPC (its metrics)", Format("%.2f", GBps(bytes, f.p50)), "", "",
+               Format("%.1f", f.p50 * 1e3), Ratio(base / f.p50)});
+      };
+      if (m.key == "remote_load") fetch_row("Client::Load on node B");
       if (m.key == "remote_pin_copy") {
         const Summary p = Summarize(pin_only), c = Summarize(copy_only);
         t.Row({"  of which Pin (the fetch into B's arena)", Format("%.2f", GBps(bytes, p.p50)), "", "",
                Format("%.1f", p.p50 * 1e3), Ratio(base / p.p50)});
+        fetch_row("Pin + CopyTo on node B");
         t.Row({"  of which CopyTo (B's arena -> buffer)", Format("%.2f", GBps(bytes, c.p50)), "", "",
                Format("%.1f", c.p50 * 1e3), Ratio(base / c.p50)});
       }
@@ -811,20 +842,20 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
     results->push_back(r);
   }
   const PathResult* tcp = nullptr;
-  const PathResult* rma = nullptr;
   for (const PathResult& r : *results) {
     if (r.path == "tcp") tcp = &r;
-    if (r.path == "rma") rma = &r;
   }
-  if (tcp && rma) {
-    const double load = tcp->load_p50 / rma->load_p50;
-    const double pin = tcp->pin_p50 / rma->pin_p50;
-    if (out) (*out)["rma_vs_tcp_load"] = load;
+  for (const PathResult& r : *results) {
+    if (tcp == nullptr || r.path == "tcp") continue;
+    // Throughput ratios: > 1 when the RMA path is faster.
+    const double load = tcp->load_p50 / r.load_p50;
+    const double pin = tcp->pin_p50 / r.pin_p50;
+    const double own = (r.tcp1_p50 / r.load_p50) / (tcp->tcp1_p50 / tcp->load_p50);
+    if (out) (*out)[r.path + "_vs_tcp_load"] = load;
     if (!o.json) {
-      std::printf("\nRMA vs TCP stream, remote Client::Load: %.2f (medians %.1f vs %.1f ms); Pin + CopyTo: %.2f\n",
-                  load, rma->load_p50 * 1e3, tcp->load_p50 * 1e3, pin);
-      std::printf("(each against its own cluster's raw TCP: tcp %.2f, rma %.2f)\n", tcp->tcp1_p50 / tcp->load_p50,
-                  rma->tcp1_p50 / rma->load_p50);
+      std::printf("\n%s vs TCP stream, remote Client::Load: %.2f (medians %.1f vs %.1f ms); Pin + CopyTo: %.2f; each "
+                  "normalized by its own cluster run's raw TCP: %.2f\n",
+                  r.path.c_str(), load, r.load_p50 * 1e3, tcp->load_p50 * 1e3, pin, own);
     }
   }
   return Status::OK();
@@ -1253,7 +1284,9 @@ int main(int argc, char** argv) {
   bool no_redis = false, no_lookups = false, no_scale = false, no_loads = false;
   app.add_option("--tokens", o.tokens, "prefix length of the remote load (Mistral geometry: 128 KiB per token)");
   app.add_option("--reps", o.reps, "repetitions of the remote-load methods")->check(CLI::Range(1, 100));
-  app.add_option("--paths", paths, "data paths to measure, comma-separated (tcp, rma)");
+  app.add_option("--paths", paths,
+                 "data paths to measure, comma-separated: tcp, rma (libfabric tcp provider), rma-<provider> (e.g. "
+                 "rma-shm)");
   app.add_flag("--no-loads", no_loads, "skip the remote-load comparison (sections 1-3)");
   app.add_flag("--no-redis", no_redis, "skip the Redis baseline");
   app.add_option("--redis-server", o.redis_server, "redis-server binary");
@@ -1289,8 +1322,8 @@ int main(int argc, char** argv) {
   };
   o.paths = no_loads ? std::vector<std::string>{} : split(paths);
   for (const std::string& p : o.paths) {
-    if (p != "tcp" && p != "rma") {
-      std::fprintf(stderr, "bench_cluster: --paths takes tcp and rma, not %s\n", p.c_str());
+    if (p != "tcp" && p.rfind("rma", 0) != 0) {
+      std::fprintf(stderr, "bench_cluster: --paths takes tcp, rma and rma-<libfabric provider>, not %s\n", p.c_str());
       return 2;
     }
   }
@@ -1300,6 +1333,8 @@ int main(int argc, char** argv) {
   o.lookups = !no_lookups;
   o.scale = !no_scale;
   if (o.quick) {
+    g_heartbeat_ms = 100;
+    g_rpc_timeout_ms = 500;
     o.tokens = 256;  // 32 MiB
     o.reps = 1;
     o.lookup_prompts = 16;

@@ -296,7 +296,7 @@ Status ClusterStatusReply::Decode(Decoder& d) {
   PTS_RETURN_IF_ERROR(d.GetString("data_path", &data_path, 64));
   PTS_RETURN_IF_ERROR(d.GetString("fabric_provider", &fabric_provider, 256));
   uint32_t n;
-  PTS_RETURN_IF_ERROR(GetCount(d, "members", 73, &n));
+  PTS_RETURN_IF_ERROR(GetCount(d, "members", 65, &n));  // id, address length, state, 7 u64
   members.resize(n);
   for (MemberInfo& m : members) {
     PTS_RETURN_IF_ERROR(d.GetU32("member.id", &m.id));

@@ -33,8 +33,18 @@
 // the destination of a timed-out Read must first wait for reads_in_flight()
 // to drop, or accept that the bytes may change.
 //
-// Errors: Unavailable when no provider fits or a peer is unreachable or gone
-// (its connection refused, reset or cancelled), IOError for other completion
+// libfabric 1.17 (Debian 12) tcp;ofi_rxm, known limits: a peer whose
+// process is gone is never reported as such while connecting (rxm retries
+// the connection on every post), so its reads end in DeadlineExceeded; a
+// read past a region it does not know the size of, or with a wrong key,
+// makes the target drop the whole connection, failing the other reads on
+// it too (hence the size check against the address); and its tcp provider
+// may complete a half-received read twice when its connection fails while
+// sending (fixed in libfabric 1.18), which crashes rxm. The destructor
+// avoids the one case of that it controls (fabric.cc).
+//
+// Errors: Unavailable when no provider fits or a peer is gone (its
+// connection reset, its reads cancelled), IOError for other completion
 // errors, InvalidArgument for bad ops (out of either region, unknown peer),
 // DeadlineExceeded as above. Messages name the provider or peer and
 // fi_strerror's text.
@@ -118,7 +128,9 @@ class Fabric {
   // thread. Unavailable when no provider offers that (naming provider, node
   // and fi_strerror), InvalidArgument for options libfabric refuses.
   static Result<std::unique_ptr<Fabric>> Open(const FabricOptions& options);
-  ~Fabric();  // stops the progress thread, closes everything
+  // Gives reads still in flight up to 0.5 s, stops the progress thread,
+  // closes everything (see fabric.cc for libfabric 1.17's tcp provider).
+  ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
@@ -185,6 +197,8 @@ class Fabric {
   // Dispatches the completion of one op (status OK or its error).
   void Complete(OpContext* op, Status status);
   void HandleCompletionError();
+  // Whether closing the endpoint with reads in flight may crash libfabric.
+  bool CloseMayCrash() const;
 
   FabricOptions options_;
   FabricChoice choice_;

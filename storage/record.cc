@@ -86,7 +86,7 @@ std::vector<uint8_t> EncodeRecordHeader(const RecordHeader& h, uint64_t seed) {
   e.PutString(h.ns_name);
   e.PutU64(h.ns_incarnation);
   PutLayout(e, h.layout);
-  if (h.kind == RecordKind::kTensor) {
+  if (h.kind != RecordKind::kNamespace) {
     PutKey(e, h.parent_key);
     e.PutU64(h.start_token);
     e.PutU64(h.hits);
@@ -143,8 +143,8 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t
     PTS_RETURN_IF_ERROR(d.GetString("ns_name", &h.ns_name, 1024));
     PTS_RETURN_IF_ERROR(d.GetU64("ns_incarnation", &h.ns_incarnation));
     PTS_RETURN_IF_ERROR(GetLayout(d, &h.layout));
-    if (kind == static_cast<uint16_t>(RecordKind::kTensor)) {
-      h.kind = RecordKind::kTensor;
+    if (kind == static_cast<uint16_t>(RecordKind::kTensor) || kind == static_cast<uint16_t>(RecordKind::kRemote)) {
+      h.kind = static_cast<RecordKind>(kind);
       PTS_RETURN_IF_ERROR(GetKey(d, "parent_key", &h.parent_key));
       PTS_RETURN_IF_ERROR(d.GetU64("start_token", &h.start_token));
       PTS_RETURN_IF_ERROR(d.GetU64("hits", &h.hits));
@@ -163,14 +163,17 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t
   PTS_RETURN_IF_ERROR(AsCorruption(s, "record header"));
   // A checksummed header can still be nonsense if a bug wrote it; the
   // store relies on these.
-  if (h.kind == RecordKind::kTensor) {
+  if (h.kind != RecordKind::kNamespace) {
     PTS_RETURN_IF_ERROR(AsCorruption(h.layout.Validate(), "record header"));
     const uint64_t bt = h.layout.block_tokens;
     if (h.tokens.empty() || h.tokens.size() % bt != 0 || h.start_token % bt != 0) {
       return Corruption("record header: " + std::to_string(h.tokens.size()) + " tokens at " +
                         std::to_string(h.start_token) + " are not whole blocks of " + std::to_string(bt));
     }
-    if (h.payload_bytes != h.tokens.size() * h.layout.BytesPerToken()) {
+    if (h.kind == RecordKind::kRemote && (h.payload_bytes != 0 || h.stored_bytes != 0)) {
+      return Corruption("record header: a remote increment's record has no payload");
+    }
+    if (h.kind == RecordKind::kTensor && h.payload_bytes != h.tokens.size() * h.layout.BytesPerToken()) {
       return Corruption("record header: payload of " + std::to_string(h.payload_bytes) + " bytes does not hold " +
                         std::to_string(h.tokens.size()) + " tokens of layout {" + h.layout.ToString() + "}");
     }

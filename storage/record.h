@@ -46,7 +46,10 @@ inline constexpr uint32_t kMaxRecordHeaderBytes = 16u << 20;
 
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-enum class RecordKind : uint16_t { kTensor = 1, kNamespace = 2 };
+// kRemote: an increment another node owns, with no payload: its tokens and
+// owner, written so that this node's own increments below it can be placed
+// again after a restart (docs/ssd-tier.md).
+enum class RecordKind : uint16_t { kTensor = 1, kNamespace = 2, kRemote = 3 };
 
 // Record flags.
 inline constexpr uint16_t kRecordCompressed = 1;  // payload is a storage/codec.h stream

@@ -528,7 +528,7 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
   // A count the header cannot hold would turn the record into garbage.
-  if (h.kind == RecordKind::kTensor && live_tokens % h.layout.block_tokens != 0) {
+  if (h.kind != RecordKind::kNamespace && live_tokens % h.layout.block_tokens != 0) {
     return InvalidArgument("ssd: live_tokens " + std::to_string(live_tokens) + " is not a whole number of " +
                            std::to_string(h.layout.block_tokens) + "-token blocks");
   }

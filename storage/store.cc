@@ -206,6 +206,7 @@ void Store::FreeDramLocked(Tensor* t) {
 void Store::MaybeDestroyLocked(Tensor* t) {
   if (t->in_index || t->pins != 0 || t->holds != 0 || t->io != Tensor::Io::kNone) return;
   FreeDramLocked(t);
+  DropStubLocked(t);
   if (t->on_ssd) {
     ssd_->Forget(t->ssd);
     RewriteRecordLocked(t->ssd, 0);
@@ -237,6 +238,7 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
     t->in_index = false;
     if (t->remote) {
       stats_.remote_tensors--;
+      DropStubLocked(t);
     } else {
       t->ns->info.bytes -= t->bytes;
     }
@@ -244,6 +246,8 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
   } else if (!chain.empty() && t->on_ssd) {
     // The tail of the tensor went: its record must not bring it back.
     RewriteRecordLocked(t->ssd, LiveTokens(*t));
+  } else if (!chain.empty() && t->stub_on_ssd) {
+    RewriteRecordLocked(t->stub, LiveTokens(*t));
   }
 }
 
@@ -645,7 +649,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     if (!from_peers.empty()) {
       tried.insert(tried.end(), from_peers.begin(), from_peers.end());
       for (Tensor* t : from_peers) t->holds++;  // the struct outlives the fetch
-      FetchLocked(*ns, tokens, from_peers, lk, &transient);
+      FetchLocked(*ns, from_peers, lk, &transient);
       for (Tensor* t : from_peers) {
         t->holds--;
         MaybeDestroyLocked(t);

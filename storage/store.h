@@ -279,6 +279,10 @@ class Store {
   // Writes `t` to SSD with the lock released; afterwards frees its DRAM
   // copy if `free_dram` and nothing pins it. False if the spill failed.
   bool SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram = true);
+  // Writes the record of remote tensor `a` (tokens and owner, no payload).
+  void WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk);
+  // Its record goes (in the background).
+  void DropStubLocked(Tensor* t);
   // The spill of `t` alone (SpillLocked writes its ancestors first).
   bool SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram);
   // Reads the SSD-only tensors `missing` back into DRAM (lock released for
@@ -322,8 +326,8 @@ class Store {
                                uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count);
   // Fetches the remote tensors `missing` (lock released for the fetch).
   // Tensors it fetched for this pin alone go in `transient`.
-  void FetchLocked(const Namespace& ns, std::span<const uint32_t> tokens, const std::vector<Tensor*>& missing,
-                   std::unique_lock<std::mutex>& lk, std::vector<Tensor*>* transient);
+  void FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk,
+                   std::vector<Tensor*>* transient);
   // An owned increment leaves the node with no copy: remember it for the
   // cluster (track_lost).
   void NoteLostLocked(Tensor* t);

@@ -149,14 +149,23 @@ Status Store::RecoverLocked() {
       drop(r, "its place in the tree is taken by a newer record");
       continue;
     }
+    const bool remote = h.kind == RecordKind::kRemote;
     auto owned = std::make_unique<Tensor>();
     Tensor* t = owned.get();
-    t->id = TensorId::Make(NodeId{options_.node_id}, next_tensor_seq_++);
-    t->cache_class = CacheClass::kOwned;
+    t->id = TensorId::Make(NodeId{remote ? h.owner_node : options_.node_id}, next_tensor_seq_++);
+    t->cache_class = remote ? CacheClass::kReplica : CacheClass::kOwned;
     t->ns = ns;
     t->in_dram = false;
-    t->on_ssd = true;
-    t->ssd = r.loc;
+    if (remote) {
+      // Another node's increment: metadata again, its bytes on its owner.
+      t->remote = true;
+      t->owner = h.owner_node;
+      t->stub_on_ssd = true;
+      t->stub = r.loc;
+    } else {
+      t->on_ssd = true;
+      t->ssd = r.loc;
+    }
     t->bytes = h.live_tokens * h.layout.BytesPerToken();
     t->start_token = h.start_token;
     t->tokens = h.live_tokens;
@@ -169,12 +178,16 @@ Status Store::RecoverLocked() {
     }
     tensors_.emplace(t->id.value, std::move(owned));
     t->in_index = true;
+    ns->info.prefixes = ns->tree->node_count();
+    for (uint64_t b = start_block; b < keys.size(); ++b) blocks[keys[b]] = {i, b - start_block};
+    if (remote) {
+      stats_.remote_tensors++;
+      continue;
+    }
     t->priority = gdsf_.Priority(*t);
     ssd_queue_.Add(t);
     PropagateLocked(node, t->priority);
     ns->info.bytes += t->bytes;
-    ns->info.prefixes = ns->tree->node_count();
-    for (uint64_t b = start_block; b < keys.size(); ++b) blocks[keys[b]] = {i, b - start_block};
     stats_.recovered_tensors++;
     stats_.recovered_bytes += t->bytes;
   }

@@ -62,14 +62,18 @@ Result<uint64_t> Store::InsertRemote(const std::string& ns_name, std::span<const
   const std::vector<ChainKey>& keys = k.keys;
   const uint64_t blocks = keys.size();
   auto full = tokens.first(blocks * bt);
-  Match m = ns->tree->Longest(full, keys);
   uint64_t start = 0;
-  for (const OwnedRange& r : ranges) {
+  for (const OwnedRange& r : ranges) {  // all checked before any is filed
     if (r.end_block <= start || r.end_block > blocks) {
       return InvalidArgument("remote ranges must grow within the prompt's " + std::to_string(blocks) +
                              " blocks: a range ends at block " + std::to_string(r.end_block) + " after " +
                              std::to_string(start));
     }
+    start = r.end_block;
+  }
+  Match m = ns->tree->Longest(full, keys);
+  start = 0;
+  for (const OwnedRange& r : ranges) {
     const uint64_t range_start = start;
     start = r.end_block;
     if (r.end_block <= m.blocks) continue;   // held here already
@@ -188,8 +192,8 @@ std::vector<HeldIncrement> Store::ListOwned() const {
   return out;
 }
 
-void Store::FetchLocked(const Namespace& ns, std::span<const uint32_t> tokens, const std::vector<Tensor*>& missing,
-                        std::unique_lock<std::mutex>& lk, std::vector<Tensor*>* transient) {
+void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk,
+                        std::vector<Tensor*>* transient) {
   struct Job {
     Tensor* t;
     uint64_t off;
@@ -205,12 +209,22 @@ void Store::FetchLocked(const Namespace& ns, std::span<const uint32_t> tokens, c
   std::vector<FetchRequest> requests;
   std::map<uint32_t, size_t> by_owner;
   uint64_t end_block = 0;
+  // The segments are named by the tokens of their tensors' own prefix (the
+  // deepest one's, which runs through all the others: they lie on one path),
+  // not by the pin's prompt, which may leave a tensor part way.
+  const Tensor* deepest = nullptr;
   for (Tensor* t : missing) {
     if (t->io != Tensor::Io::kNone || t->in_dram || !t->in_index || !t->remote || t->nodes.empty()) continue;
     const uint64_t blocks = LiveTokens(*t) / bt;
     if (blocks == 0) continue;
-    const bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
+    bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
     Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep);
+    if (!off.ok() && keep) {
+      // No room to keep it (larger than the replica share, or the share is
+      // pinned): this load still gets it, as a transient copy.
+      keep = false;
+      off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/true);
+    }
     if (!off.ok()) {
       PTS_DEBUG("cluster", "no room to fetch " << blocks * bb << " bytes: " << off.status().ToString());
       break;  // the pin serves the part before it
@@ -227,12 +241,17 @@ void Store::FetchLocked(const Namespace& ns, std::span<const uint32_t> tokens, c
     const uint64_t first = t->nodes.front()->start_block;
     req.segments.push_back(FetchSegment{first, first + blocks, *off, 0, false});
     jobs.push_back(Job{t, *off, blocks, keep, it->second, req.segments.size() - 1});
-    end_block = std::max(end_block, first + blocks);
+    if (first + blocks > end_block) {
+      end_block = first + blocks;
+      deepest = t;
+    }
   }
   RemoteFetcher* fetcher = fetcher_;
   if (!jobs.empty() && fetcher != nullptr) {
+    std::vector<uint32_t> names = PrefixTokensLocked(deepest->nodes.back());
+    names.resize(std::min<uint64_t>(names.size(), end_block * bt));
     lk.unlock();
-    fetcher->Fetch(def, tokens.first(std::min<uint64_t>(tokens.size(), end_block * bt)), requests);
+    fetcher->Fetch(def, names, requests);
     lk.lock();
   }
   for (const Job& j : jobs) {

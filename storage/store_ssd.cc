@@ -139,8 +139,12 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
     for (auto it = up.rbegin(); it != up.rend(); ++it) {
       Tensor* a = *it;
       if (a->in_index && a->in_dram && !a->on_ssd && a->io == Tensor::Io::kNone &&
-          a->cache_class == CacheClass::kOwned && a->spill_failed_gen != ssd_gen_) {
+          a->cache_class == CacheClass::kOwned && !a->remote && a->spill_failed_gen != ssd_gen_) {
         SpillOneLocked(a, lk, /*free_dram=*/false);
+      } else if (a->in_index && a->remote && !a->stub_on_ssd) {
+        // Another node's increment: its tokens and owner, so that this one
+        // can be placed below it again after a restart.
+        WriteStubLocked(a, lk);
       }
     }
     for (Tensor* a : up) {
@@ -156,6 +160,41 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
     }
   }
   return SpillOneLocked(t, lk, free_dram);
+}
+
+void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
+  uint64_t ignored;
+  RecordHeader h = TensorRecordLocked(*a, &ignored);
+  h.kind = RecordKind::kRemote;
+  h.owner_node = a->owner;
+  h.seq = next_seq_++;
+  const uint64_t written_tokens = h.tokens.size();
+  appends_in_flight_++;
+  lk.unlock();
+  Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
+  lk.lock();
+  appends_in_flight_--;
+  io_done_.notify_all();
+  if (!loc.ok()) {
+    PTS_WARN("ssd", "writing the record of a remote increment: " << loc.status().ToString());
+    return;
+  }
+  if (!a->in_index || a->stub_on_ssd) {
+    // Removed (or written by another spill) meanwhile.
+    ssd_->Forget(*loc);
+    RewriteRecordLocked(*loc, 0);
+    return;
+  }
+  a->stub_on_ssd = true;
+  a->stub = *loc;
+  if (const uint64_t live = LiveTokens(*a); live < written_tokens) RewriteRecordLocked(*loc, live);
+}
+
+void Store::DropStubLocked(Tensor* t) {
+  if (!t->stub_on_ssd) return;
+  ssd_->Forget(t->stub);
+  RewriteRecordLocked(t->stub, 0);
+  t->stub_on_ssd = false;
 }
 
 bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
@@ -340,7 +379,8 @@ Result<bool> Store::CompactOnce() {
   if (!seg) return false;
 
   struct Move {
-    Tensor* t = nullptr;            // a tensor's record, or
+    Tensor* t = nullptr;            // a tensor's record (its stub's when `stub`), or
+    bool stub = false;
     std::string ns_name;            // a namespace's record
     uint64_t ns_id = 0;
     SsdLocation from;
@@ -357,6 +397,16 @@ Result<bool> Store::CompactOnce() {
     m.live_tokens = LiveTokens(*t);
     moves.push_back(std::move(m));
   }
+  for (auto& [id, t] : tensors_) {
+    if (!t->stub_on_ssd || t->stub.segment != *seg) continue;
+    Move m;
+    m.t = t.get();
+    m.stub = true;
+    m.from = t->stub;
+    m.live_tokens = LiveTokens(*t);
+    t->holds++;  // the struct outlives the copy
+    moves.push_back(std::move(m));
+  }
   for (auto& [name, n] : namespaces_) {
     if (!n->record || n->record->segment != *seg) continue;
     Move m;
@@ -366,7 +416,7 @@ Result<bool> Store::CompactOnce() {
     moves.push_back(std::move(m));
   }
   for (Move& m : moves) {
-    if (m.t) m.t->io = Tensor::Io::kCopying;
+    if (m.t && !m.stub) m.t->io = Tensor::Io::kCopying;
   }
   lk.unlock();
   for (Move& m : moves) m.to = ssd_->CopyRecord(m.from);
@@ -391,6 +441,21 @@ Result<bool> Store::CompactOnce() {
       continue;
     }
     Tensor* t = m.t;
+    if (m.stub) {
+      t->holds--;
+      if (m.to.ok() && t->stub_on_ssd && t->stub == m.from) {
+        t->stub = *m.to;
+        ssd_->Forget(m.from);
+        if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub, LiveTokens(*t));
+      } else if (m.to.ok()) {
+        ssd_->Forget(*m.to);  // gone meanwhile
+        RewriteRecordLocked(*m.to, 0);
+      } else if (m.to.status().code() == Code::kCorruption) {
+        t->stub_on_ssd = false;  // written again with the next spill below it
+      }
+      MaybeDestroyLocked(t);
+      continue;
+    }
     t->io = Tensor::Io::kNone;
     if (!m.to.ok() && m.to.status().code() != Code::kCorruption) {
       // The copy failed, not the record: it stays where it is.

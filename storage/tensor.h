@@ -47,6 +47,10 @@ struct Tensor {
   bool remote = false;
   uint32_t owner = 0;          // node that owns its bytes (this node unless remote)
   bool transient = false;      // fetched for one load: DRAM freed at pins == 0
+  // A remote tensor's record (kRemote: tokens and owner, no bytes) on SSD,
+  // written when an owned tensor below it is spilled.
+  bool stub_on_ssd = false;
+  SsdLocation stub;
 
   uint32_t pins = 0;           // leases on its DRAM bytes
   uint32_t holds = 0;          // saves hanging below it: keep it in the index

@@ -62,7 +62,7 @@ struct RecordInfo {
   bool salted = false;
 
   bool dead() const { return live_tokens == 0; }
-  bool partial() const { return kind == RecordKind::kTensor && live_tokens > 0 && live_tokens < tokens; }
+  bool partial() const { return kind != RecordKind::kNamespace && live_tokens > 0 && live_tokens < tokens; }
 };
 
 struct Problem {
@@ -304,6 +304,8 @@ std::vector<NsReport> Namespaces(const std::vector<SegmentReport>& segments) {
       if (r.kind == RecordKind::kNamespace) {
         if (n.record == nullptr || r.seq > n.record->seq) n.record = &r;
         n.layout = r.layout;
+      } else if (r.kind == RecordKind::kRemote) {
+        if (!n.layout) n.layout = r.layout;  // another node's increment: no bytes here
       } else {
         if (!n.layout) n.layout = r.layout;
         n.tensors++;
@@ -376,7 +378,9 @@ Summary SummarizeDir(const std::vector<SegmentReport>& segments, const std::vect
   return s;
 }
 
-const char* KindName(RecordKind k) { return k == RecordKind::kNamespace ? "namespace" : "tensor"; }
+const char* KindName(RecordKind k) {
+  return k == RecordKind::kNamespace ? "namespace" : k == RecordKind::kRemote ? "remote" : "tensor";
+}
 
 // ------------------------------------------------------------------ JSON
 
@@ -395,7 +399,7 @@ Json RecordJson(const RecordInfo& r) {
             {"namespace", r.ns},
             {"incarnation", r.ns_incarnation},
             {"seq", r.seq}};
-  if (r.kind == RecordKind::kTensor) {
+  if (r.kind != RecordKind::kNamespace) {
     j["start_token"] = r.start_token;
     j["tokens"] = r.tokens;
   } else {
@@ -527,7 +531,7 @@ std::string RecordTable(const std::vector<SegmentReport>& segments) {
            {"FLAGS"}});
   for (const SegmentReport& g : segments) {
     for (const RecordInfo& r : g.records) {
-      const bool tensor = r.kind == RecordKind::kTensor;
+      const bool tensor = r.kind != RecordKind::kNamespace;
       t.AddRow({g.file, std::to_string(r.offset), KindName(r.kind), r.ns, std::to_string(r.seq),
                 tensor ? std::to_string(r.start_token) : "-", tensor ? std::to_string(r.tokens) : "-",
                 std::to_string(r.live_tokens), std::to_string(r.payload_bytes), std::to_string(r.stored_bytes),

@@ -313,6 +313,45 @@ TEST_P(ClusterTest, ARestartedOwnerWithAnSsdTierServesItsDataAgain) {
   EXPECT_EQ(LoadAndCheck(client(1), p), 64u);
 }
 
+TEST_P(ClusterTest, OwnedDataBelowAnotherNodesPrefixSurvivesARestart) {
+  TestCluster::Options o;
+  o.nodes = 2;
+  o.data_path = GetParam();
+  cluster_ = std::make_unique<TestCluster>(o);
+  ASSERT_TRUE(cluster_->Start().ok());
+  ASSERT_EQ(cluster_->Stop(0), 0);
+  cluster_->SetNodeArgs(0, {"--ssd-dir", cluster_->dir() + "/ssd0", "--ssd-capacity", "256MiB"});
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  for (size_t i = 0; i < 2; ++i) {
+    auto c = cluster_->Connect(i);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
+    clients_.push_back(std::move(*c));
+  }
+  // Node 1 owns the document; node 0 owns only the question below it.
+  const auto doc = Gen(81, 128);
+  const auto q = Cat(doc, Gen(82, 32));
+  Save(client(1), doc);
+  auto kv = Kv(q, 0, q.size());
+  auto r = client(0).Save(kNs, q, kv.data(), kv.size());
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->stored_tokens, 32u);
+  // Node 0 restarts: the question comes back from its SSD tier, below the
+  // document it knows again as node 1's.
+  clients_[0].reset();
+  ASSERT_EQ(cluster_->Stop(0), 0);
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  const std::string log = cluster_->node(0).ReadLog();
+  EXPECT_NE(log.find("recovered 1 namespace(s) and 1 tensor(s)"), std::string::npos) << log;
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  auto c0 = cluster_->Connect(0);
+  ASSERT_TRUE(c0.ok());
+  EXPECT_EQ((*c0)->Stats()->remote_tensors, 1u);
+  EXPECT_EQ(LoadAndCheck(**c0, q), q.size());
+  EXPECT_EQ(LoadAndCheck(client(1), q), q.size());
+}
+
 TEST_P(ClusterTest, ANodeWithTheWrongSecretIsRefused) {
   StartCluster(3);
   const auto prompt = Gen(51, 64);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/messages.h"
+#include "core/peer_messages.h"
 #include "core/wire.h"
 
 namespace ptstore::fuzz {
@@ -193,6 +194,80 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   AuthProofReply apr;
   for (size_t i = 0; i < apr.mac.size(); ++i) apr.mac[i] = static_cast<uint8_t>(i ^ 0xa5);
   out.push_back(Frame(MsgType::kAuthProofReply, apr));
+
+  // Node-to-node messages (core/peer_messages.h).
+  out.push_back(Frame(MsgType::kPeerPing, PeerPing{.node_id = 2, .incarnation = 0x1234}));
+  PeerPingReply ping_reply;
+  ping_reply.node_id = 5;
+  ping_reply.incarnation = 0x5678;
+  ping_reply.arena_bytes = uint64_t{1} << 34;
+  ping_reply.used_bytes = 1 << 30;
+  ping_reply.owned_bytes = 1 << 29;
+  ping_reply.replica_bytes = 1 << 28;
+  ping_reply.fabric_provider = "verbs";
+  ping_reply.fabric_address = std::string("\x02\x00\x1c\xe8\x0a\x00\x00\x05", 8);
+  ping_reply.region_key = 0xabcdef;
+  out.push_back(Frame(MsgType::kPeerPingReply, ping_reply));
+  NamespaceDef def{Info("mistral"), "tenant-a"};
+  out.push_back(Frame(MsgType::kShardLookup, ShardLookup{.ns = def, .tokens = Tokens(48)}));
+  ShardLookupReply shard_reply;
+  shard_reply.blocks = 3;
+  shard_reply.ranges = {{1, 0}, {2, 4}, {3, 0}};
+  out.push_back(Frame(MsgType::kShardLookupReply, shard_reply));
+  ShardAnnounce announce;
+  announce.ns = def;
+  announce.entries = {{Tokens(32), {{2, 1}}}, {Tokens(48), {{2, 1}, {3, 2}}}};
+  out.push_back(Frame(MsgType::kShardAnnounce, announce));
+  out.push_back(Frame(MsgType::kShardAnnounceReply, EmptyReply{}));
+  PeerFetch fetch;
+  fetch.ns = def;
+  fetch.tokens = Tokens(64);
+  fetch.segments = {{0, 1}, {2, 4}};
+  fetch.path = DataPath::kRma;
+  out.push_back(Frame(MsgType::kPeerFetch, fetch));
+  PeerFetchReply fetch_reply;
+  fetch_reply.segments = {{1, false, {{1 << 20, 16 * 131072}}}, {0, true, {}}};
+  fetch_reply.lease_id = 11;
+  out.push_back(Frame(MsgType::kPeerFetchReply, fetch_reply));
+  out.push_back(Frame(MsgType::kPeerRelease, PeerRelease{.fetch_id = 11}));
+  out.push_back(Frame(MsgType::kPeerReleaseReply, EmptyReply{}));
+  out.push_back(Frame(MsgType::kPeerRemove, PeerRemove{.ns = "mistral", .tokens = Tokens(32), .from_block = 1}));
+  out.push_back(Frame(MsgType::kPeerRemoveReply, RemoveReply{.nodes = 1, .bytes = 16 * 131072}));
+  out.push_back(Frame(MsgType::kClusterStatus, EmptyReply{}));
+  ClusterStatusReply status;
+  status.self_id = 1;
+  status.enabled = true;
+  status.data_path = "tcp";
+  MemberInfo member;
+  member.id = 0;
+  member.address = "10.0.0.1:7400";
+  member.state = MemberState::kAlive;
+  member.incarnation = 9;
+  member.rtt_us = 120;
+  member.last_seen_ms = 400;
+  status.members.push_back(member);
+  member.id = 1;
+  member.address = "10.0.0.2:7400";
+  member.state = MemberState::kSelf;
+  member.last_seen_ms = 0;
+  status.members.push_back(member);
+  out.push_back(Frame(MsgType::kClusterStatusReply, status));
+  PeerHolds holds;
+  holds.ns = "mistral";
+  holds.entries.push_back({Tokens(32), 1});
+  holds.entries.push_back({Tokens(16), 0});
+  out.push_back(Frame(MsgType::kPeerHolds, holds));
+  PeerHoldsReply held;
+  held.held = {true, false};
+  out.push_back(Frame(MsgType::kPeerHoldsReply, held));
+  LocateRequest locate;
+  locate.ns = "mistral";
+  locate.keys = {ChainKey{1, 2}, ChainKey{3, 4}};
+  out.push_back(Frame(MsgType::kLocate, locate));
+  LocateReply where;
+  where.locations.push_back(IncrementLocation{ChainKey{1, 2}, 0, {0, 2}});
+  where.locations.push_back(IncrementLocation{ChainKey{3, 4}, 1, {}});
+  out.push_back(Frame(MsgType::kLocateReply, where));
   return out;
 }
 

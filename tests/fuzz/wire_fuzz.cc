@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "core/messages.h"
+#include "core/peer_messages.h"
 #include "core/wire.h"
 
 namespace ptstore::fuzz {
@@ -126,6 +127,24 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kAuthHelloReply: return CheckTyped<core::AuthHelloReply>(type, body, any);
     case MsgType::kAuthProof: return CheckTyped<core::AuthProof>(type, body, any);
     case MsgType::kAuthProofReply: return CheckTyped<core::AuthProofReply>(type, body, any);
+    case MsgType::kPeerPing: return CheckTyped<core::PeerPing>(type, body, any);
+    case MsgType::kPeerPingReply: return CheckTyped<core::PeerPingReply>(type, body, any);
+    case MsgType::kShardLookup: return CheckTyped<core::ShardLookup>(type, body, any);
+    case MsgType::kShardLookupReply: return CheckTyped<core::ShardLookupReply>(type, body, any);
+    case MsgType::kShardAnnounce: return CheckTyped<core::ShardAnnounce>(type, body, any);
+    case MsgType::kShardAnnounceReply:
+    case MsgType::kPeerReleaseReply:
+    case MsgType::kClusterStatus: return CheckTyped<core::EmptyReply>(type, body, any);
+    case MsgType::kPeerFetch: return CheckTyped<core::PeerFetch>(type, body, any);
+    case MsgType::kPeerFetchReply: return CheckTyped<core::PeerFetchReply>(type, body, any);
+    case MsgType::kPeerRelease: return CheckTyped<core::PeerRelease>(type, body, any);
+    case MsgType::kPeerRemove: return CheckTyped<core::PeerRemove>(type, body, any);
+    case MsgType::kPeerRemoveReply: return CheckTyped<core::RemoveReply>(type, body, any);
+    case MsgType::kClusterStatusReply: return CheckTyped<core::ClusterStatusReply>(type, body, any);
+    case MsgType::kPeerHolds: return CheckTyped<core::PeerHolds>(type, body, any);
+    case MsgType::kPeerHoldsReply: return CheckTyped<core::PeerHoldsReply>(type, body, any);
+    case MsgType::kLocate: return CheckTyped<core::LocateRequest>(type, body, any);
+    case MsgType::kLocateReply: return CheckTyped<core::LocateReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";
@@ -163,7 +182,7 @@ std::string CheckWireInput(const uint8_t* data, size_t size) {
   std::span<const uint8_t> in(data, size);
   std::string err = CheckFrame(in);
   if (!err.empty()) return "as frame: " + err;
-  for (uint16_t type = 0; type <= 31; ++type) {
+  for (uint16_t type = 0; type <= static_cast<uint16_t>(MsgType::kLocateReply); ++type) {
     err = CheckBody(type, in);
     if (!err.empty()) return "as body: " + err;
   }

@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -391,6 +392,7 @@ class ChildTarget {
     }
     pid_ = ::fork();
     if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
       ::close(addr_pipe[0]);
       ::close(stop_pipe[1]);
       Serve(addr_pipe[1], stop_pipe[0], size, seed);

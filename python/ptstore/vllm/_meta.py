@@ -1,0 +1,65 @@
+"""What the scheduler-side connector tells the worker-side connector each step (picklable)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List
+
+import numpy as np
+
+from ._compat import KVConnectorMetadata
+
+__all__ = ["LoadSpec", "SaveSpec", "PTStoreConnectorMetadata"]
+
+
+@dataclass
+class LoadSpec:
+    """Load tokens [start, len(tokens)) of a request's prefix from the store into its vLLM blocks.
+
+    ``tokens`` are the prefix's token ids from token 0 (the store matches whole
+    prefixes); ``start`` (a multiple of the block size) is where the request's
+    local hit ends; ``block_ids[i]`` receives tokens
+    ``start + i * block_size ...``; ``is_async``: vLLM's ``load_kv_async``
+    (reported by ``get_finished``) instead of a load during this step.
+    """
+
+    req_id: str
+    namespace: str
+    tokens: np.ndarray
+    start: int
+    block_ids: List[int]
+    is_async: bool = False
+
+    @property
+    def end(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class SaveSpec:
+    """Save the request's prompt ``tokens`` (whole blocks) from its vLLM blocks ``block_ids`` after this step.
+
+    ``salt`` is the PTStore salt of ``namespace`` (made when the namespace is
+    first created); ``ack`` how many load-error reports the scheduler had
+    seen when it planned the save (see the worker's taint check).
+    """
+
+    req_id: str
+    namespace: str
+    salt: str
+    tokens: np.ndarray
+    block_ids: List[int]
+    ack: int = 0
+
+
+@dataclass
+class PTStoreConnectorMetadata(KVConnectorMetadata):
+    """One step's loads and saves."""
+
+    block_size: int = 16
+    loads: List[LoadSpec] = field(default_factory=list)
+    saves: List[SaveSpec] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return (f"PTStoreConnectorMetadata(loads={[(s.req_id, s.start, s.end, s.is_async) for s in self.loads]}, "
+                f"saves={[(s.req_id, len(s.tokens)) for s in self.saves]})")

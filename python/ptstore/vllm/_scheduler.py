@@ -1,0 +1,360 @@
+"""The scheduler side of PTStoreConnector: lookups, load plans, save plans, in-flight saves.
+
+Policies (docs/vllm.md):
+
+* **Whole blocks only, and never the last token.** A hit counts whole vLLM
+  blocks, at most ``(num_tokens - 1) // block_size`` of them: vLLM must
+  compute at least one token of every request.
+* **Ask again later** (``None``) in two cases, both bounded in time:
+  (1) an earlier save of blocks this prompt shares is still in flight and the
+  store does not hold them yet (for at most ``save_wait_ms`` after the save
+  was planned: waiting a step beats recomputing the prefix); (2) the store is
+  unreachable, for at most ``unavailable_wait_ms`` after it became so (a
+  restarting ptstored); after that lookups count as misses, and an unreachable
+  store is tried again once per ``retry_interval_ms`` so the scheduler loop
+  never stalls on it.
+* **Saves** are planned once per request, in the step that completes the KV
+  of its prompt's last whole block, unless the store held all of it at
+  lookup time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import numpy as np
+
+from .._errors import Error, NotFound
+from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
+from ._store import StoreLink, is_link_error
+from .config import ConnectorConfig
+from .keys import bypass_reason, chain_keys, deepest_shared_block, lora_name, namespace_for, rank_namespace, \
+    request_tokens
+
+logger = logging.getLogger("ptstore.vllm")
+
+_NONE, _EMITTED, _NOT_NEEDED = 0, 1, 2
+
+
+class _AskLater(Exception):
+    pass
+
+
+@dataclass
+class _Req:
+    request: Any
+    namespace: str
+    salt: str
+    bypass: Optional[str]
+    store_tokens: int = 0  # whole-block tokens of the prompt the store held at the last lookup
+    local_tokens: int = 0  # num_computed_tokens (vLLM's local hit) at the last lookup
+    ext_tokens: int = 0
+    load_async: bool = False
+    loaded_tokens: int = 0
+    block_ids: List[int] = field(default_factory=list)
+    load_start: int = 0  # the last load: tokens [load_start, loaded_tokens) into load_blocks
+    load_blocks: List[int] = field(default_factory=list)
+    save_state: int = _NONE
+    saves_emitted: int = 0
+    saved_tokens: int = 0
+
+
+@dataclass
+class _Inflight:
+    keys: List[bytes]
+    deadline: float
+
+
+def first_group(block_ids: Any) -> Optional[List[int]]:
+    """Block ids of the (only) KV cache group: vLLM passes tuple[list[int], ...], older versions list[int]."""
+    if block_ids is None:
+        return None
+    if hasattr(block_ids, "get_block_ids"):  # KVCacheBlocks
+        try:
+            block_ids = block_ids.get_block_ids()
+        except TypeError:
+            block_ids = block_ids.get_block_ids(allow_none=False)
+        if block_ids is None:
+            return None
+    seq = list(block_ids)
+    if seq and isinstance(seq[0], (list, tuple)):
+        if len(seq) != 1:
+            raise ValueError(f"PTStoreConnector supports one KV cache group, got {len(seq)}")
+        return [int(b) for b in seq[0]]
+    if not seq:
+        return []
+    return [int(b) for b in seq]
+
+
+class SchedulerSide:
+    """State of the scheduler-side connector (one per vLLM engine core)."""
+
+    def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1, link: Optional[StoreLink] = None
+                 ) -> None:
+        self.cfg = cfg
+        self.block = cfg.block_size
+        self.tp_size, self.pp_size = tp_size, pp_size
+        self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.lookup_timeout_ms,
+                                      retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-scheduler")
+        self.reqs: Dict[str, _Req] = {}
+        self._loads: List[LoadSpec] = []
+        self._inflight: Dict[str, _Inflight] = {}
+        self._inflight_keys: Dict[bytes, int] = {}
+        self._invalid_reports = 0
+        self._warned: Set[str] = set()
+        self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
+                      "loads_planned": 0, "saves_planned": 0}
+
+    # --------------------------------------------------------------- state
+    def _state(self, request: Any) -> _Req:
+        rid = request.request_id
+        st = self.reqs.get(rid)
+        if st is None or st.request is not request:
+            reason = bypass_reason(request)
+            ns, salt = namespace_for(self.cfg.namespace, getattr(request, "cache_salt", None), lora_name(request))
+            old = st
+            st = _Req(request=request, namespace=ns, salt=salt, bypass=reason)
+            if old is not None:  # same id, new object (a re-added request): keep what was emitted
+                st.saves_emitted, st.save_state = old.saves_emitted, old.save_state
+            self.reqs[rid] = st
+        return st
+
+    def _lookup_ns(self, ns: str) -> str:
+        return rank_namespace(ns, 0, self.tp_size, 0, self.pp_size)
+
+    def _lookup(self, ns: str, tokens: np.ndarray) -> int:
+        """Tokens of `tokens` the store holds (0 on a miss); raises _AskLater while the store is briefly away."""
+        client = self.link.get()
+        if client is None:
+            return self._unreachable()
+        try:
+            r = client.lookup(self._lookup_ns(ns), tokens)
+        except NotFound:
+            self.link.ok()
+            return 0
+        except Error as e:
+            if is_link_error(e):
+                self.link.failed(e)
+                return self._unreachable()
+            self._warn_once(f"lookup:{type(e).__name__}", "ptstore: lookup in %s failed: %s", ns, e)
+            return 0
+        self.link.ok()
+        return int(r.matched_tokens)
+
+    def _unreachable(self) -> int:
+        down = self.link.down_for()
+        if down is not None and down * 1000.0 < self.cfg.unavailable_wait_ms:
+            self.stats["ask_later_unavailable"] += 1
+            raise _AskLater()
+        return 0
+
+    def _warn_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(msg, *args)
+
+    # ------------------------------------------------------ in-flight saves
+    def _add_inflight(self, rid: str, ns: str, tokens: np.ndarray) -> None:
+        self._drop_inflight(rid)
+        keys = chain_keys(ns, tokens, self.block)
+        self._inflight[rid] = _Inflight(keys, time.monotonic() + self.cfg.save_wait_ms / 1000.0)
+        for k in keys:
+            self._inflight_keys[k] = self._inflight_keys.get(k, 0) + 1
+
+    def _drop_inflight(self, rid: str) -> None:
+        e = self._inflight.pop(rid, None)
+        if e is None:
+            return
+        for k in e.keys:
+            n = self._inflight_keys.get(k, 0) - 1
+            if n > 0:
+                self._inflight_keys[k] = n
+            else:
+                self._inflight_keys.pop(k, None)
+
+    def _expire_inflight(self) -> None:
+        now = time.monotonic()
+        for rid in [r for r, e in self._inflight.items() if e.deadline <= now]:
+            self._drop_inflight(rid)
+
+    def inflight_blocks(self, ns: str, tokens: np.ndarray) -> int:
+        """Whole blocks at the start of `tokens` that a save still in flight (not expired) will store."""
+        self._expire_inflight()
+        if not self._inflight_keys:
+            return 0
+        return deepest_shared_block(chain_keys(ns, tokens, self.block), self._inflight_keys)
+
+    # ------------------------------------------------------------ the API
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        st = self._state(request)
+        st.local_tokens, st.ext_tokens, st.load_async = num_computed_tokens, 0, False
+        if st.bypass is not None or not (self.cfg.load or self.cfg.save):
+            return 0, False
+        b = self.block
+        num_tokens = int(request.num_tokens)
+        limit = (num_tokens - 1) // b * b  # whole blocks, and never the last token
+        prompt_whole = len(request.prompt_token_ids) // b * b
+        span = max(limit, prompt_whole)  # the prompt's whole blocks too: a save is skipped when all are stored
+        if span <= 0:
+            return 0, False
+        tokens = request_tokens(request, span)
+        self.stats["lookups"] += 1
+        try:
+            stored = self._lookup(st.namespace, tokens) // b * b
+        except _AskLater:
+            return None, False
+        st.store_tokens = min(stored, prompt_whole)
+        if not self.cfg.load:  # looked up only to skip saving what the store holds
+            return 0, False
+        hit = min(stored, limit)
+        if self.cfg.save_wait_ms > 0 and self._inflight:
+            pending = self.inflight_blocks(st.namespace, tokens[:limit]) * b
+            if pending > max(hit, num_computed_tokens):
+                self.stats["ask_later_inflight"] += 1
+                return None, False
+        ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
+        if ext and ext < self.cfg.min_load_tokens:
+            ext = 0
+        st.ext_tokens = ext
+        st.load_async = bool(ext) and self.cfg.load_async
+        self.stats["hit_tokens"] += ext
+        return ext, st.load_async
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        st = self._state(request)
+        ids = first_group(blocks)
+        if ids:  # (MultiConnector passes no blocks to a connector it did not choose)
+            st.block_ids = ids
+        if num_external_tokens <= 0 or st.bypass is not None or not self.cfg.load:
+            return
+        b = self.block
+        start = st.local_tokens
+        end = start + int(num_external_tokens)
+        if start % b or end % b or end > len(st.block_ids) * b:
+            logger.warning("ptstore: request %s: cannot load tokens [%d, %d) into %d blocks of %d; skipped (vLLM "
+                           "computes them)", request.request_id, start, end, len(st.block_ids), b)
+            return
+        self._loads.append(LoadSpec(req_id=request.request_id, namespace=st.namespace,
+                                    tokens=request_tokens(request, end), start=start,
+                                    block_ids=st.block_ids[start // b:end // b], is_async=st.load_async))
+        st.loaded_tokens, st.load_start, st.load_blocks = end, start, self._loads[-1].block_ids
+        self.stats["loads_planned"] += 1
+
+    def build_connector_meta(self, scheduler_output: Any) -> PTStoreConnectorMetadata:
+        meta = PTStoreConnectorMetadata(block_size=self.block, loads=self._loads)
+        self._loads = []
+        scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
+        for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
+            st = self.reqs.get(new.req_id)
+            if st is None:
+                continue
+            ids = first_group(getattr(new, "block_ids", None))
+            if ids is not None:
+                st.block_ids = ids
+            self._plan_save(meta, st, int(new.num_computed_tokens) + int(scheduled.get(new.req_id, 0)))
+        for rid, new_ids, resumed, computed in _cached_requests(getattr(scheduler_output, "scheduled_cached_reqs",
+                                                                        None)):
+            st = self.reqs.get(rid)
+            if st is None:
+                continue
+            ids = first_group(new_ids)
+            if resumed:
+                if ids is not None:
+                    st.block_ids = ids
+            elif ids:
+                st.block_ids.extend(ids)
+            self._plan_save(meta, st, int(computed) + int(scheduled.get(rid, 0)))
+        return meta
+
+    def _plan_save(self, meta: PTStoreConnectorMetadata, st: _Req, computed_after: int) -> None:
+        if st.save_state != _NONE or not self.cfg.save or st.bypass is not None:
+            return
+        b = self.block
+        prompt = st.request.prompt_token_ids
+        whole = len(prompt) // b * b
+        if whole == 0 or st.store_tokens >= whole:
+            st.save_state = _NOT_NEEDED
+            return
+        if computed_after < whole:
+            return
+        if len(st.block_ids) < whole // b:
+            logger.warning("ptstore: request %s has %d blocks, its prompt %d whole blocks; not saved",
+                           st.request.request_id, len(st.block_ids), whole // b)
+            st.save_state = _NOT_NEEDED
+            return
+        tokens = np.asarray(list(prompt[:whole]) if not isinstance(prompt, np.ndarray) else prompt[:whole],
+                            dtype=np.uint32)
+        meta.saves.append(SaveSpec(req_id=st.request.request_id, namespace=st.namespace, salt=st.salt, tokens=tokens,
+                                   block_ids=list(st.block_ids[:whole // b]), ack=self._invalid_reports))
+        st.save_state = _EMITTED
+        st.saves_emitted += 1
+        st.saved_tokens = whole
+        self.stats["saves_planned"] += 1
+        if self.cfg.save_wait_ms > 0:
+            self._add_inflight(st.request.request_id, st.namespace, tokens)
+
+    def update_connector_output(self, output: Any) -> None:
+        for rid in getattr(output, "finished_sending", None) or ():
+            self._drop_inflight(rid)
+        invalid = getattr(output, "invalid_block_ids", None)
+        if invalid:
+            self._invalid_reports += 1
+            invalid = set(invalid)
+            b = self.block
+            for st in self.reqs.values():
+                failed = [i for i, blk in enumerate(st.load_blocks) if blk in invalid]
+                if failed:
+                    # The store no longer holds what the lookup saw: count only what loaded, so that the prompt
+                    # is saved again once vLLM has recomputed the rest.
+                    st.store_tokens = min(st.store_tokens, st.load_start + failed[0] * b)
+                    if st.save_state == _NOT_NEEDED:
+                        st.save_state = _NONE
+                if st.save_state == _EMITTED and invalid.intersection(st.block_ids[:st.saved_tokens // b]):
+                    # The worker dropped that save (it read blocks that failed to load); plan it again once
+                    # vLLM has recomputed them.
+                    st.save_state = _NONE
+                    self._drop_inflight(st.request.request_id)
+
+    def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        st = self.reqs.pop(request.request_id, None)
+        if st is None:
+            return False, None
+        # Held blocks are freed when get_finished reports the save done; otherwise at once (the worker
+        # copied the blocks out during the step) and the in-flight entry expires by itself.
+        hold = self.cfg.hold_blocks_until_saved and st.saves_emitted > 0
+        params = None
+        if st.loaded_tokens or st.saves_emitted:
+            params = {"ptstore": {"namespace": st.namespace, "loaded_tokens": st.loaded_tokens,
+                                  "saved_tokens": st.saved_tokens if st.saves_emitted else 0}}
+        return hold, params
+
+    def close(self) -> None:
+        self.link.close()
+
+
+def _cached_requests(cached: Any) -> Iterable[Tuple[str, Any, bool, int]]:
+    """(req_id, new_block_ids, resumed, num_computed_tokens) of vLLM's CachedRequestData, in either of its
+    forms: one object with parallel lists (vLLM >= 0.10), or a list of per-request objects (older)."""
+    if cached is None:
+        return
+    if isinstance(cached, (list, tuple)):
+        for c in cached:
+            yield (c.req_id, getattr(c, "new_block_ids", None), bool(getattr(c, "resumed_from_preemption", False)),
+                   c.num_computed_tokens)
+        return
+    ids = list(getattr(cached, "req_ids", ()) or ())
+    new_block_ids = getattr(cached, "new_block_ids", None) or [None] * len(ids)
+    computed = getattr(cached, "num_computed_tokens", None) or [0] * len(ids)
+    resumed_set = getattr(cached, "resumed_req_ids", None)
+    resumed_list = getattr(cached, "resumed_from_preemption", None)
+    for i, rid in enumerate(ids):
+        if resumed_set is not None:
+            resumed = rid in resumed_set
+        elif resumed_list is not None:
+            resumed = bool(resumed_list[i])
+        else:
+            resumed = False
+        yield rid, new_block_ids[i], resumed, computed[i]

@@ -1,0 +1,153 @@
+"""The connector's configuration: vLLM's ``kv_transfer_config`` and its ``kv_connector_extra_config``.
+
+Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them):
+
+==========================  ==========================================================================
+``socket``                  ptstored's unix socket (default ``$PTSTORE_SOCKET``, else
+                            ``/run/ptstore/ptstored.sock``)
+``namespace``               the namespace (default: the model's name, e.g. ``mistralai.Mistral-7B-v0.1``)
+``layout``                  the model's KV layout as a dict (``layers``, ``kv_heads``, ``head_dim``,
+                            ``dtype``) or a ``.layout`` string: checked against the KV caches vLLM
+                            registers (a mismatch is an error instead of a silent miss)
+``load`` / ``save``         load hits / save prompts (default from ``kv_role``: ``kv_both`` both,
+                            ``kv_consumer`` loads only, ``kv_producer`` saves only)
+``load_async``              load between scheduler steps (vLLM's ``load_kv_async``; default false:
+                            loads run layer by layer during the step that needs them)
+``hold_blocks_until_saved`` ``request_finished`` keeps a saved request's blocks until its save has
+                            reached the store (``get_finished``); default true
+``save_wait_ms``            how long a lookup answers "ask again later" while an earlier save of the
+                            same prefix is still in flight (default 3000; 0: never wait)
+``unavailable_wait_ms``     how long lookups answer "ask again later" after the store became
+                            unreachable, before they count as misses (default 1000)
+``retry_interval_ms``       how often an unreachable store is tried again (default 1000)
+``lookup_timeout_ms``       deadline of the scheduler's lookups (default 1000)
+``rpc_timeout_ms``          deadline of the worker's loads and saves (default 30000)
+``min_load_tokens``         hits shorter than this are recomputed instead (default 0: any whole block)
+``kv_cache_layout``         ``auto`` (default), ``flash_attn`` ([2, blocks, block_size, heads, dim]) or
+                            ``flashinfer`` ([blocks, 2, block_size, heads, dim])
+``save_threads``            background threads that write saves to the store (default 1)
+==========================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Dict, Mapping, Optional
+
+__all__ = ["ConnectorConfig", "default_namespace"]
+
+_NS_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+# Room left in a namespace name (128 characters at most) for the isolation and rank suffixes.
+MAX_BASE_NAMESPACE = 80
+
+
+def default_namespace(model: Optional[str]) -> str:
+    """A namespace name made from a model name or path: ``mistralai/Mistral-7B`` -> ``mistralai.Mistral-7B``."""
+    name = (model or "").strip().rstrip("/")
+    if os.path.isabs(name):  # a local path: its last two components
+        name = "/".join(name.split("/")[-2:])
+    name = _NS_CHARS.sub(".", name).strip(".")
+    return (name or "vllm")[:MAX_BASE_NAMESPACE]
+
+
+def _flag(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"kv_connector_extra_config[{key!r}] must be a boolean, got {value!r}")
+
+
+@dataclasses.dataclass
+class ConnectorConfig:
+    """The parsed configuration (see the module's doc for the meaning of each field)."""
+
+    socket: Optional[str] = None
+    namespace: str = "vllm"
+    layout: Any = None  # a ptstore.Layout without block_tokens checks, or None
+    load: bool = True
+    save: bool = True
+    load_async: bool = False
+    hold_blocks_until_saved: bool = True
+    save_wait_ms: int = 3000
+    unavailable_wait_ms: int = 1000
+    retry_interval_ms: int = 1000
+    lookup_timeout_ms: int = 1000
+    rpc_timeout_ms: int = 30000
+    min_load_tokens: int = 0
+    kv_cache_layout: str = "auto"
+    save_threads: int = 1
+    block_size: int = 16
+
+    @classmethod
+    def from_vllm(cls, vllm_config: Any) -> "ConnectorConfig":
+        """Reads ``vllm_config.kv_transfer_config`` (role, extra config) and the cache's block size."""
+        ktc = vllm_config.kv_transfer_config
+        extra: Mapping[str, Any] = getattr(ktc, "kv_connector_extra_config", None) or {}
+        role = getattr(ktc, "kv_role", None) or "kv_both"
+        model = getattr(getattr(vllm_config, "model_config", None), "model", None)
+        block_size = getattr(getattr(vllm_config, "cache_config", None), "block_size", None) or 16
+        return cls.from_dict(extra, role=role, model=model, block_size=int(block_size))
+
+    @classmethod
+    def from_dict(cls, extra: Mapping[str, Any], *, role: str = "kv_both", model: Optional[str] = None,
+                  block_size: int = 16) -> "ConnectorConfig":
+        known = {f.name for f in dataclasses.fields(cls)} - {"block_size"}
+        unknown = set(extra) - known
+        if unknown:
+            raise ValueError(f"unknown kv_connector_extra_config keys for PTStoreConnector: {sorted(unknown)}; "
+                             f"known: {sorted(known)}")
+        if role not in ("kv_both", "kv_producer", "kv_consumer"):
+            raise ValueError(f"kv_role must be kv_both, kv_producer or kv_consumer, got {role!r}")
+        c = cls(block_size=block_size)
+        c.socket = extra.get("socket") or None
+        ns = extra.get("namespace")
+        if ns is not None:
+            if not isinstance(ns, str) or not ns or _NS_CHARS.search(ns) or len(ns) > MAX_BASE_NAMESPACE:
+                raise ValueError(f"namespace must be 1..{MAX_BASE_NAMESPACE} characters of [A-Za-z0-9._-], "
+                                 f"got {ns!r}")
+            c.namespace = ns
+        else:
+            c.namespace = default_namespace(model)
+        c.layout = _parse_layout(extra.get("layout"))
+        c.load = _flag(extra.get("load", role in ("kv_both", "kv_consumer")), "load")
+        c.save = _flag(extra.get("save", role in ("kv_both", "kv_producer")), "save")
+        for key in ("load_async", "hold_blocks_until_saved"):
+            if key in extra:
+                setattr(c, key, _flag(extra[key], key))
+        for key in ("save_wait_ms", "unavailable_wait_ms", "retry_interval_ms", "lookup_timeout_ms",
+                    "rpc_timeout_ms", "min_load_tokens", "save_threads"):
+            if key in extra:
+                v = int(extra[key])
+                if v < 0 or (key in ("save_threads", "lookup_timeout_ms", "rpc_timeout_ms") and v == 0):
+                    raise ValueError(f"kv_connector_extra_config[{key!r}] out of range: {v}")
+                setattr(c, key, v)
+        layout_name = str(extra.get("kv_cache_layout", "auto"))
+        if layout_name not in ("auto", "flash_attn", "flashinfer"):
+            raise ValueError(f"kv_cache_layout must be auto, flash_attn or flashinfer, got {layout_name!r}")
+        c.kv_cache_layout = layout_name
+        if block_size <= 0:
+            raise ValueError(f"block size must be positive, got {block_size}")
+        return c
+
+
+def _parse_layout(value: Any) -> Any:
+    if value is None:
+        return None
+    from .. import Layout
+
+    if isinstance(value, Layout):
+        return value
+    if isinstance(value, str):
+        return Layout.parse(value)
+    if isinstance(value, Mapping):
+        fields: Dict[str, Any] = dict(value)
+        fields.setdefault("block_tokens", 16)  # not compared: the block size is vLLM's
+        return Layout(**fields)
+    raise ValueError(f"layout must be a dict or a .layout string, got {type(value).__name__}")

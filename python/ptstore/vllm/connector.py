@@ -1,0 +1,174 @@
+"""PTStoreConnector: vLLM's v1 KV connector backed by PTStore.
+
+Enable it with (docs/vllm.md)::
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "PTStoreConnector",
+        "kv_connector_module_path": "ptstore.vllm", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"socket": "/run/ptstore/ptstored.sock"}}'
+
+vLLM makes one instance with ``KVConnectorRole.SCHEDULER`` in its engine core
+(lookups, load and save plans) and one with ``KVConnectorRole.WORKER`` per GPU
+worker (the copies); each delegates to ``_scheduler.SchedulerSide`` or
+``_worker.WorkerSide``. The layout mapping is in ``paged.py``, the namespace
+and block-key rules in ``keys.py``, the options in ``config.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Dict, Optional, Set, Tuple
+
+from ._compat import HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata
+from ._meta import PTStoreConnectorMetadata
+from ._scheduler import SchedulerSide
+from ._worker import WorkerSide
+from .config import ConnectorConfig
+
+__all__ = ["PTStoreConnector"]
+
+logger = logging.getLogger("ptstore.vllm")
+
+
+def _parallel_sizes(vllm_config: Any) -> Tuple[int, int]:
+    pc = getattr(vllm_config, "parallel_config", None)
+    return int(getattr(pc, "tensor_parallel_size", 1) or 1), int(getattr(pc, "pipeline_parallel_size", 1) or 1)
+
+
+def _role_is(role: Any, name: str) -> bool:
+    return getattr(role, "name", str(role)).upper().endswith(name)
+
+
+class PTStoreConnector(KVConnectorBase_V1):
+    """A vLLM v1 KV connector that loads prompt prefixes from PTStore and saves prompts to it.
+
+    Args (as vLLM's KVConnectorFactory passes them):
+        vllm_config: vLLM's config; ``kv_transfer_config.kv_connector_extra_config``
+            holds this connector's options (:mod:`ptstore.vllm.config`),
+            ``cache_config.block_size`` the block size.
+        role: ``KVConnectorRole.SCHEDULER`` or ``KVConnectorRole.WORKER``.
+        kv_cache_config: vLLM's KVCacheConfig (newer vLLM); one KV cache group
+            is supported.
+    """
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        params = inspect.signature(KVConnectorBase_V1.__init__).parameters
+        if "kv_cache_config" in params:
+            super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        else:  # vLLM before kv_cache_config was passed to connectors
+            super().__init__(vllm_config=vllm_config, role=role)
+        self.config = ConnectorConfig.from_vllm(vllm_config)
+        groups = getattr(kv_cache_config, "kv_cache_groups", None)
+        if groups is not None and len(groups) > 1:
+            raise ValueError(f"PTStoreConnector supports models with one KV cache group, this one has {len(groups)} "
+                             f"(hybrid models: disable the hybrid KV cache manager)")
+        tp, pp = _parallel_sizes(vllm_config)
+        self._scheduler: Optional[SchedulerSide] = None
+        self._worker: Optional[WorkerSide] = None
+        if _role_is(role, "SCHEDULER"):
+            self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp)
+        else:
+            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp)
+        logger.info("ptstore: PTStoreConnector (%s) namespace %s, load=%s save=%s load_async=%s%s",
+                    getattr(role, "name", role), self.config.namespace, self.config.load, self.config.save,
+                    self.config.load_async, "" if HAVE_VLLM else " (vLLM not installed: stand-in base classes)")
+
+    # ------------------------------------------------------------ helpers
+    @property
+    def scheduler_side(self) -> SchedulerSide:
+        if self._scheduler is None:
+            raise RuntimeError("a scheduler-side method was called on the worker-side PTStoreConnector")
+        return self._scheduler
+
+    @property
+    def worker_side(self) -> WorkerSide:
+        if self._worker is None:
+            raise RuntimeError("a worker-side method was called on the scheduler-side PTStoreConnector")
+        return self._worker
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """A cache, not a hand-off: a dropped save is a future miss (vLLM may let a preempted request finish)."""
+        return False
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
+        return None  # NHD and HND both work (the copies follow the tensors' strides)
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
+        return True  # wait_for_layer_load / save_kv_layer run between the layers
+
+    # ======================================================== worker side
+    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
+        """Takes vLLM's per-layer paged KV caches ({layer name: tensor})."""
+        w = self.worker_side
+        if w.tp_size > 1 or w.pp_size > 1:
+            try:  # pragma: no cover - needs vLLM's process groups
+                from vllm.distributed.parallel_state import get_pp_group, get_tensor_model_parallel_rank
+
+                w.set_ranks(get_tensor_model_parallel_rank(), get_pp_group().rank_in_group)
+            except Exception as e:  # noqa: BLE001
+                raise RuntimeError(f"PTStoreConnector: cannot tell this worker's parallel ranks: {e}") from e
+        w.register_kv_caches(kv_caches)
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        if self._worker is not None and isinstance(connector_metadata, PTStoreConnectorMetadata):
+            self._worker.bind(connector_metadata)
+
+    def clear_connector_metadata(self) -> None:
+        if self._worker is not None:
+            self._worker.clear()
+        super().clear_connector_metadata()
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        """Starts this step's loads (layer by layer in the background; async loads on their own)."""
+        self.worker_side.start_load_kv()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Returns once this step's loads have written layer `layer_name`."""
+        self.worker_side.wait_for_layer_load(layer_name)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
+        """Copies this layer's KV of the prompts completed in this step into their token-major save buffers."""
+        self.worker_side.save_kv_layer(layer_name, kv_layer)
+
+    def wait_for_save(self) -> None:
+        """Ends the step's gathers (the pages may be reused) and hands the saves to the background writer."""
+        self.worker_side.wait_for_save()
+
+    def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        """(finished requests whose saves are written, requests whose async loads are done)."""
+        return self.worker_side.get_finished(finished_req_ids)
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        """Blocks whose load failed since the last call: vLLM recomputes them."""
+        return self.worker_side.get_block_ids_with_load_errors()
+
+    def shutdown(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown()
+        if self._scheduler is not None:
+            self._scheduler.close()
+
+    # ===================================================== scheduler side
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        """Tokens beyond `num_computed_tokens` the store can supply (whole blocks; None: ask again later) and
+        whether they load asynchronously."""
+        return self.scheduler_side.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        """Plans the load of the `num_external_tokens` promised tokens into the blocks vLLM allocated."""
+        self.scheduler_side.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
+        """This step's loads and saves, for the workers."""
+        return self.scheduler_side.build_connector_meta(scheduler_output)
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        self.scheduler_side.update_connector_output(connector_output)
+
+    def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """(hold the blocks until get_finished reports the request's save written, kv_transfer_params)."""
+        return self.scheduler_side.request_finished(request, block_ids)
