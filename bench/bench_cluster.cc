@@ -538,296 +538,83 @@ struct Method {
   std::string name;
   std::string key;  // for JSON
   std::function<Result<double>()> run;
-  std::vector<double> seconds;
+  std::vector<double> seconds;  // one per repetition, in order
+};
+
+// Throughput of `x` over `base`: the ratio of the medians, and the median of
+// the repetitions' own ratios ("paired": both ran in the same repetition,
+// seconds apart, so the figure is less exposed to this shared machine's
+// drift than the ratio of medians).
+double OfMedians(const Method& base, const Method& x) { return P50(base.seconds) / P50(x.seconds); }
+double Paired(const Method& base, const Method& x) {
+  std::vector<double> r;
+  for (size_t i = 0; i < std::min(base.seconds.size(), x.seconds.size()); ++i) {
+    r.push_back(base.seconds[i] / x.seconds[i]);
+  }
+  return P50(r);
+}
+
+// One data path's cluster: node A (0) owns the prefix, node B (1) loads it.
+struct PathCluster {
+  std::string path;
+  std::unique_ptr<TestCluster> cluster;
+  NodeMetrics metrics_b;
+  std::unique_ptr<Client> a, b;
+  uint64_t remote_loads = 0;
+  // Seconds node B spent in the fetch RPC of each remote load (its
+  // metrics), by method; Pin and CopyTo of the Pin method.
+  std::map<std::string, std::vector<double>> fetch_s;
+  std::vector<double> pin_s, copy_s;
+  ClusterMetrics m0;
+  uint64_t loads_before = 0;
 };
 
 struct PathResult {
   std::string path;
-  double load_p50 = 0, pin_p50 = 0, tcp1_p50 = 0, tcp2_p50 = 0, redis_best_p50 = 0;
-  std::string redis_best;
+  double load_vs_tcp = 0, pin_vs_tcp = 0, load_vs_redis = 0, pin_vs_redis = 0;  // paired
+  bool has_redis = false;
 };
-
-struct LoadShared {
-  Layout layout;
-  std::vector<uint32_t> tokens;
-  uint64_t bytes = 0;
-  HostBuffer src, dst;
-#ifdef PTSTORE_BENCH_HIREDIS
-  std::unique_ptr<RedisBaseline> redis;
-#endif
-  std::unique_ptr<TcpBaseline> tcp1, tcp2;
-};
-
-Result<PathResult> RunLoadPath(const Options& o, LoadShared& sh, const std::string& path, json* out) {
-  const uint64_t bytes = sh.bytes;
-  const uint64_t bpt = sh.layout.BytesPerToken();
-  const uint64_t tokens_n = sh.tokens.size();
-  // Node A holds the prefix; node B needs room for one transient copy.
-  const uint64_t arena = bytes + std::max<uint64_t>(64ull << 20, bytes / 8);
-  PTS_ASSIGN_OR_RETURN(auto cluster, StartCluster(2, std::to_string(arena >> 20) + "MiB", path, 0));
-  auto with_logs = [&](Status st) {
-    if (!st.ok() && o.verbose) std::fprintf(stderr, "%s", NodeLogs(*cluster).c_str());
-    return st;
-  };
-  PTS_ASSIGN_OR_RETURN(NodeMetrics metrics_b, NodeMetrics::Find(cluster->node(1)));
-  PTS_ASSIGN_OR_RETURN(auto a, cluster->Connect(0));
-  PTS_ASSIGN_OR_RETURN(auto b, cluster->Connect(1));
-  if (!a->mapped() || !b->mapped()) return Internal("the clients do not map the arenas (zero-copy loads need the store group)");
-  PTS_RETURN_IF_ERROR(a->CreateNamespace(kNs, sh.layout).status());
-  PTS_RETURN_IF_ERROR(b->CreateNamespace(kNs, sh.layout).status());
-  {
-    // Saved from a registered buffer: one copy, and no staging buffer of
-    // the prefix's size left in the client.
-    PTS_ASSIGN_OR_RETURN(RegisteredBuffer rb, a->AllocateBuffer(bytes));
-    std::memcpy(rb.data(), sh.src.data(), bytes);
-    PTS_ASSIGN_OR_RETURN(SaveResult saved, a->Save(kNs, sh.tokens, rb, 0, bytes));
-    if (saved.new_bytes != bytes) return Internal("node A did not store the whole prefix");
-  }
-
-  auto poison = [&](uint8_t v) { std::memset(sh.dst.data(), v, bytes); };
-  auto check = [&](const char* what) { return CheckKv(what, sh.tokens, bpt, sh.dst.data()); };
-  // Every load on B must be a remote fetch of the whole prefix over `path`.
-  uint64_t remote_loads = 0;
-  // Seconds node B spent in the fetch RPC of each remote load (its
-  // metrics), by method key.
-  std::map<std::string, std::vector<double>> fetch_s;
-  auto remote = [&](const char* what, const std::function<Result<uint64_t>()>& load) -> Result<double> {
-    PTS_ASSIGN_OR_RETURN(ClusterMetrics mb, ClusterMetrics::Read(metrics_b));
-    PTS_ASSIGN_OR_RETURN(StoreStats before, b->Stats());
-    const auto t0 = Clock::now();
-    PTS_ASSIGN_OR_RETURN(uint64_t got, load());
-    const double s = SecondsSince(t0);
-    PTS_ASSIGN_OR_RETURN(StoreStats after, b->Stats());
-    if (got != tokens_n) {
-      return Internal(Format("%s: %llu of %llu tokens", what, static_cast<unsigned long long>(got),
-                             static_cast<unsigned long long>(tokens_n)));
-    }
-    if (after.remote_fetch_bytes - before.remote_fetch_bytes != bytes) {
-      return Internal(Format("%s: node B fetched %llu bytes from node A, not the %llu of the prefix", what,
-                             static_cast<unsigned long long>(after.remote_fetch_bytes - before.remote_fetch_bytes),
-                             static_cast<unsigned long long>(bytes)));
-    }
-    remote_loads++;
-    PTS_ASSIGN_OR_RETURN(ClusterMetrics ma, ClusterMetrics::Read(metrics_b));
-    fetch_s[what].push_back((ma - mb).fetch_sum_s);
-    return s;
-  };
-  std::vector<double> pin_only, copy_only;
-  std::vector<Method> methods;
-  methods.emplace_back(Method{"raw TCP, 1 connection (baseline)", "raw_tcp_1", [&]() -> Result<double> {
-                       poison(0x11);
-                       PTS_ASSIGN_OR_RETURN(double s, sh.tcp1->Transfer(sh.dst.data()));
-                       PTS_RETURN_IF_ERROR(check("raw TCP, 1 connection"));
-                       return s;
-                     }});
-  methods.emplace_back(Method{"raw TCP, 2 connections", "raw_tcp_2", [&]() -> Result<double> {
-                       poison(0x12);
-                       PTS_ASSIGN_OR_RETURN(double s, sh.tcp2->Transfer(sh.dst.data()));
-                       PTS_RETURN_IF_ERROR(check("raw TCP, 2 connections"));
-                       return s;
-                     }});
-#ifdef PTSTORE_BENCH_HIREDIS
-  if (sh.redis) {
-    const uint64_t nv = bytes / o.redis_value;
-    auto redis = [&](const char* what, int depth, int clients) {
-      return [&, what, depth, clients]() -> Result<double> {
-        poison(0x13);
-        PTS_ASSIGN_OR_RETURN(double s, sh.redis->GetAll(sh.dst.data(), bytes, o.redis_value, depth, clients));
-        PTS_RETURN_IF_ERROR(check(what));
-        return s;
-      };
-    };
-    const std::string v = HumanBytes(o.redis_value);
-    methods.emplace_back(Method{Format("Redis GET x%llu of %s, 1 client, one at a time", static_cast<unsigned long long>(nv),
-                              v.c_str()),
-                       "redis_1_sequential", redis("Redis GET, sequential", 1, 1)});
-    methods.emplace_back(Method{Format("Redis GET, 1 client, pipelined (depth %d)", o.redis_depth), "redis_1_pipelined",
-                       redis("Redis GET, pipelined", o.redis_depth, 1)});
-    methods.emplace_back(Method{Format("Redis GET, 2 clients, pipelined (depth %d)", o.redis_depth), "redis_2_pipelined",
-                       redis("Redis GET, 2 clients", o.redis_depth, 2)});
-  }
-#endif
-  methods.emplace_back(Method{"Client::Load on node B (remote fetch)", "remote_load", [&]() -> Result<double> {
-                       poison(0x21);
-                       PTS_ASSIGN_OR_RETURN(double s, remote("Client::Load on node B", [&] {
-                                              return b->Load(kNs, sh.tokens, sh.dst.data(), bytes);
-                                            }));
-                       PTS_RETURN_IF_ERROR(check("Client::Load on node B"));
-                       return s;
-                     }});
-  methods.emplace_back(Method{"Pin + CopyTo + Release on node B", "remote_pin_copy", [&]() -> Result<double> {
-                       poison(0x22);
-                       double pin_s = 0, copy_s = 0;
-                       PTS_ASSIGN_OR_RETURN(double s, remote("Pin + CopyTo on node B", [&]() -> Result<uint64_t> {
-                                              auto t0 = Clock::now();
-                                              PTS_ASSIGN_OR_RETURN(PinnedPrefix p, b->Pin(kNs, sh.tokens));
-                                              pin_s = SecondsSince(t0);
-                                              if (p.tokens() != tokens_n) return p.tokens();
-                                              t0 = Clock::now();
-                                              PTS_RETURN_IF_ERROR(p.CopyTo(sh.dst.data(), bytes));
-                                              copy_s = SecondsSince(t0);
-                                              PTS_RETURN_IF_ERROR(p.Release());
-                                              return p.tokens();
-                                            }));
-                       PTS_RETURN_IF_ERROR(check("Pin + CopyTo on node B"));
-                       pin_only.push_back(pin_s);
-                       copy_only.push_back(copy_s);
-                       return s;
-                     }});
-  methods.emplace_back(Method{"Client::Load on node A (owner, local DRAM; reference)", "local_load", [&]() -> Result<double> {
-                       poison(0x23);
-                       const auto t0 = Clock::now();
-                       PTS_ASSIGN_OR_RETURN(uint64_t got, a->Load(kNs, sh.tokens, sh.dst.data(), bytes));
-                       const double s = SecondsSince(t0);
-                       if (got != tokens_n) return Internal("the local load on node A was short");
-                       PTS_RETURN_IF_ERROR(check("Client::Load on node A"));
-                       return s;
-                     }});
-
-  // Untimed warm-up of every method (checked), then the repetitions, each
-  // running every method, starting with a different one each time.
-  for (Method& m : methods) {
-    Result<double> r = m.run();
-    if (!r.ok()) return with_logs(r.status().WithContext("warm-up: " + m.name));
-  }
-  pin_only.clear();
-  copy_only.clear();
-  fetch_s.clear();
-  PTS_ASSIGN_OR_RETURN(ClusterMetrics m0, ClusterMetrics::Read(metrics_b));
-  const uint64_t loads_before = remote_loads;
-  for (int rep = 0; rep < o.reps; ++rep) {
-    for (size_t k = 0; k < methods.size(); ++k) {
-      Method& m = methods[(k + static_cast<size_t>(rep)) % methods.size()];
-      Result<double> r = m.run();
-      if (!r.ok()) return with_logs(r.status().WithContext(m.name));
-      m.seconds.push_back(*r);
-    }
-  }
-  PTS_ASSIGN_OR_RETURN(ClusterMetrics m1, ClusterMetrics::Read(metrics_b));
-  const ClusterMetrics dm = m1 - m0;
-  const uint64_t timed_loads = remote_loads - loads_before;
-  const bool rma = path.rfind("rma", 0) == 0;
-  const double on_path = rma ? dm.bytes_rma : dm.bytes_tcp;
-  if (on_path != static_cast<double>(timed_loads * bytes)) {
-    return with_logs(Internal(Format("node B fetched %.0f bytes over %s (tcp %.0f, rma %.0f) for %llu loads of %llu",
-                                     on_path, path.c_str(), dm.bytes_tcp, dm.bytes_rma,
-                                     static_cast<unsigned long long>(timed_loads),
-                                     static_cast<unsigned long long>(bytes))));
-  }
-  const double fetch_mean = dm.fetch_count > 0 ? dm.fetch_sum_s / dm.fetch_count : 0;
-  PTS_ASSIGN_OR_RETURN(StoreStats sa, a->Stats());
-  PTS_ASSIGN_OR_RETURN(StoreStats sb, b->Stats());
-  if (sb.replicas_kept != 0) return Internal("node B kept a replica: its loads were not all remote fetches");
-
-  PathResult res;
-  res.path = path;
-  auto med = [&](const std::string& key) {
-    for (const Method& m : methods) {
-      if (m.key == key) return P50(m.seconds);
-    }
-    return 0.0;
-  };
-  res.load_p50 = med("remote_load");
-  res.pin_p50 = med("remote_pin_copy");
-  res.tcp1_p50 = med("raw_tcp_1");
-  res.tcp2_p50 = med("raw_tcp_2");
-  for (const Method& m : methods) {
-    if (m.key.rfind("redis", 0) == 0 && (res.redis_best_p50 == 0 || P50(m.seconds) < res.redis_best_p50)) {
-      res.redis_best_p50 = P50(m.seconds);
-      res.redis_best = m.name;
-    }
-  }
-  const double base = res.tcp1_p50;
-  if (out) {
-    json j;
-    for (const Method& m : methods) {
-      const Summary s = Summarize(m.seconds);
-      j["methods"][m.key] = {{"name", m.name},
-                             {"seconds", m.seconds},
-                             {"gbps_p50", GBps(bytes, s.p50)},
-                             {"x_raw_tcp_1", base / s.p50}};
-    }
-    j["pin_s"] = pin_only;
-    j["fetch_rpc_s"] = fetch_s;
-    j["copy_s"] = copy_only;
-    j["fetch_mean_s"] = fetch_mean;
-    j["load_vs_raw_tcp_1"] = base / res.load_p50;
-    j["load_vs_raw_tcp_2"] = res.tcp2_p50 / res.load_p50;
-    if (res.redis_best_p50 > 0) j["load_vs_best_redis"] = res.redis_best_p50 / res.load_p50;
-    j["peer_served_bytes_a"] = sa.peer_served_bytes;
-    j["remote_fetches_b"] = sb.remote_fetches;
-    (*out)[path] = j;
-  }
-  if (!o.json) {
-    std::printf("\n--- data path %s: 2 nodes, arenas of %s, replicate_after 0 (every load on B is a transient "
-                "fetch from A), %d repetitions ---\n",
-                path.c_str(), HumanBytes(arena).c_str(), o.reps);
-    Table t({"method", "median GB/s", "min GB/s", "max GB/s", "median ms", "x raw TCP"});
-    for (const Method& m : methods) {
-      const Summary s = Summarize(m.seconds);
-      t.Row({m.name, Format("%.2f", GBps(bytes, s.p50)), Format("%.2f", GBps(bytes, s.max)),
-             Format("%.2f", GBps(bytes, s.min)), Format("%.1f", s.p50 * 1e3), Ratio(base / s.p50)});
-      auto fetch_row = [&](const char* what) {
-        const Summary f = Summarize(fetch_s[what]);
-        t.Row({"  of which node B's fetch RPC (its metrics)", Format("%.2f", GBps(bytes, f.p50)), "", "",
-               Format("%.1f", f.p50 * 1e3), Ratio(base / f.p50)});
-      };
-      if (m.key == "remote_load") fetch_row("Client::Load on node B");
-      if (m.key == "remote_pin_copy") {
-        const Summary p = Summarize(pin_only), c = Summarize(copy_only);
-        t.Row({"  of which Pin (the fetch into B's arena)", Format("%.2f", GBps(bytes, p.p50)), "", "",
-               Format("%.1f", p.p50 * 1e3), Ratio(base / p.p50)});
-        fetch_row("Pin + CopyTo on node B");
-        t.Row({"  of which CopyTo (B's arena -> buffer)", Format("%.2f", GBps(bytes, c.p50)), "", "",
-               Format("%.1f", c.p50 * 1e3), Ratio(base / c.p50)});
-      }
-    }
-    std::printf("%s", t.ToString().c_str());
-    std::printf("node B's fetches (its metrics): %.0f requests, %s over %s, mean %.1f ms per fetch; node A served "
-                "%s to peers\n",
-                dm.fetch_requests, HumanBytes(static_cast<uint64_t>(on_path)).c_str(), path.c_str(), fetch_mean * 1e3,
-                HumanBytes(sa.peer_served_bytes).c_str());
-    const double r1 = base / res.load_p50;
-    std::printf("remote Client::Load / raw TCP (1 connection) = %.2f (target >= 0.8): %s\n", r1,
-                r1 >= 0.8 ? "met" : "MISSED");
-    std::printf("remote Client::Load / raw TCP (2 connections) = %.2f\n", res.tcp2_p50 / res.load_p50);
-    if (res.redis_best_p50 > 0) {
-      const double rr = res.redis_best_p50 / res.load_p50;
-      std::printf("remote Client::Load / best Redis GET (%s) = %.2f (target >= 1.5): %s\n", res.redis_best.c_str(), rr,
-                  rr >= 1.5 ? "met" : "MISSED");
-    }
-  }
-  return res;
-}
 
 Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
-  LoadShared sh;
-  sh.layout = MistralLayout();
-  const uint64_t tokens_n = o.tokens / sh.layout.block_tokens * sh.layout.block_tokens;
+  const Layout layout = MistralLayout();
+  const uint64_t tokens_n = o.tokens / layout.block_tokens * layout.block_tokens;
   if (tokens_n == 0) return InvalidArgument("--tokens must be at least one block (16)");
-  sh.tokens = RandomTokens(4242, tokens_n);
-  sh.bytes = tokens_n * sh.layout.BytesPerToken();
-  PTS_ASSIGN_OR_RETURN(sh.src, HostBuffer::Allocate(sh.bytes));
-  PTS_ASSIGN_OR_RETURN(sh.dst, HostBuffer::Allocate(sh.bytes));
-  FillKv(sh.tokens, 0, sh.layout.BytesPerToken(), sh.src.data());
-  PTS_ASSIGN_OR_RETURN(sh.tcp1, TcpBaseline::Open(1, sh.src.data(), sh.bytes));
-  PTS_ASSIGN_OR_RETURN(sh.tcp2, TcpBaseline::Open(2, sh.src.data(), sh.bytes));
+  const std::vector<uint32_t> tokens = RandomTokens(4242, tokens_n);
+  const uint64_t bpt = layout.BytesPerToken();
+  const uint64_t bytes = tokens_n * bpt;
+  PTS_ASSIGN_OR_RETURN(HostBuffer src, HostBuffer::Allocate(bytes));
+  PTS_ASSIGN_OR_RETURN(HostBuffer dst, HostBuffer::Allocate(bytes));
+  FillKv(tokens, 0, bpt, src.data());
+  PTS_ASSIGN_OR_RETURN(auto tcp1, TcpBaseline::Open(1, src.data(), bytes));
+  PTS_ASSIGN_OR_RETURN(auto tcp2, TcpBaseline::Open(2, src.data(), bytes));
+  // Node A holds the prefix; node B needs room for one transient copy.
+  const uint64_t arena = bytes + std::max<uint64_t>(64ull << 20, bytes / 8);
   if (!o.json) {
-    std::printf("\n== 1-3. Remote load of a %s prefix (%llu tokens, %s) ==\n", HumanBytes(sh.bytes).c_str(),
-                static_cast<unsigned long long>(tokens_n), sh.layout.ToString().c_str());
+    std::printf("\n== 1-3. Remote load of a %s prefix (%llu tokens, %s) ==\n", HumanBytes(bytes).c_str(),
+                static_cast<unsigned long long>(tokens_n), layout.ToString().c_str());
+    std::printf("one 2-node cluster per data path (%s), all running at once: node A saves the prefix, a client of "
+                "node B loads it;\narenas of %s; replicate_after 0, so every load on B is a transient fetch from A; "
+                "%d repetitions of every method, in a rotating order\n",
+                [&] {
+                  std::string s;
+                  for (const auto& p : o.paths) s += (s.empty() ? "" : ", ") + p;
+                  return s;
+                }().c_str(),
+                HumanBytes(arena).c_str(), o.reps);
   }
   std::string redis_note;
 #ifdef PTSTORE_BENCH_HIREDIS
-  if (o.redis && sh.bytes % o.redis_value == 0) {
+  std::unique_ptr<RedisBaseline> redis;
+  if (o.redis && bytes % o.redis_value == 0) {
     const std::string bin = FindInPath(o.redis_server);
     if (bin.empty()) {
       redis_note = "no " + o.redis_server + " on PATH: the Redis rows are skipped";
     } else {
-      PTS_ASSIGN_OR_RETURN(sh.redis, RedisBaseline::Start(bin));
-      PTS_ASSIGN_OR_RETURN(double set_s, sh.redis->SetAll(sh.src.data(), sh.bytes, o.redis_value));
+      PTS_ASSIGN_OR_RETURN(redis, RedisBaseline::Start(bin));
+      PTS_ASSIGN_OR_RETURN(double set_s, redis->SetAll(src.data(), bytes, o.redis_value));
       redis_note = Format("redis-server %s on port %u: %llu SETs of %s, pipelined, in %.2f s (%.2f GB/s)", bin.c_str(),
-                          sh.redis->port(), static_cast<unsigned long long>(sh.bytes / o.redis_value),
-                          HumanBytes(o.redis_value).c_str(), set_s, GBps(sh.bytes, set_s));
+                          redis->port(), static_cast<unsigned long long>(bytes / o.redis_value),
+                          HumanBytes(o.redis_value).c_str(), set_s, GBps(bytes, set_s));
       if (out) (*out)["redis_set_s"] = set_s;
     }
   } else if (o.redis) {
@@ -837,26 +624,311 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
   if (o.redis) redis_note = "built without hiredis (libhiredis-dev): the Redis rows are skipped";
 #endif
   if (!o.json && !redis_note.empty()) std::printf("%s\n", redis_note.c_str());
+
+  // The clusters.
+  std::vector<std::unique_ptr<PathCluster>> pcs;
   for (const std::string& path : o.paths) {
-    PTS_ASSIGN_OR_RETURN(PathResult r, RunLoadPath(o, sh, path, out ? &(*out)["paths"] : nullptr));
-    results->push_back(r);
-  }
-  const PathResult* tcp = nullptr;
-  for (const PathResult& r : *results) {
-    if (r.path == "tcp") tcp = &r;
-  }
-  for (const PathResult& r : *results) {
-    if (tcp == nullptr || r.path == "tcp") continue;
-    // Throughput ratios: > 1 when the RMA path is faster.
-    const double load = tcp->load_p50 / r.load_p50;
-    const double pin = tcp->pin_p50 / r.pin_p50;
-    const double own = (r.tcp1_p50 / r.load_p50) / (tcp->tcp1_p50 / tcp->load_p50);
-    if (out) (*out)[r.path + "_vs_tcp_load"] = load;
-    if (!o.json) {
-      std::printf("\n%s vs TCP stream, remote Client::Load: %.2f (medians %.1f vs %.1f ms); Pin + CopyTo: %.2f; each "
-                  "normalized by its own cluster run's raw TCP: %.2f\n",
-                  r.path.c_str(), load, r.load_p50 * 1e3, tcp->load_p50 * 1e3, pin, own);
+    auto pc = std::make_unique<PathCluster>();
+    pc->path = path;
+    PTS_ASSIGN_OR_RETURN(pc->cluster, StartCluster(2, std::to_string(arena >> 20) + "MiB", path, 0));
+    PTS_ASSIGN_OR_RETURN(pc->metrics_b, NodeMetrics::Find(pc->cluster->node(1)));
+    PTS_ASSIGN_OR_RETURN(pc->a, pc->cluster->Connect(0));
+    PTS_ASSIGN_OR_RETURN(pc->b, pc->cluster->Connect(1));
+    if (!pc->a->mapped() || !pc->b->mapped()) {
+      return Internal("the clients do not map the arenas (zero-copy loads need the store group)");
     }
+    PTS_RETURN_IF_ERROR(pc->a->CreateNamespace(kNs, layout).status());
+    PTS_RETURN_IF_ERROR(pc->b->CreateNamespace(kNs, layout).status());
+    {
+      // Saved from a registered buffer: one copy, and no staging buffer of
+      // the prefix's size left in the client.
+      PTS_ASSIGN_OR_RETURN(RegisteredBuffer rb, pc->a->AllocateBuffer(bytes));
+      std::memcpy(rb.data(), src.data(), bytes);
+      PTS_ASSIGN_OR_RETURN(SaveResult saved, pc->a->Save(kNs, tokens, rb, 0, bytes));
+      if (saved.new_bytes != bytes) return Internal("node A did not store the whole prefix");
+    }
+    pcs.push_back(std::move(pc));
+  }
+  auto fail_logs = [&](Status st) {
+    if (!st.ok() && o.verbose) {
+      for (auto& pc : pcs) std::fprintf(stderr, "=== %s cluster ===\n%s", pc->path.c_str(), NodeLogs(*pc->cluster).c_str());
+    }
+    return st;
+  };
+
+  auto poison = [&](uint8_t v) { std::memset(dst.data(), v, bytes); };
+  auto check = [&](const std::string& what) { return CheckKv(what.c_str(), tokens, bpt, dst.data()); };
+  // Every load on B must be a remote fetch of the whole prefix.
+  auto remote = [&](PathCluster& pc, const std::string& what,
+                    const std::function<Result<uint64_t>()>& load) -> Result<double> {
+    PTS_ASSIGN_OR_RETURN(ClusterMetrics mb, ClusterMetrics::Read(pc.metrics_b));
+    PTS_ASSIGN_OR_RETURN(StoreStats before, pc.b->Stats());
+    const auto t0 = Clock::now();
+    PTS_ASSIGN_OR_RETURN(uint64_t got, load());
+    const double s = SecondsSince(t0);
+    PTS_ASSIGN_OR_RETURN(StoreStats after, pc.b->Stats());
+    if (got != tokens_n) {
+      return Internal(Format("%s: %llu of %llu tokens", what.c_str(), static_cast<unsigned long long>(got),
+                             static_cast<unsigned long long>(tokens_n)));
+    }
+    if (after.remote_fetch_bytes - before.remote_fetch_bytes != bytes) {
+      return Internal(Format("%s: node B fetched %llu bytes from node A, not the %llu of the prefix", what.c_str(),
+                             static_cast<unsigned long long>(after.remote_fetch_bytes - before.remote_fetch_bytes),
+                             static_cast<unsigned long long>(bytes)));
+    }
+    pc.remote_loads++;
+    PTS_ASSIGN_OR_RETURN(ClusterMetrics ma, ClusterMetrics::Read(pc.metrics_b));
+    pc.fetch_s[what].push_back((ma - mb).fetch_sum_s);
+    return s;
+  };
+
+  std::vector<Method> methods;
+  methods.emplace_back(Method{"raw TCP, 1 connection (baseline)", "raw_tcp_1", [&]() -> Result<double> {
+                                poison(0x11);
+                                PTS_ASSIGN_OR_RETURN(double s, tcp1->Transfer(dst.data()));
+                                PTS_RETURN_IF_ERROR(check("raw TCP, 1 connection"));
+                                return s;
+                              }});
+  methods.emplace_back(Method{"raw TCP, 2 connections", "raw_tcp_2", [&]() -> Result<double> {
+                                poison(0x12);
+                                PTS_ASSIGN_OR_RETURN(double s, tcp2->Transfer(dst.data()));
+                                PTS_RETURN_IF_ERROR(check("raw TCP, 2 connections"));
+                                return s;
+                              }});
+#ifdef PTSTORE_BENCH_HIREDIS
+  if (redis) {
+    auto get = [&](const std::string& what, int depth, int clients) {
+      return [&, what, depth, clients]() -> Result<double> {
+        poison(0x13);
+        PTS_ASSIGN_OR_RETURN(double s, redis->GetAll(dst.data(), bytes, o.redis_value, depth, clients));
+        PTS_RETURN_IF_ERROR(check(what));
+        return s;
+      };
+    };
+    const std::string v = HumanBytes(o.redis_value);
+    methods.emplace_back(Method{Format("Redis GET x%llu of %s, 1 client, one at a time",
+                                       static_cast<unsigned long long>(bytes / o.redis_value), v.c_str()),
+                                "redis_1_sequential", get("Redis GET, sequential", 1, 1)});
+    methods.emplace_back(Method{Format("Redis GET, 1 client, pipelined (depth %d)", o.redis_depth), "redis_1_pipelined",
+                                get("Redis GET, pipelined", o.redis_depth, 1)});
+    methods.emplace_back(Method{Format("Redis GET, 2 clients, pipelined (depth %d)", o.redis_depth),
+                                "redis_2_pipelined", get("Redis GET, 2 clients", o.redis_depth, 2)});
+  }
+#endif
+  const size_t n_baselines = methods.size();
+  for (auto& up : pcs) {
+    PathCluster* pcp = up.get();  // the lambdas outlive this loop: capture the pointer
+    PathCluster& pc = *pcp;
+    const std::string tag = "[" + pc.path + "] ";
+    methods.emplace_back(Method{tag + "Client::Load on node B (remote fetch)", pc.path + ":remote_load",
+                                [&, tag, pcp]() -> Result<double> {
+                                  PathCluster& pc = *pcp;
+                                  poison(0x21);
+                                  PTS_ASSIGN_OR_RETURN(double s, remote(pc, "load", [&] {
+                                                         return pc.b->Load(kNs, tokens, dst.data(), bytes);
+                                                       }));
+                                  PTS_RETURN_IF_ERROR(check(tag + "Client::Load on node B"));
+                                  return s;
+                                }});
+    methods.emplace_back(Method{tag + "Pin + CopyTo + Release on node B", pc.path + ":remote_pin_copy",
+                                [&, tag, pcp]() -> Result<double> {
+                                  PathCluster& pc = *pcp;
+                                  poison(0x22);
+                                  double pin_s = 0, copy_s = 0;
+                                  PTS_ASSIGN_OR_RETURN(double s, remote(pc, "pin", [&]() -> Result<uint64_t> {
+                                                         auto t0 = Clock::now();
+                                                         PTS_ASSIGN_OR_RETURN(PinnedPrefix p, pc.b->Pin(kNs, tokens));
+                                                         pin_s = SecondsSince(t0);
+                                                         if (p.tokens() != tokens_n) return p.tokens();
+                                                         t0 = Clock::now();
+                                                         PTS_RETURN_IF_ERROR(p.CopyTo(dst.data(), bytes));
+                                                         copy_s = SecondsSince(t0);
+                                                         PTS_RETURN_IF_ERROR(p.Release());
+                                                         return p.tokens();
+                                                       }));
+                                  PTS_RETURN_IF_ERROR(check(tag + "Pin + CopyTo on node B"));
+                                  pc.pin_s.push_back(pin_s);
+                                  pc.copy_s.push_back(copy_s);
+                                  return s;
+                                }});
+    methods.emplace_back(Method{tag + "Client::Load on node A (owner, local DRAM; reference)", pc.path + ":local_load",
+                                [&, tag, pcp]() -> Result<double> {
+                                  PathCluster& pc = *pcp;
+                                  poison(0x23);
+                                  const auto t0 = Clock::now();
+                                  PTS_ASSIGN_OR_RETURN(uint64_t got, pc.a->Load(kNs, tokens, dst.data(), bytes));
+                                  const double s = SecondsSince(t0);
+                                  if (got != tokens_n) return Internal("the local load on node A was short");
+                                  PTS_RETURN_IF_ERROR(check(tag + "Client::Load on node A"));
+                                  return s;
+                                }});
+  }
+
+  // Untimed warm-up of every method (checked), then the repetitions, each
+  // running every method, starting with a different one each time.
+  for (Method& m : methods) {
+    Result<double> r = m.run();
+    if (!r.ok()) return fail_logs(r.status().WithContext("warm-up: " + m.name));
+  }
+  for (auto& pc : pcs) {
+    pc->fetch_s.clear();
+    pc->pin_s.clear();
+    pc->copy_s.clear();
+    PTS_ASSIGN_OR_RETURN(pc->m0, ClusterMetrics::Read(pc->metrics_b));
+    pc->loads_before = pc->remote_loads;
+  }
+  for (int rep = 0; rep < o.reps; ++rep) {
+    const size_t first = static_cast<size_t>(rep) * 3 % methods.size();
+    for (size_t k = 0; k < methods.size(); ++k) {
+      Method& m = methods[(k + first) % methods.size()];
+      Result<double> r = m.run();
+      if (!r.ok()) return fail_logs(r.status().WithContext(m.name));
+      m.seconds.push_back(*r);
+    }
+  }
+  auto find = [&](const std::string& key) -> const Method& {
+    for (const Method& m : methods) {
+      if (m.key == key) return m;
+    }
+    return methods[0];
+  };
+  const Method& base = find("raw_tcp_1");
+  const Method& base2 = find("raw_tcp_2");
+  const Method* redis_best = nullptr;
+  for (size_t i = 0; i < n_baselines; ++i) {
+    const Method& m = methods[i];
+    if (m.key.rfind("redis", 0) == 0 && (redis_best == nullptr || P50(m.seconds) < P50(redis_best->seconds))) {
+      redis_best = &m;
+    }
+  }
+  const double base_p50 = P50(base.seconds);
+
+  Table t({"method", "median GB/s", "min GB/s", "max GB/s", "median ms", "x raw TCP", "x raw TCP, paired"});
+  auto row = [&](const Method& m) {
+    const Summary s = Summarize(m.seconds);
+    t.Row({m.name, Format("%.2f", GBps(bytes, s.p50)), Format("%.2f", GBps(bytes, s.max)),
+           Format("%.2f", GBps(bytes, s.min)), Format("%.1f", s.p50 * 1e3), Ratio(base_p50 / s.p50),
+           Ratio(Paired(base, m))});
+  };
+  auto part = [&](const char* name, const std::vector<double>& v) {
+    const Summary f = Summarize(v);
+    t.Row({name, Format("%.2f", GBps(bytes, f.p50)), "", "", Format("%.1f", f.p50 * 1e3), Ratio(base_p50 / f.p50), ""});
+  };
+  for (size_t i = 0; i < n_baselines; ++i) row(methods[i]);
+  json jpaths;
+  std::string verdicts;
+  for (auto& up : pcs) {
+    PathCluster& pc = *up;
+    PTS_ASSIGN_OR_RETURN(ClusterMetrics m1, ClusterMetrics::Read(pc.metrics_b));
+    const ClusterMetrics dm = m1 - pc.m0;
+    const uint64_t timed = pc.remote_loads - pc.loads_before;
+    const bool rma = pc.path.rfind("rma", 0) == 0;
+    const double on_path = rma ? dm.bytes_rma : dm.bytes_tcp;
+    if (on_path != static_cast<double>(timed * bytes)) {
+      return fail_logs(Internal(Format("%s: node B fetched %.0f bytes over its path (tcp %.0f, rma %.0f) for %llu loads "
+                                       "of %llu",
+                                       pc.path.c_str(), on_path, dm.bytes_tcp, dm.bytes_rma,
+                                       static_cast<unsigned long long>(timed),
+                                       static_cast<unsigned long long>(bytes))));
+    }
+    PTS_ASSIGN_OR_RETURN(StoreStats sa, pc.a->Stats());
+    PTS_ASSIGN_OR_RETURN(StoreStats sb, pc.b->Stats());
+    if (sb.replicas_kept != 0) return Internal(pc.path + ": node B kept a replica: not every load was a remote fetch");
+    const Method& load = find(pc.path + ":remote_load");
+    const Method& pin = find(pc.path + ":remote_pin_copy");
+    t.Separator();
+    row(load);
+    part("  of which node B's fetch RPC (its metrics)", pc.fetch_s["load"]);
+    row(pin);
+    part("  of which Pin (the fetch into B's arena)", pc.pin_s);
+    part("  of which node B's fetch RPC (its metrics)", pc.fetch_s["pin"]);
+    part("  of which CopyTo (B's arena -> buffer)", pc.copy_s);
+    row(find(pc.path + ":local_load"));
+
+    PathResult r;
+    r.path = pc.path;
+    r.load_vs_tcp = Paired(base, load);
+    r.pin_vs_tcp = Paired(base, pin);
+    if (redis_best) {
+      r.has_redis = true;
+      r.load_vs_redis = Paired(*redis_best, load);
+      r.pin_vs_redis = Paired(*redis_best, pin);
+    }
+    results->push_back(r);
+    auto verdict = [&](const std::string& what, double paired_r, double medians_r, double target) {
+      verdicts += Format("  %-58s %.2f paired, %.2f of medians (target >= %.1f): %s\n", what.c_str(), paired_r, medians_r,
+                         target, paired_r >= target ? "met" : "MISSED");
+    };
+    verdicts += Format("%s: node B made %.0f fetch requests, %s over %s (mean %.1f ms each); node A served %s to "
+                       "peers\n",
+                       pc.path.c_str(), dm.fetch_requests, HumanBytes(static_cast<uint64_t>(on_path)).c_str(),
+                       rma ? "rma" : "tcp", dm.fetch_count ? dm.fetch_sum_s / dm.fetch_count * 1e3 : 0.0,
+                       HumanBytes(sa.peer_served_bytes).c_str());
+    verdict("remote Client::Load / raw TCP (1 connection)", r.load_vs_tcp, OfMedians(base, load), 0.8);
+    verdict("remote Pin + CopyTo / raw TCP (1 connection)", r.pin_vs_tcp, OfMedians(base, pin), 0.8);
+    verdicts += Format("  %-58s %.2f paired, %.2f of medians\n", "remote Client::Load / raw TCP (2 connections)",
+                       Paired(base2, load), OfMedians(base2, load));
+    if (redis_best) {
+      verdict("remote Client::Load / best Redis GET", r.load_vs_redis, OfMedians(*redis_best, load), 1.5);
+      verdict("remote Pin + CopyTo / best Redis GET", r.pin_vs_redis, OfMedians(*redis_best, pin), 1.5);
+    }
+    json j;
+    j["fetch_rpc_s"] = pc.fetch_s;
+    j["pin_s"] = pc.pin_s;
+    j["copy_s"] = pc.copy_s;
+    j["load_vs_raw_tcp_1"] = {{"paired", r.load_vs_tcp}, {"of_medians", OfMedians(base, load)}};
+    j["pin_copy_vs_raw_tcp_1"] = {{"paired", r.pin_vs_tcp}, {"of_medians", OfMedians(base, pin)}};
+    j["load_vs_raw_tcp_2"] = {{"paired", Paired(base2, load)}, {"of_medians", OfMedians(base2, load)}};
+    if (redis_best) {
+      j["load_vs_best_redis"] = {{"paired", r.load_vs_redis}, {"of_medians", OfMedians(*redis_best, load)}};
+      j["pin_copy_vs_best_redis"] = {{"paired", r.pin_vs_redis}, {"of_medians", OfMedians(*redis_best, pin)}};
+    }
+    j["peer_served_bytes_a"] = sa.peer_served_bytes;
+    jpaths[pc.path] = j;
+  }
+  // The RMA paths against the TCP stream, in the same repetitions.
+  std::string vs_tcp;
+  const bool have_tcp = std::find(o.paths.begin(), o.paths.end(), "tcp") != o.paths.end();
+  for (const std::string& path : o.paths) {
+    if (!have_tcp || path == "tcp") continue;
+    const Method& tl = find("tcp:remote_load");
+    const Method& tp = find("tcp:remote_pin_copy");
+    const Method& l = find(path + ":remote_load");
+    const Method& p = find(path + ":remote_pin_copy");
+    vs_tcp += Format("%s vs the TCP stream (throughput): Client::Load %.2f paired (%.2f of medians); Pin + CopyTo %.2f "
+                     "paired (%.2f of medians); the fetch RPC alone %.2f of medians\n",
+                     path.c_str(), Paired(tl, l), OfMedians(tl, l), Paired(tp, p), OfMedians(tp, p),
+                     [&] {
+                       PathCluster* a = nullptr;
+                       PathCluster* b = nullptr;
+                       for (auto& pc : pcs) {
+                         if (pc->path == "tcp") a = pc.get();
+                         if (pc->path == path) b = pc.get();
+                       }
+                       std::vector<double> x = a->fetch_s["load"], y = b->fetch_s["load"];
+                       x.insert(x.end(), a->fetch_s["pin"].begin(), a->fetch_s["pin"].end());
+                       y.insert(y.end(), b->fetch_s["pin"].begin(), b->fetch_s["pin"].end());
+                       return P50(x) / P50(y);
+                     }());
+    if (out) (*out)[path + "_vs_tcp_load"] = {{"paired", Paired(tl, l)}, {"of_medians", OfMedians(tl, l)}};
+  }
+  if (out) {
+    json jm;
+    for (const Method& m : methods) {
+      jm[m.key] = {{"name", m.name}, {"seconds", m.seconds}, {"gbps_p50", GBps(bytes, P50(m.seconds))},
+                   {"x_raw_tcp_1", {{"paired", Paired(base, m)}, {"of_medians", base_p50 / P50(m.seconds)}}}};
+    }
+    (*out)["methods"] = jm;
+    (*out)["paths"] = jpaths;
+    if (redis_best) (*out)["best_redis"] = redis_best->key;
+  }
+  if (!o.json) {
+    std::printf("%s", t.ToString().c_str());
+    std::printf("(x raw TCP: of the medians; paired: the median over the repetitions of each one's own ratio, which "
+                "the verdicts use)\n%s",
+                verdicts.c_str());
+    if (redis_best) std::printf("best Redis row (by median): %s\n", redis_best->name.c_str());
+    if (!vs_tcp.empty()) std::printf("\n%s", vs_tcp.c_str());
   }
   return Status::OK();
 }
@@ -1261,12 +1333,13 @@ Status Run(const Options& o) {
   }
   if (!paths.empty()) {
     std::printf("\nsummary (targets of issue 4):\n");
+    std::printf("  (paired ratios: Client::Load, Pin + CopyTo)\n");
     for (const PathResult& r : paths) {
-      const double t = r.tcp1_p50 / r.load_p50;
-      std::printf("  %s: remote load / raw TCP = %.2f (>= 0.8: %s)", r.path.c_str(), t, t >= 0.8 ? "met" : "MISSED");
-      if (r.redis_best_p50 > 0) {
-        const double x = r.redis_best_p50 / r.load_p50;
-        std::printf("; / best Redis = %.2f (>= 1.5: %s)", x, x >= 1.5 ? "met" : "MISSED");
+      std::printf("  %s: remote load / raw TCP = %.2f, %.2f (>= 0.8: %s)", r.path.c_str(), r.load_vs_tcp,
+                  r.pin_vs_tcp, std::min(r.load_vs_tcp, r.pin_vs_tcp) >= 0.8 ? "met" : "MISSED");
+      if (r.has_redis) {
+        std::printf("; / best Redis = %.2f, %.2f (>= 1.5: %s)", r.load_vs_redis, r.pin_vs_redis,
+                    std::min(r.load_vs_redis, r.pin_vs_redis) >= 1.5 ? "met" : "MISSED");
       }
       std::printf("\n");
     }

@@ -156,4 +156,15 @@ void ClientCore::ForgetLayout(const std::string& ns) {
   layouts_.erase(ns);
 }
 
+std::shared_ptr<core::SharedMemory> ClientCore::arena() {
+  std::lock_guard lk(mu_);
+  return arena_;
+}
+
+std::shared_ptr<void> ClientCore::GpuState(const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard lk(mu_);
+  if (!gpu_state_) gpu_state_ = make();
+  return gpu_state_;
+}
+
 }  // namespace ptstore::client

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,13 @@ class ClientCore {
 
   const ClientOptions& options() const { return options_; }
   const core::HelloReply& hello() const { return hello_; }
+  // The current arena mapping (null for a client without it).
+  std::shared_ptr<core::SharedMemory> arena();
+
+  // The GPU copy path's per-client state (client/gpu_copy.cc): made by
+  // `make` on first use, destroyed with the core. Type-erased so that
+  // libptstore itself needs no CUDA.
+  std::shared_ptr<void> GpuState(const std::function<std::shared_ptr<void>()>& make);
 
  private:
   Result<std::shared_ptr<Connection>> OpenLocked();
@@ -99,6 +107,7 @@ class ClientCore {
   std::shared_ptr<core::SharedMemory> arena_;
   uint64_t arena_inode_ = 0;
   std::map<std::string, Layout, std::less<>> layouts_;
+  std::shared_ptr<void> gpu_state_;
 };
 
 }  // namespace ptstore::client

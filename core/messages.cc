@@ -325,7 +325,7 @@ void ForEachStat(StoreStats& s, F f) {
   f("remote_tensors", s.remote_tensors); f("remote_hits", s.remote_hits);
   f("remote_fetches", s.remote_fetches); f("remote_fetch_bytes", s.remote_fetch_bytes);
   f("remote_fetch_failures", s.remote_fetch_failures); f("replicas_kept", s.replicas_kept);
-  f("peer_served_bytes", s.peer_served_bytes);
+  f("peer_served_bytes", s.peer_served_bytes); f("dram_hits", s.dram_hits);
 }
 }  // namespace
 

@@ -99,6 +99,8 @@ constexpr Field kStoreFields[] = {
      &StoreStats::replicas_kept},
     {"ptstore_peer_served_bytes_total", MetricType::kCounter, "Bytes of this node's owned data served to other nodes.",
      &StoreStats::peer_served_bytes},
+    {"ptstore_dram_hits_total", MetricType::kCounter,
+     "Pins and loads served from DRAM alone (no SSD read, no fetch from another node).", &StoreStats::dram_hits},
 };
 
 }  // namespace

@@ -669,6 +669,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
   };
   if (filled) stats_.ssd_hits++;
   if (fetched) stats_.remote_hits++;
+  if (count && !filled && !fetched && m.blocks > from_block) stats_.dram_hits++;
   const uint32_t bt = ns->info.layout.block_tokens;
   PrefixResult r;
   if (m.blocks > from_block && leases_.size() >= options_.max_leases) {

@@ -594,7 +594,8 @@ Json ToJson(const StoreStats& s) {
           {"remote_fetch_bytes", s.remote_fetch_bytes},
           {"remote_fetch_failures", s.remote_fetch_failures},
           {"replicas_kept", s.replicas_kept},
-          {"peer_served_bytes", s.peer_served_bytes}};
+          {"peer_served_bytes", s.peer_served_bytes},
+          {"dram_hits", s.dram_hits}};
 }
 
 Json ToJson(const TreeSummary& t) {

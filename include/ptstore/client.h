@@ -33,6 +33,7 @@ namespace ptstore {
 namespace client {
 class Connection;
 class ClientCore;
+class Internals;  // libptstore's own access to the pieces below (the GPU copy path)
 }  // namespace client
 
 // The extents of a prefix pinned in the server's arena: they cannot be
@@ -58,6 +59,7 @@ class PinnedPrefix {
 
  private:
   friend class Client;
+  friend class client::Internals;
   std::shared_ptr<client::ClientCore> core_;
   std::shared_ptr<client::Connection> conn_;
   uint64_t lease_ = 0;
@@ -160,6 +162,7 @@ class Client {
   Result<uint64_t> LoadPath(const std::string& path, void* dst, uint64_t capacity);
 
  private:
+  friend class client::Internals;
   explicit Client(std::shared_ptr<client::ClientCore> core);
   // A PinnedPrefix for a lease taken over `conn` (checks the extents lie
   // in the arena).

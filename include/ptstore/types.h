@@ -154,6 +154,9 @@ struct StoreStats {
   uint64_t remote_fetch_failures = 0;  // fetches that failed (owner dead, gone, deadline): misses
   uint64_t replicas_kept = 0;        // fetched increments kept as replicas (hot)
   uint64_t peer_served_bytes = 0;    // bytes this node's owned data served to other nodes' loads
+  // Pins/loads that matched and were served from DRAM alone (no SSD read,
+  // no fetch): with ssd_hits and remote_hits, the hits by tier.
+  uint64_t dram_hits = 0;
 };
 
 // Where one increment is in the cluster (Client::Locate, ptstore-ls -w):

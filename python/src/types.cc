@@ -118,6 +118,7 @@ void ForEachStat(const StoreStats& s, F f) {
   f("remote_fetch_failures", s.remote_fetch_failures, "fetches that failed (owner dead, gone, deadline): misses");
   f("replicas_kept", s.replicas_kept, "fetched increments kept as replicas (hot)");
   f("peer_served_bytes", s.peer_served_bytes, "bytes this node's owned data served to other nodes' loads");
+  f("dram_hits", s.dram_hits, "pins/loads served from DRAM alone (no SSD read, no fetch)");
 }
 
 // What PTSTORE_IOC_INFO says about a directory of a mount.

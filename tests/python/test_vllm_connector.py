@@ -107,6 +107,20 @@ def test_config():
         ConnectorConfig.from_dict({"kv_cache_layout": "paged"})
 
 
+def test_namespaces_and_block_keys():
+    from ptstore.vllm.keys import chain_keys, rank_namespace
+
+    assert namespace_for("m") == ("m", "")
+    salted, lora = namespace_for("m", cache_salt="x"), namespace_for("m", lora="x")
+    assert salted != lora and salted[0].startswith("m.x") and len(salted[0]) == len("m.x") + 24
+    assert namespace_for("m", cache_salt="x") == salted  # stable across processes
+    assert rank_namespace("m") == "m" and rank_namespace("m", 1, 2, 0, 1) == "m.tp1of2.pp0of1"
+    a = chain_keys("m", [1] * 40, 16)
+    b = chain_keys("m", [1] * 16 + [2] * 24, 16)
+    assert len(a) == 2 and a[0] == b[0] and a[1] != b[1]  # key i names blocks 0..i
+    assert chain_keys("n", [1] * 40, 16)[0] != a[0]  # and the namespace
+
+
 def test_layout_mismatch_is_an_error(daemon, ns):
     cfg = make_vllm_config(socket=daemon.socket, namespace=ns,
                            extra={"layout": {"layers": 2, "kv_heads": 4, "head_dim": 8, "dtype": "bf16"}})

@@ -174,13 +174,21 @@ TEST(FabricTest, ReadsManyUnalignedOpsByteExact) {
   EXPECT_TRUE(std::all_of(a.buffer.data() + 40 * kMiB, a.buffer.data() + 41 * kMiB + 3, [](uint8_t c) { return c == 0; }));
   EXPECT_EQ(a.fabric->reads_in_flight(), 0u);
 
-  // The other way round, at the same time as a's next reads.
-  FillPattern(a.buffer.data(), 0, kRegion, seed + 1);
+  // Both ways at once: b reads a's [40, 64) MiB into its [56, 64) MiB while
+  // a reads b's [0, 48) MiB into its [0, 40) MiB.
+  FillPattern(a.buffer.data() + 40 * kMiB, 40 * kMiB, 24 * kMiB, seed + 1);
   uint64_t back = AddPeerOrDie(*b.fabric, *a.fabric);
-  std::vector<Fabric::ReadOp> back_ops = {{0, 0, 16 * kMiB}, {16 * kMiB + 1, 333, 777777}};
-  std::thread t([&] { EXPECT_TRUE(b.fabric->Read(back, a.fabric->region_key(), back_ops, kTimeoutMs).ok()); });
-  std::memset(b.buffer.data() + 32 * kMiB, 0, 32 * kMiB);
+  std::vector<Fabric::ReadOp> back_ops = {{56 * kMiB, 40 * kMiB, 4 * kMiB}, {60 * kMiB + 1, 44 * kMiB + 333, 777777}};
+  std::thread t([&] {
+    Status bs = b.fabric->Read(back, a.fabric->region_key(), back_ops, kTimeoutMs);
+    EXPECT_TRUE(bs.ok()) << bs.ToString();
+  });
+  std::memset(a.buffer.data(), 0, 40 * kMiB);
+  auto ops2 = RandomOps(rng, 200, 100000, 0, 40 * kMiB, 48 * kMiB);
+  st = a.fabric->Read(peer, b.fabric->region_key(), ops2, kTimeoutMs);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   t.join();
+  ExpectOpsMatch(a.buffer.data(), ops2, seed);
   ExpectOpsMatch(b.buffer.data(), back_ops, seed + 1);
   std::vector<Fabric::ReadOp> empty;
   EXPECT_TRUE(a.fabric->Read(peer, b.fabric->region_key(), empty, 0).ok());
@@ -494,7 +502,7 @@ TEST(FabricProcessTest, ReadsFromAnotherProcess) {
   auto start = Clock::now();
   st = a.fabric->Read(peer, child.key(), one, 1000);
   EXPECT_FALSE(st.ok());
-  EXPECT_LT(Seconds(start), 1.5);
+  EXPECT_LT(Seconds(start), 3.0);
   std::cout << "[ info     ] read from a process that closed its fabric: " << st.ToString() << "\n";
 }
 
@@ -517,7 +525,7 @@ TEST(FabricProcessTest, StoppedAndKilledTargets) {
   double took = Seconds(start);
   EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
   EXPECT_GE(took, 0.29);
-  EXPECT_LT(took, 1.0);
+  EXPECT_LT(took, 2.0);
   std::cout << "[ info     ] read from a stopped process: " << st.ToString() << "\n";
   EXPECT_GT(a.fabric->reads_in_flight(), 0u);
 

@@ -234,9 +234,10 @@ class SchedulerSide:
         start = st.local_tokens
         end = start + int(num_external_tokens)
         if start % b or end % b or end > len(st.block_ids) * b:
-            logger.warning("ptstore: request %s: cannot load tokens [%d, %d) into %d blocks of %d; skipped (vLLM "
-                           "computes them)", request.request_id, start, end, len(st.block_ids), b)
-            return
+            # Never happens with vLLM's allocator; the spec still goes out so that the worker reports its blocks
+            # as failed and vLLM recomputes them (silently skipping it would leave them unwritten).
+            logger.warning("ptstore: request %s: cannot load tokens [%d, %d) into %d blocks of %d", request.request_id,
+                           start, end, len(st.block_ids), b)
         self._loads.append(LoadSpec(req_id=request.request_id, namespace=st.namespace,
                                     tokens=request_tokens(request, end), start=start,
                                     block_ids=st.block_ids[start // b:end // b], is_async=st.load_async))

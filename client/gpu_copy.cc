@@ -1,0 +1,799 @@
+// The GPU copy path (include/ptstore/gpu.h): the client's arena registered
+// with CUDA once, batched cudaMemcpyAsync of pinned extents, the staging
+// fallback, and the host side of the gather kernel (gpu_kernels.cu).
+#include "ptstore/gpu.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/connection.h"
+#include "client/gpu_kernels.h"
+#include "core/shm.h"
+
+namespace ptstore {
+
+namespace client {
+
+// libptstore's access to what the GPU path needs of a pin and a client.
+class Internals {
+ public:
+  static std::shared_ptr<ClientCore> Core(const PinnedPrefix& p) { return p.core_; }
+  static std::shared_ptr<core::SharedMemory> Arena(const PinnedPrefix& p) {
+    return p.conn_ ? p.conn_->arena() : nullptr;
+  }
+  static std::shared_ptr<ClientCore> Core(const Client& c) { return c.core_; }
+};
+
+}  // namespace client
+
+namespace gpu {
+
+using client::Internals;
+
+namespace {
+
+std::string Hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// A CUDA error as a Status: "what: message (cudaErrorName)". Clears the
+// runtime's sticky last-error slot for non-sticky errors.
+Status CudaStatus(cudaError_t err, std::string_view what) {
+  cudaGetLastError();
+  Code code = Code::kInternal;
+  switch (err) {
+    case cudaErrorMemoryAllocation:
+      code = Code::kResourceExhausted;
+      break;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidMemcpyDirection:
+    case cudaErrorHostMemoryAlreadyRegistered:
+    case cudaErrorHostMemoryNotRegistered:
+      code = Code::kInvalidArgument;
+      break;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorCudartUnloading:
+    case cudaErrorStubLibrary:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorSystemNotReady:
+      code = Code::kUnavailable;
+      break;
+    case cudaErrorNotSupported:
+      code = Code::kUnimplemented;
+      break;
+    default:
+      break;
+  }
+  return Status(code, std::string(what) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
+}
+
+#define PTS_CUDA(call, what)                                   \
+  do {                                                         \
+    cudaError_t pts_err_ = (call);                             \
+    if (pts_err_ != cudaSuccess) return CudaStatus(pts_err_, what); \
+  } while (0)
+
+// Makes `device` current for the scope (restores the previous one).
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  Status Set(int device) {
+    PTS_CUDA(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) {
+      PTS_CUDA(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+      changed_ = true;
+    }
+    return Status::OK();
+  }
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+struct Pointer {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = -1;
+  const void* device_pointer = nullptr;  // the address a kernel on `device` uses
+};
+
+Result<Pointer> Classify(const void* p, std::string_view what) {
+  cudaPointerAttributes a{};
+  PTS_CUDA(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes(" + std::string(what) + ")");
+  return Pointer{a.type, a.device, a.devicePointer};
+}
+
+// The device of a destination: device (or managed) memory only.
+Result<int> DestinationDevice(const void* p, std::string_view what) {
+  PTS_ASSIGN_OR_RETURN(Pointer ptr, Classify(p, what));
+  switch (ptr.type) {
+    case cudaMemoryTypeDevice:
+    case cudaMemoryTypeManaged:
+      return ptr.device;
+    case cudaMemoryTypeHost:
+      return InvalidArgument(std::string(what) + " (" + Hex(p) +
+                             ") is registered host memory, not device memory: copy into host memory with "
+                             "PinnedPrefix::CopyTo");
+    default:
+      return InvalidArgument(std::string(what) + " (" + Hex(p) +
+                             ") is not device memory (an ordinary host address CUDA does not know)");
+  }
+}
+
+// ------------------------------------------------------------ arena state
+
+// One client's arena as CUDA sees it: registrations of its mappings (one,
+// or more after the server restarted with a new arena while old pins
+// lived) and the pinned staging buffers of the fallback path.
+class GpuArena {
+ public:
+  explicit GpuArena(const GpuOptions& options) : options_(options) {
+    options_.staging_chunk_bytes = std::max<uint64_t>(options_.staging_chunk_bytes, 64 << 10);
+  }
+  GpuArena(const GpuArena&) = delete;
+  GpuArena& operator=(const GpuArena&) = delete;
+
+  ~GpuArena() {
+    // Errors ignored: at exit the CUDA runtime may already be gone, and
+    // then so are its registrations.
+    for (auto& [device, s] : staging_) {
+      cudaSetDevice(device);
+      for (int i = 0; i < 2; ++i) {
+        if (s.event[i] != nullptr) {
+          cudaEventSynchronize(s.event[i]);
+          cudaEventDestroy(s.event[i]);
+        }
+        if (s.buffer[i] != nullptr) cudaFreeHost(s.buffer[i]);
+      }
+    }
+    for (Reg& r : regs_) Unregister(r);
+    cudaGetLastError();
+  }
+
+  const GpuOptions& options() const { return options_; }
+
+  // The registration of `shm`, made now if it is new.
+  ArenaInfo Ensure(const std::shared_ptr<core::SharedMemory>& shm) {
+    std::lock_guard lk(mu_);
+    // Mappings that only we still hold are gone for the client: release them.
+    std::erase_if(regs_, [&](Reg& r) {
+      if (r.shm != shm && r.shm.use_count() == 1) {
+        Unregister(r);
+        return true;
+      }
+      return false;
+    });
+    for (const Reg& r : regs_) {
+      if (r.shm == shm) return r.info;
+    }
+    Reg r{shm, Register(*shm)};
+    regs_.push_back(r);
+    return r.info;
+  }
+
+  // A pinned staging buffer pair for `device`, locked for the caller.
+  struct Staging {
+    void* buffer[2] = {nullptr, nullptr};
+    cudaEvent_t event[2] = {nullptr, nullptr};
+    bool in_flight[2] = {false, false};
+    uint64_t bytes = 0;
+  };
+  std::mutex staging_mu;  // held while a copy uses a Staging
+  // REQUIRES: staging_mu held, `device` current.
+  Result<Staging*> StagingFor(int device) {
+    Staging& s = staging_[device];
+    if (s.bytes == 0) {
+      for (int i = 0; i < 2; ++i) {
+        PTS_CUDA(cudaHostAlloc(&s.buffer[i], options_.staging_chunk_bytes, cudaHostAllocPortable),
+                 "cudaHostAlloc(staging buffer of " + std::to_string(options_.staging_chunk_bytes) + " bytes)");
+        PTS_CUDA(cudaEventCreateWithFlags(&s.event[i], cudaEventDisableTiming), "cudaEventCreate");
+      }
+      s.bytes = options_.staging_chunk_bytes;
+    }
+    return &s;
+  }
+
+ private:
+  struct Reg {
+    std::shared_ptr<core::SharedMemory> shm;
+    ArenaInfo info;
+  };
+
+  ArenaInfo Register(core::SharedMemory& shm) {
+    ArenaInfo info;
+    info.arena_bytes = shm.size();
+    if (!options_.register_arena) {
+      info.path = ArenaPath::kStaging;
+      info.detail = "registration not asked for (GpuOptions::register_arena = false): copies go through pinned "
+                    "staging buffers";
+      return info;
+    }
+    int device = 0;
+    int read_only_ok = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&read_only_ok, cudaDevAttrHostRegisterReadOnlySupported, device);
+    std::string why;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    const std::string what = "the arena mapping (" + std::to_string(shm.size()) + " bytes at " + Hex(shm.data()) + ")";
+    if (read_only_ok) {
+      cudaError_t err = cudaHostRegister(shm.data(), shm.size(),
+                                         cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+      if (err == cudaSuccess) {
+        info.path = ArenaPath::kRegisteredReadOnly;
+        info.register_seconds = seconds();
+        info.detail = "cudaHostRegister(Portable | Mapped | ReadOnly) of " + what;
+        return info;
+      }
+      why = "cudaHostRegister(ReadOnly): " + std::string(cudaGetErrorString(err));
+      cudaGetLastError();
+    } else {
+      why = "the driver cannot register read-only memory (cudaDevAttrHostRegisterReadOnlySupported = 0)";
+    }
+    cudaError_t err = cudaHostRegister(shm.data(), shm.size(), cudaHostRegisterPortable | cudaHostRegisterMapped);
+    if (err == cudaSuccess) {
+      info.path = ArenaPath::kRegistered;
+      info.register_seconds = seconds();
+      info.detail = "cudaHostRegister(Portable | Mapped) of " + what + " (" + why + ")";
+      return info;
+    }
+    cudaGetLastError();
+    info.path = ArenaPath::kStaging;
+    info.register_seconds = seconds();
+    info.detail = "cudaHostRegister of " + what + " failed (" + why +
+                  "; cudaHostRegister(Portable | Mapped): " + cudaGetErrorString(err) +
+                  "): copies go through pinned staging buffers";
+    return info;
+  }
+
+  static void Unregister(Reg& r) {
+    if (r.info.path == ArenaPath::kRegisteredReadOnly || r.info.path == ArenaPath::kRegistered) {
+      cudaHostUnregister(r.shm->data());
+      cudaGetLastError();
+    }
+  }
+
+  std::mutex mu_;
+  GpuOptions options_;
+  std::vector<Reg> regs_;
+  std::map<int, Staging> staging_;
+};
+
+std::shared_ptr<GpuArena> StateOf(client::ClientCore& core, const GpuOptions& options) {
+  return std::static_pointer_cast<GpuArena>(
+      core.GpuState([&] { return std::static_pointer_cast<void>(std::make_shared<GpuArena>(options)); }));
+}
+
+// What a copy out of one pin's arena needs.
+struct ArenaCtx {
+  std::shared_ptr<GpuArena> state;
+  std::shared_ptr<core::SharedMemory> shm;
+  ArenaInfo info;
+  bool registered() const {
+    return info.path == ArenaPath::kRegisteredReadOnly || info.path == ArenaPath::kRegistered;
+  }
+};
+
+// REQUIRES: a CUDA device is current.
+Result<ArenaCtx> ContextOf(const PinnedPrefix& pin) {
+  std::shared_ptr<client::ClientCore> core = Internals::Core(pin);
+  std::shared_ptr<core::SharedMemory> shm = Internals::Arena(pin);
+  if (!core || !shm) return InvalidArgument("the PinnedPrefix holds no arena mapping (empty or moved from)");
+  ArenaCtx ctx;
+  ctx.state = StateOf(*core, GpuOptions{});
+  ctx.shm = std::move(shm);
+  ctx.info = ctx.state->Ensure(ctx.shm);
+  return ctx;
+}
+
+Status RequireDevice() {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    Status s = CudaStatus(err, "cudaGetDeviceCount");
+    return Status(Code::kUnavailable, "no usable CUDA device: " + s.message());
+  }
+  if (n == 0) return Unavailable("no usable CUDA device: cudaGetDeviceCount found none");
+  return Status::OK();
+}
+
+// ------------------------------------------------------------- copies
+
+// A run of the prefix's bytes that is contiguous in the arena.
+struct Run {
+  uint64_t arena_offset = 0;
+  uint64_t length = 0;
+};
+
+// The arena runs holding prefix bytes [begin, end), adjacent extents merged.
+std::vector<Run> RunsOf(const std::vector<Extent>& extents, uint64_t begin, uint64_t end) {
+  std::vector<Run> runs;
+  uint64_t pos = 0;
+  for (const Extent& e : extents) {
+    const uint64_t a = std::max(pos, begin);
+    const uint64_t b = std::min(pos + e.length, end);
+    if (a < b) {
+      const uint64_t off = e.arena_offset + (a - pos);
+      if (!runs.empty() && runs.back().arena_offset + runs.back().length == off) {
+        runs.back().length += b - a;
+      } else {
+        runs.push_back(Run{off, b - a});
+      }
+    }
+    pos += e.length;
+    if (pos >= end) break;
+  }
+  return runs;
+}
+
+// Copies prefix bytes [begin, begin + bytes) to device memory `dst` on
+// `stream`. REQUIRES: the stream's device is current.
+Status CopyRange(const ArenaCtx& ctx, const std::vector<Extent>& extents, uint64_t begin, uint64_t bytes,
+                 uint8_t* dst, Stream stream, int device) {
+  const std::vector<Run> runs = RunsOf(extents, begin, begin + bytes);
+  const uint8_t* arena = ctx.shm->data();
+  if (ctx.registered()) {
+    for (const Run& r : runs) {
+      PTS_CUDA(cudaMemcpyAsync(dst, arena + r.arena_offset, r.length, cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync(" + std::to_string(r.length) + " bytes from the registered arena)");
+      dst += r.length;
+    }
+    return Status::OK();
+  }
+  // Staging: fill one pinned buffer while the other one's DMA runs.
+  std::lock_guard lk(ctx.state->staging_mu);
+  PTS_ASSIGN_OR_RETURN(GpuArena::Staging * s, ctx.state->StagingFor(device));
+  int which = 0;
+  size_t ri = 0;
+  uint64_t r_done = 0;
+  while (ri < runs.size()) {
+    if (s->in_flight[which]) {
+      PTS_CUDA(cudaEventSynchronize(s->event[which]), "cudaEventSynchronize(staging buffer)");
+      s->in_flight[which] = false;
+    }
+    auto* buf = static_cast<uint8_t*>(s->buffer[which]);
+    uint64_t filled = 0;
+    while (filled < s->bytes && ri < runs.size()) {
+      const uint64_t n = std::min(s->bytes - filled, runs[ri].length - r_done);
+      std::memcpy(buf + filled, arena + runs[ri].arena_offset + r_done, n);
+      filled += n;
+      r_done += n;
+      if (r_done == runs[ri].length) {
+        ++ri;
+        r_done = 0;
+      }
+    }
+    PTS_CUDA(cudaMemcpyAsync(dst, buf, filled, cudaMemcpyHostToDevice, stream),
+             "cudaMemcpyAsync(" + std::to_string(filled) + " bytes from a pinned staging buffer)");
+    PTS_CUDA(cudaEventRecord(s->event[which], stream), "cudaEventRecord");
+    s->in_flight[which] = true;
+    dst += filled;
+    which ^= 1;
+  }
+  return Status::OK();
+}
+
+// Device memory for the length of a stream's work: stream-ordered
+// (cudaMallocAsync / cudaFreeAsync) where the device has memory pools, else
+// cudaMalloc, and a synchronisation of the stream before cudaFree.
+class StreamBuffer {
+ public:
+  StreamBuffer() = default;
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  ~StreamBuffer() { Free().IgnoreError(); }
+
+  Status Alloc(uint64_t bytes, Stream stream, int device) {
+    stream_ = stream;
+    int pools = 0;
+    cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device);
+    async_ = pools != 0;
+    if (async_) {
+      PTS_CUDA(cudaMallocAsync(&p_, bytes, stream), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
+    } else {
+      PTS_CUDA(cudaMalloc(&p_, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+    }
+    return Status::OK();
+  }
+  Status Free() {
+    if (p_ == nullptr) return Status::OK();
+    void* p = std::exchange(p_, nullptr);
+    if (async_) {
+      PTS_CUDA(cudaFreeAsync(p, stream_), "cudaFreeAsync");
+    } else {
+      cudaError_t err = cudaStreamSynchronize(stream_);
+      cudaFree(p);
+      if (err != cudaSuccess) return CudaStatus(err, "cudaStreamSynchronize");
+    }
+    return Status::OK();
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  Stream stream_ = nullptr;
+  bool async_ = false;
+};
+
+// ------------------------------------------------------------- gather
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// Checks the destination and the block ids for `tokens` tokens written from
+// token `dst_token_base` on; returns the destination's device.
+Result<int> CheckPaged(const Layout& layout, const PagedKVCache& dst, std::span<const int32_t> block_ids,
+                       uint64_t dst_tokens) {
+  PTS_RETURN_IF_ERROR(layout.Validate());
+  if (dst.layers.empty()) return InvalidArgument("the paged KV cache has no layers");
+  if (uint64_t{dst.first_layer} + dst.layers.size() > layout.layers) {
+    return InvalidArgument("the paged KV cache has layers " + std::to_string(dst.first_layer) + ".." +
+                           std::to_string(dst.first_layer + dst.layers.size() - 1) + ", the layout " +
+                           std::to_string(layout.layers) + " layers");
+  }
+  if (dst.block_size == 0 || dst.num_blocks == 0) {
+    return InvalidArgument("the paged KV cache needs block_size > 0 and num_blocks > 0");
+  }
+  const int64_t head_bytes = int64_t{layout.head_dim} * static_cast<int64_t>(DTypeSize(layout.dtype));
+  if (dst.kv_stride <= 0 || dst.block_stride <= 0 || dst.slot_stride <= 0 ||
+      (layout.kv_heads > 1 && dst.head_stride <= 0)) {
+    return InvalidArgument("the paged KV cache's strides must be positive (kv " + std::to_string(dst.kv_stride) +
+                           ", block " + std::to_string(dst.block_stride) + ", slot " +
+                           std::to_string(dst.slot_stride) + ", head " + std::to_string(dst.head_stride) + ")");
+  }
+  if (layout.kv_heads > 1 && dst.head_stride < head_bytes) {
+    return InvalidArgument("the paged KV cache's head stride " + std::to_string(dst.head_stride) +
+                           " bytes is below one head (" + std::to_string(head_bytes) + " bytes)");
+  }
+  const uint64_t need = CeilDiv(dst_tokens, dst.block_size);
+  if (block_ids.size() < need) {
+    return InvalidArgument(std::to_string(dst_tokens) + " tokens in blocks of " + std::to_string(dst.block_size) +
+                           " need " + std::to_string(need) + " block ids, got " + std::to_string(block_ids.size()));
+  }
+  for (uint64_t i = 0; i < need; ++i) {
+    if (block_ids[i] < 0 || static_cast<uint64_t>(block_ids[i]) >= dst.num_blocks) {
+      return InvalidArgument("block id " + std::to_string(block_ids[i]) + " (index " + std::to_string(i) +
+                             ") is outside the cache's " + std::to_string(dst.num_blocks) + " blocks");
+    }
+  }
+  int device = -1;
+  for (size_t l = 0; l < dst.layers.size(); ++l) {
+    const std::string what = "layer " + std::to_string(dst.first_layer + l) + " of the paged KV cache";
+    if (dst.layers[l] == nullptr) return InvalidArgument(what + " is a null pointer");
+    PTS_ASSIGN_OR_RETURN(int d, DestinationDevice(dst.layers[l], what));
+    if (device >= 0 && d != device) {
+      return InvalidArgument(what + " is on device " + std::to_string(d) + ", layer " +
+                             std::to_string(dst.first_layer) + " on device " + std::to_string(device));
+    }
+    device = d;
+  }
+  return device;
+}
+
+uint32_t MaxBlocks(int device) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) sms = 108;
+  return static_cast<uint32_t>(sms) * 8;  // 2048 threads per multiprocessor
+}
+
+// One launch of the kernel over `tokens` tokens of `segments` (device
+// addresses on the current device), written from destination token
+// `dst_token_base` on. REQUIRES: CheckPaged passed for the whole load.
+Status Gather(const std::vector<TokenMajorSegment>& segments, const Layout& layout, const PagedKVCache& dst,
+              std::span<const int32_t> block_ids, uint64_t tokens, uint64_t dst_token_base, Stream stream,
+              int device) {
+  if (tokens == 0) return Status::OK();
+  const uint64_t elem = DTypeSize(layout.dtype);
+  const uint64_t head_bytes = uint64_t{layout.head_dim} * elem;
+  const bool heads_adjacent = layout.kv_heads == 1 || dst.head_stride == static_cast<int64_t>(head_bytes);
+
+  detail::GatherParams p;
+  p.token_bytes = layout.BytesPerToken();
+  p.kv_bytes = head_bytes * layout.kv_heads;
+  p.layer_bytes = 2 * p.kv_bytes;
+  p.first_layer = dst.first_layer;
+  p.num_layers = static_cast<uint32_t>(dst.layers.size());
+  p.block_size = dst.block_size;
+  p.dst_token_base = dst_token_base;
+  p.kv_stride = dst.kv_stride;
+  p.block_stride = dst.block_stride;
+  p.slot_stride = dst.slot_stride;
+  p.row_stride = heads_adjacent ? 0 : dst.head_stride;
+  p.tokens = tokens;
+  p.rows_per_kv = heads_adjacent ? 1 : layout.kv_heads;
+  p.row_bytes = static_cast<uint32_t>(heads_adjacent ? p.kv_bytes : head_bytes);
+
+  // The table the kernel reads: segment addresses and first tokens, layer
+  // addresses, block ids (only the blocks this launch touches).
+  std::vector<uint64_t> seg_ptr, seg_first{0};
+  uint64_t align = p.token_bytes | p.kv_bytes | p.row_bytes | static_cast<uint64_t>(p.kv_stride) |
+                   static_cast<uint64_t>(p.block_stride) | static_cast<uint64_t>(p.slot_stride) |
+                   static_cast<uint64_t>(p.row_stride);
+  for (const TokenMajorSegment& s : segments) {
+    if (seg_first.back() >= tokens) break;
+    if (s.tokens == 0) continue;
+    seg_ptr.push_back(reinterpret_cast<uint64_t>(s.data));
+    seg_first.push_back(seg_first.back() + s.tokens);
+    align |= reinterpret_cast<uint64_t>(s.data);
+  }
+  seg_first.back() = std::max(seg_first.back(), tokens);
+  for (void* l : dst.layers) align |= reinterpret_cast<uint64_t>(l);
+  p.vector_bytes = 16;
+  while (p.vector_bytes > 1 && (align & (p.vector_bytes - 1)) != 0) p.vector_bytes /= 2;
+  p.num_segs = static_cast<uint32_t>(seg_ptr.size());
+
+  const uint64_t first_block = dst_token_base / dst.block_size;
+  const uint64_t end_block = CeilDiv(dst_token_base + tokens, dst.block_size);
+  const uint64_t nb = end_block - first_block;
+  // Block ids are indexed from the launch's first block.
+  p.dst_token_base = dst_token_base - first_block * dst.block_size;
+
+  std::vector<uint64_t> table;
+  table.reserve(seg_ptr.size() + seg_first.size() + dst.layers.size() + (nb + 1) / 2);
+  table.insert(table.end(), seg_ptr.begin(), seg_ptr.end());
+  table.insert(table.end(), seg_first.begin(), seg_first.end());
+  for (void* l : dst.layers) table.push_back(reinterpret_cast<uint64_t>(l));
+  const size_t ids_at = table.size();
+  table.resize(ids_at + (nb + 1) / 2, 0);
+  std::memcpy(table.data() + ids_at, block_ids.data() + first_block, nb * sizeof(int32_t));
+
+  StreamBuffer dev;
+  PTS_RETURN_IF_ERROR(dev.Alloc(table.size() * sizeof(uint64_t), stream, device));
+  // From pageable memory: CUDA has taken the bytes when the call returns.
+  PTS_CUDA(cudaMemcpyAsync(dev.data(), table.data(), table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                           stream),
+           "cudaMemcpyAsync(gather table)");
+  const auto* t = reinterpret_cast<const uint64_t*>(dev.data());
+  p.seg_ptr = t;
+  p.seg_first = t + seg_ptr.size();
+  p.layer_ptr = t + seg_ptr.size() + seg_first.size();
+  p.block_ids = reinterpret_cast<const int32_t*>(t + ids_at);
+  PTS_CUDA(detail::LaunchGather(p, MaxBlocks(device), stream), "gather kernel launch");
+  return dev.Free();
+}
+
+// Device addresses of the arena's prefix tokens [start, start + n), one
+// segment per run of adjacent extents.
+Result<std::vector<TokenMajorSegment>> ArenaSegments(const ArenaCtx& ctx, const std::vector<Extent>& extents,
+                                                     uint64_t token_bytes, uint64_t start, uint64_t n) {
+  void* base = nullptr;
+  PTS_CUDA(cudaHostGetDevicePointer(&base, ctx.shm->data(), 0), "cudaHostGetDevicePointer(arena)");
+  std::vector<TokenMajorSegment> out;
+  for (const Run& r : RunsOf(extents, start * token_bytes, (start + n) * token_bytes)) {
+    if (r.length % token_bytes != 0) {
+      return Internal("an extent run of " + std::to_string(r.length) + " bytes is not whole tokens of " +
+                      std::to_string(token_bytes) + " bytes");
+    }
+    out.push_back(TokenMajorSegment{static_cast<const uint8_t*>(base) + r.arena_offset, r.length / token_bytes});
+  }
+  return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ public API
+
+Result<int> DeviceCount() {
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  return n;
+}
+
+std::string_view ArenaPathName(ArenaPath path) {
+  switch (path) {
+    case ArenaPath::kRegisteredReadOnly:
+      return "registered-read-only";
+    case ArenaPath::kRegistered:
+      return "registered";
+    case ArenaPath::kStaging:
+      return "staging";
+    case ArenaPath::kNone:
+      break;
+  }
+  return "none";
+}
+
+std::string_view GatherModeName(GatherMode mode) {
+  switch (mode) {
+    case GatherMode::kDirect:
+      return "direct";
+    case GatherMode::kStaged:
+      return "staged";
+    case GatherMode::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+Result<ArenaInfo> PrepareArena(const Client& client, const GpuOptions& options) {
+  if (!client.mapped()) {
+    return PermissionDenied("this client has no arena mapping (not trusted with every namespace): GPU loads need "
+                            "pins; load into host memory with Client::Load instead");
+  }
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  std::shared_ptr<client::ClientCore> core = Internals::Core(client);
+  std::shared_ptr<core::SharedMemory> shm = core->arena();
+  if (!shm) return Internal("a mapped client without an arena mapping");
+  return StateOf(*core, options)->Ensure(shm);
+}
+
+Result<ArenaInfo> PrepareArena(const PinnedPrefix& pin) {
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  PTS_ASSIGN_OR_RETURN(ArenaCtx ctx, ContextOf(pin));
+  return ctx.info;
+}
+
+Status LoadToDevice(const PinnedPrefix& pin, void* device_dst, uint64_t bytes, Stream stream) {
+  if (bytes > pin.bytes()) {
+    return InvalidArgument("LoadToDevice: cannot copy " + std::to_string(bytes) + " bytes out of a pinned prefix of " +
+                           std::to_string(pin.bytes()));
+  }
+  if (bytes == 0) return Status::OK();
+  if (!pin.pinned()) return InvalidArgument("LoadToDevice: the prefix is no longer pinned");
+  if (device_dst == nullptr) return InvalidArgument("LoadToDevice: device_dst is null");
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  PTS_ASSIGN_OR_RETURN(int device, DestinationDevice(device_dst, "LoadToDevice: device_dst"));
+  DeviceGuard guard;
+  PTS_RETURN_IF_ERROR(guard.Set(device));
+  PTS_ASSIGN_OR_RETURN(ArenaCtx ctx, ContextOf(pin));
+  return CopyRange(ctx, pin.extents(), 0, bytes, static_cast<uint8_t*>(device_dst), stream, device);
+}
+
+PagedKVCache PagedKVCache::FlashAttention(std::vector<void*> layers, const Layout& layout, uint64_t num_blocks,
+                                          uint32_t block_size, uint32_t first_layer) {
+  PagedKVCache c;
+  c.layers = std::move(layers);
+  c.first_layer = first_layer;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.head_stride = static_cast<int64_t>(uint64_t{layout.head_dim} * DTypeSize(layout.dtype));
+  c.slot_stride = c.head_stride * layout.kv_heads;
+  c.block_stride = c.slot_stride * block_size;
+  c.kv_stride = c.block_stride * static_cast<int64_t>(num_blocks);
+  return c;
+}
+
+PagedKVCache PagedKVCache::FlashInfer(std::vector<void*> layers, const Layout& layout, uint64_t num_blocks,
+                                      uint32_t block_size, uint32_t first_layer) {
+  PagedKVCache c;
+  c.layers = std::move(layers);
+  c.first_layer = first_layer;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.head_stride = static_cast<int64_t>(uint64_t{layout.head_dim} * DTypeSize(layout.dtype));
+  c.slot_stride = c.head_stride * layout.kv_heads;
+  c.kv_stride = c.slot_stride * block_size;
+  c.block_stride = c.kv_stride * 2;
+  return c;
+}
+
+Status LoadToPagedKV(const PinnedPrefix& pin, const Layout& layout, const PagedKVCache& dst,
+                     std::span<const int32_t> block_ids, Stream stream, const PagedLoadOptions& options) {
+  PTS_RETURN_IF_ERROR(layout.Validate());
+  const uint64_t bpt = layout.BytesPerToken();
+  if (pin.bytes() != pin.tokens() * bpt) {
+    return InvalidArgument("LoadToPagedKV: the pinned prefix holds " + std::to_string(pin.bytes()) + " bytes for " +
+                           std::to_string(pin.tokens()) + " tokens, the layout (" + layout.ToString() + ") " +
+                           std::to_string(bpt) + " bytes per token: not this namespace's layout?");
+  }
+  if (options.start_token > pin.tokens()) {
+    return InvalidArgument("LoadToPagedKV: start_token " + std::to_string(options.start_token) +
+                           " is past the pinned prefix's " + std::to_string(pin.tokens()) + " tokens");
+  }
+  const uint64_t left = pin.tokens() - options.start_token;
+  const uint64_t n = options.tokens == PagedLoadOptions::kToEnd ? left : options.tokens;
+  if (n > left) {
+    return InvalidArgument("LoadToPagedKV: " + std::to_string(n) + " tokens from token " +
+                           std::to_string(options.start_token) + " run past the pinned prefix's " +
+                           std::to_string(pin.tokens()) + " tokens");
+  }
+  if (n == 0) return Status::OK();
+  if (!pin.pinned()) return InvalidArgument("LoadToPagedKV: the prefix is no longer pinned");
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  PTS_ASSIGN_OR_RETURN(int device, CheckPaged(layout, dst, block_ids, n));
+  DeviceGuard guard;
+  PTS_RETURN_IF_ERROR(guard.Set(device));
+  PTS_ASSIGN_OR_RETURN(ArenaCtx ctx, ContextOf(pin));
+
+  GatherMode mode = options.mode;
+  if (mode == GatherMode::kAuto) mode = ctx.registered() ? GatherMode::kDirect : GatherMode::kStaged;
+  if (mode == GatherMode::kDirect) {
+    if (!ctx.registered()) {
+      return Unavailable("LoadToPagedKV: a direct gather reads the arena registered with CUDA, and this client's "
+                         "is not (" + ctx.info.detail + "): use GatherMode::kStaged or kAuto");
+    }
+    PTS_ASSIGN_OR_RETURN(std::vector<TokenMajorSegment> segs,
+                         ArenaSegments(ctx, pin.extents(), bpt, options.start_token, n));
+    return Gather(segs, layout, dst, block_ids, n, 0, stream, device);
+  }
+  // Staged: whole tokens through one device buffer, a copy and a launch per chunk.
+  const uint64_t chunk = std::clamp<uint64_t>(options.staging_bytes / bpt, 1, n);
+  StreamBuffer scratch;
+  PTS_RETURN_IF_ERROR(scratch.Alloc(chunk * bpt, stream, device));
+  for (uint64_t a = 0; a < n; a += chunk) {
+    const uint64_t m = std::min(chunk, n - a);
+    PTS_RETURN_IF_ERROR(CopyRange(ctx, pin.extents(), (options.start_token + a) * bpt, m * bpt, scratch.data(),
+                                  stream, device));
+    PTS_RETURN_IF_ERROR(Gather({TokenMajorSegment{scratch.data(), m}}, layout, dst, block_ids, m, a, stream, device));
+  }
+  return scratch.Free();
+}
+
+Status GatherToPagedKV(std::span<const TokenMajorSegment> segments, const Layout& layout, const PagedKVCache& dst,
+                       std::span<const int32_t> block_ids, uint64_t tokens, Stream stream) {
+  PTS_RETURN_IF_ERROR(layout.Validate());
+  if (tokens == 0) return Status::OK();
+  uint64_t have = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].tokens > 0 && segments[i].data == nullptr) {
+      return InvalidArgument("GatherToPagedKV: segment " + std::to_string(i) + " is a null pointer");
+    }
+    have += segments[i].tokens;
+  }
+  if (have < tokens) {
+    return InvalidArgument("GatherToPagedKV: the segments hold " + std::to_string(have) + " tokens, " +
+                           std::to_string(tokens) + " asked for");
+  }
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  PTS_ASSIGN_OR_RETURN(int device, CheckPaged(layout, dst, block_ids, tokens));
+  DeviceGuard guard;
+  PTS_RETURN_IF_ERROR(guard.Set(device));
+  std::vector<TokenMajorSegment> segs;
+  uint64_t covered = 0;
+  for (size_t i = 0; i < segments.size() && covered < tokens; ++i) {
+    if (segments[i].tokens == 0) continue;
+    const std::string what = "GatherToPagedKV: segment " + std::to_string(i);
+    PTS_ASSIGN_OR_RETURN(Pointer ptr, Classify(segments[i].data, what));
+    switch (ptr.type) {
+      case cudaMemoryTypeDevice:
+      case cudaMemoryTypeManaged:
+        if (ptr.type == cudaMemoryTypeDevice && ptr.device != device) {
+          return InvalidArgument(what + " is on device " + std::to_string(ptr.device) + ", the cache on device " +
+                                 std::to_string(device));
+        }
+        segs.push_back(segments[i]);
+        break;
+      case cudaMemoryTypeHost: {
+        // Registered or cudaHostAlloc'd host memory: read it through its
+        // device address (the same one on most systems).
+        void* d = nullptr;
+        PTS_CUDA(cudaHostGetDevicePointer(&d, const_cast<void*>(segments[i].data), 0),
+                 "cudaHostGetDevicePointer(" + what + ")");
+        segs.push_back(TokenMajorSegment{d, segments[i].tokens});
+        break;
+      }
+      default:
+        return InvalidArgument(what + " (" + Hex(segments[i].data) +
+                               ") is host memory CUDA cannot read: register it (cudaHostRegister) or copy it to the "
+                               "device");
+    }
+    covered += segments[i].tokens;
+  }
+  return Gather(segs, layout, dst, block_ids, tokens, 0, stream, device);
+}
+
+}  // namespace gpu
+}  // namespace ptstore

@@ -1,0 +1,583 @@
+// The GPU copy path (include/ptstore/gpu.h): LoadToDevice against a real
+// ptstored (byte for byte, registered and staging arenas), the gather kernel
+// against a CPU reference (bf16/fp16/fp32/fp8, vLLM's layouts, random block
+// ids, partial last blocks, several source segments, device and registered
+// host sources), and the error cases.
+//
+// Without a CUDA device every test that needs one is skipped (GTEST_SKIP,
+// as here and in CI); with PTSTORE_GPU_REQUIRED=1 in the environment
+// (scripts/gpu-check) it fails instead, so a GPU run never passes by skipping.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ptstore/client.h"
+#include "ptstore/gpu.h"
+#include "tests/testing/client.h"
+#include "tests/testing/daemon.h"
+
+namespace ptstore {
+namespace {
+
+using gpu::GatherMode;
+using gpu::PagedKVCache;
+using gpu::PagedLoadOptions;
+using gpu::TokenMajorSegment;
+using testing::ConnectTo;
+using testing::Daemon;
+using testing::Tokens;
+
+bool GpuRequired() {
+  const char* v = std::getenv("PTSTORE_GPU_REQUIRED");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// Skips (or, with PTSTORE_GPU_REQUIRED, fails) the test without a device.
+#define PTS_REQUIRE_GPU()                                                                      \
+  do {                                                                                         \
+    auto pts_n_ = gpu::DeviceCount();                                                          \
+    if (!pts_n_.ok()) {                                                                        \
+      if (GpuRequired()) FAIL() << "PTSTORE_GPU_REQUIRED is set, but " << pts_n_.status().ToString(); \
+      GTEST_SKIP() << "no CUDA device: " << pts_n_.status().message();                          \
+    }                                                                                          \
+  } while (0)
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+// Device memory for a test.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&p_, std::max<size_t>(bytes, 1)) != cudaSuccess) p_ = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  uint8_t* data() const { return static_cast<uint8_t*>(p_); }
+  size_t size() const { return bytes_; }
+  void Fill(uint8_t byte) { cudaMemset(p_, byte, bytes_); }
+  std::vector<uint8_t> ToHost() const {
+    std::vector<uint8_t> out(bytes_);
+    cudaMemcpy(out.data(), p_, bytes_, cudaMemcpyDeviceToHost);
+    return out;
+  }
+  void FromHost(const std::vector<uint8_t>& v) { cudaMemcpy(p_, v.data(), v.size(), cudaMemcpyHostToDevice); }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < n; i += 4) {
+    uint32_t x = rng();
+    std::memcpy(v.data() + i, &x, std::min<size_t>(4, n - i));
+  }
+  return v;
+}
+
+// KV of `tokens` tokens whose bytes depend on each token's position and id
+// only, so two prompts sharing a prefix have the same KV for it.
+std::vector<uint8_t> KvFor(const std::vector<uint32_t>& tokens, const Layout& l) {
+  const uint64_t bpt = l.BytesPerToken();
+  std::vector<uint8_t> kv(tokens.size() * bpt);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    std::mt19937 rng(tokens[t] * 2654435761u + static_cast<uint32_t>(t));
+    for (uint64_t b = 0; b < bpt; ++b) kv[t * bpt + b] = static_cast<uint8_t>(rng());
+  }
+  return kv;
+}
+
+// The paged cache on the host, as the reference writes it.
+struct HostPaged {
+  std::vector<std::vector<uint8_t>> layers;
+};
+
+// CPU reference: token i of `src` (token-major, from prefix token `start`)
+// into block ids[i / bs], slot i % bs, of every layer of `dst` (whose layer
+// pointers are ignored: `host` holds the bytes).
+void ReferenceGather(const uint8_t* src, uint64_t n, const Layout& l, const PagedKVCache& dst,
+                     const std::vector<int32_t>& ids, HostPaged& host) {
+  const uint64_t e = DTypeSize(l.dtype);
+  const uint64_t head = l.head_dim * e;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint8_t* tok = src + i * l.BytesPerToken();
+    const int64_t blk = ids[i / dst.block_size];
+    const int64_t slot = static_cast<int64_t>(i % dst.block_size);
+    for (size_t li = 0; li < dst.layers.size(); ++li) {
+      const uint64_t layer = dst.first_layer + li;
+      for (int kv = 0; kv < 2; ++kv) {
+        for (uint32_t h = 0; h < l.kv_heads; ++h) {
+          const uint8_t* s = tok + ((layer * 2 + kv) * l.kv_heads + h) * head;
+          uint8_t* d = host.layers[li].data() + kv * dst.kv_stride + blk * dst.block_stride +
+                       slot * dst.slot_stride + h * dst.head_stride;
+          std::memcpy(d, s, head);
+        }
+      }
+    }
+  }
+}
+
+// Bytes of one layer's tensor under `dst`'s strides.
+uint64_t LayerBytes(const Layout& l, const PagedKVCache& c) {
+  const int64_t head = l.head_dim * static_cast<int64_t>(DTypeSize(l.dtype));
+  int64_t last = c.kv_stride + (static_cast<int64_t>(c.num_blocks) - 1) * c.block_stride +
+                 (c.block_size - 1) * c.slot_stride + (l.kv_heads - 1) * c.head_stride + head;
+  return static_cast<uint64_t>(last);
+}
+
+// vLLM's HND variant of FlashAttention: [2, num_blocks, kv_heads, block_size, head_dim].
+PagedKVCache HndCache(const Layout& l, uint64_t num_blocks, uint32_t block_size) {
+  PagedKVCache c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.slot_stride = l.head_dim * static_cast<int64_t>(DTypeSize(l.dtype));
+  c.head_stride = c.slot_stride * block_size;
+  c.block_stride = c.head_stride * l.kv_heads;
+  c.kv_stride = c.block_stride * static_cast<int64_t>(num_blocks);
+  return c;
+}
+
+// Device layers for `c` (its pointers filled in), initialised to a sentinel.
+struct DevicePaged {
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  HostPaged host;
+};
+DevicePaged MakePaged(const Layout& l, PagedKVCache& c, size_t num_layers, uint8_t sentinel = 0xA5) {
+  DevicePaged p;
+  c.layers.clear();
+  const uint64_t bytes = LayerBytes(l, c);
+  for (size_t i = 0; i < num_layers; ++i) {
+    p.bufs.push_back(std::make_unique<DeviceBuffer>(bytes));
+    p.bufs.back()->Fill(sentinel);
+    c.layers.push_back(p.bufs.back()->data());
+    p.host.layers.emplace_back(bytes, sentinel);
+  }
+  return p;
+}
+
+void ExpectSame(const DevicePaged& p) {
+  cudaDeviceSynchronize();
+  for (size_t i = 0; i < p.bufs.size(); ++i) {
+    std::vector<uint8_t> got = p.bufs[i]->ToHost();
+    const std::vector<uint8_t>& want = p.host.layers[i];
+    ASSERT_EQ(got.size(), want.size());
+    auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+    ASSERT_TRUE(diff.first == got.end()) << "layer " << i << " differs at byte " << (diff.first - got.begin())
+                                         << " of " << got.size();
+  }
+}
+
+std::vector<int32_t> RandomBlockIds(uint64_t count, uint64_t num_blocks, uint32_t seed) {
+  std::vector<int32_t> all(num_blocks);
+  std::iota(all.begin(), all.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(count);
+  return all;
+}
+
+// ---------------------------------------------------------- no device
+
+// Runs everywhere: without a device the calls fail with Unavailable and
+// CUDA's reason; argument errors come first, without touching CUDA.
+TEST(GpuNoDevice, ClearErrorsWithoutADevice) {
+  auto n = gpu::DeviceCount();
+  if (n.ok()) {
+    EXPECT_GE(*n, 1);
+    return;
+  }
+  EXPECT_FALSE(GpuRequired()) << n.status().ToString();
+  EXPECT_EQ(n.status().code(), Code::kUnavailable) << n.status().ToString();
+  EXPECT_NE(n.status().message().find("no usable CUDA device"), std::string::npos) << n.status().ToString();
+  std::cout << "without a device: " << n.status().ToString() << "\n";
+
+  PinnedPrefix empty;
+  EXPECT_TRUE(gpu::LoadToDevice(empty, nullptr, 0, nullptr).ok());
+  Status s = gpu::LoadToDevice(empty, nullptr, 1, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+
+  Layout l{2, 2, 8, DType::kFP16, 16};
+  PagedKVCache c = PagedKVCache::FlashAttention({reinterpret_cast<void*>(0x1000)}, l, 4, 16);
+  std::vector<uint8_t> src(l.BytesPerToken() * 16);
+  TokenMajorSegment seg{src.data(), 16};
+  std::vector<int32_t> ids{0};
+  s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 16, nullptr);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 17, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();  // sizes first
+}
+
+// ------------------------------------------------- gather kernel alone
+
+struct GatherCase {
+  const char* name;
+  Layout layout;
+  uint32_t block_size;
+  uint64_t num_blocks;
+  uint64_t tokens;
+  int cache;  // 0 FlashAttention, 1 FlashInfer, 2 HND
+  uint32_t first_layer;
+  uint32_t num_layers;  // 0: all from first_layer
+  int segments;         // the source cut into this many pieces
+  bool host_source;     // registered host memory instead of device memory
+};
+
+class GpuGather : public ::testing::Test {
+ protected:
+  void SetUp() override { PTS_REQUIRE_GPU(); }
+};
+
+TEST_F(GpuGather, MatchesCpuReference) {
+  const GatherCase cases[] = {
+      {"bf16 flash_attn", {4, 8, 128, DType::kBF16, 16}, 16, 64, 16 * 20, 0, 0, 0, 1, false},
+      {"bf16 partial last block", {4, 8, 128, DType::kBF16, 16}, 16, 64, 16 * 20 + 5, 0, 0, 0, 3, false},
+      {"fp16 flashinfer", {3, 4, 64, DType::kFP16, 16}, 16, 40, 16 * 7 + 9, 1, 0, 0, 2, false},
+      {"fp32 flash_attn", {2, 2, 64, DType::kFP32, 16}, 16, 32, 16 * 9 + 1, 0, 0, 0, 4, false},
+      {"fp32 hnd", {2, 4, 32, DType::kFP32, 16}, 16, 24, 16 * 5 + 15, 2, 0, 0, 1, false},
+      {"bf16 layer subset", {6, 2, 64, DType::kBF16, 16}, 16, 32, 16 * 6 + 3, 0, 2, 3, 2, false},
+      {"bf16 block 32 vs store blocks of 16", {2, 8, 128, DType::kBF16, 16}, 32, 16, 32 * 4 + 17, 0, 0, 0, 5, false},
+      {"fp16 odd head_dim (2-byte vectors)", {2, 3, 5, DType::kFP16, 16}, 16, 16, 16 * 3 + 2, 2, 0, 0, 2, false},
+      {"fp8", {2, 8, 128, DType::kFP8, 16}, 16, 16, 16 * 4 + 7, 0, 0, 0, 1, false},
+      {"bf16 registered host source (zero-copy)", {4, 8, 128, DType::kBF16, 16}, 16, 64, 16 * 20 + 11, 0, 0, 0, 3,
+       true},
+      {"fp32 registered host source, hnd", {2, 4, 32, DType::kFP32, 16}, 16, 24, 16 * 5 + 1, 2, 1, 1, 2, true},
+  };
+  uint32_t seed = 1;
+  for (const GatherCase& gc : cases) {
+    SCOPED_TRACE(gc.name);
+    const Layout& l = gc.layout;
+    const uint64_t bpt = l.BytesPerToken();
+    const uint32_t nl = gc.num_layers ? gc.num_layers : l.layers - gc.first_layer;
+    PagedKVCache c = gc.cache == 0   ? PagedKVCache::FlashAttention({}, l, gc.num_blocks, gc.block_size)
+                     : gc.cache == 1 ? PagedKVCache::FlashInfer({}, l, gc.num_blocks, gc.block_size)
+                                     : HndCache(l, gc.num_blocks, gc.block_size);
+    c.first_layer = gc.first_layer;
+    DevicePaged paged = MakePaged(l, c, nl);
+
+    std::vector<uint8_t> src = RandomBytes(gc.tokens * bpt, seed++);
+    // The source: in `segments` pieces of whole tokens, each its own allocation.
+    std::vector<TokenMajorSegment> segs;
+    std::vector<std::unique_ptr<DeviceBuffer>> dev_pieces;
+    std::vector<std::vector<uint8_t>> host_pieces;
+    uint64_t at = 0;
+    for (int s = 0; s < gc.segments; ++s) {
+      uint64_t n = s + 1 == gc.segments ? gc.tokens - at : gc.tokens / gc.segments + s;
+      std::vector<uint8_t> piece(src.begin() + at * bpt, src.begin() + (at + n) * bpt);
+      if (gc.host_source) {
+        host_pieces.push_back(std::move(piece));
+        CUDA_OK(cudaHostRegister(host_pieces.back().data(), host_pieces.back().size(), cudaHostRegisterMapped));
+        segs.push_back({host_pieces.back().data(), n});
+      } else {
+        dev_pieces.push_back(std::make_unique<DeviceBuffer>(piece.size()));
+        dev_pieces.back()->FromHost(piece);
+        segs.push_back({dev_pieces.back()->data(), n});
+      }
+      at += n;
+    }
+    const std::vector<int32_t> ids =
+        RandomBlockIds((gc.tokens + gc.block_size - 1) / gc.block_size, gc.num_blocks, seed++);
+    ReferenceGather(src.data(), gc.tokens, l, c, ids, paged.host);
+
+    Status s = gpu::GatherToPagedKV(segs, l, c, ids, gc.tokens, nullptr);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    CUDA_OK(cudaDeviceSynchronize());
+    ExpectSame(paged);
+    for (auto& h : host_pieces) cudaHostUnregister(h.data());
+  }
+}
+
+TEST_F(GpuGather, Errors) {
+  Layout l{2, 2, 16, DType::kBF16, 16};
+  PagedKVCache c = PagedKVCache::FlashAttention({}, l, 8, 16);
+  DevicePaged paged = MakePaged(l, c, 2);
+  DeviceBuffer src(l.BytesPerToken() * 64);
+  TokenMajorSegment seg{src.data(), 64};
+  std::vector<int32_t> ids{0, 1, 2, 3};
+
+  EXPECT_TRUE(gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 64, nullptr).ok());
+
+  // Too few block ids for the tokens.
+  Status s = gpu::GatherToPagedKV({&seg, 1}, l, c, std::span(ids).first(3), 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("need 4 block ids"), std::string::npos) << s.ToString();
+  // Ids outside the cache.
+  std::vector<int32_t> bad{0, 1, 8, 3};
+  s = gpu::GatherToPagedKV({&seg, 1}, l, c, bad, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  bad[2] = -1;
+  s = gpu::GatherToPagedKV({&seg, 1}, l, c, bad, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  // Source too small.
+  s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 65, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  // Null source, null layer.
+  TokenMajorSegment null_seg{nullptr, 64};
+  s = gpu::GatherToPagedKV({&null_seg, 1}, l, c, ids, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  PagedKVCache nulls = c;
+  nulls.layers[1] = nullptr;
+  s = gpu::GatherToPagedKV({&seg, 1}, l, nulls, ids, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("layer 1"), std::string::npos) << s.ToString();
+  // Unregistered host memory: as the source, as a layer.
+  std::vector<uint8_t> host(l.BytesPerToken() * 64);
+  TokenMajorSegment host_seg{host.data(), 64};
+  s = gpu::GatherToPagedKV({&host_seg, 1}, l, c, ids, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("cudaHostRegister"), std::string::npos) << s.ToString();
+  PagedKVCache on_host = c;
+  std::vector<uint8_t> host_layer(LayerBytes(l, c));
+  on_host.layers[0] = host_layer.data();
+  s = gpu::GatherToPagedKV({&seg, 1}, l, on_host, ids, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("not device memory"), std::string::npos) << s.ToString();
+  // More layers than the layout has.
+  PagedKVCache too_many = c;
+  too_many.first_layer = 1;
+  s = gpu::GatherToPagedKV({&seg, 1}, l, too_many, ids, 64, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  // Zero tokens: nothing to do.
+  EXPECT_TRUE(gpu::GatherToPagedKV({}, l, c, {}, 0, nullptr).ok());
+}
+
+// ------------------------------------------- against a real ptstored
+
+class GpuDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PTS_REQUIRE_GPU();
+    Daemon::Options o;
+    o.arena_size = "128MiB";
+    Status s = daemon_.Start(o);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    auto c = ConnectTo(daemon_.socket_path());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+    ASSERT_TRUE(client_->mapped());
+    CUDA_OK(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  // Saves `tokens` (whole blocks) with KvFor's bytes.
+  void Save(const std::string& ns, const std::vector<uint32_t>& tokens, const Layout& l) {
+    std::vector<uint8_t> kv = KvFor(tokens, l);
+    auto r = client_->Save(ns, tokens, kv.data(), kv.size());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+
+  // A namespace with a prefix stored in three increments (and a branch), so
+  // its pin has several extents. Returns the longest prompt.
+  std::vector<uint32_t> ThreeIncrements(const std::string& ns, const Layout& l, uint64_t blocks_each) {
+    auto info = client_->CreateNamespace(ns, l);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    std::vector<uint32_t> t = Tokens(3 * blocks_each * l.block_tokens, 7);
+    std::vector<uint32_t> a(t.begin(), t.begin() + blocks_each * l.block_tokens);
+    std::vector<uint32_t> b(t.begin(), t.begin() + 2 * blocks_each * l.block_tokens);
+    std::vector<uint32_t> branch = b;
+    branch.back() ^= 1;  // splits the second increment's last block off
+    Save(ns, a, l);
+    Save(ns, branch, l);
+    Save(ns, b, l);
+    Save(ns, t, l);
+    return t;
+  }
+
+  Daemon daemon_;
+  std::unique_ptr<Client> client_;
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(GpuDaemonTest, LoadToDeviceIsByteExact) {
+  Layout l{4, 2, 64, DType::kBF16, 16};  // 2 KiB per token
+  std::vector<uint32_t> t = ThreeIncrements("gpu", l, 5);
+  auto info = gpu::PrepareArena(*client_);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  std::cout << "arena path: " << gpu::ArenaPathName(info->path) << " (" << info->detail << "), registered in "
+            << info->register_seconds << " s\n";
+  EXPECT_NE(info->path, gpu::ArenaPath::kNone);
+
+  auto pin = client_->Pin("gpu", t);
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_EQ(pin->tokens(), t.size());
+  EXPECT_GE(pin->extents().size(), 3u);
+  const std::vector<uint8_t> want = KvFor(t, l);
+  ASSERT_EQ(pin->bytes(), want.size());
+
+  for (uint64_t bytes : {pin->bytes(), pin->bytes() - 777, uint64_t{1}, uint64_t{0}}) {
+    SCOPED_TRACE(bytes);
+    DeviceBuffer d(pin->bytes());
+    d.Fill(0x5A);
+    Status s = gpu::LoadToDevice(*pin, d.data(), bytes, stream_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    std::vector<uint8_t> got = d.ToHost();
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + bytes, want.begin()));
+    EXPECT_TRUE(std::all_of(got.begin() + bytes, got.end(), [](uint8_t b) { return b == 0x5A; }));
+  }
+  EXPECT_TRUE(pin->Release().ok());
+}
+
+TEST_F(GpuDaemonTest, StagingPathIsByteExact) {
+  // A client that does not register its arena: chunked, double-buffered
+  // copies through pinned staging buffers (16 chunks of 64 KiB here).
+  auto c2 = ConnectTo(daemon_.socket_path());
+  ASSERT_TRUE(c2.ok());
+  gpu::GpuOptions o;
+  o.register_arena = false;
+  o.staging_chunk_bytes = 64 << 10;
+  auto info = gpu::PrepareArena(**c2, o);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->path, gpu::ArenaPath::kStaging) << info->detail;
+
+  Layout l{4, 2, 64, DType::kBF16, 16};
+  std::vector<uint32_t> t = ThreeIncrements("staged", l, 11);
+  auto pin = (*c2)->Pin("staged", t);
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  const std::vector<uint8_t> want = KvFor(t, l);
+  ASSERT_EQ(pin->bytes(), want.size());
+  EXPECT_GT(pin->bytes(), 16u * o.staging_chunk_bytes);
+  for (uint64_t bytes : {pin->bytes(), pin->bytes() / 3 + 1}) {
+    SCOPED_TRACE(bytes);
+    DeviceBuffer d(pin->bytes());
+    d.Fill(0);
+    // Twice on the same buffers: the second load waits for the first one's DMA.
+    for (int rep = 0; rep < 2; ++rep) {
+      Status s = gpu::LoadToDevice(*pin, d.data(), bytes, stream_);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    std::vector<uint8_t> got = d.ToHost();
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + bytes, want.begin()));
+  }
+  // A direct gather needs the registration this client does not have.
+  PagedKVCache c = PagedKVCache::FlashAttention({}, l, 64, 16);
+  DevicePaged paged = MakePaged(l, c, l.layers);
+  std::vector<int32_t> ids = RandomBlockIds(t.size() / 16, 64, 3);
+  PagedLoadOptions po;
+  po.mode = GatherMode::kDirect;
+  Status s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  // kAuto stages.
+  po.mode = GatherMode::kAuto;
+  s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ReferenceGather(want.data(), t.size(), l, c, ids, paged.host);
+  ExpectSame(paged);
+}
+
+TEST_F(GpuDaemonTest, LoadToPagedKVMatchesReference) {
+  for (DType dt : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+    SCOPED_TRACE(std::string(DTypeName(dt)));
+    Layout l{4, 4, 64, dt, 16};
+    const std::string ns = "paged-" + std::string(DTypeName(dt));
+    std::vector<uint32_t> t = ThreeIncrements(ns, l, 4);
+    auto pin = client_->Pin(ns, t);
+    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    std::vector<uint8_t> host(pin->bytes());
+    ASSERT_TRUE(pin->CopyTo(host.data(), host.size()).ok());
+
+    struct Variant {
+      GatherMode mode;
+      uint64_t start, tokens, staging_bytes;
+    };
+    const Variant variants[] = {
+        {GatherMode::kDirect, 0, PagedLoadOptions::kToEnd, 0},
+        {GatherMode::kDirect, 32, 16 * 5 + 7, 0},             // from a block boundary, partial last block
+        {GatherMode::kStaged, 0, PagedLoadOptions::kToEnd, 256 << 20},
+        {GatherMode::kStaged, 48, 16 * 6 + 3, 5 * l.BytesPerToken()},  // chunks of 5 tokens
+        {GatherMode::kAuto, 16, PagedLoadOptions::kToEnd, 0},
+    };
+    uint32_t seed = 11;
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(std::string(gpu::GatherModeName(v.mode)) + " from token " + std::to_string(v.start));
+      const uint64_t n = v.tokens == PagedLoadOptions::kToEnd ? t.size() - v.start : v.tokens;
+      PagedKVCache c = PagedKVCache::FlashAttention({}, l, 96, 16);
+      DevicePaged paged = MakePaged(l, c, l.layers);
+      std::vector<int32_t> ids = RandomBlockIds((n + 15) / 16, 96, seed++);
+      PagedLoadOptions po;
+      po.mode = v.mode;
+      po.start_token = v.start;
+      po.tokens = v.tokens;
+      if (v.staging_bytes) po.staging_bytes = v.staging_bytes;
+      Status s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      CUDA_OK(cudaStreamSynchronize(stream_));
+      ReferenceGather(host.data() + v.start * l.BytesPerToken(), n, l, c, ids, paged.host);
+      ExpectSame(paged);
+    }
+  }
+}
+
+TEST_F(GpuDaemonTest, Errors) {
+  Layout l{2, 2, 32, DType::kFP16, 16};
+  std::vector<uint32_t> t = ThreeIncrements("err", l, 2);
+  auto pin = client_->Pin("err", t);
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  DeviceBuffer d(pin->bytes());
+
+  // LoadToDevice: null destination, too many bytes, host memory as the destination.
+  Status s = gpu::LoadToDevice(*pin, nullptr, 16, stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  s = gpu::LoadToDevice(*pin, d.data(), pin->bytes() + 1, stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  std::vector<uint8_t> host(pin->bytes());
+  s = gpu::LoadToDevice(*pin, host.data(), host.size(), stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("not device memory"), std::string::npos) << s.ToString();
+  void* pinned_host = nullptr;
+  CUDA_OK(cudaHostAlloc(&pinned_host, 4096, cudaHostAllocMapped));
+  s = gpu::LoadToDevice(*pin, pinned_host, 4096, stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("registered host memory"), std::string::npos) << s.ToString();
+  cudaFreeHost(pinned_host);
+
+  // LoadToPagedKV: a layout that does not match, ranges past the end, too few ids.
+  PagedKVCache c = PagedKVCache::FlashAttention({}, l, 16, 16);
+  DevicePaged paged = MakePaged(l, c, l.layers);
+  std::vector<int32_t> ids = RandomBlockIds(t.size() / 16, 16, 5);
+  Layout wrong = l;
+  wrong.head_dim = 64;
+  s = gpu::LoadToPagedKV(*pin, wrong, c, ids, stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("layout"), std::string::npos) << s.ToString();
+  PagedLoadOptions po;
+  po.start_token = t.size() + 1;
+  s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  po.start_token = 16;
+  po.tokens = t.size();
+  s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  s = gpu::LoadToPagedKV(*pin, l, c, std::span(ids).first(1), stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+
+  // A released pin.
+  ASSERT_TRUE(pin->Release().ok());
+  s = gpu::LoadToDevice(*pin, d.data(), 16, stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  // An empty pin.
+  PinnedPrefix empty;
+  EXPECT_TRUE(gpu::LoadToDevice(empty, d.data(), 0, stream_).ok());
+  s = gpu::PrepareArena(empty).status();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+}
+
+}  // namespace
+}  // namespace ptstore
