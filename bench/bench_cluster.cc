@@ -39,6 +39,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -117,6 +119,30 @@ constexpr char kNs[] = "bench";
 Status CheckKv(const char* what, std::span<const uint32_t> tokens, uint64_t bpt, const uint8_t* data) {
   if (auto bad = VerifyKv(tokens, 0, bpt, data)) return Corruption(std::string(what) + ": " + bad->ToString());
   return Status::OK();
+}
+
+// CPU time (user + system, all threads, exited ones included) of this
+// process, and of another process (/proc/<pid>/stat: clock ticks).
+double SelfCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+double ProcCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');  // the command may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream f(line.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  // Fields 3.. after the command; utime and stime are fields 14 and 15.
+  for (int i = 3; i <= 15 && f >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Median of a sample, or 0.
@@ -435,6 +461,7 @@ class RedisBaseline {
     }
   }
   uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
 
   // SETs src as values of `value` bytes (keys kv:0, kv:1, ...), pipelined.
   Result<double> SetAll(const uint8_t* src, uint64_t bytes, uint64_t value) {
@@ -539,6 +566,7 @@ struct Method {
   std::string key;  // for JSON
   std::function<Result<double>()> run;
   std::vector<double> seconds;  // one per repetition, in order
+  std::vector<double> cpu;      // CPU seconds of the timed part (this process + its servers), per repetition
 };
 
 // Throughput of `x` over `base`: the ratio of the medians, and the median of
@@ -656,6 +684,23 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
     return st;
   };
 
+  // The CPU time of a method's timed part: this process (all its threads)
+  // plus the server processes that work for it.
+  double last_cpu = 0;
+  auto cpu_of = [](const std::vector<pid_t>& servers) {
+    double c = SelfCpuSeconds();
+    for (pid_t p : servers) c += ProcCpuSeconds(p);
+    return c;
+  };
+  // Runs `body` timed; its CPU time goes to last_cpu.
+  auto timed = [&](const std::vector<pid_t>& servers, const std::function<Status()>& body) -> Result<double> {
+    const double c0 = cpu_of(servers);
+    const auto t0 = Clock::now();
+    PTS_RETURN_IF_ERROR(body());
+    const double s = SecondsSince(t0);
+    last_cpu = cpu_of(servers) - c0;
+    return s;
+  };
   auto poison = [&](uint8_t v) { std::memset(dst.data(), v, bytes); };
   auto check = [&](const std::string& what) { return CheckKv(what.c_str(), tokens, bpt, dst.data()); };
   // Every load on B must be a remote fetch of the whole prefix.
@@ -663,9 +708,11 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
                     const std::function<Result<uint64_t>()>& load) -> Result<double> {
     PTS_ASSIGN_OR_RETURN(ClusterMetrics mb, ClusterMetrics::Read(pc.metrics_b));
     PTS_ASSIGN_OR_RETURN(StoreStats before, pc.b->Stats());
-    const auto t0 = Clock::now();
-    PTS_ASSIGN_OR_RETURN(uint64_t got, load());
-    const double s = SecondsSince(t0);
+    uint64_t got = 0;
+    PTS_ASSIGN_OR_RETURN(double s, timed({pc.cluster->node(0).pid(), pc.cluster->node(1).pid()}, [&]() -> Status {
+                           PTS_ASSIGN_OR_RETURN(got, load());
+                           return Status::OK();
+                         }));
     PTS_ASSIGN_OR_RETURN(StoreStats after, pc.b->Stats());
     if (got != tokens_n) {
       return Internal(Format("%s: %llu of %llu tokens", what.c_str(), static_cast<unsigned long long>(got),
@@ -685,13 +732,13 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
   std::vector<Method> methods;
   methods.emplace_back(Method{"raw TCP, 1 connection (baseline)", "raw_tcp_1", [&]() -> Result<double> {
                                 poison(0x11);
-                                PTS_ASSIGN_OR_RETURN(double s, tcp1->Transfer(dst.data()));
+                                PTS_ASSIGN_OR_RETURN(double s, timed({}, [&] { return tcp1->Transfer(dst.data()).status(); }));
                                 PTS_RETURN_IF_ERROR(check("raw TCP, 1 connection"));
                                 return s;
                               }});
   methods.emplace_back(Method{"raw TCP, 2 connections", "raw_tcp_2", [&]() -> Result<double> {
                                 poison(0x12);
-                                PTS_ASSIGN_OR_RETURN(double s, tcp2->Transfer(dst.data()));
+                                PTS_ASSIGN_OR_RETURN(double s, timed({}, [&] { return tcp2->Transfer(dst.data()).status(); }));
                                 PTS_RETURN_IF_ERROR(check("raw TCP, 2 connections"));
                                 return s;
                               }});
@@ -700,7 +747,9 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
     auto get = [&](const std::string& what, int depth, int clients) {
       return [&, what, depth, clients]() -> Result<double> {
         poison(0x13);
-        PTS_ASSIGN_OR_RETURN(double s, redis->GetAll(dst.data(), bytes, o.redis_value, depth, clients));
+        PTS_ASSIGN_OR_RETURN(double s, timed({redis->pid()}, [&] {
+                               return redis->GetAll(dst.data(), bytes, o.redis_value, depth, clients).status();
+                             }));
         PTS_RETURN_IF_ERROR(check(what));
         return s;
       };
@@ -755,9 +804,11 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
                                 [&, tag, pcp]() -> Result<double> {
                                   PathCluster& pc = *pcp;
                                   poison(0x23);
-                                  const auto t0 = Clock::now();
-                                  PTS_ASSIGN_OR_RETURN(uint64_t got, pc.a->Load(kNs, tokens, dst.data(), bytes));
-                                  const double s = SecondsSince(t0);
+                                  uint64_t got = 0;
+                                  PTS_ASSIGN_OR_RETURN(double s, timed({pc.cluster->node(0).pid()}, [&]() -> Status {
+                                                         PTS_ASSIGN_OR_RETURN(got, pc.a->Load(kNs, tokens, dst.data(), bytes));
+                                                         return Status::OK();
+                                                       }));
                                   if (got != tokens_n) return Internal("the local load on node A was short");
                                   PTS_RETURN_IF_ERROR(check(tag + "Client::Load on node A"));
                                   return s;
@@ -781,8 +832,10 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
     const size_t first = static_cast<size_t>(rep) * 3 % methods.size();
     for (size_t k = 0; k < methods.size(); ++k) {
       Method& m = methods[(k + first) % methods.size()];
+      last_cpu = 0;
       Result<double> r = m.run();
       if (!r.ok()) return fail_logs(r.status().WithContext(m.name));
+      m.cpu.push_back(last_cpu);
       m.seconds.push_back(*r);
     }
   }

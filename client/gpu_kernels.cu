@@ -1,6 +1,6 @@
 // The gather kernel: token-major KV rows (in device memory, or in the
 // registered arena read over the bus) into vLLM's paged per-layer tensors.
-// See gpu_kernels.h for the row decomposition.
+// gpu_kernels.h has the row decomposition and the address arithmetic.
 #include "client/gpu_kernels.h"
 
 #include <cuda_runtime.h>
@@ -38,26 +38,11 @@ struct VecOf<1> {
 constexpr int kUnroll = 4;
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ uint32_t SegmentOf(const GatherParams& p, uint64_t t) {
-  // Last s with seg_first[s] <= t. Segments are few (increments of a prefix).
-  uint32_t lo = 0, hi = p.num_segs;
-  while (hi - lo > 1) {
-    uint32_t mid = (lo + hi) / 2;
-    if (p.seg_first[mid] <= t) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 template <int V>
 __global__ void __launch_bounds__(kThreads) GatherKernel(GatherParams p, uint64_t total_vectors,
                                                          uint32_t vectors_per_row, uint32_t rows_per_token) {
   using Vec = typename VecOf<V>::T;
   const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  const uint32_t rows_per_layer = 2 * p.rows_per_kv;
   for (uint64_t base = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < total_vectors;
        base += stride * kUnroll) {
     Vec v[kUnroll];
@@ -67,28 +52,9 @@ __global__ void __launch_bounds__(kThreads) GatherKernel(GatherParams p, uint64_
       const uint64_t g = base + u * stride;
       dst[u] = nullptr;
       if (g < total_vectors) {
-        const uint64_t row = g / vectors_per_row;
-        const uint32_t lane = static_cast<uint32_t>(g - row * vectors_per_row);
-        const uint64_t t = row / rows_per_token;
-        uint32_t r = static_cast<uint32_t>(row - t * rows_per_token);
-        const uint32_t l = r / rows_per_layer;
-        r -= l * rows_per_layer;
-        const uint32_t kv = r / p.rows_per_kv;
-        const uint32_t h = r - kv * p.rows_per_kv;
-
-        const uint32_t s = SegmentOf(p, t);
-        const unsigned char* src = reinterpret_cast<const unsigned char*>(p.seg_ptr[s]) +
-                                   (t - p.seg_first[s]) * p.token_bytes +
-                                   uint64_t{p.first_layer + l} * p.layer_bytes + uint64_t{kv} * p.kv_bytes +
-                                   uint64_t{h} * p.row_bytes + uint64_t{lane} * V;
-        const uint64_t i = p.dst_token_base + t;
-        const uint64_t b = i / p.block_size;
-        const int64_t slot = static_cast<int64_t>(i - b * p.block_size);
-        unsigned char* d = reinterpret_cast<unsigned char*>(p.layer_ptr[l]) + kv * p.kv_stride +
-                           int64_t{p.block_ids[b]} * p.block_stride + slot * p.slot_stride +
-                           int64_t{h} * p.row_stride + int64_t{lane} * V;
-        v[u] = *reinterpret_cast<const Vec*>(src);
-        dst[u] = reinterpret_cast<Vec*>(d);
+        const GatherAddress a = AddressOf(p, g, vectors_per_row, rows_per_token);
+        v[u] = *reinterpret_cast<const Vec*>(a.src);
+        dst[u] = reinterpret_cast<Vec*>(a.dst);
       }
     }
 #pragma unroll
@@ -100,21 +66,19 @@ __global__ void __launch_bounds__(kThreads) GatherKernel(GatherParams p, uint64_
 
 template <int V>
 cudaError_t Launch(const GatherParams& p, uint32_t max_blocks, cudaStream_t stream) {
-  const uint32_t vectors_per_row = p.row_bytes / V;
-  const uint32_t rows_per_token = p.num_layers * 2 * p.rows_per_kv;
-  const uint64_t total = p.tokens * rows_per_token * vectors_per_row;
+  const uint64_t total = p.total_vectors();
   if (total == 0) return cudaSuccess;
   uint64_t blocks = (total + kThreads - 1) / kThreads;
   if (blocks > max_blocks) blocks = max_blocks;
   if (blocks == 0) blocks = 1;
-  GatherKernel<V><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, total, vectors_per_row,
-                                                                          rows_per_token);
+  GatherKernel<V><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, total, p.vectors_per_row(),
+                                                                          p.rows_per_token());
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchGather(const GatherParams& p, uint32_t max_blocks, cudaStream_t stream) {
+int LaunchGather(const GatherParams& p, uint32_t max_blocks, CUstream_st* stream) {
   switch (p.vector_bytes) {
     case 16:
       return Launch<16>(p, max_blocks, stream);

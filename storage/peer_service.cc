@@ -122,11 +122,11 @@ void Cluster::ServePeer(int fd, std::string remote) {
 }
 
 Status Cluster::EnsureNamespace(const NamespaceDef& def) {
-  Result<NamespaceInfo> have = store_->GetNamespace(def.info.name);
-  if (have.ok()) return Status::OK();
-  Result<NamespaceInfo> made = store_->CreateNamespace(def.info.name, def.info.layout, def.salt, def.info.uid,
-                                                       def.info.gid, def.info.mode, /*exist_ok=*/true);
-  if (!made.ok()) return made.status().WithContext("namespace from another node");
+  // Creates it, or checks that ours has the same layout and salt (a node
+  // whose namespace differs cannot share its data: an error, not a miss).
+  Result<NamespaceInfo> r = store_->CreateNamespace(def.info.name, def.info.layout, def.salt, def.info.uid,
+                                                    def.info.gid, def.info.mode, /*exist_ok=*/true);
+  if (!r.ok()) return r.status().WithContext("namespace from another node");
   return Status::OK();
 }
 
