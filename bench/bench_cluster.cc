@@ -5,37 +5,43 @@
 //  1. Remote load of a --tokens prefix (default 8192: 1 GiB, Mistral-7B
 //     geometry). Node A saves it; a client of node B loads it into its own
 //     buffer with Client::Load, and with Pin + CopyTo + Release. Replication
-//     is off (--replicate-after 0), so every load is a transient fetch from A.
+//     is off (--replicate-after 0), so every load is a transient fetch from A
+//     (checked: node B's remote_fetch_bytes grows by the prefix each time,
+//     and its metrics count the bytes on the data path asked for).
 //     Baseline: raw loopback TCP of the same bytes in this process (a
 //     listener and a connected socket; one thread sends the bytes from
 //     memory on a 1-byte request, the other receives them into a buffer), 1
 //     and 2 connections. Target: load >= 0.8 x raw TCP (1 connection).
-//     One cluster per data path (--paths tcp,rma), the same methods in every
-//     repetition (rotating which goes first), medians.
 //  2. The same bytes through Redis: the benchmark starts its own
 //     redis-server (free port, no persistence, temporary directory), SETs
 //     them as 1 MiB values and GETs them all back with hiredis into a buffer
-//     (1 client sequential, 1 client pipelined, 2 clients pipelined), in the
-//     same repetitions. Target: remote load >= 1.5 x the best Redis row.
-//  3. RMA vs TCP stream: the ratio of the two paths' remote load medians.
+//     (1 client one GET at a time, 1 client pipelined, 2 clients pipelined).
+//     Target: remote load >= 1.5 x the best Redis row.
+//  3. RMA vs TCP stream. One 2-node cluster per data path (--paths: tcp;
+//     rma, libfabric's tcp provider; rma-<provider>, e.g. rma-shm), all
+//     running at once, so that every repetition runs every method of every
+//     path and every baseline (in a rotating order). Ratios are given of the
+//     medians and "paired" (the median of each repetition's own ratio; the
+//     verdicts use it), with the CPU time each method cost (this process and
+//     the servers that worked for it).
 //  4. Lookup latency on a 3-node cluster: Client::Lookup on node 1 of
 //     prompts node 0 saved, split by the shard of their root (rendezvous
 //     hashing over the live node ids, as storage/cluster.cc ShardFor):
 //     node 1 itself, or another node (first lookup: one RPC to the shard;
 //     again: node 1's metadata cache; a prompt longer than what is stored:
-//     one RPC every time). The shard RPCs are counted from node 1's metrics.
+//     one RPC every time). Node 1's metrics must agree with the split.
 //  5. Weak scaling (2, 4, 8 nodes): a shared-document workload, the same
 //     work per node: every node saves --scale-docs documents, then asks
 //     --scale-requests questions (a document drawn by Zipf popularity over
 //     all documents + a new question suffix): Lookup, Load, check the bytes,
 //     "compute" the rest, Save the whole prompt. It reports where the tokens
 //     came from (own DRAM, a local replica, a remote fetch, missing), the
-//     bytes moved between nodes and throughput, per cluster size.
+//     bytes moved between nodes, shard RPCs and throughput, per cluster size.
 //
 // Every loaded byte is checked against its source (the KV generator of
 // bench/workload.h); a wrong byte, a load that is not the kind it must be
-// (a remote fetch on the path asked for) or a failed request exits non-zero.
-// Times are never asserted: the program prints ratios.
+// or a failed request exits non-zero. Times are never asserted: the program
+// prints ratios. The nodes' directories are removed at the end.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -83,7 +89,7 @@ namespace {
 
 struct Options {
   uint64_t tokens = 8192;
-  int reps = 5;
+  int reps = 15;
   std::vector<std::string> paths = {"tcp", "rma"};
   bool redis = true;
   std::string redis_server = "redis-server";
@@ -246,8 +252,27 @@ struct ClusterMetrics {
 
 // A cluster of `nodes` real ptstored (metrics on), converged. `path`: tcp,
 // rma (libfabric's tcp provider, the daemon's default) or rma-<provider>.
-Result<std::unique_ptr<TestCluster>> StartCluster(size_t nodes, const std::string& arena, const std::string& path,
-                                                  uint32_t replicate_after) {
+// Stops the nodes and removes their directories (the harness keeps a
+// daemon's directory for post-mortems).
+struct ClusterDeleter {
+  void operator()(TestCluster* c) const {
+    std::vector<std::string> dirs;
+    for (size_t i = 0; i < c->size(); ++i) dirs.push_back(c->node(i).dir());
+    delete c;
+    for (const std::string& d : dirs) {
+      std::error_code ec;
+      if (!d.empty()) std::filesystem::remove_all(d, ec);
+    }
+  }
+};
+using ClusterPtr = std::unique_ptr<TestCluster, ClusterDeleter>;
+
+// The nodes' --log-level (--node-log-level; the metrics address is logged
+// at info).
+std::string g_node_log_level = "info";
+
+Result<ClusterPtr> StartCluster(size_t nodes, const std::string& arena, const std::string& path,
+                                uint32_t replicate_after) {
   TestCluster::Options co;
   co.nodes = nodes;
   co.arena_size = arena;
@@ -255,7 +280,7 @@ Result<std::unique_ptr<TestCluster>> StartCluster(size_t nodes, const std::strin
   co.replicate_after = replicate_after;
   co.heartbeat_ms = g_heartbeat_ms;
   co.rpc_timeout_ms = g_rpc_timeout_ms;
-  co.extra_args = {"--metrics-port", "auto"};
+  co.extra_args = {"--metrics-port", "auto", "--log-level", g_node_log_level};
   if (path.rfind("rma-", 0) == 0) {
     co.extra_args.insert(co.extra_args.end(), {"--fabric-provider", path.substr(4)});
     // A provider may name an endpoint by its node's address (shm does):
@@ -263,7 +288,7 @@ Result<std::unique_ptr<TestCluster>> StartCluster(size_t nodes, const std::strin
     // separate hosts).
     for (size_t i = 0; i < nodes; ++i) co.hosts.push_back("127.0.0." + std::to_string(i + 1));
   }
-  auto c = std::make_unique<TestCluster>(co);
+  ClusterPtr c(new TestCluster(co));
   PTS_RETURN_IF_ERROR(c->Start());
   PTS_RETURN_IF_ERROR(c->WaitConverged(20000));
   return c;
@@ -585,7 +610,7 @@ double Paired(const Method& base, const Method& x) {
 // One data path's cluster: node A (0) owns the prefix, node B (1) loads it.
 struct PathCluster {
   std::string path;
-  std::unique_ptr<TestCluster> cluster;
+  ClusterPtr cluster;
   NodeMetrics metrics_b;
   std::unique_ptr<Client> a, b;
   uint64_t remote_loads = 0;
@@ -856,16 +881,19 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
   }
   const double base_p50 = P50(base.seconds);
 
-  Table t({"method", "median GB/s", "min GB/s", "max GB/s", "median ms", "x raw TCP", "x raw TCP, paired"});
+  Table t({"method", "median GB/s", "min GB/s", "max GB/s", "median ms", "x raw TCP", "x raw TCP, paired",
+           "CPU s", "CPU x raw TCP"});
+  const double base_cpu = P50(base.cpu);
   auto row = [&](const Method& m) {
     const Summary s = Summarize(m.seconds);
     t.Row({m.name, Format("%.2f", GBps(bytes, s.p50)), Format("%.2f", GBps(bytes, s.max)),
            Format("%.2f", GBps(bytes, s.min)), Format("%.1f", s.p50 * 1e3), Ratio(base_p50 / s.p50),
-           Ratio(Paired(base, m))});
+           Ratio(Paired(base, m)), Format("%.2f", P50(m.cpu)), Ratio(P50(m.cpu) / base_cpu)});
   };
   auto part = [&](const char* name, const std::vector<double>& v) {
     const Summary f = Summarize(v);
-    t.Row({name, Format("%.2f", GBps(bytes, f.p50)), "", "", Format("%.1f", f.p50 * 1e3), Ratio(base_p50 / f.p50), ""});
+    t.Row({name, Format("%.2f", GBps(bytes, f.p50)), "", "", Format("%.1f", f.p50 * 1e3), Ratio(base_p50 / f.p50), "",
+           "", ""});
   };
   for (size_t i = 0; i < n_baselines; ++i) row(methods[i]);
   json jpaths;
@@ -968,7 +996,8 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
   if (out) {
     json jm;
     for (const Method& m : methods) {
-      jm[m.key] = {{"name", m.name}, {"seconds", m.seconds}, {"gbps_p50", GBps(bytes, P50(m.seconds))},
+      jm[m.key] = {{"name", m.name}, {"seconds", m.seconds}, {"cpu_seconds", m.cpu},
+                   {"gbps_p50", GBps(bytes, P50(m.seconds))},
                    {"x_raw_tcp_1", {{"paired", Paired(base, m)}, {"of_medians", base_p50 / P50(m.seconds)}}}};
     }
     (*out)["methods"] = jm;
@@ -978,7 +1007,8 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
   if (!o.json) {
     std::printf("%s", t.ToString().c_str());
     std::printf("(x raw TCP: of the medians; paired: the median over the repetitions of each one's own ratio, which "
-                "the verdicts use)\n%s",
+                "the verdicts use;\n CPU s: median CPU time, user + system, of this process and the servers that "
+                "worked for the method (ptstored A and B, redis-server) during its timed part)\n%s",
                 verdicts.c_str());
     if (redis_best) std::printf("best Redis row (by median): %s\n", redis_best->name.c_str());
     if (!vs_tcp.empty()) std::printf("\n%s", vs_tcp.c_str());
@@ -1148,6 +1178,7 @@ class Zipf {
 };
 
 struct NodeRun {
+  uint64_t short_doc_loads = 0;  // loads that returned less than the document's whole blocks
   uint64_t requests = 0, requested = 0, loaded = 0, own = 0, replica = 0, remote = 0, doc_tokens = 0;
   uint64_t loaded_bytes = 0;
   std::vector<double> request_s, load_s;
@@ -1158,7 +1189,8 @@ struct ScaleRow {
   uint32_t nodes = 0;
   uint64_t requests = 0, requested = 0, loaded = 0, own = 0, replica = 0, remote = 0, miss = 0, doc_tokens = 0;
   uint64_t loaded_bytes = 0, moved_bytes = 0, served_bytes = 0, replicas_kept = 0, fetch_failures = 0;
-  uint64_t evictions = 0;
+  uint64_t evictions = 0, docs_lost = 0, short_doc_loads = 0, no_room_logged = 0;
+  std::vector<std::string> owned_evictions_logged;  // "node i: <log line>" (debug level only)
   double wall_s = 0, save_s = 0, load_p50 = 0, load_p99 = 0, req_p50 = 0, shard_rpcs = 0, announces = 0;
 };
 
@@ -1259,6 +1291,17 @@ Result<ScaleRow> RunScaleOnce(const Options& o, uint32_t nodes) {
       r.loaded += got;
       r.loaded_bytes += got * bpt;
       r.doc_tokens += doc[d].size() / bt * bt;
+      if (got < doc[d].size() / bt * bt) {
+        r.short_doc_loads++;
+        if (o.verbose) {
+          std::fprintf(stderr,
+                       "short load: node %u request %u document %u (owner %u): lookup matched %llu, load %llu of the "
+                       "document's %llu whole-block tokens; fetched %llu bytes\n",
+                       i, q, d, d % nodes, static_cast<unsigned long long>(info.matched_tokens),
+                       static_cast<unsigned long long>(got), static_cast<unsigned long long>(doc[d].size() / bt * bt),
+                       static_cast<unsigned long long>(after.remote_fetch_bytes - before.remote_fetch_bytes));
+        }
+      }
       r.remote += std::min(fetched, got - own);
       r.own += own;
       r.replica += got - own - std::min(fetched, got - own);
@@ -1276,6 +1319,7 @@ Result<ScaleRow> RunScaleOnce(const Options& o, uint32_t nodes) {
     row.replica += r.replica;
     row.remote += r.remote;
     row.doc_tokens += r.doc_tokens;
+    row.short_doc_loads += r.short_doc_loads;
     row.loaded_bytes += r.loaded_bytes;
     load_s.insert(load_s.end(), r.load_s.begin(), r.load_s.end());
     req_s.insert(req_s.end(), r.request_s.begin(), r.request_s.end());
@@ -1291,6 +1335,24 @@ Result<ScaleRow> RunScaleOnce(const Options& o, uint32_t nodes) {
     row.evictions += s.evictions - s0[i].evictions;
   }
   row.miss = row.requested - row.loaded;
+  // Fetches a node had no room for (logged at debug level only).
+  for (uint32_t i = 0; i < nodes; ++i) {
+    const std::string log = cluster->node(i).ReadLog();
+    for (size_t at = log.find("no room to fetch"); at != std::string::npos; at = log.find("no room to fetch", at + 1)) {
+      row.no_room_logged++;
+    }
+    std::istringstream lines(log);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find("evict tensor") != std::string::npos && l.find("(owned, ") != std::string::npos) {
+        row.owned_evictions_logged.push_back("node " + std::to_string(i) + ": " + l.substr(l.find("evict tensor")));
+      }
+    }
+  }
+  // Documents their owner no longer holds whole (evicted: no SSD tier here).
+  for (uint32_t d = 0; d < docs; ++d) {
+    PTS_ASSIGN_OR_RETURN(PrefixInfo info, clients[d % nodes]->Lookup(kNs, doc[d]));
+    if (info.matched_tokens < doc[d].size() / bt * bt) row.docs_lost++;
+  }
   const Summary ls = Summarize(load_s), rs = Summarize(req_s);
   row.load_p50 = ls.p50;
   row.load_p99 = ls.p99;
@@ -1316,7 +1378,8 @@ Status RunScale(const Options& o, json* out) {
   Table work({"nodes", "requests", "seconds", "req/s", "req/s per node", "x per node (first row)", "load GB/s",
               "load p50 ms", "load p99 ms", "request p50 ms"});
   Table tiers({"nodes", "own DRAM %", "local replica %", "remote fetch %", "miss %", "doc-prefix hit %",
-               "moved between nodes", "moved per request", "replicas kept", "shard RPCs/request", "evictions"});
+               "moved between nodes", "moved per request", "replicas kept", "shard RPCs/request", "evictions",
+               "fetch failures", "short doc loads", "documents lost"});
   json arr = json::array();
   const double first_per_node = rows.empty() ? 0 : rows[0].requests / rows[0].wall_s / rows[0].nodes;
   for (const ScaleRow& r : rows) {
@@ -1330,7 +1393,8 @@ Status RunScale(const Options& o, json* out) {
                Format("%.1f", pct(r.miss, r.requested)), Format("%.1f", pct(r.loaded, r.doc_tokens)),
                HumanBytes(r.moved_bytes), HumanBytes(r.requests ? r.moved_bytes / r.requests : 0),
                std::to_string(r.replicas_kept), Format("%.2f", r.shard_rpcs / static_cast<double>(r.requests)),
-               std::to_string(r.evictions)});
+               std::to_string(r.evictions), std::to_string(r.fetch_failures), std::to_string(r.short_doc_loads),
+               Format("%llu of %u", static_cast<unsigned long long>(r.docs_lost), r.nodes * o.scale_docs)});
     arr.push_back({{"nodes", r.nodes},
                    {"requests", r.requests},
                    {"seconds", r.wall_s},
@@ -1347,6 +1411,9 @@ Status RunScale(const Options& o, json* out) {
                    {"replicas_kept", r.replicas_kept},
                    {"fetch_failures", r.fetch_failures},
                    {"evictions", r.evictions},
+                   {"documents_lost", r.docs_lost},
+                   {"short_doc_loads", r.short_doc_loads},
+                   {"no_room_to_fetch_logged", r.no_room_logged},
                    {"shard_rpcs", r.shard_rpcs},
                    {"announces", r.announces},
                    {"load_p50_s", r.load_p50},
@@ -1363,6 +1430,16 @@ Status RunScale(const Options& o, json* out) {
                 tiers.ToString().c_str());
     std::printf("(a question is new on every request, so its blocks are always a miss; \"doc-prefix hit\" is loaded "
                 "/ the documents' whole blocks)\n");
+    if (g_node_log_level == "debug") {
+      for (const ScaleRow& r : rows) {
+        std::printf("%u nodes: %llu \"no room to fetch\" in the nodes' debug logs; %zu evictions of owned "
+                    "tensors\n",
+                    r.nodes, static_cast<unsigned long long>(r.no_room_logged), r.owned_evictions_logged.size());
+        if (o.verbose) {
+          for (const std::string& l : r.owned_evictions_logged) std::printf("  %s\n", l.c_str());
+        }
+      }
+    }
   }
   return Status::OK();
 }
@@ -1432,6 +1509,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", o.quick, "small sizes, for the test suite (a few seconds)");
   app.add_flag("--json", o.json, "print JSON");
   app.add_flag("--verbose", o.verbose, "print the nodes' logs when something fails");
+  app.add_option("--node-log-level", g_node_log_level, "the nodes' --log-level (debug, info)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

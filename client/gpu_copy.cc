@@ -18,6 +18,7 @@
 
 #include "client/connection.h"
 #include "client/gpu_kernels.h"
+#include "client/gpu_plan.h"
 #include "core/shm.h"
 
 namespace ptstore {
@@ -159,6 +160,8 @@ class GpuArena {
   ~GpuArena() {
     // Errors ignored: at exit the CUDA runtime may already be gone, and
     // then so are its registrations.
+    int current = -1;
+    cudaGetDevice(&current);
     for (auto& [device, s] : staging_) {
       cudaSetDevice(device);
       for (int i = 0; i < 2; ++i) {
@@ -170,6 +173,7 @@ class GpuArena {
       }
     }
     for (Reg& r : regs_) Unregister(r);
+    if (current >= 0 && !staging_.empty()) cudaSetDevice(current);
     cudaGetLastError();
   }
 
@@ -322,38 +326,14 @@ Status RequireDevice() {
 
 // ------------------------------------------------------------- copies
 
-// A run of the prefix's bytes that is contiguous in the arena.
-struct Run {
-  uint64_t arena_offset = 0;
-  uint64_t length = 0;
-};
-
-// The arena runs holding prefix bytes [begin, end), adjacent extents merged.
-std::vector<Run> RunsOf(const std::vector<Extent>& extents, uint64_t begin, uint64_t end) {
-  std::vector<Run> runs;
-  uint64_t pos = 0;
-  for (const Extent& e : extents) {
-    const uint64_t a = std::max(pos, begin);
-    const uint64_t b = std::min(pos + e.length, end);
-    if (a < b) {
-      const uint64_t off = e.arena_offset + (a - pos);
-      if (!runs.empty() && runs.back().arena_offset + runs.back().length == off) {
-        runs.back().length += b - a;
-      } else {
-        runs.push_back(Run{off, b - a});
-      }
-    }
-    pos += e.length;
-    if (pos >= end) break;
-  }
-  return runs;
-}
+using detail::ArenaRuns;
+using Run = detail::ArenaRun;
 
 // Copies prefix bytes [begin, begin + bytes) to device memory `dst` on
 // `stream`. REQUIRES: the stream's device is current.
 Status CopyRange(const ArenaCtx& ctx, const std::vector<Extent>& extents, uint64_t begin, uint64_t bytes,
                  uint8_t* dst, Stream stream, int device) {
-  const std::vector<Run> runs = RunsOf(extents, begin, begin + bytes);
+  const std::vector<Run> runs = ArenaRuns(extents, begin, begin + bytes);
   const uint8_t* arena = ctx.shm->data();
   if (ctx.registered()) {
     for (const Run& r : runs) {
@@ -440,48 +420,14 @@ class StreamBuffer {
 
 // ------------------------------------------------------------- gather
 
-uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
-// Checks the destination and the block ids for `tokens` tokens written from
-// token `dst_token_base` on; returns the destination's device.
+// Checks the destination and the block ids for `dst_tokens` tokens; returns
+// the destination's device.
 Result<int> CheckPaged(const Layout& layout, const PagedKVCache& dst, std::span<const int32_t> block_ids,
                        uint64_t dst_tokens) {
-  PTS_RETURN_IF_ERROR(layout.Validate());
-  if (dst.layers.empty()) return InvalidArgument("the paged KV cache has no layers");
-  if (uint64_t{dst.first_layer} + dst.layers.size() > layout.layers) {
-    return InvalidArgument("the paged KV cache has layers " + std::to_string(dst.first_layer) + ".." +
-                           std::to_string(dst.first_layer + dst.layers.size() - 1) + ", the layout " +
-                           std::to_string(layout.layers) + " layers");
-  }
-  if (dst.block_size == 0 || dst.num_blocks == 0) {
-    return InvalidArgument("the paged KV cache needs block_size > 0 and num_blocks > 0");
-  }
-  const int64_t head_bytes = int64_t{layout.head_dim} * static_cast<int64_t>(DTypeSize(layout.dtype));
-  if (dst.kv_stride <= 0 || dst.block_stride <= 0 || dst.slot_stride <= 0 ||
-      (layout.kv_heads > 1 && dst.head_stride <= 0)) {
-    return InvalidArgument("the paged KV cache's strides must be positive (kv " + std::to_string(dst.kv_stride) +
-                           ", block " + std::to_string(dst.block_stride) + ", slot " +
-                           std::to_string(dst.slot_stride) + ", head " + std::to_string(dst.head_stride) + ")");
-  }
-  if (layout.kv_heads > 1 && dst.head_stride < head_bytes) {
-    return InvalidArgument("the paged KV cache's head stride " + std::to_string(dst.head_stride) +
-                           " bytes is below one head (" + std::to_string(head_bytes) + " bytes)");
-  }
-  const uint64_t need = CeilDiv(dst_tokens, dst.block_size);
-  if (block_ids.size() < need) {
-    return InvalidArgument(std::to_string(dst_tokens) + " tokens in blocks of " + std::to_string(dst.block_size) +
-                           " need " + std::to_string(need) + " block ids, got " + std::to_string(block_ids.size()));
-  }
-  for (uint64_t i = 0; i < need; ++i) {
-    if (block_ids[i] < 0 || static_cast<uint64_t>(block_ids[i]) >= dst.num_blocks) {
-      return InvalidArgument("block id " + std::to_string(block_ids[i]) + " (index " + std::to_string(i) +
-                             ") is outside the cache's " + std::to_string(dst.num_blocks) + " blocks");
-    }
-  }
+  PTS_RETURN_IF_ERROR(detail::CheckPagedShape(layout, dst, block_ids, dst_tokens));
   int device = -1;
   for (size_t l = 0; l < dst.layers.size(); ++l) {
     const std::string what = "layer " + std::to_string(dst.first_layer + l) + " of the paged KV cache";
-    if (dst.layers[l] == nullptr) return InvalidArgument(what + " is a null pointer");
     PTS_ASSIGN_OR_RETURN(int d, DestinationDevice(dst.layers[l], what));
     if (device >= 0 && d != device) {
       return InvalidArgument(what + " is on device " + std::to_string(d) + ", layer " +
@@ -505,72 +451,16 @@ Status Gather(const std::vector<TokenMajorSegment>& segments, const Layout& layo
               std::span<const int32_t> block_ids, uint64_t tokens, uint64_t dst_token_base, Stream stream,
               int device) {
   if (tokens == 0) return Status::OK();
-  const uint64_t elem = DTypeSize(layout.dtype);
-  const uint64_t head_bytes = uint64_t{layout.head_dim} * elem;
-  const bool heads_adjacent = layout.kv_heads == 1 || dst.head_stride == static_cast<int64_t>(head_bytes);
-
-  detail::GatherParams p;
-  p.token_bytes = layout.BytesPerToken();
-  p.kv_bytes = head_bytes * layout.kv_heads;
-  p.layer_bytes = 2 * p.kv_bytes;
-  p.first_layer = dst.first_layer;
-  p.num_layers = static_cast<uint32_t>(dst.layers.size());
-  p.block_size = dst.block_size;
-  p.dst_token_base = dst_token_base;
-  p.kv_stride = dst.kv_stride;
-  p.block_stride = dst.block_stride;
-  p.slot_stride = dst.slot_stride;
-  p.row_stride = heads_adjacent ? 0 : dst.head_stride;
-  p.tokens = tokens;
-  p.rows_per_kv = heads_adjacent ? 1 : layout.kv_heads;
-  p.row_bytes = static_cast<uint32_t>(heads_adjacent ? p.kv_bytes : head_bytes);
-
-  // The table the kernel reads: segment addresses and first tokens, layer
-  // addresses, block ids (only the blocks this launch touches).
-  std::vector<uint64_t> seg_ptr, seg_first{0};
-  uint64_t align = p.token_bytes | p.kv_bytes | p.row_bytes | static_cast<uint64_t>(p.kv_stride) |
-                   static_cast<uint64_t>(p.block_stride) | static_cast<uint64_t>(p.slot_stride) |
-                   static_cast<uint64_t>(p.row_stride);
-  for (const TokenMajorSegment& s : segments) {
-    if (seg_first.back() >= tokens) break;
-    if (s.tokens == 0) continue;
-    seg_ptr.push_back(reinterpret_cast<uint64_t>(s.data));
-    seg_first.push_back(seg_first.back() + s.tokens);
-    align |= reinterpret_cast<uint64_t>(s.data);
-  }
-  seg_first.back() = std::max(seg_first.back(), tokens);
-  for (void* l : dst.layers) align |= reinterpret_cast<uint64_t>(l);
-  p.vector_bytes = 16;
-  while (p.vector_bytes > 1 && (align & (p.vector_bytes - 1)) != 0) p.vector_bytes /= 2;
-  p.num_segs = static_cast<uint32_t>(seg_ptr.size());
-
-  const uint64_t first_block = dst_token_base / dst.block_size;
-  const uint64_t end_block = CeilDiv(dst_token_base + tokens, dst.block_size);
-  const uint64_t nb = end_block - first_block;
-  // Block ids are indexed from the launch's first block.
-  p.dst_token_base = dst_token_base - first_block * dst.block_size;
-
-  std::vector<uint64_t> table;
-  table.reserve(seg_ptr.size() + seg_first.size() + dst.layers.size() + (nb + 1) / 2);
-  table.insert(table.end(), seg_ptr.begin(), seg_ptr.end());
-  table.insert(table.end(), seg_first.begin(), seg_first.end());
-  for (void* l : dst.layers) table.push_back(reinterpret_cast<uint64_t>(l));
-  const size_t ids_at = table.size();
-  table.resize(ids_at + (nb + 1) / 2, 0);
-  std::memcpy(table.data() + ids_at, block_ids.data() + first_block, nb * sizeof(int32_t));
-
+  detail::GatherPlan plan = detail::PlanGather(segments, layout, dst, block_ids, tokens, dst_token_base);
+  const uint64_t table_bytes = plan.table.size() * sizeof(uint64_t);
   StreamBuffer dev;
-  PTS_RETURN_IF_ERROR(dev.Alloc(table.size() * sizeof(uint64_t), stream, device));
+  PTS_RETURN_IF_ERROR(dev.Alloc(table_bytes, stream, device));
   // From pageable memory: CUDA has taken the bytes when the call returns.
-  PTS_CUDA(cudaMemcpyAsync(dev.data(), table.data(), table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice,
-                           stream),
+  PTS_CUDA(cudaMemcpyAsync(dev.data(), plan.table.data(), table_bytes, cudaMemcpyHostToDevice, stream),
            "cudaMemcpyAsync(gather table)");
-  const auto* t = reinterpret_cast<const uint64_t*>(dev.data());
-  p.seg_ptr = t;
-  p.seg_first = t + seg_ptr.size();
-  p.layer_ptr = t + seg_ptr.size() + seg_first.size();
-  p.block_ids = reinterpret_cast<const int32_t*>(t + ids_at);
-  PTS_CUDA(detail::LaunchGather(p, MaxBlocks(device), stream), "gather kernel launch");
+  plan.Bind(reinterpret_cast<const uint64_t*>(dev.data()));
+  PTS_CUDA(static_cast<cudaError_t>(detail::LaunchGather(plan.params, MaxBlocks(device), stream)),
+           "gather kernel launch");
   return dev.Free();
 }
 
@@ -581,7 +471,7 @@ Result<std::vector<TokenMajorSegment>> ArenaSegments(const ArenaCtx& ctx, const 
   void* base = nullptr;
   PTS_CUDA(cudaHostGetDevicePointer(&base, ctx.shm->data(), 0), "cudaHostGetDevicePointer(arena)");
   std::vector<TokenMajorSegment> out;
-  for (const Run& r : RunsOf(extents, start * token_bytes, (start + n) * token_bytes)) {
+  for (const Run& r : ArenaRuns(extents, start * token_bytes, (start + n) * token_bytes)) {
     if (r.length % token_bytes != 0) {
       return Internal("an extent run of " + std::to_string(r.length) + " bytes is not whole tokens of " +
                       std::to_string(token_bytes) + " bytes");
@@ -602,30 +492,10 @@ Result<int> DeviceCount() {
   return n;
 }
 
-std::string_view ArenaPathName(ArenaPath path) {
-  switch (path) {
-    case ArenaPath::kRegisteredReadOnly:
-      return "registered-read-only";
-    case ArenaPath::kRegistered:
-      return "registered";
-    case ArenaPath::kStaging:
-      return "staging";
-    case ArenaPath::kNone:
-      break;
-  }
-  return "none";
-}
-
-std::string_view GatherModeName(GatherMode mode) {
-  switch (mode) {
-    case GatherMode::kDirect:
-      return "direct";
-    case GatherMode::kStaged:
-      return "staged";
-    case GatherMode::kAuto:
-      break;
-  }
-  return "auto";
+Status SynchronizeStream(Stream stream) {
+  PTS_RETURN_IF_ERROR(RequireDevice());
+  PTS_CUDA(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return Status::OK();
 }
 
 Result<ArenaInfo> PrepareArena(const Client& client, const GpuOptions& options) {
@@ -660,34 +530,6 @@ Status LoadToDevice(const PinnedPrefix& pin, void* device_dst, uint64_t bytes, S
   PTS_RETURN_IF_ERROR(guard.Set(device));
   PTS_ASSIGN_OR_RETURN(ArenaCtx ctx, ContextOf(pin));
   return CopyRange(ctx, pin.extents(), 0, bytes, static_cast<uint8_t*>(device_dst), stream, device);
-}
-
-PagedKVCache PagedKVCache::FlashAttention(std::vector<void*> layers, const Layout& layout, uint64_t num_blocks,
-                                          uint32_t block_size, uint32_t first_layer) {
-  PagedKVCache c;
-  c.layers = std::move(layers);
-  c.first_layer = first_layer;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.head_stride = static_cast<int64_t>(uint64_t{layout.head_dim} * DTypeSize(layout.dtype));
-  c.slot_stride = c.head_stride * layout.kv_heads;
-  c.block_stride = c.slot_stride * block_size;
-  c.kv_stride = c.block_stride * static_cast<int64_t>(num_blocks);
-  return c;
-}
-
-PagedKVCache PagedKVCache::FlashInfer(std::vector<void*> layers, const Layout& layout, uint64_t num_blocks,
-                                      uint32_t block_size, uint32_t first_layer) {
-  PagedKVCache c;
-  c.layers = std::move(layers);
-  c.first_layer = first_layer;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.head_stride = static_cast<int64_t>(uint64_t{layout.head_dim} * DTypeSize(layout.dtype));
-  c.slot_stride = c.head_stride * layout.kv_heads;
-  c.kv_stride = c.slot_stride * block_size;
-  c.block_stride = c.kv_stride * 2;
-  return c;
 }
 
 Status LoadToPagedKV(const PinnedPrefix& pin, const Layout& layout, const PagedKVCache& dst,

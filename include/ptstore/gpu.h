@@ -52,6 +52,9 @@ using Stream = CUstream_st*;
 // insufficient for CUDA runtime version", ...).
 Result<int> DeviceCount();
 
+// cudaStreamSynchronize(stream), as a Status (for callers without CUDA's headers).
+Status SynchronizeStream(Stream stream);
+
 // How a client's arena reaches the GPU.
 enum class ArenaPath : uint8_t {
   kNone = 0,            // not set up yet: no GPU call on this client so far

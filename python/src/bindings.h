@@ -12,9 +12,12 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "ptstore/client.h"
 #include "ptstore/status.h"
 
 namespace ptstore::python {
@@ -54,5 +57,12 @@ auto NoGil(F&& f) {
 void BindErrors(py::module_& m);
 void BindTypes(py::module_& m);
 void BindClient(py::module_& m);
+// The GPU copy path (gpu.cc), in builds with CUDA (PTSTORE_HAVE_CUDA).
+void BindGpu(py::module_& m);
+
+// For gpu.cc, from client.cc: f(the PinnedPrefix of a _ptstore.Pin) under the
+// pin's lock with the GIL released; the libptstore Client of a _ptstore.Client.
+Status WithPin(const py::object& pin, const std::function<Status(const PinnedPrefix&)>& f);
+std::shared_ptr<Client> ClientOf(const py::object& client);
 
 }  // namespace ptstore::python

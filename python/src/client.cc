@@ -7,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,11 @@ class Pin {
     std::lock_guard lk(mu_);
     return pin_.Release();
   }
+  // f(the PinnedPrefix), under the pin's lock (the GPU bindings, gpu.cc).
+  Status Use(const std::function<Status(const PinnedPrefix&)>& f) {
+    std::lock_guard lk(mu_);
+    return f(pin_);
+  }
 
  private:
   std::mutex mu_;
@@ -86,6 +92,13 @@ class PyClient {
 };
 
 }  // namespace
+
+Status WithPin(const py::object& pin, const std::function<Status(const PinnedPrefix&)>& f) {
+  auto p = pin.cast<std::shared_ptr<Pin>>();  // under the GIL; keeps the pin alive below
+  return NoGil([&] { return p->Use(f); });
+}
+
+std::shared_ptr<Client> ClientOf(const py::object& client) { return client.cast<const PyClient&>().Get(); }
 
 void BindClient(py::module_& m) {
   using namespace pybind11::literals;

@@ -7,4 +7,7 @@ PYBIND11_MODULE(_ptstore, m) {
   ptstore::python::BindErrors(m);
   ptstore::python::BindTypes(m);
   ptstore::python::BindClient(m);
+#ifdef PTSTORE_HAVE_CUDA
+  ptstore::python::BindGpu(m);  // ptstore.gpu; absent from builds without CUDA
+#endif
 }

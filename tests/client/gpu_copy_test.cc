@@ -21,6 +21,7 @@
 
 #include "ptstore/client.h"
 #include "ptstore/gpu.h"
+#include "tests/client/gpu_reference.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
 
@@ -33,6 +34,11 @@ using gpu::PagedLoadOptions;
 using gpu::TokenMajorSegment;
 using testing::ConnectTo;
 using testing::Daemon;
+using testing::GatherCase;
+using testing::RandomBlockIds;
+using testing::RandomBytes;
+using testing::ReferenceGather;
+using testing::LayerBytes;
 using testing::Tokens;
 
 bool GpuRequired() {
@@ -46,7 +52,7 @@ bool GpuRequired() {
     auto pts_n_ = gpu::DeviceCount();                                                          \
     if (!pts_n_.ok()) {                                                                        \
       if (GpuRequired()) FAIL() << "PTSTORE_GPU_REQUIRED is set, but " << pts_n_.status().ToString(); \
-      GTEST_SKIP() << "no CUDA device: " << pts_n_.status().message();                          \
+      GTEST_SKIP() << pts_n_.status().message();                          \
     }                                                                                          \
   } while (0)
 
@@ -78,16 +84,6 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::vector<uint8_t> v(n);
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i < n; i += 4) {
-    uint32_t x = rng();
-    std::memcpy(v.data() + i, &x, std::min<size_t>(4, n - i));
-  }
-  return v;
-}
-
 // KV of `tokens` tokens whose bytes depend on each token's position and id
 // only, so two prompts sharing a prefix have the same KV for it.
 std::vector<uint8_t> KvFor(const std::vector<uint32_t>& tokens, const Layout& l) {
@@ -100,60 +96,10 @@ std::vector<uint8_t> KvFor(const std::vector<uint32_t>& tokens, const Layout& l)
   return kv;
 }
 
-// The paged cache on the host, as the reference writes it.
-struct HostPaged {
-  std::vector<std::vector<uint8_t>> layers;
-};
-
-// CPU reference: token i of `src` (token-major, from prefix token `start`)
-// into block ids[i / bs], slot i % bs, of every layer of `dst` (whose layer
-// pointers are ignored: `host` holds the bytes).
-void ReferenceGather(const uint8_t* src, uint64_t n, const Layout& l, const PagedKVCache& dst,
-                     const std::vector<int32_t>& ids, HostPaged& host) {
-  const uint64_t e = DTypeSize(l.dtype);
-  const uint64_t head = l.head_dim * e;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint8_t* tok = src + i * l.BytesPerToken();
-    const int64_t blk = ids[i / dst.block_size];
-    const int64_t slot = static_cast<int64_t>(i % dst.block_size);
-    for (size_t li = 0; li < dst.layers.size(); ++li) {
-      const uint64_t layer = dst.first_layer + li;
-      for (int kv = 0; kv < 2; ++kv) {
-        for (uint32_t h = 0; h < l.kv_heads; ++h) {
-          const uint8_t* s = tok + ((layer * 2 + kv) * l.kv_heads + h) * head;
-          uint8_t* d = host.layers[li].data() + kv * dst.kv_stride + blk * dst.block_stride +
-                       slot * dst.slot_stride + h * dst.head_stride;
-          std::memcpy(d, s, head);
-        }
-      }
-    }
-  }
-}
-
-// Bytes of one layer's tensor under `dst`'s strides.
-uint64_t LayerBytes(const Layout& l, const PagedKVCache& c) {
-  const int64_t head = l.head_dim * static_cast<int64_t>(DTypeSize(l.dtype));
-  int64_t last = c.kv_stride + (static_cast<int64_t>(c.num_blocks) - 1) * c.block_stride +
-                 (c.block_size - 1) * c.slot_stride + (l.kv_heads - 1) * c.head_stride + head;
-  return static_cast<uint64_t>(last);
-}
-
-// vLLM's HND variant of FlashAttention: [2, num_blocks, kv_heads, block_size, head_dim].
-PagedKVCache HndCache(const Layout& l, uint64_t num_blocks, uint32_t block_size) {
-  PagedKVCache c;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.slot_stride = l.head_dim * static_cast<int64_t>(DTypeSize(l.dtype));
-  c.head_stride = c.slot_stride * block_size;
-  c.block_stride = c.head_stride * l.kv_heads;
-  c.kv_stride = c.block_stride * static_cast<int64_t>(num_blocks);
-  return c;
-}
-
 // Device layers for `c` (its pointers filled in), initialised to a sentinel.
 struct DevicePaged {
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
-  HostPaged host;
+  std::vector<std::vector<uint8_t>> host;  // what the reference writes
 };
 DevicePaged MakePaged(const Layout& l, PagedKVCache& c, size_t num_layers, uint8_t sentinel = 0xA5) {
   DevicePaged p;
@@ -163,7 +109,7 @@ DevicePaged MakePaged(const Layout& l, PagedKVCache& c, size_t num_layers, uint8
     p.bufs.push_back(std::make_unique<DeviceBuffer>(bytes));
     p.bufs.back()->Fill(sentinel);
     c.layers.push_back(p.bufs.back()->data());
-    p.host.layers.emplace_back(bytes, sentinel);
+    p.host.emplace_back(bytes, sentinel);
   }
   return p;
 }
@@ -172,21 +118,12 @@ void ExpectSame(const DevicePaged& p) {
   cudaDeviceSynchronize();
   for (size_t i = 0; i < p.bufs.size(); ++i) {
     std::vector<uint8_t> got = p.bufs[i]->ToHost();
-    const std::vector<uint8_t>& want = p.host.layers[i];
+    const std::vector<uint8_t>& want = p.host[i];
     ASSERT_EQ(got.size(), want.size());
     auto diff = std::mismatch(got.begin(), got.end(), want.begin());
     ASSERT_TRUE(diff.first == got.end()) << "layer " << i << " differs at byte " << (diff.first - got.begin())
                                          << " of " << got.size();
   }
-}
-
-std::vector<int32_t> RandomBlockIds(uint64_t count, uint64_t num_blocks, uint32_t seed) {
-  std::vector<int32_t> all(num_blocks);
-  std::iota(all.begin(), all.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(all.begin(), all.end(), rng);
-  all.resize(count);
-  return all;
 }
 
 // ---------------------------------------------------------- no device
@@ -222,64 +159,56 @@ TEST(GpuNoDevice, ClearErrorsWithoutADevice) {
 
 // ------------------------------------------------- gather kernel alone
 
-struct GatherCase {
-  const char* name;
-  Layout layout;
-  uint32_t block_size;
-  uint64_t num_blocks;
-  uint64_t tokens;
-  int cache;  // 0 FlashAttention, 1 FlashInfer, 2 HND
-  uint32_t first_layer;
-  uint32_t num_layers;  // 0: all from first_layer
-  int segments;         // the source cut into this many pieces
-  bool host_source;     // registered host memory instead of device memory
-};
-
 class GpuGather : public ::testing::Test {
  protected:
   void SetUp() override { PTS_REQUIRE_GPU(); }
 };
 
+// Page-aligned host memory registered with CUDA (mapped), for zero-copy sources.
+class RegisteredHost {
+ public:
+  explicit RegisteredHost(size_t bytes) : bytes_((bytes + 4095) / 4096 * 4096) {
+    p_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes_));
+    ok_ = cudaHostRegister(p_, bytes_, cudaHostRegisterMapped) == cudaSuccess;
+  }
+  ~RegisteredHost() {
+    if (ok_) cudaHostUnregister(p_);
+    std::free(p_);
+  }
+  RegisteredHost(const RegisteredHost&) = delete;
+  RegisteredHost& operator=(const RegisteredHost&) = delete;
+  bool ok() const { return ok_; }
+  uint8_t* data() const { return p_; }
+
+ private:
+  size_t bytes_;
+  uint8_t* p_ = nullptr;
+  bool ok_ = false;
+};
+
 TEST_F(GpuGather, MatchesCpuReference) {
-  const GatherCase cases[] = {
-      {"bf16 flash_attn", {4, 8, 128, DType::kBF16, 16}, 16, 64, 16 * 20, 0, 0, 0, 1, false},
-      {"bf16 partial last block", {4, 8, 128, DType::kBF16, 16}, 16, 64, 16 * 20 + 5, 0, 0, 0, 3, false},
-      {"fp16 flashinfer", {3, 4, 64, DType::kFP16, 16}, 16, 40, 16 * 7 + 9, 1, 0, 0, 2, false},
-      {"fp32 flash_attn", {2, 2, 64, DType::kFP32, 16}, 16, 32, 16 * 9 + 1, 0, 0, 0, 4, false},
-      {"fp32 hnd", {2, 4, 32, DType::kFP32, 16}, 16, 24, 16 * 5 + 15, 2, 0, 0, 1, false},
-      {"bf16 layer subset", {6, 2, 64, DType::kBF16, 16}, 16, 32, 16 * 6 + 3, 0, 2, 3, 2, false},
-      {"bf16 block 32 vs store blocks of 16", {2, 8, 128, DType::kBF16, 16}, 32, 16, 32 * 4 + 17, 0, 0, 0, 5, false},
-      {"fp16 odd head_dim (2-byte vectors)", {2, 3, 5, DType::kFP16, 16}, 16, 16, 16 * 3 + 2, 2, 0, 0, 2, false},
-      {"fp8", {2, 8, 128, DType::kFP8, 16}, 16, 16, 16 * 4 + 7, 0, 0, 0, 1, false},
-      {"bf16 registered host source (zero-copy)", {4, 8, 128, DType::kBF16, 16}, 16, 64, 16 * 20 + 11, 0, 0, 0, 3,
-       true},
-      {"fp32 registered host source, hnd", {2, 4, 32, DType::kFP32, 16}, 16, 24, 16 * 5 + 1, 2, 1, 1, 2, true},
-  };
   uint32_t seed = 1;
-  for (const GatherCase& gc : cases) {
+  for (const GatherCase& gc : testing::GatherCases()) {
     SCOPED_TRACE(gc.name);
     const Layout& l = gc.layout;
     const uint64_t bpt = l.BytesPerToken();
-    const uint32_t nl = gc.num_layers ? gc.num_layers : l.layers - gc.first_layer;
-    PagedKVCache c = gc.cache == 0   ? PagedKVCache::FlashAttention({}, l, gc.num_blocks, gc.block_size)
-                     : gc.cache == 1 ? PagedKVCache::FlashInfer({}, l, gc.num_blocks, gc.block_size)
-                                     : HndCache(l, gc.num_blocks, gc.block_size);
-    c.first_layer = gc.first_layer;
-    DevicePaged paged = MakePaged(l, c, nl);
+    PagedKVCache c = gc.Cache();
+    DevicePaged paged = MakePaged(l, c, gc.Layers());
 
     std::vector<uint8_t> src = RandomBytes(gc.tokens * bpt, seed++);
-    // The source: in `segments` pieces of whole tokens, each its own allocation.
+    // The source in `segments` pieces of whole tokens, each its own allocation.
     std::vector<TokenMajorSegment> segs;
     std::vector<std::unique_ptr<DeviceBuffer>> dev_pieces;
-    std::vector<std::vector<uint8_t>> host_pieces;
+    std::vector<std::unique_ptr<RegisteredHost>> host_pieces;
     uint64_t at = 0;
     for (int s = 0; s < gc.segments; ++s) {
-      uint64_t n = s + 1 == gc.segments ? gc.tokens - at : gc.tokens / gc.segments + s;
+      const uint64_t n = gc.SegmentTokens(s, at);
       std::vector<uint8_t> piece(src.begin() + at * bpt, src.begin() + (at + n) * bpt);
       if (gc.host_source) {
-        host_pieces.push_back(std::move(piece));
-        CUDA_OK(cudaHostRegister(host_pieces.back().data(), host_pieces.back().size(), cudaHostRegisterMapped));
-        segs.push_back({host_pieces.back().data(), n});
+        host_pieces.push_back(std::make_unique<RegisteredHost>(piece.size()));
+        ASSERT_TRUE(host_pieces.back()->ok()) << "cudaHostRegister of a test buffer failed";
+        std::memcpy(host_pieces.back()->data(), piece.data(), piece.size());
+        segs.push_back({host_pieces.back()->data(), n});
       } else {
         dev_pieces.push_back(std::make_unique<DeviceBuffer>(piece.size()));
         dev_pieces.back()->FromHost(piece);
@@ -295,7 +224,6 @@ TEST_F(GpuGather, MatchesCpuReference) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     CUDA_OK(cudaDeviceSynchronize());
     ExpectSame(paged);
-    for (auto& h : host_pieces) cudaHostUnregister(h.data());
   }
 }
 

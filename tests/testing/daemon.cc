@@ -18,7 +18,12 @@
 
 namespace ptstore::testing {
 
-std::string PtstoredPath() { return PTSTORE_PTSTORED_PATH; }
+std::string PtstoredPath() {
+  // $PTSTORE_PTSTORED overrides this build's binary (test binaries run away
+  // from their build tree: scripts/gpu-check's bundle).
+  const char* env = std::getenv("PTSTORE_PTSTORED");
+  return env != nullptr && *env != '\0' ? env : PTSTORE_PTSTORED_PATH;
+}
 
 std::string MakeTempDir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");

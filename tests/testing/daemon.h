@@ -11,7 +11,8 @@
 
 namespace ptstore::testing {
 
-// Path of the ptstored binary of this build (set by CMake).
+// Path of the ptstored binary of this build (set by CMake), or
+// $PTSTORE_PTSTORED when set.
 std::string PtstoredPath();
 // A fresh directory under $TMPDIR, removed by the caller (or left for
 // post-mortems when a test fails).
