@@ -11,6 +11,8 @@
 #include <map>
 #include <random>
 
+#include <xxhash.h>
+
 #include "core/logging.h"
 #include "core/rendezvous.h"
 #include "rdma/fabric.h"
@@ -289,6 +291,22 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   }
   Peer* p = FindPeer(shard);
   if (p == nullptr) return;
+  // The shard said lately that it holds nothing past this node's match of
+  // the same prefix: trust that for a moment (a stale answer costs a miss).
+  const uint64_t neg_key = XXH3_64bits_withSeed(tokens.data(), local->blocks * bt * sizeof(uint32_t),
+                                                XXH3_64bits(ns.data(), ns.size()));
+  const auto now = Clock::now();
+  // Only past a prefix this node knows (never for a root it knows nothing
+  // of: that answer is about one first block only).
+  const bool cacheable = options_.negative_ttl_ms > 0 && local->blocks > 0;
+  if (cacheable) {
+    std::lock_guard lk(negative_mu_);
+    auto it = negative_.find(neg_key);
+    if (it != negative_.end() && now - it->second < std::chrono::milliseconds(options_.negative_ttl_ms)) {
+      counters_.metadata_hits++;
+      return;
+    }
+  }
   counters_.shard_lookups++;
   const auto t0 = Clock::now();
   Result<core::ShardLookupReply> rep = p->channel->Call<core::ShardLookup, core::ShardLookupReply>(
@@ -303,6 +321,10 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   if (rep->blocks > local->blocks) {
     Result<uint64_t> r = store_->InsertRemote(ns, tokens, rep->ranges);
     if (!r.ok()) PTS_DEBUG("cluster", "filing the shard's answer: " << r.status().ToString());
+  } else if (cacheable) {
+    std::lock_guard lk(negative_mu_);
+    if (negative_.size() > 100000) negative_.clear();  // bounded; they expire fast anyway
+    negative_[neg_key] = now;
   }
 }
 

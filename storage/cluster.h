@@ -41,6 +41,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/membership.h"
@@ -59,6 +60,8 @@ struct Frame;
 
 namespace ptstore::storage {
 
+using Clock = std::chrono::steady_clock;
+
 struct ClusterOptions {
   std::string cluster_file;           // membership (core/membership.h)
   std::string secret_file;            // overrides the cluster file's secret_file
@@ -68,6 +71,10 @@ struct ClusterOptions {
   int connect_timeout_ms = 500;
   int heartbeat_ms = 500;
   int dead_after = 2;                 // missed pings before a member is dead
+  // A shard's answer that it holds nothing past a prefix is trusted this
+  // long for other prompts that continue the same prefix (a document and
+  // its many new questions ask once per this); 0: always ask.
+  int negative_ttl_ms = 250;
   // A fetch may take rpc_timeout_ms plus its bytes at this rate.
   double min_fetch_bytes_per_s = 200e6;
 };
@@ -190,6 +197,11 @@ class Cluster : public RemoteFetcher {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::list<ServedConn> conns_;  // GUARDED_BY(conns_mu_)
+
+  // Negative shard answers: (namespace, hash of the prefix tokens the
+  // shard matched) -> when.
+  std::mutex negative_mu_;
+  std::unordered_map<uint64_t, Clock::time_point> negative_;  // GUARDED_BY(negative_mu_)
 
   std::mutex wake_mu_;
   std::condition_variable wake_;

@@ -18,8 +18,6 @@
 
 namespace ptstore::storage {
 
-using Clock = std::chrono::steady_clock;
-
 struct Cluster::Peer {
   core::Member member;
   std::unique_ptr<rdma::PeerChannel> channel;

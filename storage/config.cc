@@ -150,7 +150,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     ClusterOptions& c = config->cluster;
     PTS_RETURN_IF_ERROR(CheckKeys(*cluster, "cluster",
                                   {"file", "secret_file", "data_path", "fabric_provider", "rpc_timeout_ms",
-                                   "heartbeat_ms", "dead_after", "replicate_after"}));
+                                   "heartbeat_ms", "dead_after", "replicate_after", "negative_ttl_ms"}));
     PTS_RETURN_IF_ERROR(Field(*cluster, "file", &c.cluster_file));
     PTS_RETURN_IF_ERROR(Field(*cluster, "secret_file", &c.secret_file));
     std::string path;
@@ -171,6 +171,10 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(Field(*cluster, "dead_after", &v));
     if (v < 1 || v > 1000) return InvalidArgument("config: cluster.dead_after must be in [1, 1000]");
     c.dead_after = static_cast<int>(v);
+    v = c.negative_ttl_ms;
+    PTS_RETURN_IF_ERROR(Field(*cluster, "negative_ttl_ms", &v));
+    if (v < 0 || v > 600000) return InvalidArgument("config: cluster.negative_ttl_ms must be in [0, 600000]");
+    c.negative_ttl_ms = static_cast<int>(v);
     v = config->store.replicate_after;
     PTS_RETURN_IF_ERROR(Field(*cluster, "replicate_after", &v));
     if (v < 0 || v > 1000000) return InvalidArgument("config: cluster.replicate_after must be in [0, 1000000]");

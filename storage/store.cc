@@ -682,7 +682,9 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     drop_unused();
     return r;
   }
-  if (count) HitLocked(m);
+  // A hit also when a peer's fetch pins it (count == false): data other
+  // nodes load is valuable to GDSF on its owner too.
+  HitLocked(m);
   Lease lease;
   lease.session = session;
   // Saturating: a lease too long for the clock never expires (and does not

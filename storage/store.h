@@ -180,7 +180,8 @@ class Store {
   // node holds (its own data or replicas; SSD-only parts are read back;
   // nothing is fetched from other nodes): what an owner does to serve a
   // peer's fetch. The extents cover only those blocks; matched_tokens is
-  // the end of the pinned range. Not counted as a client hit.
+  // the end of the pinned range. Not counted as a client request, but as a
+  // hit for eviction (GDSF): what peers load stays.
   Result<PrefixResult> PinHeld(const std::string& ns, std::span<const uint32_t> tokens, uint64_t from_block,
                                uint64_t session, uint64_t lease_ms = 0);
   // Removes blocks [from_block, ...) of the prefix `tokens` (its first

@@ -80,7 +80,10 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
   if (!secret_file.empty()) o.extra_args.insert(o.extra_args.end(), {"--secret-file", secret_file});
   const std::string config = dir_ + "/node" + std::to_string(i) + ".toml";
   std::ofstream(config) << "[cluster]\nheartbeat_ms = " << options_.heartbeat_ms
-                        << "\nrpc_timeout_ms = " << options_.rpc_timeout_ms << "\n";
+                        << "\nrpc_timeout_ms = " << options_.rpc_timeout_ms << "\n"
+                        << (options_.negative_ttl_ms >= 0
+                                ? "negative_ttl_ms = " + std::to_string(options_.negative_ttl_ms) + "\n"
+                                : std::string());
   o.extra_args.insert(o.extra_args.end(), {"--config", config});
   o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());
   o.extra_args.insert(o.extra_args.end(), node_args_[i].begin(), node_args_[i].end());

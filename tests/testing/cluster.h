@@ -26,6 +26,7 @@ class TestCluster {
     int heartbeat_ms = 100;
     int rpc_timeout_ms = 500;
     uint32_t replicate_after = 2;
+    int negative_ttl_ms = -1;  // [cluster] negative_ttl_ms; < 0: the daemon's default
     std::vector<std::string> extra_args;  // for every node
     // Separate hosts: node i listens on hosts[i]:7400 and runs under
     // wrappers[i] (e.g. "ip netns exec ..."); empty: loopback ports.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -66,9 +67,26 @@ Result<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log
   return pid;
 }
 
-Daemon::~Daemon() { Stop(); }
+Daemon::~Daemon() {
+  Stop();
+  RemoveDirIfOnlyOurs();
+}
+
+void Daemon::RemoveDirIfOnlyOurs() {
+  // Only the socket and the log: nothing a test may still want (a test that
+  // puts data there, e.g. an SSD tier, cleans up itself). A failed test
+  // prints the logs it needs; PTSTORE_KEEP_TEST_DIRS=1 keeps them all.
+  if (dir_.empty() || std::getenv("PTSTORE_KEEP_TEST_DIRS") != nullptr) return;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename();
+    if (name != "ptstored.sock" && name != "ptstored.log") return;
+  }
+  if (!ec) std::filesystem::remove_all(dir_, ec);
+}
 
 Status Daemon::Start(const Options& options) {
+  RemoveDirIfOnlyOurs();  // a restart gets a fresh directory
   dir_ = MakeTempDir("ptstored-test");
   if (dir_.empty()) return ErrnoError("mkdtemp", errno);
   socket_ = dir_ + "/ptstored.sock";

@@ -54,6 +54,8 @@ class Daemon {
   std::string ReadLog() const;
 
  private:
+  void RemoveDirIfOnlyOurs();
+
   pid_t pid_ = -1;
   std::string dir_;
   std::string socket_;
