@@ -96,12 +96,7 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
     h.uid = uid;
     h.gid = gid;
     h.mode = mode;
-    appends_in_flight_++;
-    lk.unlock();
-    Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
-    lk.lock();
-    appends_in_flight_--;
-    io_done_.notify_all();
+    Result<SsdLocation> loc = AppendHeaderLocked(std::move(h), lk);
     if (!loc.ok()) return loc.status().WithContext("create namespace '" + name + "'");
     if (auto r = existing()) {
       // Another client created it meanwhile: ours never existed.

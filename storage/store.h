@@ -280,6 +280,9 @@ class Store {
   // Writes `t` to SSD with the lock released; afterwards frees its DRAM
   // copy if `free_dram` and nothing pins it. False if the spill failed.
   bool SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram = true);
+  // Appends a record without payload (a namespace's, a remote tensor's)
+  // with the lock released.
+  Result<SsdLocation> AppendHeaderLocked(RecordHeader h, std::unique_lock<std::mutex>& lk);
   // Writes the record of remote tensor `a` (tokens and owner, no payload).
   void WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk);
   // Its record goes (in the background).

@@ -162,6 +162,16 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
   return SpillOneLocked(t, lk, free_dram);
 }
 
+Result<SsdLocation> Store::AppendHeaderLocked(RecordHeader h, std::unique_lock<std::mutex>& lk) {
+  appends_in_flight_++;
+  lk.unlock();
+  Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
+  lk.lock();
+  appends_in_flight_--;
+  io_done_.notify_all();
+  return loc;
+}
+
 void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
   uint64_t ignored;
   RecordHeader h = TensorRecordLocked(*a, &ignored);
@@ -169,12 +179,7 @@ void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
   h.owner_node = a->owner;
   h.seq = next_seq_++;
   const uint64_t written_tokens = h.tokens.size();
-  appends_in_flight_++;
-  lk.unlock();
-  Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
-  lk.lock();
-  appends_in_flight_--;
-  io_done_.notify_all();
+  Result<SsdLocation> loc = AppendHeaderLocked(std::move(h), lk);
   if (!loc.ok()) {
     PTS_WARN("ssd", "writing the record of a remote increment: " << loc.status().ToString());
     return;

@@ -11,6 +11,7 @@
 #include "ptstore/keys.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
+#include "tests/cluster/kv_check.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/run_tool.h"
@@ -24,22 +25,6 @@ using storage::testkv::Kv;
 using storage::testkv::kBpt;
 using storage::testkv::SmallLayout;
 
-constexpr char kNs[] = "kv";
-
-// Loads the longest stored prefix of `prompt` through `c` and checks its
-// bytes; returns the tokens loaded.
-uint64_t LoadAndCheck(Client& c, const std::vector<uint32_t>& prompt) {
-  std::vector<uint8_t> out(prompt.size() * kBpt);
-  auto n = c.Load(kNs, prompt, out.data(), out.size());
-  EXPECT_TRUE(n.ok()) << n.status().ToString();
-  if (!n.ok()) return 0;
-  if (*n > 0) {
-    const auto want = Kv(prompt, 0, *n);
-    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "bytes differ";
-  }
-  return *n;
-}
-
 // A prompt of `n` tokens whose root's shard (all of `nodes` alive) is `shard`.
 std::vector<uint32_t> PromptShardedTo(uint32_t shard, std::vector<uint32_t> nodes, size_t n, uint64_t seed) {
   for (;; ++seed) {
@@ -49,11 +34,7 @@ std::vector<uint32_t> PromptShardedTo(uint32_t shard, std::vector<uint32_t> node
   }
 }
 
-void Save(Client& c, const std::vector<uint32_t>& prompt) {
-  auto kv = Kv(prompt, 0, prompt.size());
-  auto r = c.Save(kNs, prompt, kv.data(), kv.size());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-}
+void Save(Client& c, const std::vector<uint32_t>& prompt) { SaveKv(c, prompt); }
 
 class ClusterTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -74,6 +55,24 @@ class ClusterTest : public ::testing::TestWithParam<std::string> {
     }
   }
   Client& client(size_t i) { return *clients_[i]; }
+  // Two nodes; node 0 with an SSD tier (stopped and started again with one).
+  void StartTwoWithSsdOnNode0() {
+    TestCluster::Options o;
+    o.nodes = 2;
+    o.data_path = GetParam();
+    cluster_ = std::make_unique<TestCluster>(o);
+    ASSERT_TRUE(cluster_->Start().ok());
+    ASSERT_EQ(cluster_->Stop(0), 0);
+    cluster_->SetNodeArgs(0, {"--ssd-dir", cluster_->dir() + "/ssd0", "--ssd-capacity", "256MiB"});
+    ASSERT_TRUE(cluster_->StartNode(0).ok());
+    ASSERT_TRUE(cluster_->WaitConverged().ok());
+    for (size_t i = 0; i < 2; ++i) {
+      auto c = cluster_->Connect(i);
+      ASSERT_TRUE(c.ok());
+      ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
+      clients_.push_back(std::move(*c));
+    }
+  }
   void TearDown() override {
     if (HasFailure() && cluster_) {
       for (size_t k = 0; k < cluster_->size(); ++k) {
@@ -284,23 +283,8 @@ TEST_P(ClusterTest, ARestartedShardLearnsAgainWhatOthersHold) {
 }
 
 TEST_P(ClusterTest, ARestartedOwnerWithAnSsdTierServesItsDataAgain) {
-  TestCluster::Options o;
-  o.nodes = 2;
-  o.data_path = GetParam();
-  cluster_ = std::make_unique<TestCluster>(o);
-  ASSERT_TRUE(cluster_->Start().ok());
-  // Node 0 gets an SSD tier: stop it and start it again with one.
-  ASSERT_EQ(cluster_->Stop(0), 0);
-  const std::string ssd = cluster_->dir() + "/ssd0";
-  cluster_->SetNodeArgs(0, {"--ssd-dir", ssd, "--ssd-capacity", "256MiB"});
-  ASSERT_TRUE(cluster_->StartNode(0).ok());
-  ASSERT_TRUE(cluster_->WaitConverged().ok());
-  for (size_t i = 0; i < 2; ++i) {
-    auto c = cluster_->Connect(i);
-    ASSERT_TRUE(c.ok());
-    ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
-    clients_.push_back(std::move(*c));
-  }
+  StartTwoWithSsdOnNode0();
+  if (HasFatalFailure()) return;
   const auto p = PromptShardedTo(1, {0, 1}, 64, 2000);
   Save(client(0), p);
   ASSERT_EQ(LoadAndCheck(client(1), p), 64u);
@@ -314,21 +298,8 @@ TEST_P(ClusterTest, ARestartedOwnerWithAnSsdTierServesItsDataAgain) {
 }
 
 TEST_P(ClusterTest, OwnedDataBelowAnotherNodesPrefixSurvivesARestart) {
-  TestCluster::Options o;
-  o.nodes = 2;
-  o.data_path = GetParam();
-  cluster_ = std::make_unique<TestCluster>(o);
-  ASSERT_TRUE(cluster_->Start().ok());
-  ASSERT_EQ(cluster_->Stop(0), 0);
-  cluster_->SetNodeArgs(0, {"--ssd-dir", cluster_->dir() + "/ssd0", "--ssd-capacity", "256MiB"});
-  ASSERT_TRUE(cluster_->StartNode(0).ok());
-  ASSERT_TRUE(cluster_->WaitConverged().ok());
-  for (size_t i = 0; i < 2; ++i) {
-    auto c = cluster_->Connect(i);
-    ASSERT_TRUE(c.ok());
-    ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
-    clients_.push_back(std::move(*c));
-  }
+  StartTwoWithSsdOnNode0();
+  if (HasFatalFailure()) return;
   // Node 1 owns the document; node 0 owns only the question below it.
   const auto doc = Gen(81, 128);
   const auto q = Cat(doc, Gen(82, 32));

@@ -10,6 +10,7 @@
 
 #include "ptstore/client.h"
 #include "tests/storage/kv_fixture.h"
+#include "tests/cluster/kv_check.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/netns.h"
 
@@ -21,18 +22,6 @@ using storage::testkv::Gen;
 using storage::testkv::Kv;
 using storage::testkv::kBpt;
 using storage::testkv::SmallLayout;
-
-constexpr char kNs[] = "kv";
-
-uint64_t LoadAndCheck(Client& c, const std::vector<uint32_t>& prompt) {
-  std::vector<uint8_t> out(prompt.size() * kBpt);
-  auto n = c.Load(kNs, prompt, out.data(), out.size());
-  EXPECT_TRUE(n.ok()) << n.status().ToString();
-  if (!n.ok()) return 0;
-  const auto want = Kv(prompt, 0, *n);
-  EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "bytes differ";
-  return *n;
-}
 
 class NetnsClusterTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -64,11 +53,7 @@ class NetnsClusterTest : public ::testing::TestWithParam<std::string> {
     clients_.clear();
     cluster_.reset();  // before the lab's namespaces go
   }
-  void Save(size_t node, const std::vector<uint32_t>& prompt) {
-    auto kv = Kv(prompt, 0, prompt.size());
-    auto r = clients_[node]->Save(kNs, prompt, kv.data(), kv.size());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-  }
+  void Save(size_t node, const std::vector<uint32_t>& prompt) { SaveKv(*clients_[node], prompt); }
 
   NetnsLab lab_;
   std::unique_ptr<TestCluster> cluster_;

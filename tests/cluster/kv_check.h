@@ -1,0 +1,39 @@
+// What the cluster tests do with KV: save a prompt's checkable bytes
+// (tests/storage/kv_fixture.h) through a node, and load the longest stored
+// prefix through a node, checking every byte.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "ptstore/client.h"
+#include "tests/storage/kv_fixture.h"
+
+namespace ptstore::testing {
+
+inline constexpr char kNs[] = "kv";
+
+// Loads the longest stored prefix of `prompt` through `c` and checks its
+// bytes; returns the tokens loaded.
+inline uint64_t LoadAndCheck(Client& c, const std::vector<uint32_t>& prompt) {
+  using storage::testkv::kBpt;
+  std::vector<uint8_t> out(prompt.size() * kBpt);
+  auto n = c.Load(kNs, prompt, out.data(), out.size());
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  if (!n.ok()) return 0;
+  if (*n > 0) {
+    const auto want = storage::testkv::Kv(prompt, 0, *n);
+    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "bytes differ";
+  }
+  return *n;
+}
+
+inline void SaveKv(Client& c, const std::vector<uint32_t>& prompt) {
+  auto kv = storage::testkv::Kv(prompt, 0, prompt.size());
+  auto r = c.Save(kNs, prompt, kv.data(), kv.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+}  // namespace ptstore::testing
