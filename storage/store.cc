@@ -188,6 +188,18 @@ void Store::UnpinLocked(Tensor* t) {
   }
 }
 
+void Store::ReleaseTransientsLocked(std::vector<Tensor*>& tensors) {
+  for (Tensor* t : tensors) {
+    t->holds--;
+    if (t->transient && t->pins == 0) {
+      FreeDramLocked(t);
+      t->transient = false;
+    }
+    MaybeDestroyLocked(t);
+  }
+  tensors.clear();
+}
+
 void Store::FreeDramLocked(Tensor* t) {
   if (!t->in_dram) return;
   EvictionQueue& q = queue_[static_cast<int>(t->cache_class)];
@@ -585,8 +597,16 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
   // settles for the part of the prefix that is in DRAM.
   constexpr int kFillRounds = 4;
   bool filled = false, fetched = false;
-  std::vector<Tensor*> tried;      // fetched (or tried) once in this pin: not again
-  std::vector<Tensor*> transient;  // fetched for this pin alone
+  std::vector<Tensor*> tried;      // fetched (or tried) once in this pin: not again (never dereferenced)
+  // Fetched for this pin alone, each with a hold (so the struct stays while
+  // the lock is released in later rounds): on every way out, the holds go,
+  // and so do the bytes of those the pin did not take after all.
+  std::vector<Tensor*> transient;
+  struct TransientGuard {
+    Store* store;
+    std::vector<Tensor*>* tensors;
+    ~TransientGuard() { store->ReleaseTransientsLocked(*tensors); }
+  } guard{this, &transient};
   for (int round = 0;; ++round) {
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
     m = MatchLocked(*ns, tokens, &k);
@@ -653,30 +673,17 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     }
     for (Tensor* t : present) UnpinLocked(t);
   }
-  // Fetched bytes this pin does not use after all go now.
-  auto drop_unused = [&] {
-    for (Tensor* t : transient) {
-      if (t->transient && t->pins == 0) {
-        FreeDramLocked(t);
-        t->transient = false;
-      }
-    }
-  };
   if (filled) stats_.ssd_hits++;
   if (fetched) stats_.remote_hits++;
   if (count && !filled && !fetched && m.blocks > from_block) stats_.dram_hits++;
   const uint32_t bt = ns->info.layout.block_tokens;
   PrefixResult r;
   if (m.blocks > from_block && leases_.size() >= options_.max_leases) {
-    drop_unused();
     return ResourceExhausted("too many active leases (" + std::to_string(leases_.size()) +
                              "): release pins or raise max_leases");
   }
   if (count) CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
-  if (m.blocks <= from_block) {
-    drop_unused();
-    return r;
-  }
+  if (m.blocks <= from_block) return r;
   // A hit also when a peer's fetch pins it (count == false): data other
   // nodes load is valuable to GDSF on its owner too.
   HitLocked(m);
@@ -696,7 +703,6 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     if (lease.tensors.empty() || lease.tensors.back() != s.node->tensor) lease.tensors.push_back(s.node->tensor);
   }
   for (Tensor* t : lease.tensors) PinLocked(t);
-  drop_unused();
   r.lease_id = next_lease_++;
   r.matched_tokens = m.blocks * bt;
   const uint64_t bb = ns->info.layout.BytesPerBlock();

@@ -329,9 +329,13 @@ class Store {
   Result<PrefixResult> PinImpl(const std::string& ns, std::span<const uint32_t> tokens, uint64_t session,
                                uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count);
   // Fetches the remote tensors `missing` (lock released for the fetch).
-  // Tensors it fetched for this pin alone go in `transient`.
+  // Tensors it fetched for this pin alone go in `transient`, each with a
+  // hold the caller releases (ReleaseTransientsLocked).
   void FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk,
                    std::vector<Tensor*>* transient);
+  // Drops the holds of a pin's transient fetches, and the bytes of those
+  // the pin did not keep pinned.
+  void ReleaseTransientsLocked(std::vector<Tensor*>& tensors);
   // An owned increment leaves the node with no copy: remember it for the
   // cluster (track_lost).
   void NoteLostLocked(Tensor* t);

@@ -272,6 +272,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
         stats_.replicas_kept++;
       } else {
         t->transient = true;
+        t->holds++;  // released by the pin (ReleaseTransientsLocked)
         transient->push_back(t);
       }
     } else {
