@@ -37,8 +37,12 @@ void* operator new(size_t n) {
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
 
+#include "tests/core/message_test_util.h"
+
 namespace ptstore::core {
 namespace {
+
+using namespace testmsg;  // NOLINT: the shared samples and RoundTrip
 
 class AllocProbe {
  public:
@@ -51,16 +55,6 @@ class AllocProbe {
 };
 
 // ---- samples with non-trivial values ----------------------------------------
-
-Layout OddLayout() {
-  Layout l;
-  l.layers = 61;
-  l.kv_heads = 3;
-  l.head_dim = 0x01020304;  // not validated while decoding
-  l.dtype = DType::kFP8;
-  l.block_tokens = 0xfffffffe;
-  return l;
-}
 
 NamespaceInfo SampleInfo(int i) {
   NamespaceInfo n;
@@ -75,87 +69,6 @@ NamespaceInfo SampleInfo(int i) {
   return n;
 }
 
-std::vector<uint32_t> SampleTokens(size_t n) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i * 2654435761u);
-  return t;
-}
-
-void ExpectSameLayout(const Layout& a, const Layout& b) {
-  EXPECT_EQ(a.layers, b.layers);
-  EXPECT_EQ(a.kv_heads, b.kv_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.block_tokens, b.block_tokens);
-}
-
-void ExpectSameInfo(const NamespaceInfo& a, const NamespaceInfo& b) {
-  EXPECT_EQ(a.name, b.name);
-  ExpectSameLayout(a.layout, b.layout);
-  EXPECT_EQ(a.salted, b.salted);
-  EXPECT_EQ(a.uid, b.uid);
-  EXPECT_EQ(a.gid, b.gid);
-  EXPECT_EQ(a.mode, b.mode);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_EQ(a.prefixes, b.prefixes);
-}
-
-template <typename M>
-std::vector<uint8_t> EncodeBody(const M& m) {
-  Encoder e;
-  m.Encode(e);
-  return e.Take();
-}
-
-// Frames `m` as `type`, checks the frame, decodes it back and returns the
-// decoded message; also runs the totality checks over the body.
-template <typename M>
-M RoundTrip(uint16_t type, const M& m) {
-  std::vector<uint8_t> body = EncodeBody(m);
-  uint8_t header[kFrameHeaderBytes];
-  EncodeFrameHeader(type, 0xabcdef0123456789ULL, body, header);
-  std::vector<uint8_t> frame(header, header + kFrameHeaderBytes);
-  frame.insert(frame.end(), body.begin(), body.end());
-
-  Result<FrameHeader> h = DecodeFrameHeader(frame);
-  EXPECT_TRUE(h.ok()) << h.status().ToString();
-  if (!h.ok()) return M{};
-  EXPECT_EQ(h->type, type);
-  EXPECT_EQ(h->request_id, 0xabcdef0123456789ULL);
-  EXPECT_EQ(h->body_len, body.size());
-  std::span<const uint8_t> got_body = std::span(frame).subspan(kFrameHeaderBytes, h->body_len);
-  EXPECT_TRUE(VerifyFrameChecksum(frame.data(), got_body).ok());
-
-  Status any = DecodeAny(type, got_body);
-  EXPECT_TRUE(any.ok()) << MsgTypeName(type) << ": " << any.ToString();
-
-  M out;
-  Decoder d(got_body);
-  Status s = out.Decode(d);
-  EXPECT_TRUE(s.ok()) << MsgTypeName(type) << ": " << s.ToString();
-
-  // Re-encoding the decoded message gives the same bytes.
-  EXPECT_EQ(EncodeBody(out), body) << MsgTypeName(type);
-
-  // Every strict prefix is rejected with kProtocol.
-  for (size_t n = 0; n < body.size(); ++n) {
-    std::vector<uint8_t> prefix(body.begin(), body.begin() + n);  // own buffer: ASan sees over-reads
-    Status t = DecodeAny(type, prefix);
-    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " prefix " << n << " of " << body.size();
-    EXPECT_FALSE(t.message().empty());
-  }
-  // Trailing bytes are rejected.
-  for (size_t extra : {1, 3, 64}) {
-    std::vector<uint8_t> longer = body;
-    longer.resize(body.size() + extra, 0);
-    Status t = DecodeAny(type, longer);
-    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " +" << extra;
-    EXPECT_NE(t.message().find("trailing"), std::string::npos) << t.message();
-  }
-  return out;
-}
-
-uint16_t T(MsgType t) { return static_cast<uint16_t>(t); }
 
 // ---- registry -------------------------------------------------------------
 

@@ -44,8 +44,12 @@ void* operator new(size_t n) {
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
 
+#include "tests/core/message_test_util.h"
+
 namespace ptstore::core {
 namespace {
+
+using namespace testmsg;  // NOLINT: the shared samples and RoundTrip
 
 class AllocProbe {
  public:
@@ -57,19 +61,7 @@ class AllocProbe {
   size_t max() const { return g_max_alloc.load(); }
 };
 
-uint16_t T(MsgType t) { return static_cast<uint16_t>(t); }
-
 // ---- samples with non-trivial values ----------------------------------------
-
-Layout OddLayout() {
-  Layout l;
-  l.layers = 61;
-  l.kv_heads = 3;
-  l.head_dim = 0x01020304;  // not validated while decoding
-  l.dtype = DType::kFP8;
-  l.block_tokens = 0xfffffffe;
-  return l;
-}
 
 NamespaceDef SampleDef(int i) {
   NamespaceDef d;
@@ -85,25 +77,8 @@ NamespaceDef SampleDef(int i) {
   return d;
 }
 
-std::vector<uint32_t> SampleTokens(size_t n, uint32_t seed = 1) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>((i + seed) * 2654435761u);
-  return t;
-}
-
 void ExpectSameDef(const NamespaceDef& a, const NamespaceDef& b) {
-  EXPECT_EQ(a.info.name, b.info.name);
-  EXPECT_EQ(a.info.layout.layers, b.info.layout.layers);
-  EXPECT_EQ(a.info.layout.kv_heads, b.info.layout.kv_heads);
-  EXPECT_EQ(a.info.layout.head_dim, b.info.layout.head_dim);
-  EXPECT_EQ(a.info.layout.dtype, b.info.layout.dtype);
-  EXPECT_EQ(a.info.layout.block_tokens, b.info.layout.block_tokens);
-  EXPECT_EQ(a.info.salted, b.info.salted);
-  EXPECT_EQ(a.info.uid, b.info.uid);
-  EXPECT_EQ(a.info.gid, b.info.gid);
-  EXPECT_EQ(a.info.mode, b.info.mode);
-  EXPECT_EQ(a.info.bytes, b.info.bytes);
-  EXPECT_EQ(a.info.prefixes, b.info.prefixes);
+  ExpectSameInfo(a.info, b.info);
   EXPECT_EQ(a.salt, b.salt);
 }
 
@@ -118,61 +93,6 @@ void ExpectSameMember(const MemberInfo& a, const MemberInfo& b) {
   EXPECT_EQ(a.replica_bytes, b.replica_bytes);
   EXPECT_EQ(a.rtt_us, b.rtt_us);
   EXPECT_EQ(a.last_seen_ms, b.last_seen_ms);
-}
-
-template <typename M>
-std::vector<uint8_t> EncodeBody(const M& m) {
-  Encoder e;
-  m.Encode(e);
-  return e.Take();
-}
-
-// Frames `m` as `type`, checks the frame, decodes it back (DecodeAny and the
-// typed decoder) and returns the decoded message; re-encoding gives the same
-// bytes; every strict prefix of the body and the body with trailing bytes
-// are kProtocol with a message.
-template <typename M>
-M RoundTrip(uint16_t type, const M& m) {
-  std::vector<uint8_t> body = EncodeBody(m);
-  uint8_t header[kFrameHeaderBytes];
-  EncodeFrameHeader(type, 0x1122334455667788ULL, body, header);
-  std::vector<uint8_t> frame(header, header + kFrameHeaderBytes);
-  frame.insert(frame.end(), body.begin(), body.end());
-
-  Result<FrameHeader> h = DecodeFrameHeader(frame);
-  EXPECT_TRUE(h.ok()) << h.status().ToString();
-  if (!h.ok()) return M{};
-  EXPECT_EQ(h->type, type);
-  EXPECT_EQ(h->body_len, body.size());
-  std::span<const uint8_t> got_body = std::span(frame).subspan(kFrameHeaderBytes, h->body_len);
-  EXPECT_TRUE(VerifyFrameChecksum(frame.data(), got_body).ok());
-
-  Status any = DecodeAny(type, got_body);
-  EXPECT_TRUE(any.ok()) << MsgTypeName(type) << ": " << any.ToString();
-
-  M out;
-  Decoder d(got_body);
-  Status s = out.Decode(d);
-  EXPECT_TRUE(s.ok()) << MsgTypeName(type) << ": " << s.ToString();
-  EXPECT_EQ(EncodeBody(out), body) << MsgTypeName(type);
-
-  for (size_t n = 0; n < body.size(); ++n) {
-    std::vector<uint8_t> prefix(body.begin(), body.begin() + n);  // own buffer: ASan sees over-reads
-    Status t = DecodeAny(type, prefix);
-    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " prefix " << n << " of " << body.size();
-    EXPECT_FALSE(t.message().empty());
-    M partial;
-    Decoder pd(prefix);
-    EXPECT_EQ(partial.Decode(pd).code(), Code::kProtocol) << MsgTypeName(type) << " prefix " << n;
-  }
-  for (size_t extra : {1, 3, 64}) {
-    std::vector<uint8_t> longer = body;
-    longer.resize(body.size() + extra, 0);
-    Status t = DecodeAny(type, longer);
-    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " +" << extra;
-    EXPECT_NE(t.message().find("trailing"), std::string::npos) << t.message();
-  }
-  return out;
 }
 
 // ---- registry -------------------------------------------------------------
