@@ -110,3 +110,42 @@ def raw(x) -> np.ndarray:
 
         x = x.view(torch.int32 if x.element_size() == 4 else torch.int16).numpy()
     return x.reshape(x.shape[0], -1).view(np.uint8)
+
+
+# ---- the vLLM connector's tests (test_vllm_*.py) ---------------------------
+
+_vllm_counter = itertools.count()
+
+
+@pytest.fixture()
+def ns(client, request):
+    """A fresh namespace name for a connector test; it and the namespaces the
+    connector derives from it (salts, LoRA, ranks: "<ns>.<...>") are dropped after."""
+    name = f"{request.module.__name__.replace('_', '-')}-{os.getpid()}-{next(_vllm_counter)}"
+    yield name
+    for info in client.list_namespaces():
+        if info.name == name or info.name.startswith(name + "."):
+            client.drop_namespace(info.name)
+
+
+@pytest.fixture()
+def engines(daemon, ns, request):
+    """engines(model=None, **MiniEngine options) -> a MiniEngine (vllm_harness.py) on this test's ptstored and
+    namespace, closed after the test. Block orders are seeded from the test module's
+    BLOCK_ORDER_SEED_BASE (default 0) plus the engine's number."""
+    from vllm_harness import MiniEngine, OracleModel  # imports torch: only the connector's tests
+
+    seed_base = getattr(request.module, "BLOCK_ORDER_SEED_BASE", 0)
+    made = []
+
+    def make(model=None, **kw):
+        kw.setdefault("socket", daemon.socket)
+        kw.setdefault("namespace", ns)
+        kw.setdefault("block_order_seed", seed_base + len(made))
+        e = MiniEngine(model or OracleModel(), **kw)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()

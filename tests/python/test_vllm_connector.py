@@ -5,8 +5,6 @@ prefixes, the FlashAttention / FlashInfer / HND layouts and the byte mapping to 
 from __future__ import annotations
 
 import inspect
-import itertools
-import os
 import threading
 
 import pytest
@@ -15,42 +13,7 @@ torch = pytest.importorskip("torch")
 
 import ptstore.vllm as pv
 from ptstore.vllm import ConnectorConfig, KVConnectorRole, PTStoreConnector, namespace_for
-from vllm_harness import KVCacheBlocks, MiniEngine, OracleModel, Request, make_vllm_config, tokens
-
-_count = itertools.count()
-
-
-@pytest.fixture()
-def ns(client):
-    name = f"vllm-{os.getpid()}-{next(_count)}"
-    yield name
-    for info in client.list_namespaces():
-        if info.name == name or info.name.startswith(name + "."):
-            client.drop_namespace(info.name)
-
-
-@pytest.fixture()
-def engines(daemon, ns):
-    made = []
-
-    def make(model=None, **kw):
-        kw.setdefault("socket", daemon.socket)
-        kw.setdefault("namespace", ns)
-        kw.setdefault("block_order_seed", len(made))
-        e = MiniEngine(model or OracleModel(), **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
-
-
-def run_one(engine, req):
-    engine.add(req)
-    engine.run()
-    return engine.outputs[req.request_id]
-
+from vllm_harness import KVCacheBlocks, MiniEngine, OracleModel, Request, make_vllm_config, run_one, tokens
 
 def loads_of(engine, rid):
     return [s for so in engine.scheduled_log for s in so.kv_connector_metadata.loads if s.req_id == rid]

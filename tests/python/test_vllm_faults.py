@@ -4,8 +4,6 @@ a save planned before the scheduler learnt that its blocks failed to load."""
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 import time
 
@@ -17,42 +15,7 @@ torch = pytest.importorskip("torch")
 import ptstore
 import ptstore.testing
 from ptstore.vllm import KVConnectorRole, PTStoreConnector, PTStoreConnectorMetadata, SaveSpec
-from vllm_harness import MiniEngine, OracleModel, Request, make_vllm_config, tokens
-
-_count = itertools.count()
-
-
-@pytest.fixture()
-def ns(client):
-    name = f"vllmf-{os.getpid()}-{next(_count)}"
-    yield name
-    for info in client.list_namespaces():
-        if info.name == name or info.name.startswith(name + "."):
-            client.drop_namespace(info.name)
-
-
-@pytest.fixture()
-def engines(daemon, ns):
-    made = []
-
-    def make(model=None, **kw):
-        kw.setdefault("socket", daemon.socket)
-        kw.setdefault("namespace", ns)
-        kw.setdefault("block_order_seed", len(made))
-        e = MiniEngine(model or OracleModel(), **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
-
-
-def run_one(engine, req):
-    engine.add(req)
-    engine.run()
-    return engine.outputs[req.request_id]
-
+from vllm_harness import MiniEngine, OracleModel, Request, make_vllm_config, run_one, tokens
 
 def reference(engines, req):
     ref = engines(connector=False)

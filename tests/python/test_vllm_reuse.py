@@ -9,8 +9,6 @@ computed the prefix and then the suffix in the same two chunks."""
 
 from __future__ import annotations
 
-import itertools
-import os
 
 import pytest
 
@@ -19,33 +17,8 @@ torch = pytest.importorskip("torch")
 from tiny_mistral import TinyMistral
 from vllm_harness import MiniEngine, Request, tokens
 
-_count = itertools.count()
-
-
-@pytest.fixture()
-def ns(client):
-    name = f"vllmr-{os.getpid()}-{next(_count)}"
-    yield name
-    for info in client.list_namespaces():
-        if info.name == name or info.name.startswith(name + "."):
-            client.drop_namespace(info.name)
-
-
-@pytest.fixture()
-def engines(daemon, ns):
-    made = []
-
-    def make(model, **kw):
-        kw.setdefault("socket", daemon.socket)
-        kw.setdefault("namespace", ns)
-        kw.setdefault("block_order_seed", 100 + len(made))
-        e = MiniEngine(model, **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
+# The engines' block orders (conftest.py's engines fixture).
+BLOCK_ORDER_SEED_BASE = 100
 
 
 def cached_prefix(engine, rid, n_tokens, block_size=16):

@@ -602,6 +602,13 @@ class OracleModel:
         return out
 
 
+def run_one(engine: "MiniEngine", req: Request):
+    """Adds `req` to `engine`, runs the engine until it is done, returns the request's output."""
+    engine.add(req)
+    engine.run()
+    return engine.outputs[req.request_id]
+
+
 def tokens(n: int, seed: int, vocab: int = 30000) -> List[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(1, vocab, size=n)]
 
