@@ -66,6 +66,20 @@ Status Field(const toml::table& t, const char* key, T* out) {
   return InvalidArgument(std::string("config: key '") + key + "' has the wrong type");
 }
 
+// An integer key of [section] that must lie in [lo, hi]; `out` keeps its
+// value when the key is absent.
+template <typename T>
+Status RangedField(const toml::table& t, const char* section, const char* key, int64_t lo, int64_t hi, T* out) {
+  int64_t v = static_cast<int64_t>(*out);
+  PTS_RETURN_IF_ERROR(Field(t, key, &v));
+  if (v < lo || v > hi) {
+    return InvalidArgument(std::string("config: ") + section + "." + key + " must be in [" + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "]");
+  }
+  *out = static_cast<T>(v);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
@@ -79,10 +93,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "ssd", "server", "log", "metrics", "cluster"}));
   if (auto* node = root["node"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*node, "node", {"id"}));
-    int64_t id = config->store.node_id;
-    PTS_RETURN_IF_ERROR(Field(*node, "id", &id));
-    if (id < 0 || id >= (1 << 24)) return InvalidArgument("config: node.id must be in [0, 16777215]");
-    config->store.node_id = static_cast<uint32_t>(id);
+    PTS_RETURN_IF_ERROR(RangedField(*node, "node", "id", 0, (1 << 24) - 1, &config->store.node_id));
   }
   if (auto* arena = root["arena"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*arena, "arena", {"size", "replica_share", "prefault", "huge_pages", "alignment"}));
@@ -102,18 +113,12 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(SizeField(*ssd, "capacity", &o.capacity));
     PTS_RETURN_IF_ERROR(SizeField(*ssd, "segment_size", &o.segment_bytes));
     PTS_RETURN_IF_ERROR(Field(*ssd, "compress", &o.compress));
-    int64_t level = o.compress_level;
-    PTS_RETURN_IF_ERROR(Field(*ssd, "compress_level", &level));
-    if (level < 1 || level > 19) return InvalidArgument("config: ssd.compress_level must be in [1, 19]");
-    o.compress_level = static_cast<int>(level);
+    PTS_RETURN_IF_ERROR(RangedField(*ssd, "ssd", "compress_level", 1, 19, &o.compress_level));
     PTS_RETURN_IF_ERROR(Field(*ssd, "direct_io", &o.direct_io));
     std::string sync = SyncName(o.sync);
     PTS_RETURN_IF_ERROR(Field(*ssd, "sync", &sync));
     PTS_ASSIGN_OR_RETURN(o.sync, ParseSync(sync));
-    int64_t threads = o.io_threads;
-    PTS_RETURN_IF_ERROR(Field(*ssd, "io_threads", &threads));
-    if (threads < 1 || threads > 64) return InvalidArgument("config: ssd.io_threads must be in [1, 64]");
-    o.io_threads = static_cast<uint32_t>(threads);
+    PTS_RETURN_IF_ERROR(RangedField(*ssd, "ssd", "io_threads", 1, 64, &o.io_threads));
     PTS_RETURN_IF_ERROR(Field(*ssd, "compact_dead_ratio", &o.compact_dead_ratio));
     if (!(o.compact_dead_ratio > 0 && o.compact_dead_ratio <= 1)) {
       return InvalidArgument("config: ssd.compact_dead_ratio must be in (0, 1]");
@@ -159,26 +164,12 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       PTS_ASSIGN_OR_RETURN(c.data_path, ParseDataPath(path));
     }
     PTS_RETURN_IF_ERROR(Field(*cluster, "fabric_provider", &c.fabric_provider));
-    int64_t v = c.rpc_timeout_ms;
-    PTS_RETURN_IF_ERROR(Field(*cluster, "rpc_timeout_ms", &v));
-    if (v < 10 || v > 600000) return InvalidArgument("config: cluster.rpc_timeout_ms must be in [10, 600000]");
-    c.rpc_timeout_ms = static_cast<int>(v);
-    v = c.heartbeat_ms;
-    PTS_RETURN_IF_ERROR(Field(*cluster, "heartbeat_ms", &v));
-    if (v < 10 || v > 600000) return InvalidArgument("config: cluster.heartbeat_ms must be in [10, 600000]");
-    c.heartbeat_ms = static_cast<int>(v);
-    v = c.dead_after;
-    PTS_RETURN_IF_ERROR(Field(*cluster, "dead_after", &v));
-    if (v < 1 || v > 1000) return InvalidArgument("config: cluster.dead_after must be in [1, 1000]");
-    c.dead_after = static_cast<int>(v);
-    v = c.negative_ttl_ms;
-    PTS_RETURN_IF_ERROR(Field(*cluster, "negative_ttl_ms", &v));
-    if (v < 0 || v > 600000) return InvalidArgument("config: cluster.negative_ttl_ms must be in [0, 600000]");
-    c.negative_ttl_ms = static_cast<int>(v);
-    v = config->store.replicate_after;
-    PTS_RETURN_IF_ERROR(Field(*cluster, "replicate_after", &v));
-    if (v < 0 || v > 1000000) return InvalidArgument("config: cluster.replicate_after must be in [0, 1000000]");
-    config->store.replicate_after = static_cast<uint32_t>(v);
+    PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "rpc_timeout_ms", 10, 600000, &c.rpc_timeout_ms));
+    PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "heartbeat_ms", 10, 600000, &c.heartbeat_ms));
+    PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "dead_after", 1, 1000, &c.dead_after));
+    PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "negative_ttl_ms", 0, 600000, &c.negative_ttl_ms));
+    PTS_RETURN_IF_ERROR(
+        RangedField(*cluster, "cluster", "replicate_after", 0, 1000000, &config->store.replicate_after));
   }
   if (auto* log = root["log"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
