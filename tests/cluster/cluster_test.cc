@@ -47,12 +47,7 @@ class ClusterTest : public ::testing::TestWithParam<std::string> {
     cluster_ = std::make_unique<TestCluster>(o);
     ASSERT_TRUE(cluster_->Start().ok());
     ASSERT_TRUE(cluster_->WaitConverged().ok());
-    for (size_t i = 0; i < n; ++i) {
-      auto c = cluster_->Connect(i);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
-      clients_.push_back(std::move(*c));
-    }
+    ConnectEach(*cluster_, &clients_);
   }
   Client& client(size_t i) { return *clients_[i]; }
   // Two nodes; node 0 with an SSD tier (stopped and started again with one).
@@ -66,19 +61,10 @@ class ClusterTest : public ::testing::TestWithParam<std::string> {
     cluster_->SetNodeArgs(0, {"--ssd-dir", cluster_->dir() + "/ssd0", "--ssd-capacity", "256MiB"});
     ASSERT_TRUE(cluster_->StartNode(0).ok());
     ASSERT_TRUE(cluster_->WaitConverged().ok());
-    for (size_t i = 0; i < 2; ++i) {
-      auto c = cluster_->Connect(i);
-      ASSERT_TRUE(c.ok());
-      ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
-      clients_.push_back(std::move(*c));
-    }
+    ConnectEach(*cluster_, &clients_);
   }
   void TearDown() override {
-    if (HasFailure() && cluster_) {
-      for (size_t k = 0; k < cluster_->size(); ++k) {
-        std::cerr << "=== ptstored node " << k << " log\n" << cluster_->node(k).ReadLog();
-      }
-    }
+    if (HasFailure() && cluster_) PrintLogs(*cluster_);
   }
 
   std::unique_ptr<TestCluster> cluster_;
@@ -168,7 +154,9 @@ TEST_P(ClusterTest, LocateNamesTheOwnerAndEveryReplica) {
   Save(client(0), p);
   EXPECT_EQ(LoadAndCheck(client(2), p), 64u);  // node 2 keeps a replica
   for (size_t asker : {0, 1, 2}) {
-    if (asker == 1) EXPECT_EQ(client(1).Lookup(kNs, p)->matched_tokens, 64u);  // node 1 learns of it
+    if (asker == 1) {
+      EXPECT_EQ(client(1).Lookup(kNs, p)->matched_tokens, 64u);  // node 1 learns of it
+    }
     auto nodes = client(asker).ListTree(kNs, {}, true);
     ASSERT_TRUE(nodes.ok());
     ASSERT_EQ(nodes->size(), 1u) << "asker " << asker;
@@ -335,7 +323,9 @@ TEST_P(ClusterTest, ANodeWithTheWrongSecretIsRefused) {
   auto st = (*c2)->GetClusterStatus();
   ASSERT_TRUE(st.ok());
   for (const auto& m : st->members) {
-    if (m.id != 2) EXPECT_EQ(m.state, MemberState::kDead) << "node 2 reached node " << m.id;
+    if (m.id != 2) {
+      EXPECT_EQ(m.state, MemberState::kDead) << "node 2 reached node " << m.id;
+    }
   }
   ASSERT_TRUE((*c2)->CreateNamespace(kNs, SmallLayout()).ok());
   EXPECT_EQ(LoadAndCheck(**c2, prompt), 0u);  // a miss, not an error

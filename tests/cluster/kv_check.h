@@ -1,15 +1,18 @@
-// What the cluster tests do with KV: save a prompt's checkable bytes
-// (tests/storage/kv_fixture.h) through a node, and load the longest stored
-// prefix through a node, checking every byte.
+// What the cluster tests do with KV and nodes: save a prompt's checkable
+// bytes (tests/storage/kv_fixture.h) through a node, load the longest stored
+// prefix through a node checking every byte, connect to every node.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iostream>
+#include <memory>
 #include <vector>
 
 #include "ptstore/client.h"
 #include "tests/storage/kv_fixture.h"
+#include "tests/testing/cluster.h"
 
 namespace ptstore::testing {
 
@@ -34,6 +37,24 @@ inline void SaveKv(Client& c, const std::vector<uint32_t>& prompt) {
   auto kv = storage::testkv::Kv(prompt, 0, prompt.size());
   auto r = c.Save(kNs, prompt, kv.data(), kv.size());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+// A client of every node of `cluster`, each with namespace kNs created
+// (the small test layout), appended to `clients`.
+inline void ConnectEach(TestCluster& cluster, std::vector<std::unique_ptr<Client>>* clients) {
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    auto c = cluster.Connect(i);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()).ok());
+    clients->push_back(std::move(*c));
+  }
+}
+
+// Every node's log on stderr (for a test that failed).
+inline void PrintLogs(TestCluster& cluster) {
+  for (size_t k = 0; k < cluster.size(); ++k) {
+    std::cerr << "=== ptstored node " << k << " log\n" << cluster.node(k).ReadLog();
+  }
 }
 
 }  // namespace ptstore::testing

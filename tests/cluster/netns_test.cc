@@ -37,19 +37,10 @@ class NetnsClusterTest : public ::testing::TestWithParam<std::string> {
     cluster_ = std::make_unique<TestCluster>(o);
     ASSERT_TRUE(cluster_->Start().ok());
     ASSERT_TRUE(cluster_->WaitConverged().ok());
-    for (size_t i = 0; i < 3; ++i) {
-      auto c = cluster_->Connect(i);
-      ASSERT_TRUE(c.ok());
-      ASSERT_TRUE((*c)->CreateNamespace(kNs, SmallLayout()).ok());
-      clients_.push_back(std::move(*c));
-    }
+    ConnectEach(*cluster_, &clients_);
   }
   void TearDown() override {
-    if (HasFailure() && cluster_) {
-      for (size_t k = 0; k < cluster_->size(); ++k) {
-        std::cerr << "=== ptstored node " << k << " log\n" << cluster_->node(k).ReadLog();
-      }
-    }
+    if (HasFailure() && cluster_) PrintLogs(*cluster_);
     clients_.clear();
     cluster_.reset();  // before the lab's namespaces go
   }
