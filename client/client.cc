@@ -333,6 +333,14 @@ Result<std::vector<IncrementLocation>> Client::Locate(const std::string& ns, con
   return std::move(rep.locations);
 }
 
+Result<PrefixLocation> Client::LocatePrefix(const std::string& ns, std::span<const uint32_t> tokens) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::LocatePrefixRequest req{ns, std::vector<uint32_t>(tokens.begin(), tokens.end())};
+  core::LocatePrefixReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLocatePrefix, req, MsgType::kLocatePrefixReply, &rep));
+  return std::move(rep.location);
+}
+
 Result<ClusterStatus> Client::GetClusterStatus() {
   PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
   core::ClusterStatusReply rep;

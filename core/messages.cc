@@ -62,6 +62,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kPeerHoldsReply: return "PeerHoldsReply";
     case MsgType::kLocate: return "Locate";
     case MsgType::kLocateReply: return "LocateReply";
+    case MsgType::kLocatePrefix: return "LocatePrefix";
+    case MsgType::kLocatePrefixReply: return "LocatePrefixReply";
   }
   return "Unknown";
 }
@@ -487,6 +489,8 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kPeerHoldsReply: return DecodeAs<PeerHoldsReply>(body);
     case MsgType::kLocate: return DecodeAs<LocateRequest>(body);
     case MsgType::kLocateReply: return DecodeAs<LocateReply>(body);
+    case MsgType::kLocatePrefix: return DecodeAs<LocatePrefixRequest>(body);
+    case MsgType::kLocatePrefixReply: return DecodeAs<LocatePrefixReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -50,7 +50,11 @@ enum class MsgType : uint16_t {
   kPeerHolds = 52, kPeerHoldsReply = 53,
   // Client -> local ptstored: which nodes hold these increments?
   kLocate = 54, kLocateReply = 55,
+  // Client -> local ptstored: where is each run of this prompt's longest match?
+  kLocatePrefix = 56, kLocatePrefixReply = 57,
 };
+// The highest type in use (fuzzers and registry tests walk 0..kLastMsgType).
+inline constexpr MsgType kLastMsgType = MsgType::kLocatePrefixReply;
 const char* MsgTypeName(uint16_t type);
 
 struct ErrorReply {

@@ -271,6 +271,49 @@ Status LocateReply::Decode(Decoder& d) {
   return d.Finish("LocateReply");
 }
 
+void LocatePrefixRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU32Array(tokens);
+}
+Status LocatePrefixRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &tokens));
+  return d.Finish("LocatePrefix");
+}
+
+void LocatePrefixReply::Encode(Encoder& e) const {
+  e.PutU64(location.matched_tokens);
+  e.PutU32(static_cast<uint32_t>(location.spans.size()));
+  for (const PrefixSpan& s : location.spans) {
+    e.PutU64(s.end_token);
+    e.PutU32(s.owner);
+    e.PutU32Array(s.nodes);
+  }
+}
+Status LocatePrefixReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("matched_tokens", &location.matched_tokens));
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "spans", 16, &n));  // end, owner, node count
+  location.spans.resize(n);
+  uint64_t end = 0;
+  for (PrefixSpan& s : location.spans) {
+    PTS_RETURN_IF_ERROR(d.GetU64("span.end_token", &s.end_token));
+    PTS_RETURN_IF_ERROR(d.GetU32("span.owner", &s.owner));
+    PTS_RETURN_IF_ERROR(d.GetU32Array("span.nodes", &s.nodes, 1u << 24));
+    if (s.end_token <= end || s.end_token > location.matched_tokens) {
+      return ProtocolError("LocatePrefixReply: span ends at token " + std::to_string(s.end_token) + " after " +
+                           std::to_string(end) + " (of " + std::to_string(location.matched_tokens) +
+                           " matched): spans must grow within the match");
+    }
+    end = s.end_token;
+  }
+  if (end != location.matched_tokens) {
+    return ProtocolError("LocatePrefixReply: spans end at token " + std::to_string(end) + ", the match at " +
+                         std::to_string(location.matched_tokens));
+  }
+  return d.Finish("LocatePrefixReply");
+}
+
 void ClusterStatusReply::Encode(Encoder& e) const {
   e.PutU32(self_id);
   e.PutBool(enabled);

@@ -173,6 +173,22 @@ struct LocateReply {
   Status Decode(Decoder& d);
 };
 
+// Client -> its node: the owner and holders of each run of the longest
+// match of `tokens` in the cluster (the scheduler's locality probe).
+struct LocatePrefixRequest {
+  static constexpr MsgType kType = MsgType::kLocatePrefix;
+  std::string ns;
+  std::vector<uint32_t> tokens;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct LocatePrefixReply {
+  static constexpr MsgType kType = MsgType::kLocatePrefixReply;
+  PrefixLocation location;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
 // ClusterStatus (a client asks its node) carries an empty body.
 using ptstore::MemberState;
 using MemberInfo = ptstore::ClusterMember;

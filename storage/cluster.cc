@@ -400,18 +400,7 @@ void Cluster::DeliverPending(Peer* p) {
   }
 }
 
-Result<std::vector<IncrementLocation>> Cluster::Locate(const std::string& ns, const std::vector<ChainKey>& keys) {
-  PTS_ASSIGN_OR_RETURN(std::vector<IncrementLocation> out, LocateLocal(store_, ns, keys));
-  core::PeerHolds q;
-  q.ns = ns;
-  std::vector<size_t> asked;  // index in `out` of each entry of q
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Result<HeldIncrement> h = store_->PrefixOf(ns, keys[i]);
-    if (!h.ok()) continue;
-    q.entries.push_back({std::move(h->tokens), h->first_block});
-    asked.push_back(i);
-  }
-  if (q.entries.empty()) return out;
+std::vector<std::pair<uint32_t, std::vector<bool>>> Cluster::AskHolders(const core::PeerHolds& q) {
   std::vector<std::pair<uint32_t, std::vector<bool>>> answers(peers_.size());
   std::vector<std::thread> calls;
   for (size_t p = 0; p < peers_.size(); ++p) {
@@ -424,18 +413,82 @@ Result<std::vector<IncrementLocation>> Cluster::Locate(const std::string& ns, co
     });
   }
   for (std::thread& t : calls) t.join();
-  for (const auto& [id, held] : answers) {
+  return answers;
+}
+
+namespace {
+// The owner first, then by id.
+void SortHolders(uint32_t owner, std::vector<uint32_t>* nodes) {
+  std::sort(nodes->begin(), nodes->end(),
+            [&](uint32_t a, uint32_t b) { return (a == owner) != (b == owner) ? a == owner : a < b; });
+}
+}  // namespace
+
+Result<std::vector<IncrementLocation>> Cluster::Locate(const std::string& ns, const std::vector<ChainKey>& keys) {
+  PTS_ASSIGN_OR_RETURN(std::vector<IncrementLocation> out, LocateLocal(store_, ns, keys));
+  core::PeerHolds q;
+  q.ns = ns;
+  std::vector<size_t> asked;  // index in `out` of each entry of q
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Result<HeldIncrement> h = store_->PrefixOf(ns, keys[i]);
+    if (!h.ok()) continue;
+    q.entries.push_back({std::move(h->tokens), h->first_block});
+    asked.push_back(i);
+  }
+  if (q.entries.empty()) return out;
+  for (const auto& [id, held] : AskHolders(q)) {
     for (size_t e = 0; e < held.size(); ++e) {
       if (held[e]) out[asked[e]].nodes.push_back(id);
     }
   }
-  for (IncrementLocation& l : out) {
-    // The owner first, then by id.
-    std::sort(l.nodes.begin(), l.nodes.end(), [&](uint32_t a, uint32_t b) {
-      return (a == l.owner) != (b == l.owner) ? a == l.owner : a < b;
-    });
-  }
+  for (IncrementLocation& l : out) SortHolders(l.owner, &l.nodes);
   return out;
+}
+
+Result<PrefixLocation> Cluster::LocatePrefix(const std::string& ns, std::span<const uint32_t> tokens) {
+  Refresh(ns, tokens);
+  core::PeerHolds q;
+  PTS_ASSIGN_OR_RETURN(PrefixLocation loc, LocatePrefixLocal(store_, ns, tokens, &q));
+  if (!q.entries.empty()) {
+    for (const auto& [id, held] : AskHolders(q)) {
+      for (size_t e = 0; e < held.size(); ++e) {
+        if (held[e]) loc.spans[e].nodes.push_back(id);
+      }
+    }
+  }
+  for (PrefixSpan& s : loc.spans) SortHolders(s.owner, &s.nodes);
+  // Increments of one owner that the same nodes hold are one span.
+  std::vector<PrefixSpan> merged;
+  for (PrefixSpan& s : loc.spans) {
+    if (!merged.empty() && merged.back().owner == s.owner && merged.back().nodes == s.nodes) {
+      merged.back().end_token = s.end_token;
+    } else {
+      merged.push_back(std::move(s));
+    }
+  }
+  loc.spans = std::move(merged);
+  return loc;
+}
+
+Result<PrefixLocation> LocatePrefixLocal(Store* store, const std::string& ns, std::span<const uint32_t> tokens,
+                                         core::PeerHolds* query) {
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store->GetNamespace(ns));
+  const uint64_t bt = info.layout.block_tokens;
+  PTS_ASSIGN_OR_RETURN(Ownership o, store->Resolve(ns, tokens, /*per_increment=*/true));
+  PrefixLocation loc;
+  loc.matched_tokens = o.blocks * bt;
+  if (query) query->ns = ns;
+  uint64_t start = 0;
+  for (const OwnedRange& r : o.ranges) {
+    PrefixSpan s{r.end_block * bt, r.owner, {}};
+    const std::span<const uint32_t> prefix = tokens.first(r.end_block * bt);
+    PTS_ASSIGN_OR_RETURN(bool held, store->Holds(ns, prefix, start));
+    if (held) s.nodes.push_back(store->options().node_id);
+    if (query) query->entries.push_back({std::vector<uint32_t>(prefix.begin(), prefix.end()), start});
+    loc.spans.push_back(std::move(s));
+    start = r.end_block;
+  }
+  return loc;
 }
 
 Result<std::vector<IncrementLocation>> LocateLocal(Store* store, const std::string& ns,

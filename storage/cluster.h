@@ -103,6 +103,13 @@ struct ClusterCounters {
 Result<std::vector<IncrementLocation>> LocateLocal(Store* store, const std::string& ns,
                                                    const std::vector<ChainKey>& keys);
 
+// The owner and this node's holding of each increment of the longest match
+// of `tokens` as far as this node alone knows (one span per increment, not
+// merged). With `query`, also the PeerHolds that asks another node about
+// each span.
+Result<PrefixLocation> LocatePrefixLocal(Store* store, const std::string& ns, std::span<const uint32_t> tokens,
+                                         core::PeerHolds* query = nullptr);
+
 class Cluster : public RemoteFetcher {
  public:
   // Reads the membership, loads the secret, listens on this node's address
@@ -125,6 +132,11 @@ class Cluster : public RemoteFetcher {
   // every alive node holding their bytes (one PeerHolds per peer, in
   // parallel). Without a cluster, LocateLocal.
   Result<std::vector<IncrementLocation>> Locate(const std::string& ns, const std::vector<ChainKey>& keys);
+
+  // Who owns and who holds each run of the longest match of `tokens` in
+  // the cluster (after Refresh, so the shard's knowledge counts). Without a
+  // cluster, LocatePrefixLocal.
+  Result<PrefixLocation> LocatePrefix(const std::string& ns, std::span<const uint32_t> tokens);
 
   // RemoteFetcher.
   void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, std::vector<FetchRequest>& requests) override;
@@ -165,6 +177,10 @@ class Cluster : public RemoteFetcher {
   uint32_t ShardFor(const NamespaceDef& def, std::span<const uint32_t> tokens) const;
   Peer* FindPeer(uint32_t id) const;
   bool IsAlive(const Peer* p) const;
+  // Asks every alive peer, in parallel, which entries of `q` it holds: one
+  // (node id, answer per entry) per peer; a peer that did not answer (or is
+  // not alive) has an empty answer.
+  std::vector<std::pair<uint32_t, std::vector<bool>>> AskHolders(const core::PeerHolds& q);
 
   // Fetch from one owner (cluster_fetch.cc).
   void FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_t> tokens, FetchRequest& req);

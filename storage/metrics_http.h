@@ -1,4 +1,5 @@
-// A tiny HTTP/1.1 server for Prometheus scrapes of ptstored.
+// The HTTP endpoint of ptstored's Prometheus scrapes: core/http_server.h
+// serving these paths.
 //
 //   GET /metrics  200, the text that `render` returns, as
 //                 "text/plain; version=0.0.4; charset=utf-8"
@@ -22,13 +23,12 @@
 // fixed once Start has returned OK.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <thread>
 
+#include "core/http_server.h"
 #include "ptstore/status.h"
 
 namespace ptstore::storage {
@@ -45,7 +45,7 @@ class MetricsHttpServer {
   using Render = std::function<std::string()>;
 
   explicit MetricsHttpServer(MetricsHttpOptions options = {});
-  ~MetricsHttpServer();  // Stop()
+  ~MetricsHttpServer() = default;  // stops
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
@@ -55,26 +55,17 @@ class MetricsHttpServer {
   // for an address that does not resolve or a second Start.
   Status Start(const std::string& bind, uint16_t port, Render render);
   // Stops serving and closes every connection; joins the thread. Idempotent.
-  void Stop();
+  void Stop() { http_.Stop(); }
 
   // The port it listens on (the ephemeral one when 0 was asked); 0 before Start.
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return http_.port(); }
   // "127.0.0.1:9464" or "[::1]:9464".
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return http_.address(); }
   // Requests answered (any status), for tests and logs.
-  uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
+  uint64_t requests() const { return http_.requests(); }
 
  private:
-  void Loop();
-
-  const MetricsHttpOptions options_;
-  Render render_;
-  int listen_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd: Stop wakes the loop
-  uint16_t port_ = 0;
-  std::string address_;
-  std::atomic<uint64_t> requests_{0};
-  std::thread thread_;
+  core::HttpServer http_;
 };
 
 }  // namespace ptstore::storage

@@ -247,6 +247,15 @@ Status Session::Dispatch(rdma::Frame& f) {
                                                    : LocateLocal(store_, req.ns, req.keys));
       return Reply(f, rep);
     }
+    case MsgType::kLocatePrefix: {
+      core::LocatePrefixRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kRead).status());
+      core::LocatePrefixReply rep;
+      PTS_ASSIGN_OR_RETURN(rep.location, cluster_ ? cluster_->LocatePrefix(req.ns, req.tokens)
+                                                  : LocatePrefixLocal(store_, req.ns, req.tokens));
+      return Reply(f, rep);
+    }
     case MsgType::kClusterStatus: {
       if (cluster_) return Reply(f, cluster_->MemberStatus());
       core::ClusterStatusReply rep;

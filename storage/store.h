@@ -168,8 +168,9 @@ class Store {
   // cuts the pin short there (a miss, never an error).
 
   // Who owns each block of the longest match of `tokens` (this node's id
-  // for its own data): what an index shard answers.
-  Result<Ownership> Resolve(const std::string& ns, std::span<const uint32_t> tokens);
+  // for its own data): what an index shard answers. With `per_increment`,
+  // one range per increment of the match (not merged by owner).
+  Result<Ownership> Resolve(const std::string& ns, std::span<const uint32_t> tokens, bool per_increment = false);
   // Files blocks of `tokens` past the local match as remote increments,
   // owned as `ranges` say (ranges cover blocks [0, ranges.back().end_block)
   // in order). Ranges naming this node are skipped (stale). Returns the

@@ -31,7 +31,7 @@ std::vector<uint32_t> Store::PrefixTokensLocked(const RadixNode* n) const {
   return tokens;
 }
 
-Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uint32_t> tokens) {
+Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uint32_t> tokens, bool per_increment) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
@@ -42,7 +42,7 @@ Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uin
   for (const MatchStep& st : m.path) {
     end += st.blocks;
     const uint32_t owner = st.node->tensor->remote ? st.node->tensor->owner : options_.node_id;
-    if (!o.ranges.empty() && o.ranges.back().owner == owner) {
+    if (!per_increment && !o.ranges.empty() && o.ranges.back().owner == owner) {
       o.ranges.back().end_block = end;
     } else {
       o.ranges.push_back(OwnedRange{end, owner});

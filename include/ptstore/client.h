@@ -135,6 +135,11 @@ class Client {
   // Where these increments (chain keys as ListTree names them) are in the
   // cluster: their owner and every node holding their bytes.
   Result<std::vector<IncrementLocation>> Locate(const std::string& ns, const std::vector<ChainKey>& keys);
+  // Where the longest match of `tokens` is in the cluster, run by run: each
+  // run's owner and every node holding its bytes (the scheduler's locality
+  // probe; HeldBy(node) is what an instance beside that node loads
+  // locally). Not counted as a lookup. A miss is matched_tokens == 0.
+  Result<PrefixLocation> LocatePrefix(const std::string& ns, std::span<const uint32_t> tokens);
   // Increments below `parent` (zero key: the namespace root).
   Result<std::vector<PrefixNodeInfo>> ListTree(const std::string& ns, const ChainKey& parent = {},
                                                bool recursive = false);

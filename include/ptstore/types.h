@@ -168,6 +168,25 @@ struct IncrementLocation {
   std::vector<uint32_t> nodes;
 };
 
+// A prompt's longest match in the cluster, run by run (Client::LocatePrefix,
+// the scheduler's locality probe). Spans cover [0, matched_tokens) in
+// order; each names the owner of its tokens and every node that holds all
+// of their bytes (in DRAM or on SSD, owned or replica; the owner first when
+// it does). Adjacent runs with the same owner and holders are one span.
+struct PrefixSpan {
+  uint64_t end_token = 0;  // the span covers [previous end_token, end_token)
+  uint32_t owner = 0;
+  std::vector<uint32_t> nodes;
+  bool operator==(const PrefixSpan&) const = default;
+};
+struct PrefixLocation {
+  uint64_t matched_tokens = 0;
+  std::vector<PrefixSpan> spans;
+  // Tokens from the start of the prompt whose bytes `node` holds: what an
+  // instance beside that node loads without asking another node.
+  uint64_t HeldBy(uint32_t node) const;
+};
+
 // A member of the cluster as one node sees it (ptstore-stat --cluster).
 enum class MemberState : uint8_t { kSelf = 0, kAlive = 1, kSuspect = 2, kDead = 3 };
 struct ClusterMember {

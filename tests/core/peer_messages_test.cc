@@ -398,6 +398,41 @@ TEST(PeerMessagesTest, PeerFetchRefusesAnUnknownDataPath) {
   EXPECT_TRUE(DecodeAny(T(MsgType::kPeerFetch), body).ok());
 }
 
+TEST(PeerMessagesTest, LocatePrefixRoundTrips) {
+  LocatePrefixRequest q;
+  q.ns = "mistral-7b";
+  q.tokens = SampleTokens(48, 3);
+  LocatePrefixRequest oq = RoundTrip(T(MsgType::kLocatePrefix), q);
+  EXPECT_EQ(oq.ns, q.ns);
+  EXPECT_EQ(oq.tokens, q.tokens);
+  LocatePrefixReply r;
+  r.location.matched_tokens = 48;
+  r.location.spans = {PrefixSpan{16, 0, {0, 1}}, PrefixSpan{32, 2, {}}, PrefixSpan{48, 2, {2, 0}}};
+  LocatePrefixReply o = RoundTrip(T(MsgType::kLocatePrefixReply), r);
+  EXPECT_EQ(o.location.matched_tokens, 48u);
+  EXPECT_EQ(o.location.spans, r.location.spans);
+  // HeldBy: the run from the start that a node holds.
+  EXPECT_EQ(o.location.HeldBy(0), 16u);
+  EXPECT_EQ(o.location.HeldBy(1), 16u);
+  EXPECT_EQ(o.location.HeldBy(2), 0u);
+  EXPECT_EQ(o.location.HeldBy(7), 0u);
+  RoundTrip(T(MsgType::kLocatePrefixReply), LocatePrefixReply{});
+}
+
+TEST(PeerMessagesTest, LocatePrefixReplyRefusesSpansThatDoNotTileTheMatch) {
+  auto refused = [](PrefixLocation loc, const char* what) {
+    LocatePrefixReply r;
+    r.location = std::move(loc);
+    Status s = DecodeAny(T(MsgType::kLocatePrefixReply), EncodeBody(r));
+    EXPECT_EQ(s.code(), Code::kProtocol) << what;
+    EXPECT_NE(s.message().find("LocatePrefixReply"), std::string::npos) << s.message();
+  };
+  refused({32, {PrefixSpan{16, 0, {}}, PrefixSpan{16, 1, {}}, PrefixSpan{32, 1, {}}}}, "a span of no tokens");
+  refused({32, {PrefixSpan{48, 0, {}}}}, "a span past the match");
+  refused({32, {PrefixSpan{16, 0, {}}}}, "spans short of the match");
+  refused({16, {}}, "a match without spans");
+}
+
 TEST(PeerMessagesTest, ClusterStatusReplyRefusesAnUnknownMemberState) {
   ClusterStatusReply m;
   m.data_path = "tcp";

@@ -78,7 +78,7 @@ class Mutator {
       }
       case 7: {  // header type: another message's body under this type
         if (b.size() < kFrameHeaderBytes) break;
-        uint16_t t = static_cast<uint16_t>(OneIn(8) ? rng_() : Below(static_cast<size_t>(MsgType::kLocateReply) + 1));
+        uint16_t t = static_cast<uint16_t>(OneIn(8) ? rng_() : Below(static_cast<size_t>(kLastMsgType) + 1));
         std::memcpy(b.data() + 6, &t, 2);
         break;
       }
@@ -114,7 +114,7 @@ class Mutator {
 
 TEST(WireFuzzReplayTest, SeedsAreValidFramesOfEveryType) {
   auto seeds = fuzz::SampleFrames();
-  std::vector<bool> seen(static_cast<uint16_t>(MsgType::kLocateReply) + 1, false);
+  std::vector<bool> seen(static_cast<uint16_t>(kLastMsgType) + 1, false);
   for (const auto& [type, frame] : seeds) {
     SCOPED_TRACE(MsgTypeName(type));
     Result<FrameHeader> h = DecodeFrameHeader(frame);
@@ -128,7 +128,7 @@ TEST(WireFuzzReplayTest, SeedsAreValidFramesOfEveryType) {
     ASSERT_LT(type, seen.size());
     seen[type] = true;
   }
-  for (uint16_t t = static_cast<uint16_t>(MsgType::kError); t <= static_cast<uint16_t>(MsgType::kLocateReply);
+  for (uint16_t t = static_cast<uint16_t>(MsgType::kError); t <= static_cast<uint16_t>(kLastMsgType);
        ++t) {
     EXPECT_TRUE(seen[t]) << "no seed for " << MsgTypeName(t);
   }

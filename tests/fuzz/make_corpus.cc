@@ -268,6 +268,14 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   where.locations.push_back(IncrementLocation{ChainKey{1, 2}, 0, {0, 2}});
   where.locations.push_back(IncrementLocation{ChainKey{3, 4}, 1, {}});
   out.push_back(Frame(MsgType::kLocateReply, where));
+  LocatePrefixRequest locate_prefix;
+  locate_prefix.ns = "mistral";
+  locate_prefix.tokens = Tokens(48);
+  out.push_back(Frame(MsgType::kLocatePrefix, locate_prefix));
+  LocatePrefixReply prefix_where;
+  prefix_where.location.matched_tokens = 48;
+  prefix_where.location.spans = {PrefixSpan{16, 0, {0, 1}}, PrefixSpan{48, 2, {2}}};
+  out.push_back(Frame(MsgType::kLocatePrefixReply, prefix_where));
   return out;
 }
 

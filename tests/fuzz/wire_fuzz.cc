@@ -145,6 +145,8 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kPeerHoldsReply: return CheckTyped<core::PeerHoldsReply>(type, body, any);
     case MsgType::kLocate: return CheckTyped<core::LocateRequest>(type, body, any);
     case MsgType::kLocateReply: return CheckTyped<core::LocateReply>(type, body, any);
+    case MsgType::kLocatePrefix: return CheckTyped<core::LocatePrefixRequest>(type, body, any);
+    case MsgType::kLocatePrefixReply: return CheckTyped<core::LocatePrefixReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";
@@ -182,7 +184,7 @@ std::string CheckWireInput(const uint8_t* data, size_t size) {
   std::span<const uint8_t> in(data, size);
   std::string err = CheckFrame(in);
   if (!err.empty()) return "as frame: " + err;
-  for (uint16_t type = 0; type <= static_cast<uint16_t>(MsgType::kLocateReply); ++type) {
+  for (uint16_t type = 0; type <= static_cast<uint16_t>(core::kLastMsgType); ++type) {
     err = CheckBody(type, in);
     if (!err.empty()) return "as body: " + err;
   }

@@ -1,0 +1,147 @@
+// A small HTTP/1.1 server for JSON APIs and Prometheus scrapes: the one HTTP
+// server of PTStore (ptstored's /metrics through storage/metrics_http.h,
+// ptstore-sched's API through sched/service.h).
+//
+// One request per connection: every response has a Content-Length and
+// "Connection: close", then the server closes the connection. A request may
+// carry a body of Content-Length bytes (any method); "Transfer-Encoding" is
+// not supported (501). The handler sees the method, the path and the query
+// (split at the first '?', neither decoded), the headers (names lower-cased)
+// and the body; what it returns is sent.
+//
+// Answered by the server itself, without calling the handler:
+//   400  a malformed request line, header line or Content-Length
+//   413  a Content-Length over max_body_bytes (answered at once, the body
+//        unread)
+//   431  request line and headers over max_request_bytes
+//   501  a Transfer-Encoding header
+//   505  an HTTP version other than 1.0 and 1.1
+//   500  the handler throwing
+// Their bodies come from options.error_body (plain "404 Not Found\n" text
+// when unset). HEAD is passed to the handler as GET and answered without the
+// body (its Content-Length kept). "Expect: 100-continue" is answered with an
+// interim "100 Continue" (curl waits a second for it before a large body).
+//
+// One thread serves every socket with non-blocking I/O and poll(2), so a slow
+// or hostile client can never block another: a connection must deliver its
+// whole request (headers and body) within read_timeout_ms of its accept and
+// take the response within write_timeout_ms, or it is dropped; at most
+// max_connections are open at once, and when a new one arrives at the cap
+// the oldest still being read is dropped for it. The handler runs on that
+// thread, one call at a time, unless handler_threads > 0: then that many
+// worker threads run it, so a slow handler holds up only its own client.
+//
+// Thread safety: Start and Stop from one thread; port() and address() are
+// fixed once Start has returned OK. The handler must be safe to call from
+// handler_threads threads at once when that is > 1.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ptstore/status.h"
+
+namespace ptstore::core {
+
+struct HttpRequest {
+  std::string method;  // as sent ("GET", "POST"); HEAD arrives as "GET"
+  std::string path;    // the target up to the first '?', not decoded: "/v1/instances/a%20b"
+  std::string query;   // after the '?' (without it); empty when none
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed
+  std::string body;    // Content-Length bytes; empty without one
+
+  // The value of the first header `name` (lower case), or nullptr.
+  const std::string* Header(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  // More headers ("Allow", "Retry-After"); never Content-Length or Connection.
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  static HttpResponse Text(int status, std::string body);
+  static HttpResponse Json(int status, std::string body);  // application/json
+};
+
+// "OK", "Not Found", ...; "Unknown" for a code it does not know.
+const char* HttpReasonPhrase(int status);
+
+struct HttpServerOptions {
+  int read_timeout_ms = 2000;          // from accept to the end of the request (headers and body)
+  int write_timeout_ms = 5000;         // to send the whole response
+  size_t max_request_bytes = 8192;     // request line and headers
+  size_t max_body_bytes = 4u << 20;    // Content-Length above this: 413
+  size_t max_connections = 16;         // open at once
+  int handler_threads = 0;             // 0: the handler runs on the poll thread
+  // Names the server in its log lines and Start's errors ("metrics", "sched").
+  std::string name = "http";
+  // The response the server sends for its own errors (400, 413, 431, 500,
+  // 501, 505); `message` says what was wrong. Unset: "<code> <reason>\n".
+  std::function<HttpResponse(int status, std::string_view message)> error_body;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+
+  explicit HttpServer(HttpServerOptions options = {});
+  ~HttpServer();  // Stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Listens on `bind` (a numeric IPv4 or IPv6 address, or a host name) and
+  // `port` (0: an ephemeral port; see port()) and starts serving. IOError
+  // when the address cannot be bound (in use, not local), InvalidArgument
+  // for an address that does not resolve, a null handler or a second Start.
+  Status Start(const std::string& bind, uint16_t port, Handler handler);
+  // Stops serving and closes every connection; waits for handlers running
+  // and joins the threads. Idempotent.
+  void Stop();
+
+  // The port it listens on (the ephemeral one when 0 was asked); 0 before Start.
+  uint16_t port() const { return port_; }
+  // "127.0.0.1:9464" or "[::1]:9464".
+  const std::string& address() const { return address_; }
+  // Requests answered (any status), for tests and logs.
+  uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Job {
+    uint64_t conn = 0;
+    HttpRequest request;
+    HttpResponse response;
+  };
+  void Loop();
+  void Work();
+  HttpResponse Call(const HttpRequest& request) const;  // the handler; exceptions become 500
+
+  const HttpServerOptions options_;
+  Handler handler_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: Stop wakes the loop
+  int done_fd_ = -1;  // eventfd: a worker finished a job
+  uint16_t port_ = 0;
+  std::string address_;
+  std::atomic<uint64_t> requests_{0};
+  std::thread thread_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;  // guards the queues and stopping_
+  std::condition_variable work_cv_;
+  std::deque<Job> work_;
+  std::deque<Job> done_;
+  bool stopping_ = false;
+};
+
+}  // namespace ptstore::core

@@ -1,0 +1,28 @@
+#include "sched/load_advisor.h"
+
+#include <vector>
+
+namespace ptstore::sched {
+
+LoadPlan PlanFor(const CostModel& model, const PrefixLocation& loc, uint32_t node, uint64_t prompt_tokens,
+                 LoadPath remote_path) {
+  std::vector<PrefixRun> runs;
+  const uint64_t held = loc.HeldBy(node);
+  if (held > 0) runs.push_back({held, LoadPath::kDram});
+  if (loc.matched_tokens > held) runs.push_back({loc.matched_tokens, remote_path});
+  return model.Plan(prompt_tokens, runs);
+}
+
+LoadAdvisor::LoadAdvisor(Client* client, CostModel model, LoadPath remote_path)
+    : client_(client), model_(std::move(model)), remote_path_(remote_path) {}
+
+Result<LoadPlan> LoadAdvisor::Advise(const std::string& ns, std::span<const uint32_t> tokens) {
+  Result<PrefixLocation> loc = client_->LocatePrefix(ns, tokens);
+  if (!loc.ok()) {
+    if (loc.status().code() == Code::kNotFound) return model_.Plan(tokens.size(), {});  // no namespace: a miss
+    return loc.status();
+  }
+  return PlanFor(model_, *loc, client_->node_id(), tokens.size(), remote_path_);
+}
+
+}  // namespace ptstore::sched

@@ -1,0 +1,46 @@
+// Load or recompute? The cost model applied to where a prompt's prefix is,
+// for a client (or the vLLM connector) deciding before it loads.
+//
+//   auto advisor = LoadAdvisor(client.get(), CostModel::Load(...).value());
+//   LoadPlan p = advisor.Advise("mistral-7b", prompt).value();
+//   // load tokens [0, p.load_tokens), recompute the rest
+//
+// What this node holds (owned or replica, in DRAM or on SSD) counts as the
+// DRAM path; the rest of the cluster's match as the remote path (RMA or TCP,
+// as the cluster's data path is).
+//
+// Thread safety: as the Client (any thread).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "ptstore/client.h"
+#include "sched/cost_model.h"
+
+namespace ptstore::sched {
+
+// The plan for a prompt of `prompt_tokens` on an instance beside `node`,
+// given where its prefix is.
+LoadPlan PlanFor(const CostModel& model, const PrefixLocation& loc, uint32_t node, uint64_t prompt_tokens,
+                 LoadPath remote_path);
+
+class LoadAdvisor {
+ public:
+  // `client` must outlive the advisor. remote_path: how other nodes' runs
+  // travel (kRma or kTcp).
+  LoadAdvisor(Client* client, CostModel model, LoadPath remote_path = LoadPath::kRma);
+
+  // Asks the client's node where the prefix is (Client::LocatePrefix) and
+  // plans. A miss plans a full recompute (load_tokens == 0).
+  Result<LoadPlan> Advise(const std::string& ns, std::span<const uint32_t> tokens);
+  const CostModel& model() const { return model_; }
+
+ private:
+  Client* const client_;
+  const CostModel model_;
+  const LoadPath remote_path_;
+};
+
+}  // namespace ptstore::sched

@@ -1,0 +1,348 @@
+// The scheduler library against real ptstored processes: the prefix probe
+// (Client::LocatePrefix, StoreIndex over a cluster and over independent
+// stores), every routing policy, the load bound, the elastic pool
+// operations and the load advisor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "sched/load_advisor.h"
+#include "sched/pool.h"
+#include "sched/scheduler.h"
+#include "sched/store_index.h"
+#include "tests/cluster/kv_check.h"
+#include "tests/storage/kv_fixture.h"
+#include "tests/testing/cluster.h"
+
+namespace ptstore::sched {
+namespace {
+
+using storage::testkv::Cat;
+using storage::testkv::Gen;
+using storage::testkv::Kv;
+using storage::testkv::kBpt;
+using testing::kNs;
+using testing::TestCluster;
+
+// The shipped Mistral-7B profile on H100 (its numbers only matter for the
+// load estimates; the small test layout moves few bytes).
+CostModel TestModel() {
+  auto m = CostModel::Load(DefaultProfilesPath(), "mistral-7b", "h100-80g");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : CostModel();
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void StartCluster(size_t n, uint32_t replicate_after = 2) {
+    TestCluster::Options o;
+    o.nodes = n;
+    o.replicate_after = replicate_after;
+    cluster_ = std::make_unique<TestCluster>(o);
+    ASSERT_TRUE(cluster_->Start().ok());
+    ASSERT_TRUE(cluster_->WaitConverged().ok());
+    std::vector<std::unique_ptr<Client>> clients;
+    testing::ConnectEach(*cluster_, &clients);
+    for (size_t i = 0; i < clients.size(); ++i) nodes_.push_back({uint32_t(i), std::move(clients[i])});
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) testing::PrintLogs(*cluster_);
+  }
+  Client& client(size_t i) { return *nodes_[i].client; }
+  // One instance per node, "i<node>".
+  std::unique_ptr<Scheduler> MakeScheduler(Policy p, PrefixIndex* index, double load_bound_s = 1.0) {
+    SchedulerOptions o;
+    o.policy = p;
+    o.load_bound_s = load_bound_s;
+    o.cost = TestModel();
+    auto s = std::make_unique<Scheduler>(o, index);
+    for (const StoreIndex::Node& n : nodes_) {
+      EXPECT_TRUE(s->Register({"i" + std::to_string(n.id), n.id, "node" + std::to_string(n.id)}).ok());
+    }
+    return s;
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::vector<StoreIndex::Node> nodes_;
+};
+
+TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
+  StartCluster(3);
+  const auto doc = Gen(1, 64);
+  const auto longer = Cat(doc, Gen(2, 32));
+  testing::SaveKv(client(0), doc);
+  testing::SaveKv(client(1), longer);  // node 1 owns only the 32 new tokens
+  for (size_t asker = 0; asker < 3; ++asker) {
+    auto loc = client(asker).LocatePrefix(kNs, Cat(longer, Gen(3, 16)));
+    ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+    EXPECT_EQ(loc->matched_tokens, 96u) << asker;
+    ASSERT_EQ(loc->spans.size(), 2u) << asker;
+    EXPECT_EQ(loc->spans[0].end_token, 64u);
+    EXPECT_EQ(loc->spans[0].owner, 0u);
+    EXPECT_EQ(loc->spans[0].nodes, std::vector<uint32_t>{0});
+    EXPECT_EQ(loc->spans[1].end_token, 96u);
+    EXPECT_EQ(loc->spans[1].owner, 1u);
+    EXPECT_EQ(loc->spans[1].nodes, std::vector<uint32_t>{1});
+    EXPECT_EQ(loc->HeldBy(0), 64u);
+    EXPECT_EQ(loc->HeldBy(1), 0u);  // node 1 lacks the first 64 tokens' bytes
+    EXPECT_EQ(loc->HeldBy(2), 0u);
+  }
+  // The probe is no lookup: the nodes' request counters do not move.
+  auto before = client(2).Stats();
+  ASSERT_TRUE(client(2).LocatePrefix(kNs, longer).ok());
+  auto after = client(2).Stats();
+  EXPECT_EQ(after->lookups, before->lookups);
+  EXPECT_EQ(after->hits, before->hits);
+  // Node 2 loads the prompt twice: the second load keeps replicas there.
+  EXPECT_EQ(testing::LoadAndCheck(client(2), longer), 96u);
+  EXPECT_EQ(testing::LoadAndCheck(client(2), longer), 96u);
+  auto loc = client(0).LocatePrefix(kNs, longer);
+  ASSERT_TRUE(loc.ok());
+  EXPECT_EQ(loc->HeldBy(2), 96u);
+  EXPECT_EQ(loc->spans[0].nodes, (std::vector<uint32_t>{0, 2}));
+  // A miss, and an unknown namespace.
+  auto miss = client(1).LocatePrefix(kNs, Gen(99, 64));
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss->matched_tokens, 0u);
+  EXPECT_TRUE(miss->spans.empty());
+  EXPECT_EQ(client(1).LocatePrefix("no-such-ns", doc).status().code(), Code::kNotFound);
+}
+
+TEST_F(SchedulerTest, PrefixLocalityRoutesToTheNodeThatHoldsTheLongestPrefix) {
+  StartCluster(3);
+  StoreIndex index(nodes_, /*cluster=*/true);
+  auto s = MakeScheduler(Policy::kPrefixLocality, &index);
+  const auto doc = Gen(7, 128);
+  testing::SaveKv(client(2), doc);
+  for (int k = 0; k < 4; ++k) {
+    auto d = s->Route({kNs, Cat(doc, Gen(100 + k, 20)), ""});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->instance, "i2");
+    EXPECT_EQ(d->local_tokens, 128u);
+    EXPECT_EQ(d->cluster_tokens, 128u);
+    EXPECT_EQ(d->plan.load_tokens, 128u);
+    EXPECT_EQ(d->reason, "longest prefix");
+    ASSERT_TRUE(s->Finished(d->ticket).ok());
+  }
+  // Nothing cached: least-load, spread over the instances.
+  std::set<std::string> used;
+  std::vector<uint64_t> tickets;
+  for (int k = 0; k < 3; ++k) {
+    auto d = s->Route({kNs, Gen(200 + k, 64), ""});
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->local_tokens, 0u);
+    EXPECT_NE(d->reason.find("least-load"), std::string::npos) << d->reason;
+    used.insert(d->instance);
+    tickets.push_back(d->ticket);
+  }
+  EXPECT_EQ(used.size(), 3u);
+  for (uint64_t t : tickets) ASSERT_TRUE(s->Finished(t).ok());
+}
+
+TEST_F(SchedulerTest, PrefixLocalityGivesUpAnOverloadedNode) {
+  StartCluster(2);
+  StoreIndex index(nodes_, true);
+  // A bound of 0.2 s of queued prefill: a few 4k-token requests exceed it.
+  auto s = MakeScheduler(Policy::kPrefixLocality, &index, 0.2);
+  const auto doc = Gen(9, 64);
+  testing::SaveKv(client(1), doc);
+  // Long prompts on the same document (the suffix is computed: queued work).
+  std::map<std::string, int> where;
+  std::vector<uint64_t> tickets;
+  for (int k = 0; k < 12; ++k) {
+    auto d = s->Route({kNs, Cat(doc, Gen(300 + k, 4096)), ""});
+    ASSERT_TRUE(d.ok());
+    where[d->instance]++;
+    tickets.push_back(d->ticket);
+    if (d->instance == "i0") {
+      EXPECT_EQ(d->reason, "least-load (longest prefix over load bound)");
+    }
+  }
+  EXPECT_GT(where["i1"], 0);
+  EXPECT_GT(where["i0"], 0) << "the holder took every request despite the load bound";
+  // Prefilled and finished requests leave the queues.
+  for (uint64_t t : tickets) ASSERT_TRUE(s->PrefillDone(t).ok());
+  for (const InstanceState& in : s->Instances()) EXPECT_NEAR(in.queued_s, 0.0, 1e-9) << in.spec.id;
+  for (uint64_t t : tickets) ASSERT_TRUE(s->Finished(t).ok());
+  for (const InstanceState& in : s->Instances()) EXPECT_EQ(in.running, 0u) << in.spec.id;
+  EXPECT_EQ(s->Finished(tickets[0]).code(), Code::kNotFound);
+  EXPECT_EQ(s->PrefillDone(987654).code(), Code::kNotFound);
+  // Back under the bound: the holder again.
+  auto d = s->Route({kNs, Cat(doc, Gen(400, 16)), ""});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->instance, "i1");
+}
+
+TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
+  StartCluster(3);
+  auto rr = MakeScheduler(Policy::kRoundRobin, nullptr);
+  std::vector<std::string> order;
+  for (int k = 0; k < 6; ++k) order.push_back(rr->Route({kNs, Gen(k, 32), ""})->instance);
+  EXPECT_EQ(order, (std::vector<std::string>{"i0", "i1", "i2", "i0", "i1", "i2"}));
+
+  auto ll = MakeScheduler(Policy::kLeastLoad, nullptr);
+  auto a = ll->Route({kNs, Gen(1, 4096), ""});
+  auto b = ll->Route({kNs, Gen(2, 4096), ""});
+  auto c = ll->Route({kNs, Gen(3, 4096), ""});
+  std::set<std::string> three = {a->instance, b->instance, c->instance};
+  EXPECT_EQ(three.size(), 3u);
+  ASSERT_TRUE(ll->PrefillDone(b->ticket).ok());
+  EXPECT_EQ(ll->Route({kNs, Gen(4, 4096), ""})->instance, b->instance);  // the one whose queue emptied
+
+  auto sa = MakeScheduler(Policy::kSessionAffinity, nullptr);
+  std::map<std::string, std::string> first;
+  std::set<std::string> spread;
+  for (int round = 0; round < 3; ++round) {
+    for (int u = 0; u < 30; ++u) {
+      const std::string session = "user-" + std::to_string(u);
+      auto d = sa->Route({kNs, Gen(u * 10 + round, 32), session});
+      ASSERT_TRUE(d.ok());
+      EXPECT_EQ(d->reason, "session");
+      if (round == 0) first[session] = d->instance;
+      EXPECT_EQ(d->instance, first[session]) << session;  // sticky
+      spread.insert(d->instance);
+    }
+  }
+  EXPECT_EQ(spread.size(), 3u);  // 30 sessions land on every instance
+  // Another instance joins: rendezvous hashing moves only the sessions it wins.
+  ASSERT_TRUE(sa->Register({"i9", 0, "node0-b"}).ok());
+  int moved = 0;
+  for (int u = 0; u < 30; ++u) {
+    const std::string session = "user-" + std::to_string(u);
+    const std::string now = sa->Route({kNs, Gen(u, 32), session})->instance;
+    if (now != first[session]) {
+      ++moved;
+      EXPECT_EQ(now, "i9");
+    }
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_LT(moved, 20);
+}
+
+TEST_F(SchedulerTest, RegistrationErrors) {
+  Scheduler s({}, nullptr);
+  EXPECT_EQ(s.Route({kNs, Gen(1, 16), ""}).status().code(), Code::kUnavailable);
+  EXPECT_EQ(s.Register({"", 0, "x"}).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(s.Register({"a", 0, "x"}).ok());
+  EXPECT_TRUE(s.Register({"a", 0, "x"}).ok());  // the same again: a no-op
+  Status dup = s.Register({"a", 1, "y"});
+  EXPECT_EQ(dup.code(), Code::kAlreadyExists);
+  EXPECT_NE(dup.message().find("instance a"), std::string::npos) << dup.message();
+  EXPECT_EQ(s.Unregister("b").code(), Code::kNotFound);
+  auto d = s.Route({kNs, Gen(1, 16), ""});
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(s.Unregister("a").ok());
+  EXPECT_EQ(s.Finished(d->ticket).code(), Code::kNotFound);  // forgotten with its instance
+  EXPECT_EQ(ParsePolicy("random").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(*ParsePolicy("prefix"), Policy::kPrefixLocality);
+}
+
+TEST_F(SchedulerTest, IndependentStoresAreMergedByHeldLength) {
+  // Node-local reuse: two ptstored without a cluster, each knowing only itself.
+  std::vector<std::unique_ptr<testing::Daemon>> daemons;
+  for (uint32_t i = 0; i < 2; ++i) {
+    daemons.push_back(std::make_unique<testing::Daemon>());
+    testing::Daemon::Options o;
+    o.extra_args = {"--node-id", std::to_string(i)};
+    ASSERT_TRUE(daemons.back()->Start(o).ok());
+    ClientOptions co;
+    co.socket_path = daemons.back()->socket_path();
+    auto c = Client::Connect(co);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()).ok());
+    nodes_.push_back({i, std::move(*c)});
+  }
+  const auto doc = Gen(5, 64);
+  testing::SaveKv(client(0), doc);
+  testing::SaveKv(client(1), Cat(doc, Gen(6, 32)));  // independent: node 1 stores all 96
+  StoreIndex index(nodes_, /*cluster=*/false);
+  auto loc = index.Locate(kNs, Cat(doc, Gen(6, 48)));
+  ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+  EXPECT_EQ(loc->matched_tokens, 96u);
+  EXPECT_EQ(loc->HeldBy(0), 64u);
+  EXPECT_EQ(loc->HeldBy(1), 96u);
+  auto s = MakeScheduler(Policy::kPrefixLocality, &index);
+  EXPECT_EQ(s->Route({kNs, Cat(doc, Gen(6, 48)), ""})->instance, "i1");
+  EXPECT_EQ(s->Route({kNs, Cat(doc, Gen(8, 48)), ""})->instance, "i0");  // 64 on both; i1 is busier
+  // Merge rules on their own.
+  PrefixLocation m = MergeIndependent({{0, 32}, {1, 0}, {2, 64}, {3, 32}});
+  EXPECT_EQ(m.matched_tokens, 64u);
+  ASSERT_EQ(m.spans.size(), 2u);
+  EXPECT_EQ(m.spans[0].nodes, (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_EQ(m.spans[1].nodes, (std::vector<uint32_t>{2}));
+  EXPECT_EQ(MergeIndependent({}).matched_tokens, 0u);
+}
+
+TEST_F(SchedulerTest, ElasticPoolOperations) {
+  StartCluster(2, /*replicate_after=*/1);
+  ElasticPool pool(nodes_);
+  const auto prompt = Gen(11, 96);
+  const auto kv = Kv(prompt, 0, prompt.size());
+  // allocate + insert from the shared buffer on node 0
+  auto buf = pool.Allocate(0, kv.size());
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  std::memcpy(buf->data(), kv.data(), kv.size());
+  auto saved = pool.Insert(0, kNs, prompt, *buf, 0, kv.size());
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->stored_tokens, 96u);
+  // match
+  auto m = pool.Match(kNs, prompt);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->HeldBy(0), 96u);
+  EXPECT_EQ(m->HeldBy(1), 0u);
+  // transfer to node 1: pinned there, byte-exact; kept as a replica
+  {
+    auto pin = pool.Transfer(kNs, prompt, 1);
+    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_EQ(pin->tokens(), 96u);
+    std::vector<uint8_t> out(pin->bytes());
+    ASSERT_TRUE(pin->CopyTo(out.data(), out.size()).ok());
+    EXPECT_EQ(out, kv);
+  }
+  m = pool.Match(kNs, prompt);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->HeldBy(1), 96u);
+  // prefill on node 0 -> decode on node 1
+  const auto p2 = Cat(prompt, Gen(12, 64));
+  const auto kv2 = Kv(p2, 0, p2.size());
+  std::vector<uint8_t> dst(kv2.size());
+  auto h = pool.PrefillToDecode(kNs, p2, kv2.data(), kv2.size(), 0, 1, dst.data(), dst.size());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->saved.stored_tokens, 64u);  // the prompt's first 96 were there already
+  EXPECT_EQ(h->loaded_tokens, 160u);
+  EXPECT_EQ(dst, kv2);
+  // errors
+  EXPECT_EQ(pool.Allocate(7, 100).status().code(), Code::kNotFound);
+  EXPECT_EQ(pool.Insert(1, kNs, prompt, kv.data(), kv.size() - 1).status().code(), Code::kInvalidArgument);
+  auto none = pool.Match("no-such-ns", prompt);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->matched_tokens, 0u);
+}
+
+TEST_F(SchedulerTest, LoadAdvisorPlansFromWhereThePrefixIs) {
+  StartCluster(2);
+  const auto doc = Gen(21, 256);
+  testing::SaveKv(client(0), doc);
+  const auto prompt = Cat(doc, Gen(22, 16));
+  LoadAdvisor local(&client(0), TestModel(), LoadPath::kTcp);
+  auto p = local.Advise(kNs, prompt);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->load_tokens, 256u);
+  EXPECT_LT(p->total_s(), local.model().PrefillSeconds(prompt.size()));
+  LoadAdvisor remote(&client(1), TestModel(), LoadPath::kTcp);
+  auto q = remote.Advise(kNs, prompt);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->load_tokens, 256u);
+  EXPECT_GT(q->load_s, p->load_s);  // over the network it costs more
+  // A network so slow that node 1 recomputes.
+  Profile slow = TestModel().profile();
+  slow.paths[size_t(LoadPath::kTcp)].bandwidth_bytes_per_s = 1e6;
+  LoadAdvisor crawl(&client(1), CostModel(slow), LoadPath::kTcp);
+  EXPECT_EQ(crawl.Advise(kNs, prompt)->load_tokens, 0u);
+  EXPECT_EQ(crawl.Advise("no-such-ns", prompt)->load_tokens, 0u);
+}
+
+}  // namespace
+}  // namespace ptstore::sched
