@@ -199,20 +199,23 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     uint64_t off;
     uint64_t blocks;
     bool keep;
-    size_t request;
-    size_t segment;
+    std::vector<uint32_t> names;  // the tensor's own prefix, up to its last block
+    size_t group = 0, request = 0, segment = 0;
+  };
+  // One fetch names its segments by one prompt, and an owner matches each
+  // segment's blocks along that prompt. The tensors of a pin need not lie
+  // on one path (a remote tensor split by a branch keeps the other branch's
+  // tail): tensors whose own prefixes extend one another share a fetch,
+  // named by the longest; any other gets a fetch of its own.
+  struct Group {
+    std::vector<uint32_t> names;
+    std::vector<FetchRequest> requests;
+    std::map<uint32_t, size_t> by_owner;
   };
   const NamespaceDef def{ns.info, ns.salt};
   const uint32_t bt = ns.info.layout.block_tokens;
   const uint64_t bb = ns.info.layout.BytesPerBlock();
   std::vector<Job> jobs;
-  std::vector<FetchRequest> requests;
-  std::map<uint32_t, size_t> by_owner;
-  uint64_t end_block = 0;
-  // The segments are named by the tokens of their tensors' own prefix (the
-  // deepest one's, which runs through all the others: they lie on one path),
-  // not by the pin's prompt, which may leave a tensor part way.
-  const Tensor* deepest = nullptr;
   for (Tensor* t : missing) {
     if (t->io != Tensor::Io::kNone || t->in_dram || !t->in_index || !t->remote || t->nodes.empty()) continue;
     const uint64_t blocks = LiveTokens(*t) / bt;
@@ -235,29 +238,52 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
       continue;
     }
     t->io = Tensor::Io::kFilling;
-    auto [it, fresh] = by_owner.emplace(t->owner, requests.size());
-    if (fresh) requests.push_back(FetchRequest{t->owner, {}});
-    FetchRequest& req = requests[it->second];
     const uint64_t first = t->nodes.front()->start_block;
-    req.segments.push_back(FetchSegment{first, first + blocks, *off, 0, false});
-    jobs.push_back(Job{t, *off, blocks, keep, it->second, req.segments.size() - 1});
-    if (first + blocks > end_block) {
-      end_block = first + blocks;
-      deepest = t;
+    std::vector<uint32_t> names = PrefixTokensLocked(t->nodes.back());
+    names.resize(std::min<uint64_t>(names.size(), (first + blocks) * bt));
+    jobs.push_back(Job{t, *off, blocks, keep, std::move(names)});
+  }
+  // The groups' names: the longest prefixes first, each shorter one a
+  // group of its own only if no longer one begins with it. Then every job,
+  // in path order (so each owner's segments stay in order), joins the first
+  // group whose names begin with its own.
+  std::vector<size_t> order(jobs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return jobs[a].names.size() > jobs[b].names.size(); });
+  std::vector<Group> groups;
+  auto group_of = [&](const std::vector<uint32_t>& names) {
+    size_t g = 0;
+    while (g < groups.size() && !(names.size() <= groups[g].names.size() &&
+                                  std::equal(names.begin(), names.end(), groups[g].names.begin()))) {
+      ++g;
     }
+    return g;
+  };
+  for (size_t i : order) {
+    if (group_of(jobs[i].names) == groups.size()) groups.push_back(Group{jobs[i].names, {}, {}});
+  }
+  for (Job& j : jobs) {
+    j.group = group_of(j.names);
+    Group& grp = groups[j.group];
+    auto [it, fresh] = grp.by_owner.emplace(j.t->owner, grp.requests.size());
+    if (fresh) grp.requests.push_back(FetchRequest{j.t->owner, {}});
+    FetchRequest& req = grp.requests[it->second];
+    const uint64_t first = j.t->nodes.front()->start_block;
+    req.segments.push_back(FetchSegment{first, first + j.blocks, j.off, 0, false});
+    j.request = it->second;
+    j.segment = req.segments.size() - 1;
   }
   RemoteFetcher* fetcher = fetcher_;
   if (!jobs.empty() && fetcher != nullptr) {
-    std::vector<uint32_t> names = PrefixTokensLocked(deepest->nodes.back());
-    names.resize(std::min<uint64_t>(names.size(), end_block * bt));
     lk.unlock();
-    fetcher->Fetch(def, names, requests);
+    for (Group& g : groups) fetcher->Fetch(def, g.names, g.requests);
     lk.lock();
   }
   for (const Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
-    const FetchSegment& seg = requests[j.request].segments[j.segment];
+    const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
     const bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
     if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
       t->in_dram = true;

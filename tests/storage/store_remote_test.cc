@@ -633,6 +633,31 @@ TEST_F(StoreRemoteTest, BranchInsideARemoteIncrementThenSecondLoadKeepsTheRightB
   EXPECT_EQ(PinCheck(1, p), p.size());
 }
 
+TEST_F(StoreRemoteTest, BothBranchesOfARemoteIncrementFetchEachWithItsOwnBytes) {
+  // Node 1 knows p as one remote increment, then learns q, which branches
+  // inside it: p's tensor now has two tree nodes, the shared head and p's
+  // tail, and q's tail is a second remote tensor. A pin of q needs both
+  // tensors, which are not on one path: each must be named by its own
+  // prefix (found by bench_e2e: q's tail came back with p's bytes).
+  for (uint32_t replicate_after : {0u, 1u, 2u}) {
+    SCOPED_TRACE(replicate_after);
+    StoreOptions o = NodeOptions(1);
+    o.replicate_after = replicate_after;
+    Reopen(1, o);
+    const Tokens base = Gen(50 + replicate_after, 2 * kBt);
+    const Tokens p = Cat(base, Gen(60 + replicate_after, 6 * kBt));
+    const Tokens q = Cat(base, Gen(70 + replicate_after, 6 * kBt));
+    SaveOn(0, p);
+    SaveOn(0, q);
+    Share(0, 1, p);
+    Share(0, 1, q);
+    EXPECT_EQ(Matched(1, q), q.size());
+    EXPECT_EQ(PinCheck(1, q), q.size());
+    EXPECT_EQ(PinCheck(1, p), p.size());
+    EXPECT_EQ(PinCheck(1, q), q.size());
+  }
+}
+
 // ----------------------------------------------------------------- failures
 
 TEST_F(StoreRemoteTest, FailingFetchCutsThePinAtTheFirstRemoteBlock) {
