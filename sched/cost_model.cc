@@ -210,10 +210,19 @@ double CostModel::PrefillSeconds(uint64_t tokens, uint64_t cached_tokens) const 
   return p_.a * (n * n - p * p) + p_.b * (n - p) + p_.c;
 }
 
-double CostModel::LoadSeconds(uint64_t bytes, LoadPath path) const {
+double CostModel::HopSeconds(uint64_t bytes, LoadPath path) const {
   if (bytes == 0) return 0;
   const PathCost& pc = p_.paths[static_cast<size_t>(path)];
   return pc.rtt_s + static_cast<double>(bytes) / pc.bandwidth_bytes_per_s;
+}
+
+double CostModel::LoadSeconds(uint64_t bytes, LoadPath path) const {
+  if (bytes == 0) return 0;
+  double s = HopSeconds(bytes, path);
+  if (path != LoadPath::kDram) {
+    s += static_cast<double>(bytes) / p_.paths[static_cast<size_t>(LoadPath::kDram)].bandwidth_bytes_per_s;
+  }
+  return s;
 }
 
 double CostModel::DecodeStepSeconds(uint64_t batch_kv_tokens) const {

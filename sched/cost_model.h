@@ -92,7 +92,11 @@ class CostModel {
   const Profile& profile() const { return p_; }
 
   double PrefillSeconds(uint64_t tokens, uint64_t cached_tokens = 0) const;
+  // The whole load into GPU memory over `path` (both hops for ssd/rma/tcp).
   double LoadSeconds(uint64_t bytes, LoadPath path) const;
+  // One hop only: rtt + bytes / bandwidth of `path` (the network's share of
+  // a remote load, e.g. for an owner's NIC queue).
+  double HopSeconds(uint64_t bytes, LoadPath path) const;
   double DecodeStepSeconds(uint64_t batch_kv_tokens) const;
   // The cheapest way to prefill a prompt of `prompt_tokens` whose prefix is
   // cached as `runs` (in order, ends growing; may be empty).

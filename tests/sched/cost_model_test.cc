@@ -135,7 +135,10 @@ TEST_F(PlanTest, PrefillWithACachedPrefixSkipsItsWork) {
   const Profile& p = m_.profile();
   EXPECT_NEAR(full - half, p.a * 4000.0 * 4000.0 + p.b * 4000.0, 1e-12);
   EXPECT_EQ(m_.PrefillSeconds(8000, 8000), 0);
-  EXPECT_NEAR(m_.LoadSeconds(5'000'000, LoadPath::kRma), 20e-6 + 1e-3, 1e-12);
+  // A remote load: the network hop into the arena, then the arena -> GPU hop.
+  EXPECT_NEAR(m_.HopSeconds(5'000'000, LoadPath::kRma), 20e-6 + 1e-3, 1e-12);
+  EXPECT_NEAR(m_.LoadSeconds(5'000'000, LoadPath::kRma), 20e-6 + 1e-3 + 0.5e-3, 1e-12);
+  EXPECT_NEAR(m_.LoadSeconds(5'000'000, LoadPath::kDram), 10e-6 + 0.5e-3, 1e-12);
   EXPECT_EQ(m_.LoadSeconds(0, LoadPath::kTcp), 0);
   EXPECT_NEAR(m_.DecodeStepSeconds(1000), 0.010 + 0.5e-3, 1e-12);
 }
