@@ -16,11 +16,21 @@ const char* TierName(uint8_t tier) {
   }
 }
 
+bool PrefixLocation::Holds(size_t i, uint32_t node) const {
+  return std::find(spans[i].nodes.begin(), spans[i].nodes.end(), node) != spans[i].nodes.end();
+}
+
 uint64_t PrefixLocation::HeldBy(uint32_t node) const {
   uint64_t held = 0;
-  for (const PrefixSpan& s : spans) {
-    if (std::find(s.nodes.begin(), s.nodes.end(), node) == s.nodes.end()) break;
-    held = s.end_token;
+  for (size_t i = 0; i < spans.size() && Holds(i, node); ++i) held = spans[i].end_token;
+  return held;
+}
+
+uint64_t PrefixLocation::TokensHeldBy(uint32_t node) const {
+  uint64_t held = 0, start = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (Holds(i, node)) held += spans[i].end_token - start;
+    start = spans[i].end_token;
   }
   return held;
 }

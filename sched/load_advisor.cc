@@ -6,10 +6,16 @@ namespace ptstore::sched {
 
 LoadPlan PlanFor(const CostModel& model, const PrefixLocation& loc, uint32_t node, uint64_t prompt_tokens,
                  LoadPath remote_path) {
+  // Each span from where it is: this node's arena, or over the network.
   std::vector<PrefixRun> runs;
-  const uint64_t held = loc.HeldBy(node);
-  if (held > 0) runs.push_back({held, LoadPath::kDram});
-  if (loc.matched_tokens > held) runs.push_back({loc.matched_tokens, remote_path});
+  for (size_t i = 0; i < loc.spans.size(); ++i) {
+    const LoadPath path = loc.Holds(i, node) ? LoadPath::kDram : remote_path;
+    if (!runs.empty() && runs.back().path == path) {
+      runs.back().end_token = loc.spans[i].end_token;
+    } else {
+      runs.push_back({loc.spans[i].end_token, path});
+    }
+  }
   return model.Plan(prompt_tokens, runs);
 }
 

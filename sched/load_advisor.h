@@ -5,9 +5,9 @@
 //   LoadPlan p = advisor.Advise("mistral-7b", prompt).value();
 //   // load tokens [0, p.load_tokens), recompute the rest
 //
-// What this node holds (owned or replica, in DRAM or on SSD) counts as the
-// DRAM path; the rest of the cluster's match as the remote path (RMA or TCP,
-// as the cluster's data path is).
+// Each span of the prompt's match that this node holds (owned or replica,
+// in DRAM or on SSD) counts as the DRAM path; the others as the remote path
+// (RMA or TCP, as the cluster's data path is).
 //
 // Thread safety: as the Client (any thread).
 #pragma once

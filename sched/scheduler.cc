@@ -143,7 +143,7 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
       std::vector<Instance*> best;
       if (loc) {
         for (auto& [id, in] : instances_) {
-          const uint64_t held = loc->HeldBy(in.state.spec.node);
+          const uint64_t held = loc->TokensHeldBy(in.state.spec.node);
           if (held == 0 || held < best_held) continue;
           if (held > best_held) best.clear();
           best_held = held;
@@ -169,7 +169,7 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
   d.ticket = next_ticket_++;
   d.instance = pick->state.spec.id;
   d.node = pick->state.spec.node;
-  d.local_tokens = loc ? loc->HeldBy(d.node) : 0;
+  d.local_tokens = loc ? loc->TokensHeldBy(d.node) : 0;
   d.cluster_tokens = loc ? loc->matched_tokens : 0;
   d.plan = PlanFor(options_.cost, loc ? *loc : PrefixLocation{}, d.node, req.tokens.size(), options_.remote_path);
   d.reason = std::move(reason);

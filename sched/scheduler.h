@@ -9,8 +9,9 @@
 //                    over the instances (stable as instances come and go);
 //                    requests without a session go least-load
 //   prefix           prefix locality: the instance whose node holds the
-//                    longest usable prefix of the prompt (owned or replica,
-//                    from the store's index: PrefixIndex), ties by load;
+//                    most of the prompt's cached prefix (owned or replica,
+//                    from the store's index: PrefixIndex; runs it lacks
+//                    come over the network), ties by load;
 //                    least-load when nothing is held, or when the best
 //                    one's queued work exceeds the least loaded one's by
 //                    more than load_bound_s
@@ -75,7 +76,7 @@ struct RouteDecision {
   uint64_t ticket = 0;          // for PrefillDone / Finished
   std::string instance;
   uint32_t node = 0;
-  uint64_t local_tokens = 0;    // prefix its node holds
+  uint64_t local_tokens = 0;    // tokens of the prefix its node holds (TokensHeldBy)
   uint64_t cluster_tokens = 0;  // prefix held anywhere (0 when the index was not asked)
   LoadPlan plan;                // the cost model's plan on that instance
   std::string reason;           // why this instance ("longest prefix", "over load bound", ...)

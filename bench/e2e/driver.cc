@@ -218,13 +218,13 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
         }
         // Which owners served the remote part (the index's spans past what
         // this node held), for their NICs' queues.
-        const uint64_t held = loc.HeldBy(node);
         uint64_t start = 0, attributed = 0;
-        for (const PrefixSpan& sp : loc.spans) {
-          const uint64_t lo = std::max(start, held), hi = std::min(sp.end_token, got);
-          if (hi > lo && sp.owner != node) {
-            from_owner[sp.owner] += hi - lo;
-            attributed += hi - lo;
+        for (size_t k = 0; k < loc.spans.size(); ++k) {
+          const PrefixSpan& sp = loc.spans[k];
+          const uint64_t hi = std::min(sp.end_token, got);
+          if (hi > start && !loc.Holds(k, node)) {
+            from_owner[sp.owner] += hi - start;
+            attributed += hi - start;
           }
           start = sp.end_token;
         }

@@ -59,6 +59,24 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       runs.push_back(o);
     }
   }
+  // The same with locality routing (the scheduler's prefix policy) for
+  // every mode: what routing alone recovers for node-local caches.
+  if (!quick) {
+    for (uint32_t len : lengths) {
+      for (Mode m : modes) {
+        E2eOptions o = base;
+        o.experiment = "seqlen-prefix";
+        o.mode = m;
+        o.policy = m == Mode::kNoReuse ? sched::Policy::kLeastLoad : sched::Policy::kPrefixLocality;
+        o.nodes = 4;
+        o.workload.kind = WorkloadKind::kWikiQa;
+        o.workload.context_tokens = len;
+        o.workload.requests = 200;
+        o.workload.rate = RateFor(base, o.nodes, len, 0.6);
+        runs.push_back(o);
+      }
+    }
+  }
   if (quick) {
     // Prefix locality against session affinity, small.
     for (sched::Policy p : {sched::Policy::kSessionAffinity, sched::Policy::kPrefixLocality}) {

@@ -185,6 +185,11 @@ struct PrefixLocation {
   // Tokens from the start of the prompt whose bytes `node` holds: what an
   // instance beside that node loads without asking another node.
   uint64_t HeldBy(uint32_t node) const;
+  // Tokens of the match whose bytes `node` holds, in any span (not only
+  // from the start): what it loads without the network.
+  uint64_t TokensHeldBy(uint32_t node) const;
+  // Whether `node` holds span `i`.
+  bool Holds(size_t i, uint32_t node) const;
 };
 
 // A member of the cluster as one node sees it (ptstore-stat --cluster).

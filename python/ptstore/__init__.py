@@ -8,6 +8,8 @@
     n = client.load("mistral-7b", tokens, out)     # tokens loaded (whole blocks; 0 on a miss)
     with client.pin("mistral-7b", tokens) as p:    # extents pinned until the block ends
         p.copy_to(out)
+    model = ptstore.CostModel.load(gpu="h100-80g") # load or recompute? (sched/profiles.toml)
+    plan = client.advise("mistral-7b", tokens, model)  # load plan.load_tokens, recompute the rest
 
 Errors are ptstore.Error subclasses named after libptstore's status codes
 (NotFound, InvalidArgument, PermissionDenied, ...). docs/python.md has the
@@ -17,8 +19,8 @@ whole API.
 from ._errors import (Aborted, AlreadyExists, Code, Corruption, DeadlineExceeded, Error, IOFailure, Internal,
                       InvalidArgument, NotFound, PermissionDenied, ProtocolError, ResourceExhausted, Unavailable,
                       Unimplemented)
-from ._ptstore import (Extent, Increment, Layout, LookupResult, NamespaceInfo, PathInfo, PrefixNode, RemoveResult,
-                       SaveResult, Stats, mistral_layout, path_info)
+from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, PathInfo,
+                       PrefixLocation, PrefixNode, RemoveResult, SaveResult, Stats, mistral_layout, path_info)
 from ._arrays import empty_kv, numpy_dtype, torch_dtype
 from ._client import Client, Pin
 
@@ -26,14 +28,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Pin", "Layout", "mistral_layout", "NamespaceInfo", "LookupResult", "Extent", "SaveResult",
-    "RemoveResult", "Stats", "PrefixNode", "Increment", "PathInfo", "path_info", "empty_kv", "numpy_dtype",
+    "RemoveResult", "Stats", "PrefixNode", "Increment", "PathInfo", "path_info", "PrefixLocation", "CostModel",
+    "LoadPlan", "empty_kv", "numpy_dtype",
     "torch_dtype", "Code", "Error", "NotFound", "InvalidArgument", "AlreadyExists", "PermissionDenied",
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Corruption", "ProtocolError", "IOFailure", "Aborted",
     "Internal", "Unimplemented",
 ]
 
 # The classes of the extension present themselves as ptstore.X.
-for _name in ("Extent", "Increment", "Layout", "LookupResult", "NamespaceInfo", "PathInfo", "PrefixNode",
-              "RemoveResult", "SaveResult", "Stats"):
+for _name in ("CostModel", "Extent", "Increment", "Layout", "LoadPlan", "LookupResult", "NamespaceInfo", "PathInfo",
+              "PrefixLocation", "PrefixNode", "RemoveResult", "SaveResult", "Stats"):
     globals()[_name].__module__ = __name__
 del _name

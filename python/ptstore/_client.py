@@ -10,8 +10,8 @@ import numpy as np
 from . import _ptstore
 from ._arrays import as_tokens, empty_kv, kv_buffer
 from ._errors import InvalidArgument, NotFound
-from ._ptstore import (Extent, Increment, Layout, LookupResult, NamespaceInfo, PrefixNode, RemoveResult, SaveResult,
-                       Stats)
+from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, PrefixLocation,
+                       PrefixNode, RemoveResult, SaveResult, Stats)
 
 TokensLike = Union[Sequence[int], np.ndarray, Any]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -242,6 +242,30 @@ class Client:
     def lookup(self, ns: str, tokens: TokensLike) -> LookupResult:
         """The longest stored prefix of `tokens`: matched tokens (0 on a miss) and its extents. No pin, no hit."""
         return self._call(ns, self._c.lookup, ns, as_tokens(tokens))
+
+    def locate_prefix(self, ns: str, tokens: TokensLike) -> PrefixLocation:
+        """Where the longest match of `tokens` is in the cluster: a :class:`PrefixLocation`.
+
+        ``matched_tokens`` (whole blocks; 0 on a miss) and ``spans``, a list of
+        ``(end_token, owner, nodes)`` in order; ``held_by(node)`` is how many
+        tokens from the start `node` holds (``held_by(client.node_id)``: what
+        loads without asking another node). No pin, no hit counted. Raises
+        NotFound when there is no namespace `ns`.
+        """
+        return self._call(ns, self._c.locate_prefix, ns, as_tokens(tokens))
+
+    def advise(self, ns: str, tokens: TokensLike, cost_model: CostModel, remote_path: str = "rma") -> LoadPlan:
+        """Load or recompute? The :class:`LoadPlan` of `cost_model` for the prompt `tokens`.
+
+        Asks the node where the prompt's prefix is (as :meth:`locate_prefix`)
+        and plans: the tokens this node holds load over ``"dram"``, the rest
+        of the cluster's match over `remote_path` (``"rma"`` or ``"tcp"``, as
+        the cluster's data path is). Load tokens ``[0, plan.load_tokens)``
+        and recompute the rest; ``load_tokens == 0`` means recompute all of
+        it. A miss, or no namespace `ns`, plans a full recompute (never an
+        error). The request runs with the GIL released.
+        """
+        return self._c.advise(ns, as_tokens(tokens), cost_model, remote_path)
 
     def load(self, ns: str, tokens: TokensLike, out: Any) -> int:
         """Loads the longest stored prefix of `tokens` into `out`; returns the tokens loaded (0 on a miss).

@@ -1,13 +1,15 @@
 """Type stubs of the _ptstore extension (python/src/*.cc): libptstore's value types, the low-level Client and
-Pin, and path_info. The public API is the ptstore package, which re-exports the value types."""
+Pin, path_info, and the scheduler's cost model (CostModel, LoadPlan). The public API is the ptstore package, which
+re-exports the value types and the cost model."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
 _Tokens = Union[npt.NDArray[np.uint32], Sequence[int]]
 _DTypeLike = Any  # "bf16" | "fp16" | "fp32" | "fp8" | "bfloat16" | ... | a numpy or torch dtype
+_LoadPath = Literal["dram", "ssd", "rma", "tcp"]
 
 class Layout:
     """The geometry of one model's KV cache: token-major, whole blocks of block_tokens tokens."""
@@ -221,6 +223,85 @@ class PathInfo:
     def node_id(self) -> int: ...
 
 def path_info(path: str) -> PathInfo: ...
+
+class PrefixLocation:
+    """Where a prompt's longest match is in the cluster (Client.locate_prefix())."""
+
+    def __init__(self, matched_tokens: int = 0, spans: Sequence[Tuple[int, int, Sequence[int]]] = ()) -> None:
+        """A location made by hand (for CostModel.plan_for and tests)."""
+    @property
+    def matched_tokens(self) -> int:
+        """Tokens matched in the cluster (whole blocks; 0 on a miss)."""
+    @property
+    def spans(self) -> List[Tuple[int, int, List[int]]]:
+        """[(end_token, owner, nodes)]: each span covers the tokens from the previous end to end_token; owner owns
+        them, nodes hold all of their bytes (DRAM or SSD, owned or replica; the owner first when it does)."""
+    def held_by(self, node: int) -> int:
+        """Tokens from the start of the prompt whose bytes `node` holds."""
+    def __bool__(self) -> bool: ...
+
+class LoadPlan:
+    """Load tokens [0, load_tokens) and recompute the rest (load_tokens == 0: recompute everything)."""
+
+    def __init__(self, load_tokens: int = 0, load_s: float = 0.0, compute_s: float = 0.0) -> None: ...
+    @property
+    def load_tokens(self) -> int:
+        """Tokens to load from the start of the prompt (0: recompute)."""
+    @property
+    def load_s(self) -> float:
+        """Seconds of the transfers (one rtt per path used)."""
+    @property
+    def compute_s(self) -> float:
+        """Seconds of the prefill of the tokens not loaded."""
+    @property
+    def total_s(self) -> float:
+        """load_s + compute_s."""
+    @property
+    def recompute(self) -> bool:
+        """True when the plan loads nothing."""
+
+class CostModel:
+    """The scheduler's cost model for one model on one GPU (sched/cost_model.h, docs/profiles.md).
+
+    prefill(n, cached p) = a*(n^2 - p^2) + b*(n - p) + c; load(bytes, path) = rtt + bytes / bandwidth (plus the
+    dram hop for ssd, rma and tcp); decode step = decode_base + decode_per_kv_token * KV tokens in the batch.
+    """
+
+    @staticmethod
+    def load(path: Optional[str] = None, model: str = "mistral-7b", gpu: str = "h100-80g") -> "CostModel":
+        """The profile of `model` on `gpu` in the profiles file `path` (None: the shipped sched/profiles.toml, or
+        $PTSTORE_PROFILES). Raises NotFound (naming the profiles the file has, or an unreadable file) and
+        InvalidArgument (naming a wrong key of the file)."""
+    @staticmethod
+    def default_profiles_path() -> str:
+        """The file load() reads when path is None."""
+    @property
+    def profile(self) -> Dict[str, Any]:
+        """{model, gpu, kv_bytes_per_token, a, b, c, source, decode_base_s, decode_per_kv_token_s,
+        prefill_points: [(tokens, seconds)], paths: {name: {bandwidth_bytes_per_s, rtt_s}}}."""
+    @property
+    def model(self) -> str: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def kv_bytes_per_token(self) -> int: ...
+    def prefill_seconds(self, tokens: int, cached: int = 0) -> float:
+        """Seconds to prefill `tokens` tokens of which the first `cached` are already in GPU memory."""
+    def load_seconds(self, bytes: int, path: _LoadPath) -> float:
+        """Seconds to bring `bytes` into GPU memory over `path` (both hops for ssd/rma/tcp)."""
+    def hop_seconds(self, bytes: int, path: _LoadPath) -> float:
+        """Seconds of one hop over `path` only: rtt + bytes / bandwidth."""
+    def decode_step_seconds(self, batch_kv_tokens: int) -> float:
+        """Seconds of one decode step with `batch_kv_tokens` KV tokens in the running batch."""
+    def plan(self, prompt_tokens: int, runs: Sequence[Tuple[int, _LoadPath]] = ()) -> LoadPlan:
+        """The cheapest plan for a prompt of `prompt_tokens` tokens whose prefix is cached as `runs`
+        ([(end_token, path)], ends growing; InvalidArgument otherwise or for an unknown path)."""
+    def plan_for(self, location: PrefixLocation, node: int, prompt_tokens: int,
+                 remote_path: _LoadPath = "rma") -> LoadPlan:
+        """The plan for an instance beside `node`: what `node` holds over dram, the rest over `remote_path`."""
+    def break_even_tokens(self, prompt_tokens: int, path: _LoadPath) -> int:
+        """The shortest prefix worth loading over `path` for a prompt of `prompt_tokens` tokens
+        (prompt_tokens + 1 when loading never pays)."""
 def code_names() -> Dict[int, str]: ...
 
 _STORE_STATS_COUNTERS: int
@@ -257,6 +338,10 @@ class Client:
     def drop_namespace(self, name: str) -> RemoveResult: ...
     def save(self, ns: str, tokens: _Tokens, address: int, bytes: int) -> SaveResult: ...
     def lookup(self, ns: str, tokens: _Tokens) -> LookupResult: ...
+    def locate_prefix(self, ns: str, tokens: _Tokens) -> PrefixLocation: ...
+    def advise(self, ns: str, tokens: _Tokens, cost_model: CostModel, remote_path: _LoadPath = "rma") -> LoadPlan:
+        """LocatePrefix + the cost model's plan (sched::LoadAdvisor), GIL released. A miss or no namespace:
+        a full recompute."""
     def load(self, ns: str, tokens: _Tokens, address: int, capacity: int) -> int: ...
     def load_path(self, path: str, address: int, capacity: int) -> int: ...
     def pin(self, ns: str, tokens: _Tokens) -> Pin: ...

@@ -57,6 +57,9 @@ auto NoGil(F&& f) {
 void BindErrors(py::module_& m);
 void BindTypes(py::module_& m);
 void BindClient(py::module_& m);
+// The cost model (sched.cc): CostModel, LoadPlan, Client.advise. After
+// BindClient (it adds a method to Client).
+void BindSched(py::module_& m);
 // The GPU copy path (gpu.cc), in builds with CUDA (PTSTORE_HAVE_CUDA).
 void BindGpu(py::module_& m);
 

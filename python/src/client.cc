@@ -187,6 +187,14 @@ safe: calls from several Python threads run in parallel, the GIL released.
           },
           "ns"_a, "tokens"_a)
       .def(
+          "locate_prefix",
+          [](const PyClient& c, const std::string& ns, const Tokens& tokens) {
+            auto cl = c.Get();
+            auto t = Span(tokens);
+            return Unwrap(NoGil([&] { return cl->LocatePrefix(ns, t); }));
+          },
+          "ns"_a, "tokens"_a)
+      .def(
           "load",
           [](const PyClient& c, const std::string& ns, const Tokens& tokens, uint64_t address, uint64_t capacity) {
             auto cl = c.Get();

@@ -7,6 +7,7 @@ PYBIND11_MODULE(_ptstore, m) {
   ptstore::python::BindErrors(m);
   ptstore::python::BindTypes(m);
   ptstore::python::BindClient(m);
+  ptstore::python::BindSched(m);
 #ifdef PTSTORE_HAVE_CUDA
   ptstore::python::BindGpu(m);  // ptstore.gpu; absent from builds without CUDA
 #endif

@@ -1,7 +1,7 @@
 // The value types of the public API as Python classes: Layout, NamespaceInfo,
 // Extent, LookupResult, SaveResult, RemoveResult, Stats, PrefixNode,
-// Increment, and PathInfo (what a mount's PTSTORE_IOC_INFO says about a
-// path). All are read-only values with a repr; Layout is also hashable and
+// Increment, PrefixLocation (Client.locate_prefix), and PathInfo (what a
+// mount's PTSTORE_IOC_INFO says about a path). All are read-only values with a repr; Layout is also hashable and
 // picklable.
 #include <fcntl.h>
 #include <pybind11/numpy.h>
@@ -13,6 +13,8 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "ptstore/ioctl.h"
 #include "ptstore/layout.h"
@@ -415,6 +417,50 @@ True when something matched.
           "Its own token ids (uint32 array).")
       .def("__repr__", [](const IncrementInfo& i) {
         return "Increment(key='" + i.node.key.ToHex() + "', tokens=" + std::to_string(i.tokens.size()) + ")";
+      });
+
+  // ---------------------------------------------------- PrefixLocation
+  py::class_<PrefixLocation>(m, "PrefixLocation", R"doc(
+Where a prompt's longest match is in the cluster (Client.locate_prefix()):
+``matched_tokens`` (whole blocks; 0 on a miss) and ``spans``, a list of
+``(end_token, owner, nodes)`` covering [0, matched_tokens) in order. Each
+span covers the tokens from the previous span's end to ``end_token``;
+``owner`` is the node that owns them and ``nodes`` every node holding all
+of their bytes (DRAM or SSD, owned or replica; the owner first when it
+does). True when something matched.
+)doc")
+      .def(py::init([](uint64_t matched_tokens, const std::vector<std::tuple<uint64_t, uint32_t, std::vector<uint32_t>>>& spans) {
+             PrefixLocation loc;
+             loc.matched_tokens = matched_tokens;
+             for (const auto& [end, owner, nodes] : spans) loc.spans.push_back(PrefixSpan{end, owner, nodes});
+             return loc;
+           }),
+           "matched_tokens"_a = 0, "spans"_a = std::vector<std::tuple<uint64_t, uint32_t, std::vector<uint32_t>>>{},
+           "A location made by hand (for plans and tests); Client.locate_prefix() gives real ones.")
+      .def_readonly("matched_tokens", &PrefixLocation::matched_tokens, "Tokens matched in the cluster (0 on a miss).")
+      .def_property_readonly(
+          "spans",
+          [](const PrefixLocation& l) {
+            py::list out;
+            for (const PrefixSpan& s : l.spans) out.append(py::make_tuple(s.end_token, s.owner, s.nodes));
+            return out;
+          },
+          "[(end_token, owner, nodes)]: the runs of the match, in order.")
+      .def("held_by", &PrefixLocation::HeldBy, "node"_a,
+           "Tokens from the start of the prompt whose bytes `node` holds (what an instance beside it loads "
+           "without asking another node).")
+      .def("__bool__", [](const PrefixLocation& l) { return l.matched_tokens > 0; })
+      .def("__repr__", [](const PrefixLocation& l) {
+        std::ostringstream os;
+        os << "PrefixLocation(matched_tokens=" << l.matched_tokens << ", spans=[";
+        for (size_t i = 0; i < l.spans.size(); ++i) {
+          const PrefixSpan& s = l.spans[i];
+          os << (i ? ", " : "") << "(" << s.end_token << ", " << s.owner << ", [";
+          for (size_t j = 0; j < s.nodes.size(); ++j) os << (j ? ", " : "") << s.nodes[j];
+          os << "])";
+        }
+        os << "])";
+        return os.str();
       });
 
   // ----------------------------------------------------------- PathInfo

@@ -416,6 +416,11 @@ TEST(PeerMessagesTest, LocatePrefixRoundTrips) {
   EXPECT_EQ(o.location.HeldBy(1), 16u);
   EXPECT_EQ(o.location.HeldBy(2), 0u);
   EXPECT_EQ(o.location.HeldBy(7), 0u);
+  // TokensHeldBy: every span a node holds, wherever it is.
+  EXPECT_EQ(o.location.TokensHeldBy(0), 32u);
+  EXPECT_EQ(o.location.TokensHeldBy(1), 16u);
+  EXPECT_EQ(o.location.TokensHeldBy(2), 16u);
+  EXPECT_EQ(o.location.TokensHeldBy(7), 0u);
   RoundTrip(T(MsgType::kLocatePrefixReply), LocatePrefixReply{});
 }
 

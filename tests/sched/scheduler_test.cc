@@ -87,6 +87,7 @@ TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
     EXPECT_EQ(loc->spans[1].nodes, std::vector<uint32_t>{1});
     EXPECT_EQ(loc->HeldBy(0), 64u);
     EXPECT_EQ(loc->HeldBy(1), 0u);  // node 1 lacks the first 64 tokens' bytes
+    EXPECT_EQ(loc->TokensHeldBy(1), 32u);  // but holds the last 32
     EXPECT_EQ(loc->HeldBy(2), 0u);
   }
   // The probe is no lookup: the nodes' request counters do not move.
@@ -139,6 +140,34 @@ TEST_F(SchedulerTest, PrefixLocalityRoutesToTheNodeThatHoldsTheLongestPrefix) {
   }
   EXPECT_EQ(used.size(), 3u);
   for (uint64_t t : tickets) ASSERT_TRUE(s->Finished(t).ok());
+}
+
+TEST_F(SchedulerTest, PrefixLocalityFollowsTheDocumentNotTheSharedSystemPrompt) {
+  // Every prompt starts with one system prompt, stored (owned) on node 0;
+  // the documents after it are owned by the nodes that saved them. A node
+  // that holds a document but not the system prompt is still the best
+  // place for the document's questions (the 16 shared tokens come over the
+  // network), and the plan there loads both.
+  StartCluster(3);
+  StoreIndex index(nodes_, true);
+  auto s = MakeScheduler(Policy::kPrefixLocality, &index);
+  const auto system = Gen(40, 16);
+  testing::SaveKv(client(0), system);
+  const auto doc1 = Cat(system, Gen(41, 128)), doc2 = Cat(system, Gen(42, 128));
+  testing::SaveKv(client(1), doc1);
+  testing::SaveKv(client(2), doc2);
+  for (int k = 0; k < 3; ++k) {
+    auto d1 = s->Route({kNs, Cat(doc1, Gen(50 + k, 16)), ""});
+    auto d2 = s->Route({kNs, Cat(doc2, Gen(60 + k, 16)), ""});
+    ASSERT_TRUE(d1.ok() && d2.ok());
+    EXPECT_EQ(d1->instance, "i1");
+    EXPECT_EQ(d2->instance, "i2");
+    EXPECT_EQ(d1->local_tokens, 128u);
+    EXPECT_EQ(d1->cluster_tokens, 144u);
+    EXPECT_EQ(d1->plan.load_tokens, 144u);
+    ASSERT_TRUE(s->Finished(d1->ticket).ok());
+    ASSERT_TRUE(s->Finished(d2->ticket).ok());
+  }
 }
 
 TEST_F(SchedulerTest, PrefixLocalityGivesUpAnOverloadedNode) {

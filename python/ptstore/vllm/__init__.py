@@ -10,13 +10,13 @@ names and signatures (``HAVE_VLLM`` says which).
 
 from ._compat import HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole
 from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
-from .config import ConnectorConfig
+from .config import ConnectorConfig, CostModelConfig
 from .connector import PTStoreConnector
 from .keys import chain_keys, namespace_for
 from .paged import PagedKV, PagedLayer, TorchCopier
 
 __all__ = [
-    "PTStoreConnector", "PTStoreConnectorMetadata", "LoadSpec", "SaveSpec", "ConnectorConfig", "HAVE_VLLM",
-    "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole", "PagedKV", "PagedLayer", "TorchCopier",
-    "namespace_for", "chain_keys",
+    "PTStoreConnector", "PTStoreConnectorMetadata", "LoadSpec", "SaveSpec", "ConnectorConfig", "CostModelConfig",
+    "HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole", "PagedKV", "PagedLayer",
+    "TorchCopier", "namespace_for", "chain_keys",
 ]

@@ -13,6 +13,12 @@ Policies (docs/vllm.md):
   restarting ptstored); after that lookups count as misses, and an unreachable
   store is tried again once per ``retry_interval_ms`` so the scheduler loop
   never stalls on it.
+* **Load or recompute** (only with the ``cost_model`` option): after a hit
+  the scheduler asks ptstored where the prefix is and the cost model which
+  part of it is cheaper to load than to recompute (``Client.advise``); it
+  reports, and loads, only that part (whole blocks, never more than the
+  lookup matched; 0 when recomputing wins: a miss, never an error). When
+  the advice fails, the whole hit loads, as without the option.
 * **Saves** are planned once per request, in the step that completes the KV
   of its prompt's last whole block, unless the store held all of it at
   lookup time.
@@ -106,7 +112,10 @@ class SchedulerSide:
         self._invalid_reports = 0
         self._warned: Set[str] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
-                      "loads_planned": 0, "saves_planned": 0}
+                      "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
+                      "advised_skipped_tokens": 0, "advice_failures": 0}
+        # The cost model deciding load versus recompute (the cost_model option); None: every hit loads.
+        self.cost_model: Any = cfg.cost_model.load() if cfg.cost_model is not None else None
 
     # --------------------------------------------------------------- state
     def _state(self, request: Any) -> _Req:
@@ -143,6 +152,32 @@ class SchedulerSide:
             return 0
         self.link.ok()
         return int(r.matched_tokens)
+
+    def _advise(self, ns: str, tokens: np.ndarray, hit: int) -> int:
+        """Of the `hit` tokens the lookup matched, those the cost model says to load (whole blocks; 0: recompute).
+
+        `tokens` are all of the request's tokens (the prompt the plan prefills). A failed advice loads the
+        whole hit (with a warning), as without a cost model.
+        """
+        assert self.cost_model is not None and self.cfg.cost_model is not None
+        client = self.link.get()
+        if client is None:
+            return hit
+        try:
+            plan = client.advise(self._lookup_ns(ns), tokens, self.cost_model, self.cfg.cost_model.remote_path)
+        except Error as e:
+            self.stats["advice_failures"] += 1
+            self._warn_once(f"advise:{type(e).__name__}", "ptstore: load-or-recompute advice in %s failed (%s); "
+                            "loading the whole hit", ns, e)
+            return hit
+        self.stats["advised"] += 1
+        load = min(int(plan.load_tokens) // self.block * self.block, hit)
+        if load == 0:
+            self.stats["advised_recompute"] += 1
+        self.stats["advised_skipped_tokens"] += hit - load
+        logger.debug("ptstore: %s: hit %d tokens, cost model loads %d (load %.3f ms + compute %.3f ms)", ns, hit,
+                     load, plan.load_s * 1e3, plan.compute_s * 1e3)
+        return load
 
     def _unreachable(self) -> int:
         down = self.link.down_for()
@@ -215,6 +250,8 @@ class SchedulerSide:
             if pending > max(hit, num_computed_tokens):
                 self.stats["ask_later_inflight"] += 1
                 return None, False
+        if self.cost_model is not None and hit > num_computed_tokens:
+            hit = self._advise(st.namespace, request_tokens(request, num_tokens), hit)
         ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
         if ext and ext < self.cfg.min_load_tokens:
             ext = 0

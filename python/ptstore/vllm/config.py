@@ -26,6 +26,12 @@ Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them)
 ``kv_cache_layout``         ``auto`` (default), ``flash_attn`` ([2, blocks, block_size, heads, dim]) or
                             ``flashinfer`` ([blocks, 2, block_size, heads, dim])
 ``save_threads``            background threads that write saves to the store (default 1)
+``cost_model``              load or recompute? A dict ``{"gpu": "h100-80g", "model": "mistral-7b",
+                            "profiles": None, "remote_path": "rma"}`` (every key optional; these are the
+                            defaults; ``profiles`` None: the shipped sched/profiles.toml): after a hit the
+                            scheduler asks ptstored where the prefix is (``Client.advise``) and loads only
+                            what the cost model says is cheaper to load than to recompute (default None:
+                            load every hit)
 ==========================  ==========================================================================
 """
 
@@ -36,7 +42,7 @@ import os
 import re
 from typing import Any, Dict, Mapping, Optional
 
-__all__ = ["ConnectorConfig", "default_namespace"]
+__all__ = ["ConnectorConfig", "CostModelConfig", "default_namespace"]
 
 _NS_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 # Room left in a namespace name (128 characters at most) for the isolation and rank suffixes.
@@ -64,6 +70,62 @@ def _flag(value: Any, key: str) -> bool:
     raise ValueError(f"kv_connector_extra_config[{key!r}] must be a boolean, got {value!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class CostModelConfig:
+    """The ``cost_model`` key: which profile decides load versus recompute, and how remote runs travel."""
+
+    gpu: str = "h100-80g"
+    model: str = "mistral-7b"
+    profiles: Optional[str] = None  # a profiles TOML file; None: the shipped one ($PTSTORE_PROFILES)
+    remote_path: str = "rma"  # how other nodes' runs travel: "rma" or "tcp"
+
+    @classmethod
+    def from_value(cls, value: Any) -> Optional["CostModelConfig"]:
+        """None / False: no cost model; True or {}: the defaults; a dict: its keys over the defaults."""
+        if value is None or value is False:
+            return None
+        if isinstance(value, CostModelConfig):
+            return value
+        if value is True:
+            return cls()
+        if not isinstance(value, Mapping):
+            raise ValueError(f"kv_connector_extra_config['cost_model'] must be a dict like "
+                             f"{{'gpu': 'h100-80g', 'model': 'mistral-7b', 'profiles': None, 'remote_path': 'rma'}}, "
+                             f"got {value!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(value) - known
+        if unknown:
+            raise ValueError(f"unknown keys in kv_connector_extra_config['cost_model']: {sorted(unknown)}; "
+                             f"known: {sorted(known)}")
+        c = cls()
+        kw: Dict[str, Any] = {}
+        for key in ("gpu", "model"):
+            v = value.get(key)
+            if v is not None:
+                if not isinstance(v, str) or not v:
+                    raise ValueError(f"kv_connector_extra_config['cost_model'][{key!r}] must be a non-empty string, "
+                                     f"got {v!r}")
+                kw[key] = v
+        profiles = value.get("profiles")
+        if profiles is not None:
+            kw["profiles"] = os.fspath(profiles)
+        remote = value.get("remote_path", c.remote_path)
+        if remote not in ("rma", "tcp"):
+            raise ValueError(f"kv_connector_extra_config['cost_model']['remote_path'] must be 'rma' or 'tcp', "
+                             f"got {remote!r}")
+        kw["remote_path"] = remote
+        return dataclasses.replace(c, **kw)
+
+    def load(self) -> Any:
+        """The ptstore.CostModel of this profile; ValueError naming the key when the file or profile is wrong."""
+        from .. import CostModel, Error
+
+        try:
+            return CostModel.load(self.profiles, model=self.model, gpu=self.gpu)
+        except Error as e:
+            raise ValueError(f"kv_connector_extra_config['cost_model']: {e}") from e
+
+
 @dataclasses.dataclass
 class ConnectorConfig:
     """The parsed configuration (see the module's doc for the meaning of each field)."""
@@ -83,6 +145,7 @@ class ConnectorConfig:
     min_load_tokens: int = 0
     kv_cache_layout: str = "auto"
     save_threads: int = 1
+    cost_model: Optional[CostModelConfig] = None
     block_size: int = 16
 
     @classmethod
@@ -132,6 +195,7 @@ class ConnectorConfig:
         if layout_name not in ("auto", "flash_attn", "flashinfer"):
             raise ValueError(f"kv_cache_layout must be auto, flash_attn or flashinfer, got {layout_name!r}")
         c.kv_cache_layout = layout_name
+        c.cost_model = CostModelConfig.from_value(extra.get("cost_model"))
         if block_size <= 0:
             raise ValueError(f"block size must be positive, got {block_size}")
         return c
