@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ptstore-sched: the PTStore global scheduler (routes requests to serving instances; HTTP + JSON)"};
   std::string listen = "127.0.0.1:7600";
   std::string policy_name = "prefix";
-  double load_bound_s = 1.0;
+  double load_bound_s = -1;
   std::string profiles;
   std::string model = "mistral-7b", gpu = "h100-80g";
   std::string remote_path = "rma";
@@ -79,8 +79,7 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy_name, "round-robin, least-load, session or prefix")->capture_default_str();
   app.add_option("--load-bound", load_bound_s,
                  "prefix: give up locality when the best instance's queue exceeds the least loaded one's by more "
-                 "than this many seconds")
-      ->check(CLI::NonNegativeNumber)
+                 "than this many seconds (negative: by more than locality saves, by the cost model)")
       ->capture_default_str();
   app.add_option("--profiles", profiles, "cost-model profiles file (TOML; default: the installed profiles.toml)");
   app.add_option("--model", model, "the model's profile name")->capture_default_str();

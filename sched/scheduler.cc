@@ -156,7 +156,16 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
         break;
       }
       pick = LeastLoadedLocked(best);
-      if (pick->state.queued_s > least->state.queued_s + options_.load_bound_s) {
+      double bound = options_.load_bound_s;
+      if (bound < 0) {
+        // Automatic: wait for locality only as long as it saves time, by
+        // the cost model (the plan on the least loaded instance minus the
+        // plan where the prefix is).
+        const uint64_t n = req.tokens.size();
+        bound = PlanFor(options_.cost, *loc, least->state.spec.node, n, options_.remote_path).total_s() -
+                PlanFor(options_.cost, *loc, pick->state.spec.node, n, options_.remote_path).total_s();
+      }
+      if (pick->state.queued_s > least->state.queued_s + bound) {
         pick = least;
         reason = "least-load (longest prefix over load bound)";
       } else {

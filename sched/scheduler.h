@@ -14,7 +14,10 @@
 //                    come over the network), ties by load;
 //                    least-load when nothing is held, or when the best
 //                    one's queued work exceeds the least loaded one's by
-//                    more than load_bound_s
+//                    more than the load bound: load_bound_s, or (when it
+//                    is negative, the default) what locality saves on this
+//                    request by the cost model (the plan's time on the
+//                    least loaded instance minus on the best-placed one)
 //
 // Load: each routed request adds its estimated prefill time (the cost
 // model's plan for that instance: what its node holds loads from DRAM, the
@@ -85,8 +88,9 @@ struct RouteDecision {
 struct SchedulerOptions {
   Policy policy = Policy::kPrefixLocality;
   // Prefix locality gives up the best-placed instance when its queued work
-  // exceeds the least-loaded one's by more than this many seconds.
-  double load_bound_s = 1.0;
+  // exceeds the least-loaded one's by more than this many seconds; < 0:
+  // by more than locality saves on the request (the cost model's plans).
+  double load_bound_s = -1;
   // Which network path remote runs of a prefix take ("rma" or "tcp").
   LoadPath remote_path = LoadPath::kRma;
   CostModel cost;

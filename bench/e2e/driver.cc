@@ -148,7 +148,7 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
   std::vector<Instance> inst(o.nodes);
   std::vector<double> nic_free(o.nodes, 0);
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  std::vector<double> ttft, jct, tpot;
+  std::vector<double> ttft, jct, tpot, ttft_warm;
   std::vector<uint8_t> buf, kv;
   std::vector<uint32_t> node_of(requests.size(), 0);
   double last_finish = 0;
@@ -270,6 +270,7 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
     const double finish = prefill_end + r.output_tokens * step;
     in.decoding.emplace_back(finish, n + r.output_tokens);
     ttft.push_back(prefill_end - r.arrival_s);
+    if (r.turn > 0) ttft_warm.push_back(prefill_end - r.arrival_s);
     tpot.push_back(step);
     jct.push_back(finish - r.arrival_s);
     last_finish = std::max(last_finish, finish);
@@ -280,6 +281,7 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
 
   res.requests = requests.size();
   res.ttft = ToMetric(ttft);
+  res.ttft_warm = ToMetric(ttft_warm);
   res.jct = ToMetric(jct);
   res.tpot = ToMetric(tpot);
   const double first = requests.empty() ? 0 : requests.front().arrival_s;
@@ -307,6 +309,7 @@ nlohmann::json ToJson(const E2eResult& r) {
       {"data_path", o.data_path},
       {"real_bytes_per_token", o.real_bytes_per_token},
       {"ttft", metric(r.ttft)},
+      {"ttft_warm", metric(r.ttft_warm)},
       {"jct", metric(r.jct)},
       {"tpot", metric(r.tpot)},
       {"throughput_rps", r.throughput_rps},

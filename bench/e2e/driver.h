@@ -59,7 +59,7 @@ struct E2eOptions {
   std::string model = "mistral-7b";
   std::string gpu = "a100-80g";
   sched::LoadPath remote_path = sched::LoadPath::kRma;
-  double load_bound_s = 1.0;             // the prefix policy's load bound
+  double load_bound_s = -1;              // the prefix policy's load bound (< 0: automatic)
   uint32_t replicate_after = 2;          // ptstore mode
   uint64_t real_bytes_per_token = 512;   // bytes the store really moves per token
   std::string arena_size = "512MiB";     // per node
@@ -76,6 +76,9 @@ struct E2eResult {
   E2eOptions options;
   uint64_t requests = 0;
   Metric ttft, jct, tpot;                // seconds (virtual)
+  // TTFT of the requests that are not the first of their group (document,
+  // conversation, episode): the ones any reuse can serve, whatever the mode.
+  Metric ttft_warm;
   double duration_s = 0;                 // first arrival to last completion (virtual)
   double throughput_rps = 0;
   uint64_t prompt_tokens = 0;

@@ -29,13 +29,19 @@ std::vector<std::string> Split(const std::string& s) {
   return out;
 }
 
-// Poisson rate that keeps `nodes` instances recomputing prompts of about
-// `tokens` tokens `load` busy: load * nodes / prefill(tokens).
-double RateFor(const E2eOptions& base, uint32_t nodes, uint32_t tokens, double load) {
-  auto cost = sched::CostModel::Load(base.profiles.empty() ? sched::DefaultProfilesPath() : base.profiles, base.model,
-                                     base.gpu);
+// The Poisson rate at which `o.nodes` instances recomputing every prompt of
+// o's workload would be `load` busy: load * nodes / mean prefill time of its
+// prompts (by the cost model). The same rate serves every mode, so a mode's
+// TTFT shows what reuse saves at one offered load.
+double RateFor(const E2eOptions& o, double load) {
+  auto cost = sched::CostModel::Load(o.profiles.empty() ? sched::DefaultProfilesPath() : o.profiles, o.model, o.gpu);
   if (!cost.ok()) return 1.0;
-  return load * nodes / cost->PrefillSeconds(tokens);
+  E2eWorkloadOptions w = o.workload;
+  w.rate = 1.0;  // the prompts do not depend on the rate
+  double total = 0;
+  const std::vector<E2eRequest> reqs = MakeE2eWorkload(w);
+  for (const E2eRequest& r : reqs) total += cost->PrefillSeconds(r.tokens.size());
+  return reqs.empty() || total <= 0 ? 1.0 : load * o.nodes * double(reqs.size()) / total;
 }
 
 std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) {
@@ -55,7 +61,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       o.workload.kind = WorkloadKind::kWikiQa;
       o.workload.context_tokens = len;
       o.workload.requests = quick ? 40 : 200;
-      o.workload.rate = RateFor(base, o.nodes, len, 0.6);
+      o.workload.rate = RateFor(o, 0.6);
       runs.push_back(o);
     }
   }
@@ -72,7 +78,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
         o.workload.kind = WorkloadKind::kWikiQa;
         o.workload.context_tokens = len;
         o.workload.requests = 200;
-        o.workload.rate = RateFor(base, o.nodes, len, 0.6);
+        o.workload.rate = RateFor(o, 0.6);
         runs.push_back(o);
       }
     }
@@ -87,7 +93,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       o.workload.kind = WorkloadKind::kWikiQa;
       o.workload.context_tokens = 2048;
       o.workload.requests = 40;
-      o.workload.rate = RateFor(base, o.nodes, 2048, 0.6);
+      o.workload.rate = RateFor(o, 0.6);
       runs.push_back(o);
     }
     return runs;
@@ -103,7 +109,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       o.workload.kind = WorkloadKind::kWikiQa;
       o.workload.context_tokens = 4096;
       o.workload.requests = 50 * n;
-      o.workload.rate = RateFor(base, n, 4096, 0.6);
+      o.workload.rate = RateFor(o, 0.6);
       runs.push_back(o);
     }
   }
@@ -118,7 +124,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       o.nodes = 4;
       o.workload.kind = w;
       o.workload.requests = 200;
-      o.workload.rate = RateFor(base, o.nodes, w == WorkloadKind::kWikiQa ? 4096 : 2048, 0.8);
+      o.workload.rate = RateFor(o, 0.8);
       runs.push_back(o);
     }
   }
@@ -132,7 +138,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       o.nodes = 4;
       o.workload.kind = w;
       o.workload.requests = 200;
-      o.workload.rate = RateFor(base, o.nodes, 2048, 0.6);
+      o.workload.rate = RateFor(o, 0.6);
       runs.push_back(o);
     }
   }
@@ -198,7 +204,7 @@ int Main(int argc, char** argv) {
           o.policy = *p;
           o.nodes = static_cast<uint32_t>(std::stoul(ns));
           o.experiment = "single";
-          if (o.workload.rate <= 0) o.workload.rate = RateFor(base, o.nodes, o.workload.context_tokens ? o.workload.context_tokens : 2048, 0.6);
+          if (o.workload.rate <= 0) o.workload.rate = RateFor(o, 0.6);
           runs.push_back(o);
         }
       }
@@ -209,19 +215,19 @@ int Main(int argc, char** argv) {
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
   out["command"] = cmd;
-  std::cout << Format("%-10s %-9s %-15s %-11s %5s %6s %7s | %9s %9s %9s | %9s %8s | %5s %6s %6s %6s | %6s\n",
+  std::cout << Format("%-13s %-9s %-15s %-11s %5s %6s %7s | %9s %9s %9s %9s | %9s %8s | %5s %6s %6s %6s | %6s\n",
                       "experiment", "workload", "mode", "policy", "nodes", "ctx", "rate", "ttft_mean", "ttft_p50",
-                      "ttft_p99", "jct_mean", "tpot_ms", "hit%", "dram", "remote", "miss", "wall_s");
+                      "ttft_p99", "warm_mean", "jct_mean", "tpot_ms", "hit%", "dram", "remote", "miss", "wall_s");
   for (const E2eOptions& o : runs) {
     Result<E2eResult> r = RunE2e(o);
     if (!r.ok()) {
       return fail(Status(r.status().code(), std::string(ModeName(o.mode)) + "/" + sched::PolicyName(o.policy) + "/" +
                                                 WorkloadName(o.workload.kind) + ": " + r.status().message()));
     }
-    std::cout << Format("%-10s %-9s %-15s %-11s %5u %6u %7.2f | %8.3fs %8.3fs %8.3fs | %8.2fs %8.2f | %5.1f %6lu %6lu %6lu | %6.1f\n",
+    std::cout << Format("%-13s %-9s %-15s %-11s %5u %6u %7.2f | %8.3fs %8.3fs %8.3fs %8.3fs | %8.2fs %8.2f | %5.1f %6lu %6lu %6lu | %6.1f\n",
                         o.experiment.c_str(), WorkloadName(o.workload.kind), ModeName(o.mode), sched::PolicyName(o.policy),
                         o.nodes, o.workload.context_tokens, o.workload.rate, r->ttft.mean, r->ttft.p50, r->ttft.p99,
-                        r->jct.mean, r->tpot.mean * 1000, 100 * r->token_hit_rate(), (unsigned long)r->hits_dram,
+                        r->ttft_warm.mean, r->jct.mean, r->tpot.mean * 1000, 100 * r->token_hit_rate(), (unsigned long)r->hits_dram,
                         (unsigned long)r->hits_remote, (unsigned long)r->misses, r->wall_seconds)
               << std::flush;
     out["runs"].push_back(ToJson(*r));

@@ -321,7 +321,7 @@ COLUMNS = (
      ("requests", lambda r: fmt_int(get(r, "requests"))),
      ("gpu", lambda r: fmt_text(r.get("gpu")))]
     + [(f"{m} {s} (ms)", (lambda m, s: lambda r: fmt_num(ms(r, m, s)))(m, s))
-       for m in ("ttft", "jct", "tpot") for s in ("mean", "p50", "p99")]
+       for m in ("ttft", "ttft_warm", "jct", "tpot") for s in ("mean", "p50", "p99")]
     + [("req/s", lambda r: fmt_num(get(r, "throughput_rps"), 2)),
        ("duration (s)", lambda r: fmt_num(get(r, "duration_s"), 1)),
        ("token hit rate", lambda r: fmt_num(get(r, "token_hit_rate"), 3))]

@@ -159,7 +159,7 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
   EXPECT_EQ(policy->model, "mistral-7b");
   EXPECT_EQ(policy->gpu, "h100-80g");
   EXPECT_EQ(policy->remote_path, "rma");
-  EXPECT_DOUBLE_EQ(policy->load_bound_s, 1.0);
+  EXPECT_DOUBLE_EQ(policy->load_bound_s, -1.0);  // automatic
 
   EXPECT_TRUE(client_->Unregister("i1").ok());
   EXPECT_EQ(client_->Unregister("i1").code(), Code::kNotFound);
@@ -371,7 +371,7 @@ TEST_F(SchedServiceTest, TheBinaryRefusesBadFlags) {
       {{"--store", "nosocket"}, "NODE=SOCKET"},
       {{"--store", "0=/nonexistent/ptstored.sock", "--listen", "127.0.0.1:0"}, "--store 0="},
       {{"--model", "gpt-9", "--listen", "127.0.0.1:0"}, "gpt-9"},
-      {{"--load-bound", "-1"}, "--load-bound"},
+      {{"--load-bound", "soon"}, "--load-bound"},
       {{"--no-such-flag"}, "no-such-flag"},
   };
   for (const Case& c : cases) {
