@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "core/signals.h"
 #include "ptstore/client.h"
 #include "ptstore/options.h"
 #include "sched/cost_model.h"
@@ -142,13 +143,7 @@ int main(int argc, char** argv) {
   opts.cost = std::move(*cost);
 
   // Signals are taken by sigwait below; block them before any thread starts.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t sigs = core::BlockStopSignals();
 
   std::vector<sched::StoreIndex::Node> nodes;
   for (const auto& [node, socket] : sockets) {
@@ -183,15 +178,7 @@ int main(int argc, char** argv) {
                              << (cluster ? " (one cluster)" : ""));
   PTS_INFO("main", "listening on http://" << service.address());
 
-  int sig = 0;
-  while (sigwait(&sigs, &sig) == 0) {
-    if (sig == SIGHUP) {
-      PTS_INFO("main", "SIGHUP: nothing to reload; send SIGTERM to stop");
-      continue;
-    }
-    break;
-  }
-  PTS_INFO("main", "signal " << sig << " (" << strsignal(sig) << "): shutting down");
+  core::WaitForStopSignal(sigs);
   service.Stop();
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/logging.h"
+#include "core/signals.h"
 #include "storage/config.h"
 #include "storage/cluster_metrics.h"
 #include "storage/metrics.h"
@@ -118,13 +119,7 @@ int main(int argc, char** argv) {
 
   // Signals are taken synchronously by the main thread below; every other
   // thread inherits the blocked mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t sigs = core::BlockStopSignals();
 
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(cfg.server.socket_path).parent_path(), ec);
@@ -176,15 +171,7 @@ int main(int argc, char** argv) {
   if (Status st = server.Start(); !st.ok()) return fail(st);
   PTS_INFO("main", "ready");
 
-  int sig = 0;
-  while (sigwait(&sigs, &sig) == 0) {
-    if (sig == SIGHUP) {
-      PTS_INFO("main", "SIGHUP: nothing to reload; send SIGTERM to stop");
-      continue;
-    }
-    break;
-  }
-  PTS_INFO("main", "signal " << sig << " (" << strsignal(sig) << "): shutting down");
+  core::WaitForStopSignal(sigs);
   metrics.Stop();
   server.Stop();
   if (cluster) cluster->Stop();

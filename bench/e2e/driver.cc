@@ -307,6 +307,7 @@ nlohmann::json ToJson(const E2eResult& r) {
       {"model", o.model},
       {"remote_path", sched::LoadPathName(o.remote_path)},
       {"data_path", o.data_path},
+      {"replicate_after", o.mode == Mode::kPtstore ? o.replicate_after : 0},
       {"real_bytes_per_token", o.real_bytes_per_token},
       {"ttft", metric(r.ttft)},
       {"ttft_warm", metric(r.ttft_warm)},

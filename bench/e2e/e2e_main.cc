@@ -98,6 +98,26 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
     }
     return runs;
   }
+  // What replicas buy as the network gets slower than the GPU's PCIe: at 8k
+  // tokens, the remote path over RMA (the profile's 200 Gb/s) and TCP
+  // (100 GbE), without replicas and with replicas kept at the 2nd (the
+  // default) or the 1st load.
+  for (sched::LoadPath path : {sched::LoadPath::kRma, sched::LoadPath::kTcp}) {
+    for (uint32_t keep : {0u, 2u, 1u}) {
+      E2eOptions o = base;
+      o.experiment = "replication";
+      o.mode = keep == 0 ? Mode::kNoReplication : Mode::kPtstore;
+      o.replicate_after = keep == 0 ? base.replicate_after : keep;
+      o.remote_path = path;
+      o.policy = sched::Policy::kLeastLoad;
+      o.nodes = 4;
+      o.workload.kind = WorkloadKind::kWikiQa;
+      o.workload.context_tokens = 8192;
+      o.workload.requests = 200;
+      o.workload.rate = RateFor(o, 0.6);
+      runs.push_back(o);
+    }
+  }
   // Weak scaling: 2 -> 8 nodes, requests and rate per node fixed.
   for (uint32_t n : {2u, 4u, 8u}) {
     for (Mode m : {Mode::kLocal, Mode::kNoReplication, Mode::kPtstore}) {

@@ -10,6 +10,7 @@ into --out:
 
     seqlen_ttft.png     mean TTFT vs context tokens, one line per mode      (experiment "seqlen")
     seqlen_speedup.png  PTStore's TTFT speed-up over each other mode        (experiment "seqlen")
+    seqlen_prefix_*.png the same two with locality routing                 (experiment "seqlen-prefix")
     scaling.png         per-node throughput and mean TTFT vs nodes          (experiment "scaling")
     policies.png        p50 and p99 TTFT per routing policy, per workload   (experiment "policies")
     workloads.png       mean TTFT per mode per workload                     (experiment "workloads")
@@ -35,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 MODES = ["no-reuse", "local", "no-replication", "ptstore"]
 POLICIES = ["round-robin", "least-load", "session", "prefix"]
-EXPERIMENTS = ["seqlen", "seqlen-prefix", "scaling", "policies", "workloads", "quick"]
+EXPERIMENTS = ["seqlen", "seqlen-prefix", "replication", "scaling", "policies", "workloads", "quick"]
 WORKLOADS = ["wikiqa", "squad", "sharegpt", "loogle", "react"]
 PTSTORE = "ptstore"
 
@@ -319,7 +320,9 @@ COLUMNS = (
      ("context", lambda r: fmt_int(get(r, "context_tokens"))),
      ("rate", lambda r: fmt_num(get(r, "rate"), 2)),
      ("requests", lambda r: fmt_int(get(r, "requests"))),
-     ("gpu", lambda r: fmt_text(r.get("gpu")))]
+     ("gpu", lambda r: fmt_text(r.get("gpu"))),
+     ("remote path", lambda r: fmt_text(r.get("remote_path"))),
+     ("replicate after", lambda r: fmt_int(get(r, "replicate_after")))]
     + [(f"{m} {s} (ms)", (lambda m, s: lambda r: fmt_num(ms(r, m, s)))(m, s))
        for m in ("ttft", "ttft_warm", "jct", "tpot") for s in ("mean", "p50", "p99")]
     + [("req/s", lambda r: fmt_num(get(r, "throughput_rps"), 2)),
@@ -337,7 +340,8 @@ def run_sort_key(r):
     def rank(v, known):
         return (known.index(v) if v in known else len(known), str(v))
     return (rank(r.get("workload"), WORKLOADS), get(r, "nodes") or 0, get(r, "context_tokens") or 0,
-            rank(r.get("policy"), POLICIES), rank(r.get("mode"), MODES))
+            rank(r.get("policy"), POLICIES), str(r.get("remote_path")), rank(r.get("mode"), MODES),
+            -(get(r, "replicate_after") or 0))
 
 
 def write_table(runs, commands, out, written):
@@ -368,7 +372,10 @@ def main(argv=None):
     runs, commands = load_runs(args.results)
     os.makedirs(args.out, exist_ok=True)
     written = []
-    for plot in (plot_seqlen_ttft, plot_seqlen_speedup, plot_scaling, plot_policies, plot_workloads):
+    for plot in (plot_seqlen_ttft, plot_seqlen_speedup):
+        for experiment in ("seqlen", "seqlen-prefix"):
+            plot(runs, args.out, written, experiment)
+    for plot in (plot_scaling, plot_policies, plot_workloads):
         plot(runs, args.out, written)
     write_table(runs, commands, args.out, written)
     for path in written:
