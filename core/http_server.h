@@ -103,8 +103,10 @@ class HttpServer {
 
   // Listens on `bind` (a numeric IPv4 or IPv6 address, or a host name) and
   // `port` (0: an ephemeral port; see port()) and starts serving. IOError
-  // when the address cannot be bound (in use, not local), InvalidArgument
-  // for an address that does not resolve, a null handler or a second Start.
+  // when the address cannot be bound (in use, not local), PermissionDenied
+  // for a privileged port without the privilege, InvalidArgument for an
+  // address that does not resolve (or whose lookup failed), a null handler
+  // or a second Start.
   Status Start(const std::string& bind, uint16_t port, Handler handler);
   // Stops serving and closes every connection; waits for handlers running
   // and joins the threads. Idempotent.

@@ -229,12 +229,14 @@ double CostModel::DecodeStepSeconds(uint64_t batch_kv_tokens) const {
   return p_.decode_base_s + p_.decode_per_kv_token_s * static_cast<double>(batch_kv_tokens);
 }
 
-LoadPlan CostModel::Plan(uint64_t prompt_tokens, std::span<const PrefixRun> runs) const {
-  LoadPlan best{0, 0, PrefillSeconds(prompt_tokens, 0)};
-  // Loading up to each run's end: the transfer of every run so far (one
-  // rtt per path used), plus the prefill of what is left.
+LoadPlan CostModel::Plan(uint64_t prompt_tokens, std::span<const PrefixRun> runs, uint64_t gpu_tokens) const {
+  gpu_tokens = std::min(gpu_tokens, prompt_tokens);
+  LoadPlan best{gpu_tokens, 0, PrefillSeconds(prompt_tokens, gpu_tokens)};
+  // Loading up to each run's end past what the GPU has: the transfer of
+  // every run so far from there (one rtt per path used), plus the prefill
+  // of what is left.
   double per_path_bytes[kLoadPaths] = {};
-  uint64_t start = 0;
+  uint64_t start = gpu_tokens;
   for (const PrefixRun& r : runs) {
     const uint64_t end = std::min(r.end_token, prompt_tokens);
     if (end <= start) continue;

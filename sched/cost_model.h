@@ -76,7 +76,10 @@ struct PrefixRun {
 };
 
 struct LoadPlan {
-  uint64_t load_tokens = 0;  // load tokens [0, load_tokens), recompute the rest
+  // The prompt's tokens in GPU memory once the loads are done: tokens
+  // [gpu_tokens, load_tokens) come from the store (none when load_tokens ==
+  // gpu_tokens, the tokens the GPU already had), the rest is recomputed.
+  uint64_t load_tokens = 0;
   double load_s = 0;         // transfers (one rtt per path used)
   double compute_s = 0;      // prefill of the tokens not loaded
   double total_s() const { return load_s + compute_s; }
@@ -99,8 +102,10 @@ class CostModel {
   double HopSeconds(uint64_t bytes, LoadPath path) const;
   double DecodeStepSeconds(uint64_t batch_kv_tokens) const;
   // The cheapest way to prefill a prompt of `prompt_tokens` whose prefix is
-  // cached as `runs` (in order, ends growing; may be empty).
-  LoadPlan Plan(uint64_t prompt_tokens, std::span<const PrefixRun> runs) const;
+  // cached as `runs` (in order, ends growing; may be empty), when its first
+  // `gpu_tokens` are in GPU memory already (an engine's own prefix cache):
+  // only what lies past them is worth a transfer.
+  LoadPlan Plan(uint64_t prompt_tokens, std::span<const PrefixRun> runs, uint64_t gpu_tokens = 0) const;
   // The shortest prefix worth loading from `path` rather than recomputing
   // for a prompt of that length (tokens; prompt_tokens + 1 when never).
   uint64_t BreakEvenTokens(uint64_t prompt_tokens, LoadPath path) const;

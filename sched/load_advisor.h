@@ -22,9 +22,9 @@
 namespace ptstore::sched {
 
 // The plan for a prompt of `prompt_tokens` on an instance beside `node`,
-// given where its prefix is.
+// given where its prefix is, and its first `gpu_tokens` already in GPU memory.
 LoadPlan PlanFor(const CostModel& model, const PrefixLocation& loc, uint32_t node, uint64_t prompt_tokens,
-                 LoadPath remote_path);
+                 LoadPath remote_path, uint64_t gpu_tokens = 0);
 
 class LoadAdvisor {
  public:
@@ -33,8 +33,9 @@ class LoadAdvisor {
   LoadAdvisor(Client* client, CostModel model, LoadPath remote_path = LoadPath::kRma);
 
   // Asks the client's node where the prefix is (Client::LocatePrefix) and
-  // plans. A miss plans a full recompute (load_tokens == 0).
-  Result<LoadPlan> Advise(const std::string& ns, std::span<const uint32_t> tokens);
+  // plans, the first `gpu_tokens` being in GPU memory already (an engine's
+  // own prefix cache). A miss plans a recompute (load_tokens == gpu_tokens).
+  Result<LoadPlan> Advise(const std::string& ns, std::span<const uint32_t> tokens, uint64_t gpu_tokens = 0);
   const CostModel& model() const { return model_; }
 
  private:

@@ -2,7 +2,7 @@
 
 namespace ptstore::sched {
 
-ElasticPool::ElasticPool(std::vector<Node> nodes) : nodes_(std::move(nodes)) {}
+ElasticPool::ElasticPool(std::vector<Node> nodes) : nodes_(nodes), index_(std::move(nodes), /*cluster=*/true) {}
 
 Result<Client*> ElasticPool::ClientOf(uint32_t node) const {
   std::string have;
@@ -31,14 +31,7 @@ Result<SaveResult> ElasticPool::Insert(uint32_t node, const std::string& ns, std
 }
 
 Result<PrefixLocation> ElasticPool::Match(const std::string& ns, std::span<const uint32_t> tokens) {
-  Status last = Unavailable("the pool has no nodes");
-  for (const Node& n : nodes_) {
-    Result<PrefixLocation> r = n.client->LocatePrefix(ns, tokens);
-    if (r.ok()) return r;
-    last = r.status();
-    if (last.code() == Code::kNotFound) return PrefixLocation{};  // no such namespace: nothing cached
-  }
-  return last;
+  return index_.Locate(ns, tokens);
 }
 
 Result<PinnedPrefix> ElasticPool::Transfer(const std::string& ns, std::span<const uint32_t> tokens, uint32_t to) {

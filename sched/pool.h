@@ -38,7 +38,8 @@ class ElasticPool {
                             uint64_t bytes);
   Result<SaveResult> Insert(uint32_t node, const std::string& ns, std::span<const uint32_t> tokens,
                             const RegisteredBuffer& buf, uint64_t offset, uint64_t bytes);
-  // Asked of any node (the first that answers).
+  // Asked of the nodes in turn (StoreIndex over one cluster); a miss when
+  // no node knows the namespace.
   Result<PrefixLocation> Match(const std::string& ns, std::span<const uint32_t> tokens);
   // The pinned prefix on `to` (its mapped arena); tokens() == 0 on a miss.
   Result<PinnedPrefix> Transfer(const std::string& ns, std::span<const uint32_t> tokens, uint32_t to);
@@ -59,6 +60,7 @@ class ElasticPool {
 
  private:
   std::vector<Node> nodes_;
+  StoreIndex index_;
 };
 
 }  // namespace ptstore::sched

@@ -205,6 +205,7 @@ Result<SchedHttpReply> SchedClient::Call(const std::string& method, const std::s
       pollfd p{fd, POLLOUT, 0};
       int pr = poll(&p, 1, LeftMs(deadline));
       if (pr == 0) return fail(DeadlineExceeded(what + ": sending timed out"));
+      if (pr < 0 && errno != EINTR) return fail(Unavailable(what + ": poll: " + std::strerror(errno)));
       continue;
     }
     // The service may answer early (413) and close: read what it said.
@@ -228,6 +229,7 @@ Result<SchedHttpReply> SchedClient::Call(const std::string& method, const std::s
       if (pr == 0) {
         return fail(DeadlineExceeded(what + ": no whole reply within " + std::to_string(options_.timeout_ms) + " ms"));
       }
+      if (pr < 0 && errno != EINTR) return fail(Unavailable(what + ": poll: " + std::strerror(errno)));
       continue;
     }
     if (errno == ECONNRESET && !raw.empty()) break;

@@ -104,6 +104,8 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
     }
   }
   std::lock_guard lk(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  ExpireLocked(now);
   if (instances_.empty()) return Unavailable("no serving instance is registered with the scheduler");
   Instance* pick = nullptr;
   std::string reason;
@@ -185,7 +187,7 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
   pick->state.queued_s += d.plan.total_s();
   pick->state.running += 1;
   pick->state.routed += 1;
-  tickets_[d.ticket] = Ticket{d.instance, d.plan.total_s(), false};
+  tickets_[d.ticket] = Ticket{d.instance, d.plan.total_s(), false, now};
   return d;
 }
 
@@ -204,6 +206,11 @@ Status Scheduler::Finished(uint64_t ticket) {
   std::lock_guard lk(mu_);
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) return NotFound("no routed request has ticket " + std::to_string(ticket));
+  FinishLocked(it);
+  return Status::OK();
+}
+
+void Scheduler::FinishLocked(std::unordered_map<uint64_t, Ticket>::iterator it) {
   auto in = instances_.find(it->second.instance);
   if (in != instances_.end()) {
     InstanceState& s = in->second.state;
@@ -211,7 +218,17 @@ Status Scheduler::Finished(uint64_t ticket) {
     if (s.running > 0) s.running -= 1;
   }
   tickets_.erase(it);
-  return Status::OK();
+}
+
+void Scheduler::ExpireLocked(std::chrono::steady_clock::time_point now) {
+  if (now - last_expiry_ < std::chrono::seconds(1) && options_.ticket_ttl_s >= 1) return;
+  last_expiry_ = now;
+  const auto ttl = std::chrono::duration<double>(options_.ticket_ttl_s);
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.routed_at > ttl) FinishLocked(it);
+    it = next;
+  }
 }
 
 }  // namespace ptstore::sched

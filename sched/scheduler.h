@@ -29,6 +29,7 @@
 // asked without the scheduler's lock held.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -93,6 +94,9 @@ struct SchedulerOptions {
   double load_bound_s = -1;
   // Which network path remote runs of a prefix take ("rma" or "tcp").
   LoadPath remote_path = LoadPath::kRma;
+  // A routed request not Finished within this many seconds (its caller
+  // died, or forgot) leaves its instance's load; its ticket is forgotten.
+  double ticket_ttl_s = 600;
   CostModel cost;
 };
 
@@ -119,6 +123,7 @@ class Scheduler {
   // for an unknown (or finished) ticket.
   Status PrefillDone(uint64_t ticket);
   // The request is done (its prefill too, if PrefillDone was not called).
+  // NotFound for an unknown, finished or expired (ticket_ttl_s) ticket.
   Status Finished(uint64_t ticket);
 
  private:
@@ -130,7 +135,12 @@ class Scheduler {
     std::string instance;
     double estimate_s = 0;
     bool prefilled = false;
+    std::chrono::steady_clock::time_point routed_at;
   };
+  // Drops the ticket (and its load on its instance), under mu_.
+  void FinishLocked(std::unordered_map<uint64_t, Ticket>::iterator it);
+  // Tickets past ticket_ttl_s go (at most once a second), under mu_.
+  void ExpireLocked(std::chrono::steady_clock::time_point now);
   // Least loaded among `candidates` (all instances when empty), under mu_.
   Instance* LeastLoadedLocked(const std::vector<Instance*>& candidates);
 
@@ -142,6 +152,7 @@ class Scheduler {
   size_t next_order_ = 0;
   uint64_t next_ticket_ = 1;
   uint64_t rr_ = 0;
+  std::chrono::steady_clock::time_point last_expiry_{};
 };
 
 }  // namespace ptstore::sched

@@ -136,8 +136,11 @@ Result<std::vector<uint32_t>> TokensField(const json& j, const char* name) {
 // A metric label for a decision's reason: its words up to the first ':' or
 // '(' (what follows is detail, e.g. an index error), at most 64 bytes, so
 // that the label's values stay few.
+// The scheduler's reason without what varies per request (an index
+// error's text), so the label set stays small: "longest prefix",
+// "least-load (longest prefix over load bound)", "session", ...
 std::string ReasonLabel(std::string_view reason) {
-  size_t cut = reason.find_first_of(":(");
+  size_t cut = reason.find(" (index unavailable");
   std::string_view r = reason.substr(0, cut);
   while (!r.empty() && r.back() == ' ') r.remove_suffix(1);
   if (r.size() > 64) r = r.substr(0, 64);
@@ -347,6 +350,11 @@ HttpResponse SchedService::PostInstance(const HttpRequest& req) {
 
 HttpResponse SchedService::DeleteInstance(const std::string& id) {
   if (Status st = scheduler_->Unregister(id); !st.ok()) return ErrorReply(st);
+  {
+    // Its series go with it (instances come and go under new names).
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(routed_, [&](const auto& kv) { return kv.first.first == id; });
+  }
   PTS_INFO("sched", "instance " << id << " unregistered");
   return JsonReply(200, json{{"id", id}});
 }

@@ -32,15 +32,22 @@ Result<PrefixLocation> StoreIndex::Locate(const std::string& ns, std::span<const
   if (cluster_) {
     // Any node answers for the cluster; spread the asking over them and
     // move on past one that fails.
+    // A node that does not know the namespace (created on other nodes
+    // only) cannot say: ask the next; if none knows it, a miss.
     const size_t first = next_.fetch_add(1, std::memory_order_relaxed);
     Status last;
+    bool unknown_ns = false;
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const Node& n = nodes_[(first + i) % nodes_.size()];
       Result<PrefixLocation> r = n.client->LocatePrefix(ns, tokens);
       if (r.ok()) return r;
-      if (r.status().code() == Code::kNotFound) return PrefixLocation{};  // no such namespace yet: a miss
-      last = r.status();
+      if (r.status().code() == Code::kNotFound) {
+        unknown_ns = true;
+      } else {
+        last = r.status();
+      }
     }
+    if (unknown_ns) return PrefixLocation{};
     return Unavailable("no store of the cluster answered the prefix probe: " + last.ToString());
   }
   std::vector<std::pair<uint32_t, uint64_t>> held;

@@ -2,7 +2,8 @@
 //
 // With a cluster, one node answers for all (Client::LocatePrefix: the shard
 // of the prompt's root and every node's holdings); the index asks its nodes
-// in turn and moves on to the next when one fails. Without a cluster (every
+// in turn and moves on to the next when one fails or does not know the
+// namespace. Without a cluster (every
 // node a store of its own: node-local reuse), it asks every node and merges
 // their answers into one PrefixLocation whose spans name, for each length,
 // the nodes that hold at least that much.

@@ -254,7 +254,8 @@ class Client:
         """
         return self._call(ns, self._c.locate_prefix, ns, as_tokens(tokens))
 
-    def advise(self, ns: str, tokens: TokensLike, cost_model: CostModel, remote_path: str = "rma") -> LoadPlan:
+    def advise(self, ns: str, tokens: TokensLike, cost_model: CostModel, remote_path: str = "rma",
+               gpu_tokens: int = 0) -> LoadPlan:
         """Load or recompute? The :class:`LoadPlan` of `cost_model` for the prompt `tokens`.
 
         Asks the node where the prompt's prefix is (as :meth:`locate_prefix`)
@@ -263,9 +264,15 @@ class Client:
         the cluster's data path is). Load tokens ``[0, plan.load_tokens)``
         and recompute the rest; ``load_tokens == 0`` means recompute all of
         it. A miss, or no namespace `ns`, plans a full recompute (never an
-        error). The request runs with the GIL released.
+        error). `gpu_tokens`: the prompt's first tokens already in GPU memory
+        (an engine's own prefix cache): only what lies past them is worth a
+        transfer, and the plan's ``load_tokens`` is then at least
+        `gpu_tokens` (equal: nothing to load). The request runs with the GIL
+        released.
         """
-        return self._c.advise(ns, as_tokens(tokens), cost_model, remote_path)
+        if gpu_tokens < 0:
+            raise ValueError(f"gpu_tokens must be >= 0, got {gpu_tokens}")
+        return self._c.advise(ns, as_tokens(tokens), cost_model, remote_path, int(gpu_tokens))
 
     def load(self, ns: str, tokens: TokensLike, out: Any) -> int:
         """Loads the longest stored prefix of `tokens` into `out`; returns the tokens loaded (0 on a miss).

@@ -293,9 +293,10 @@ class CostModel:
         """Seconds of one hop over `path` only: rtt + bytes / bandwidth."""
     def decode_step_seconds(self, batch_kv_tokens: int) -> float:
         """Seconds of one decode step with `batch_kv_tokens` KV tokens in the running batch."""
-    def plan(self, prompt_tokens: int, runs: Sequence[Tuple[int, _LoadPath]] = ()) -> LoadPlan:
+    def plan(self, prompt_tokens: int, runs: Sequence[Tuple[int, _LoadPath]] = (), gpu_tokens: int = 0) -> LoadPlan:
         """The cheapest plan for a prompt of `prompt_tokens` tokens whose prefix is cached as `runs`
-        ([(end_token, path)], ends growing; InvalidArgument otherwise or for an unknown path)."""
+        ([(end_token, path)], ends growing; InvalidArgument otherwise or for an unknown path); its first
+        `gpu_tokens` are in GPU memory already (neither loaded nor charged)."""
     def plan_for(self, location: PrefixLocation, node: int, prompt_tokens: int,
                  remote_path: _LoadPath = "rma") -> LoadPlan:
         """The plan for an instance beside `node`: what `node` holds over dram, the rest over `remote_path`."""
@@ -339,9 +340,10 @@ class Client:
     def save(self, ns: str, tokens: _Tokens, address: int, bytes: int) -> SaveResult: ...
     def lookup(self, ns: str, tokens: _Tokens) -> LookupResult: ...
     def locate_prefix(self, ns: str, tokens: _Tokens) -> PrefixLocation: ...
-    def advise(self, ns: str, tokens: _Tokens, cost_model: CostModel, remote_path: _LoadPath = "rma") -> LoadPlan:
-        """LocatePrefix + the cost model's plan (sched::LoadAdvisor), GIL released. A miss or no namespace:
-        a full recompute."""
+    def advise(self, ns: str, tokens: _Tokens, cost_model: CostModel, remote_path: _LoadPath = "rma",
+               gpu_tokens: int = 0) -> LoadPlan:
+        """LocatePrefix + the cost model's plan (sched::LoadAdvisor), GIL released; the first `gpu_tokens`
+        are in GPU memory already (neither loaded nor charged). A miss or no namespace: a recompute."""
     def load(self, ns: str, tokens: _Tokens, address: int, capacity: int) -> int: ...
     def load_path(self, path: str, address: int, capacity: int) -> int: ...
     def pin(self, ns: str, tokens: _Tokens) -> Pin: ...

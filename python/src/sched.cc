@@ -92,8 +92,9 @@ void BindSched(py::module_& m) {
   // ----------------------------------------------------------- LoadPlan
   py::class_<LoadPlan>(m, "LoadPlan", R"doc(
 The cheapest way to prefill a prompt whose prefix is cached: load tokens
-[0, load_tokens) and recompute the rest. ``load_tokens == 0`` means
-recompute everything. Times in seconds, from the cost model's profile.
+[0, load_tokens) (those past ``gpu_tokens``, when the plan was made with
+some already in GPU memory) and recompute the rest. ``load_tokens == 0``
+means recompute everything. Times in seconds, from the cost model's profile.
 )doc")
       .def(py::init([](uint64_t load_tokens, double load_s, double compute_s) {
              return LoadPlan{load_tokens, load_s, compute_s};
@@ -169,14 +170,16 @@ safe to share between threads.
            "Seconds of one decode step with `batch_kv_tokens` KV tokens in the running batch.")
       .def(
           "plan",
-          [](const CostModel& c, uint64_t prompt_tokens, const std::vector<std::tuple<uint64_t, std::string>>& runs) {
+          [](const CostModel& c, uint64_t prompt_tokens, const std::vector<std::tuple<uint64_t, std::string>>& runs,
+             uint64_t gpu_tokens) {
             std::vector<sched::PrefixRun> r = RunsFrom(runs);
-            return c.Plan(prompt_tokens, r);
+            return c.Plan(prompt_tokens, r, gpu_tokens);
           },
-          "prompt_tokens"_a, "runs"_a = std::vector<std::tuple<uint64_t, std::string>>{},
+          "prompt_tokens"_a, "runs"_a = std::vector<std::tuple<uint64_t, std::string>>{}, "gpu_tokens"_a = 0,
           "The cheapest plan for a prompt of `prompt_tokens` tokens whose prefix is cached as `runs`: "
           "[(end_token, path)], in order of growing end_token, each run covering the tokens from the previous "
-          "end to its own. Every run boundary is tried (loading nothing included).")
+          "end to its own. Every run boundary is tried (loading nothing included). The first `gpu_tokens` are "
+          "in GPU memory already: neither loaded nor charged.")
       .def(
           "plan_for",
           [](const CostModel& c, const PrefixLocation& loc, uint32_t node, uint64_t prompt_tokens,
@@ -207,7 +210,7 @@ safe to share between threads.
   client_cls.attr("advise") = py::cpp_function(
       [](const py::object& self, const std::string& ns, const py::array_t<uint32_t, py::array::c_style |
                                                                                        py::array::forcecast>& tokens,
-         const CostModel& model, const std::string& remote_path) {
+         const CostModel& model, const std::string& remote_path, uint64_t gpu_tokens) {
         if (tokens.ndim() != 1) throw StatusError(InvalidArgument("tokens must be a 1-D sequence of token ids"));
         const LoadPath remote = PathFrom(remote_path);
         if (remote != LoadPath::kRma && remote != LoadPath::kTcp) {
@@ -217,13 +220,14 @@ safe to share between threads.
         std::span<const uint32_t> t(tokens.data(), static_cast<size_t>(tokens.size()));
         return Unwrap(NoGil([&] {
           sched::LoadAdvisor advisor(cl.get(), model, remote);
-          return advisor.Advise(ns, t);
+          return advisor.Advise(ns, t, gpu_tokens);
         }));
       },
       py::name("advise"), py::is_method(client_cls), "ns"_a, "tokens"_a, "cost_model"_a, "remote_path"_a = "rma",
+      "gpu_tokens"_a = 0,
       "Asks the node where the prompt's prefix is (locate_prefix) and plans with `cost_model`: what the node "
-      "holds loads over dram, the rest of the match over `remote_path`. A miss (or no such namespace) plans a "
-      "full recompute.");
+      "holds loads over dram, the rest of the match over `remote_path`; the first `gpu_tokens` are in GPU memory "
+      "already (neither loaded nor charged). A miss (or no such namespace) plans a recompute.");
 }
 
 }  // namespace ptstore::python

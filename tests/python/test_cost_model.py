@@ -195,6 +195,15 @@ def test_advise_loads_a_local_prefix(client, make_ns):
     miss = client.advise(ns, tokens(500, seed=6), model)
     assert miss.load_tokens == 0 and miss.compute_s == pytest.approx(model.prefill_seconds(500))
     assert client.advise("no-such-namespace", prompt, model).recompute
+    # Tokens already on the GPU are neither loaded nor charged: the plan
+    # weighs the rest of the stored prefix against computing it.
+    part = client.advise(ns, prompt, model, gpu_tokens=256)
+    assert part == model.plan(len(prompt), [(400, "dram")], gpu_tokens=256)
+    assert part.load_tokens == 400 and part.load_s < plan.load_s
+    covered = client.advise(ns, prompt, model, gpu_tokens=400)
+    assert covered.load_tokens == 400 and covered.load_s == 0
+    with pytest.raises(ValueError, match="gpu_tokens"):
+        client.advise(ns, prompt, model, gpu_tokens=-1)
 
 
 def test_advise_recomputes_over_a_slow_profile(client, make_ns, tmp_path):

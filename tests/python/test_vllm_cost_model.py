@@ -58,6 +58,7 @@ class AdviceProxy:
 
     def advise(self, *args, **kw):
         self.calls += 1
+        self.last_kw = kw
         if self.error is not None:
             raise self.error
         if self.plan is not None:
@@ -94,6 +95,7 @@ def test_config():
         ConnectorConfig.from_dict({"cost_model": {"gpus": "h200"}})
     with pytest.raises(ValueError, match="remote_path.*'rma' or 'tcp'"):
         ConnectorConfig.from_dict({"cost_model": {"remote_path": "dram"}})
+    assert ConnectorConfig.from_dict({"cost_model": {"remote_path": None}}).cost_model == CostModelConfig()
     with pytest.raises(ValueError, match="must be a dict"):
         ConnectorConfig.from_dict({"cost_model": "h100-80g"})
 
@@ -161,6 +163,7 @@ def test_advice_is_whole_blocks_and_at_most_the_match(client, ns, engines):
     p = proxy(e, plan=ptstore.LoadPlan(load_tokens=50, load_s=0.001, compute_s=0.002))
     assert sched.get_num_new_matched_tokens(Request("a", prompt), 0) == (48, False)  # 50 -> 3 blocks of 16
     assert sched.get_num_new_matched_tokens(Request("b", prompt), 32) == (16, False)  # local hit counts
+    assert p.last_kw == {"gpu_tokens": 32}  # the plan knows what vLLM holds already
     assert sched.get_num_new_matched_tokens(Request("c", prompt), 48) == (0, False)
     p.plan = ptstore.LoadPlan(load_tokens=4096)
     assert sched.get_num_new_matched_tokens(Request("d", prompt), 0) == (96, False)  # never more than matched

@@ -167,6 +167,30 @@ TEST_F(PlanTest, LoadsWhatPaysAndRecomputesWhatDoesNot) {
   EXPECT_EQ(m_.Plan(8000, long_run).load_tokens, 8000u);
 }
 
+TEST_F(PlanTest, TokensAlreadyOnTheGpuAreNeitherLoadedNorCharged) {
+  // 7000 tokens on the GPU already (the engine's own cache); 7800 in the
+  // store over TCP. Only [7000, 7800) is worth a transfer, and the baseline
+  // is the prefill of what the GPU lacks.
+  std::vector<PrefixRun> runs = {{7800, LoadPath::kTcp}};
+  LoadPlan p = m_.Plan(8000, runs, 7000);
+  EXPECT_EQ(p.load_tokens, 7800u);
+  EXPECT_NEAR(p.load_s, m_.LoadSeconds(800 * m_.profile().kv_bytes_per_token, LoadPath::kTcp), 1e-12);
+  EXPECT_DOUBLE_EQ(p.compute_s, m_.PrefillSeconds(8000, 7800));
+  // Nothing past the GPU's prefix: nothing to load, the baseline stays.
+  LoadPlan none = m_.Plan(8000, runs, 7900);
+  EXPECT_EQ(none.load_tokens, 7900u);
+  EXPECT_EQ(none.load_s, 0);
+  EXPECT_DOUBLE_EQ(none.compute_s, m_.PrefillSeconds(8000, 7900));
+  // A transfer whose latency (50 ms) costs more than computing the 800
+  // tokens (~17 ms) is skipped, though loading all 7800 from scratch wins
+  // against a full recompute (~126 ms saved).
+  Profile slow = m_.profile();
+  slow.paths[size_t(LoadPath::kTcp)].rtt_s = 0.05;
+  CostModel sm(slow);
+  EXPECT_EQ(sm.Plan(8000, runs, 7000).load_tokens, 7000u);
+  EXPECT_EQ(sm.Plan(8000, runs, 0).load_tokens, 7800u);
+}
+
 TEST_F(PlanTest, BreakEvenIsWhereLoadingStartsToWin) {
   const uint64_t be = m_.BreakEvenTokens(8000, LoadPath::kTcp);
   ASSERT_GT(be, 1u);

@@ -4,9 +4,11 @@
 // operations and the load advisor.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "sched/load_advisor.h"
 #include "sched/pool.h"
@@ -266,6 +268,28 @@ TEST_F(SchedulerTest, RegistrationErrors) {
   EXPECT_EQ(s.Finished(d->ticket).code(), Code::kNotFound);  // forgotten with its instance
   EXPECT_EQ(ParsePolicy("random").status().code(), Code::kInvalidArgument);
   EXPECT_EQ(*ParsePolicy("prefix"), Policy::kPrefixLocality);
+}
+
+TEST_F(SchedulerTest, ForgottenRequestsExpire) {
+  // A caller that dies before Finished must not leave its load behind.
+  SchedulerOptions o;
+  o.policy = Policy::kLeastLoad;
+  o.cost = TestModel();
+  o.ticket_ttl_s = 0.05;
+  Scheduler s(o, nullptr);
+  ASSERT_TRUE(s.Register({"a", 0, "x"}).ok());
+  auto first = s.Route({kNs, Gen(1, 4096), ""});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(s.Instances()[0].running, 1u);
+  EXPECT_GT(s.Instances()[0].queued_s, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto second = s.Route({kNs, Gen(2, 16), ""});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(s.Instances()[0].running, 1u);  // the second only
+  EXPECT_EQ(s.Finished(first->ticket).code(), Code::kNotFound);
+  EXPECT_TRUE(s.Finished(second->ticket).ok());
+  EXPECT_EQ(s.Instances()[0].running, 0u);
+  EXPECT_NEAR(s.Instances()[0].queued_s, 0, 1e-9);
 }
 
 TEST_F(SchedulerTest, IndependentStoresAreMergedByHeldLength) {

@@ -153,30 +153,35 @@ class SchedulerSide:
         self.link.ok()
         return int(r.matched_tokens)
 
-    def _advise(self, ns: str, tokens: np.ndarray, hit: int) -> int:
-        """Of the `hit` tokens the lookup matched, those the cost model says to load (whole blocks; 0: recompute).
+    def _advise(self, ns: str, tokens: np.ndarray, hit: int, computed: int) -> int:
+        """Of the `hit` tokens the lookup matched, those the cost model says vLLM should have after the load
+        (whole blocks; `computed` or less: load nothing, recompute past vLLM's own cache).
 
-        `tokens` are all of the request's tokens (the prompt the plan prefills). A failed advice loads the
-        whole hit (with a warning), as without a cost model.
+        `tokens` are all of the request's tokens (the prompt the plan prefills); vLLM holds the first
+        `computed` of them already, so the plan weighs loading [computed, hit) against computing them. A
+        failed advice loads the whole hit (with a warning), as without a cost model.
         """
         assert self.cost_model is not None and self.cfg.cost_model is not None
         client = self.link.get()
         if client is None:
             return hit
         try:
-            plan = client.advise(self._lookup_ns(ns), tokens, self.cost_model, self.cfg.cost_model.remote_path)
+            plan = client.advise(self._lookup_ns(ns), tokens, self.cost_model, self.cfg.cost_model.remote_path,
+                                 gpu_tokens=computed)
         except Error as e:
             self.stats["advice_failures"] += 1
+            if is_link_error(e):
+                self.link.failed(e)
             self._warn_once(f"advise:{type(e).__name__}", "ptstore: load-or-recompute advice in %s failed (%s); "
                             "loading the whole hit", ns, e)
             return hit
         self.stats["advised"] += 1
         load = min(int(plan.load_tokens) // self.block * self.block, hit)
-        if load == 0:
+        if load <= computed:
             self.stats["advised_recompute"] += 1
-        self.stats["advised_skipped_tokens"] += hit - load
-        logger.debug("ptstore: %s: hit %d tokens, cost model loads %d (load %.3f ms + compute %.3f ms)", ns, hit,
-                     load, plan.load_s * 1e3, plan.compute_s * 1e3)
+        self.stats["advised_skipped_tokens"] += hit - max(load, computed)
+        logger.debug("ptstore: %s: hit %d tokens (%d on the GPU), cost model loads to %d (load %.3f ms + compute "
+                     "%.3f ms)", ns, hit, computed, load, plan.load_s * 1e3, plan.compute_s * 1e3)
         return load
 
     def _unreachable(self) -> int:
@@ -251,7 +256,7 @@ class SchedulerSide:
                 self.stats["ask_later_inflight"] += 1
                 return None, False
         if self.cost_model is not None and hit > num_computed_tokens:
-            hit = self._advise(st.namespace, request_tokens(request, num_tokens), hit)
+            hit = self._advise(st.namespace, request_tokens(request, num_tokens), hit, num_computed_tokens)
         ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
         if ext and ext < self.cfg.min_load_tokens:
             ext = 0

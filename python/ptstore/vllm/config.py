@@ -109,7 +109,9 @@ class CostModelConfig:
         profiles = value.get("profiles")
         if profiles is not None:
             kw["profiles"] = os.fspath(profiles)
-        remote = value.get("remote_path", c.remote_path)
+        remote = value.get("remote_path")
+        if remote is None:  # as for the other keys: None is the default
+            remote = c.remote_path
         if remote not in ("rma", "tcp"):
             raise ValueError(f"kv_connector_extra_config['cost_model']['remote_path'] must be 'rma' or 'tcp', "
                              f"got {remote!r}")
