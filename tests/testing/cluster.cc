@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -59,7 +60,15 @@ Status TestCluster::Start() {
   std::ofstream f(cluster_file_);
   f << "secret_file = \"" << secret_file_ << "\"\n";
   for (size_t i = 0; i < options_.nodes; ++i) {
-    ports_.push_back(options_.hosts.empty() ? FreePort() : 7400);
+    uint16_t port = 7400;
+    if (options_.hosts.empty()) {
+      // Probed one by one, a closed probe's port may come back for the next
+      // node: every node needs its own.
+      do {
+        port = FreePort();
+      } while (std::find(ports_.begin(), ports_.end(), port) != ports_.end());
+    }
+    ports_.push_back(port);
     f << "[[node]]\nid = " << i << "\naddress = \"" << address(i) << "\"\n";
     daemons_.push_back(std::make_unique<Daemon>());
   }
