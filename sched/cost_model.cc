@@ -19,6 +19,20 @@ const char* LoadPathName(LoadPath p) {
   return "?";
 }
 
+Result<LoadPath> ParseLoadPath(std::string_view name) {
+  for (size_t i = 0; i < kLoadPaths; ++i) {
+    const auto p = static_cast<LoadPath>(i);
+    if (name == LoadPathName(p)) return p;
+  }
+  return InvalidArgument("unknown load path '" + std::string(name) + "': expected 'dram', 'ssd', 'rma' or 'tcp'");
+}
+
+Result<LoadPath> ParseRemotePath(std::string_view name) {
+  if (name == "rma") return LoadPath::kRma;
+  if (name == "tcp") return LoadPath::kTcp;
+  return InvalidArgument("unknown remote path '" + std::string(name) + "': expected 'rma' or 'tcp'");
+}
+
 namespace {
 
 // Solves the 3x3 system m·x = v by Gaussian elimination with partial

@@ -37,6 +37,10 @@ namespace ptstore::sched {
 enum class LoadPath : uint8_t { kDram = 0, kSsd = 1, kRma = 2, kTcp = 3 };
 inline constexpr size_t kLoadPaths = 4;
 const char* LoadPathName(LoadPath p);  // "dram", "ssd", "rma", "tcp"
+// The path named `name`; InvalidArgument naming the valid ones.
+Result<LoadPath> ParseLoadPath(std::string_view name);
+// The same, for a network path between nodes: "rma" or "tcp" only.
+Result<LoadPath> ParseRemotePath(std::string_view name);
 
 struct PathCost {
   double bandwidth_bytes_per_s = 0;

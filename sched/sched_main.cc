@@ -118,13 +118,9 @@ int main(int argc, char** argv) {
   if (!policy.ok()) return usage(policy.status().WithContext("--policy"));
   opts.policy = *policy;
   opts.load_bound_s = load_bound_s;
-  if (remote_path == "rma") {
-    opts.remote_path = sched::LoadPath::kRma;
-  } else if (remote_path == "tcp") {
-    opts.remote_path = sched::LoadPath::kTcp;
-  } else {
-    return usage(InvalidArgument("--remote-path '" + remote_path + "': expected rma or tcp"));
-  }
+  Result<sched::LoadPath> remote = sched::ParseRemotePath(remote_path);
+  if (!remote.ok()) return usage(remote.status().WithContext("--remote-path"));
+  opts.remote_path = *remote;
   std::string host;
   uint16_t port = 0;
   if (Status st = ParseListen(listen, &host, &port); !st.ok()) return usage(st);

@@ -44,59 +44,57 @@ double RateFor(const E2eOptions& o, double load) {
   return reqs.empty() || total <= 0 ? 1.0 : load * o.nodes * double(reqs.size()) / total;
 }
 
+// One run of a sweep: `base` with these settings, at `load` of the offered
+// capacity (RateFor).
+struct RunSpec {
+  const char* experiment;
+  Mode mode;
+  sched::Policy policy;
+  uint32_t nodes;
+  WorkloadKind workload;
+  uint32_t context_tokens;  // 0: the shape's own
+  uint32_t requests;
+  double load = 0.6;
+};
+
+E2eOptions MakeRun(const E2eOptions& base, const RunSpec& r) {
+  E2eOptions o = base;
+  o.experiment = r.experiment;
+  o.mode = r.mode;
+  o.policy = r.policy;
+  o.nodes = r.nodes;
+  o.workload.kind = r.workload;
+  o.workload.context_tokens = r.context_tokens;
+  o.workload.requests = r.requests;
+  o.workload.rate = RateFor(o, r.load);
+  return o;
+}
+
 std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) {
+  using sched::Policy;
   std::vector<E2eOptions> runs;
-  const bool quick = which == "quick";
+  auto add = [&](const RunSpec& r) { runs.push_back(MakeRun(base, r)); };
   const std::vector<Mode> modes = {Mode::kNoReuse, Mode::kLocal, Mode::kNoReplication, Mode::kPtstore};
-  // Sequence length: WikiQA-like documents of exactly L tokens; the
-  // engines' view (least-load routing) for every mode.
-  const std::vector<uint32_t> lengths = quick ? std::vector<uint32_t>{2048} : std::vector<uint32_t>{1024, 2048, 4096, 8192};
-  for (uint32_t len : lengths) {
-    for (Mode m : modes) {
-      E2eOptions o = base;
-      o.experiment = quick ? "quick" : "seqlen";
-      o.mode = m;
-      o.policy = sched::Policy::kLeastLoad;
-      o.nodes = quick ? 2 : 4;
-      o.workload.kind = WorkloadKind::kWikiQa;
-      o.workload.context_tokens = len;
-      o.workload.requests = quick ? 40 : 200;
-      o.workload.rate = RateFor(o, 0.6);
-      runs.push_back(o);
-    }
-  }
-  // The same with locality routing (the scheduler's prefix policy) for
-  // every mode: what routing alone recovers for node-local caches.
-  if (!quick) {
-    for (uint32_t len : lengths) {
-      for (Mode m : modes) {
-        E2eOptions o = base;
-        o.experiment = "seqlen-prefix";
-        o.mode = m;
-        o.policy = m == Mode::kNoReuse ? sched::Policy::kLeastLoad : sched::Policy::kPrefixLocality;
-        o.nodes = 4;
-        o.workload.kind = WorkloadKind::kWikiQa;
-        o.workload.context_tokens = len;
-        o.workload.requests = 200;
-        o.workload.rate = RateFor(o, 0.6);
-        runs.push_back(o);
-      }
-    }
-  }
-  if (quick) {
-    // Prefix locality against session affinity, small.
-    for (sched::Policy p : {sched::Policy::kSessionAffinity, sched::Policy::kPrefixLocality}) {
-      E2eOptions o = base;
-      o.experiment = "quick";
-      o.policy = p;
-      o.nodes = 2;
-      o.workload.kind = WorkloadKind::kWikiQa;
-      o.workload.context_tokens = 2048;
-      o.workload.requests = 40;
-      o.workload.rate = RateFor(o, 0.6);
-      runs.push_back(o);
+  const WorkloadKind wikiqa = WorkloadKind::kWikiQa;
+  if (which == "quick") {
+    // 2 nodes, 40 requests: every mode at 2k tokens, then prefix locality
+    // against session affinity.
+    for (Mode m : modes) add({"quick", m, Policy::kLeastLoad, 2, wikiqa, 2048, 40});
+    for (Policy p : {Policy::kSessionAffinity, Policy::kPrefixLocality}) {
+      add({"quick", Mode::kPtstore, p, 2, wikiqa, 2048, 40});
     }
     return runs;
+  }
+  // Sequence length: WikiQA-like documents of exactly L tokens, every mode;
+  // with the engines' view (least-load routing), then with locality routing
+  // (the prefix policy; no-reuse has nothing to be local to).
+  for (const char* experiment : {"seqlen", "seqlen-prefix"}) {
+    for (uint32_t len : {1024u, 2048u, 4096u, 8192u}) {
+      for (Mode m : modes) {
+        const bool locality = std::string_view(experiment) == "seqlen-prefix" && m != Mode::kNoReuse;
+        add({experiment, m, locality ? Policy::kPrefixLocality : Policy::kLeastLoad, 4, wikiqa, len, 200});
+      }
+    }
   }
   // What replicas buy as the network gets slower than the GPU's PCIe: at 8k
   // tokens, the remote path over RMA (the profile's 200 Gb/s) and TCP
@@ -105,62 +103,27 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
   for (sched::LoadPath path : {sched::LoadPath::kRma, sched::LoadPath::kTcp}) {
     for (uint32_t keep : {0u, 2u, 1u}) {
       E2eOptions o = base;
-      o.experiment = "replication";
-      o.mode = keep == 0 ? Mode::kNoReplication : Mode::kPtstore;
-      o.replicate_after = keep == 0 ? base.replicate_after : keep;
       o.remote_path = path;
-      o.policy = sched::Policy::kLeastLoad;
-      o.nodes = 4;
-      o.workload.kind = WorkloadKind::kWikiQa;
-      o.workload.context_tokens = 8192;
-      o.workload.requests = 200;
-      o.workload.rate = RateFor(o, 0.6);
-      runs.push_back(o);
+      if (keep > 0) o.replicate_after = keep;
+      runs.push_back(MakeRun(o, {"replication", keep == 0 ? Mode::kNoReplication : Mode::kPtstore,
+                                 Policy::kLeastLoad, 4, wikiqa, 8192, 200}));
     }
   }
   // Weak scaling: 2 -> 8 nodes, requests and rate per node fixed.
   for (uint32_t n : {2u, 4u, 8u}) {
     for (Mode m : {Mode::kLocal, Mode::kNoReplication, Mode::kPtstore}) {
-      E2eOptions o = base;
-      o.experiment = "scaling";
-      o.mode = m;
-      o.policy = sched::Policy::kLeastLoad;
-      o.nodes = n;
-      o.workload.kind = WorkloadKind::kWikiQa;
-      o.workload.context_tokens = 4096;
-      o.workload.requests = 50 * n;
-      o.workload.rate = RateFor(o, 0.6);
-      runs.push_back(o);
+      add({"scaling", m, Policy::kLeastLoad, n, wikiqa, 4096, 50 * n});
     }
   }
   // Policies, PTStore mode, three workload shapes, a busier cluster.
-  for (WorkloadKind w : {WorkloadKind::kWikiQa, WorkloadKind::kShareGpt, WorkloadKind::kReAct}) {
-    for (sched::Policy p : {sched::Policy::kRoundRobin, sched::Policy::kLeastLoad, sched::Policy::kSessionAffinity,
-                            sched::Policy::kPrefixLocality}) {
-      E2eOptions o = base;
-      o.experiment = "policies";
-      o.mode = Mode::kPtstore;
-      o.policy = p;
-      o.nodes = 4;
-      o.workload.kind = w;
-      o.workload.requests = 200;
-      o.workload.rate = RateFor(o, 0.8);
-      runs.push_back(o);
+  for (WorkloadKind w : {wikiqa, WorkloadKind::kShareGpt, WorkloadKind::kReAct}) {
+    for (Policy p : {Policy::kRoundRobin, Policy::kLeastLoad, Policy::kSessionAffinity, Policy::kPrefixLocality}) {
+      add({"policies", Mode::kPtstore, p, 4, w, 0, 200, 0.8});
     }
   }
   // Every workload shape under every mode.
   for (WorkloadKind w : AllWorkloads()) {
-    for (Mode m : modes) {
-      E2eOptions o = base;
-      o.experiment = "workloads";
-      o.mode = m;
-      o.policy = sched::Policy::kLeastLoad;
-      o.nodes = 4;
-      o.workload.kind = w;
-      o.workload.requests = 200;
-      o.workload.rate = RateFor(o, 0.6);
-      runs.push_back(o);
-    }
+    for (Mode m : modes) add({"workloads", m, Policy::kLeastLoad, 4, w, 0, 200});
   }
   return runs;
 }
@@ -196,13 +159,9 @@ int Main(int argc, char** argv) {
     std::cerr << "bench_e2e: " << s.ToString() << "\n";
     return 1;
   };
-  if (remote_path == "rma") {
-    base.remote_path = sched::LoadPath::kRma;
-  } else if (remote_path == "tcp") {
-    base.remote_path = sched::LoadPath::kTcp;
-  } else {
-    return fail(InvalidArgument("--remote-path must be rma or tcp, not '" + remote_path + "'"));
-  }
+  Result<sched::LoadPath> remote = sched::ParseRemotePath(remote_path);
+  if (!remote.ok()) return fail(remote.status().WithContext("--remote-path"));
+  base.remote_path = *remote;
   auto kind = ParseWorkload(workload);
   if (!kind.ok()) return fail(kind.status());
   base.workload.kind = *kind;

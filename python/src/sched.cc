@@ -29,13 +29,7 @@ using sched::LoadPath;
 using sched::LoadPlan;
 
 // "dram", "ssd", "rma" or "tcp"; InvalidArgument names them otherwise.
-LoadPath PathFrom(const std::string& name) {
-  for (size_t i = 0; i < sched::kLoadPaths; ++i) {
-    const auto p = static_cast<LoadPath>(i);
-    if (name == sched::LoadPathName(p)) return p;
-  }
-  throw StatusError(InvalidArgument("unknown load path '" + name + "': expected 'dram', 'ssd', 'rma' or 'tcp'"));
-}
+LoadPath PathFrom(const std::string& name) { return Unwrap(sched::ParseLoadPath(name)); }
 
 std::string Seconds(double s) {
   std::ostringstream os;
