@@ -216,8 +216,8 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
         } else {
           ++res.hits_dram;
         }
-        // Which owners served the remote part (the index's spans past what
-        // this node held), for their NICs' queues.
+        // Which owners served the remote part (the index's spans this node
+        // does not hold), for their NICs' queues.
         uint64_t start = 0, attributed = 0;
         for (size_t k = 0; k < loc.spans.size(); ++k) {
           const PrefixSpan& sp = loc.spans[k];
