@@ -431,7 +431,13 @@ void HttpServer::Loop() {
     polled.clear();
     pfds.push_back({wake_fd_, POLLIN, 0});
     pfds.push_back({done_fd_, POLLIN, 0});
-    const bool accepting = now >= accept_paused_until;
+    // At the cap with no connection that could make room (none is still
+    // being read: all are handled or written), newcomers wait in the
+    // listen backlog instead of being accepted and closed.
+    const bool full = conns.size() >= options_.max_connections &&
+                      std::none_of(conns.begin(), conns.end(),
+                                   [](const Conn& c) { return c.state == Conn::State::kReading; });
+    const bool accepting = now >= accept_paused_until && !full;
     pfds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     Clock::time_point next = now + std::chrono::seconds(1);
     if (!accepting) next = std::min(next, accept_paused_until);
@@ -551,7 +557,22 @@ void HttpServer::Loop() {
     }
 
     if (accepting && pfds[2].revents != 0) {
+      const uint64_t first_new = next_id;  // connections accepted from here on are this burst's
       for (;;) {
+        if (conns.size() >= options_.max_connections) {
+          // Make room: drop the oldest connection still being read, but
+          // never one of this burst (not read yet): those wait their turn
+          // in the backlog instead.
+          auto oldest = conns.end();
+          for (auto it = conns.begin(); it != conns.end(); ++it) {
+            if (it->state == Conn::State::kReading && it->id < first_new &&
+                (oldest == conns.end() || it->deadline < oldest->deadline)) {
+              oldest = it;
+            }
+          }
+          if (oldest == conns.end()) break;
+          close_conn(oldest);
+        }
         int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
           if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -564,20 +585,6 @@ void HttpServer::Loop() {
           }
           accept_paused_until = t + std::chrono::milliseconds(100);
           break;
-        }
-        if (conns.size() >= options_.max_connections) {
-          // Make room: drop the oldest connection still being read.
-          auto oldest = conns.end();
-          for (auto it = conns.begin(); it != conns.end(); ++it) {
-            if (it->state == Conn::State::kReading && (oldest == conns.end() || it->deadline < oldest->deadline)) {
-              oldest = it;
-            }
-          }
-          if (oldest == conns.end()) {
-            close(fd);  // all busy: the newcomer may retry
-            continue;
-          }
-          close_conn(oldest);
         }
         Conn c;
         c.id = next_id++;

@@ -26,8 +26,10 @@
 // or hostile client can never block another: a connection must deliver its
 // whole request (headers and body) within read_timeout_ms of its accept and
 // take the response within write_timeout_ms, or it is dropped; at most
-// max_connections are open at once, and when a new one arrives at the cap
-// the oldest still being read is dropped for it. The handler runs on that
+// max_connections are open at once: at the cap a newcomer displaces the
+// oldest connection still being read (one accepted in an earlier round),
+// and when none can go (all are handled or written, or just accepted) it
+// waits in the listen backlog until a slot frees. The handler runs on that
 // thread, one call at a time, unless handler_threads > 0: then that many
 // worker threads run it, so a slow handler holds up only its own client.
 //

@@ -16,8 +16,9 @@
 // connection must deliver its request headers (at most max_request_bytes)
 // within read_timeout_ms of its accept and take the response within
 // write_timeout_ms, or it is dropped; at most max_connections are open at
-// once, and when a new one arrives at the cap the oldest still being read is
-// dropped for it. `render` runs on that thread, one call at a time.
+// once: at the cap a newcomer displaces the oldest one still being read, or
+// waits in the listen backlog while none can go (core/http_server.h).
+// `render` runs on that thread, one call at a time.
 //
 // Thread safety: Start and Stop from one thread; port() and address() are
 // fixed once Start has returned OK.

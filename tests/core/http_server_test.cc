@@ -292,6 +292,35 @@ TEST_F(HttpServerTest, WorkerThreadsKeepASlowHandlerFromBlockingOthers) {
   EXPECT_EQ(ok.load(), 160);
 }
 
+TEST_F(HttpServerTest, BurstOverTheCapWaitsInsteadOfBeingClosed) {
+  // 4 connections at most, all busy in slow handlers: the clients beyond
+  // them wait in the listen backlog until a slot frees, and every one of
+  // them gets its answer (before, they were accepted and closed at once).
+  HttpServerOptions o;
+  o.max_connections = 4;
+  o.handler_threads = 4;
+  Start(o, [&](const HttpRequest& req) {
+    std::this_thread::sleep_for(100ms);
+    return Echo(req);
+  });
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 16; ++t) {
+    clients.emplace_back([&, t] {
+      const std::string body = std::to_string(t);
+      auto r = HttpExchange(port_, "POST /b HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) +
+                                       "\r\n\r\n" + body);
+      if (r.ok() && r->body == "method=POST\npath=/b\nquery=\nbody=" + body) {
+        ok.fetch_add(1);
+      } else {
+        ADD_FAILURE() << "client " << t << ": " << (r.ok() ? r->body : r.status().ToString());
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 16);
+}
+
 TEST_F(HttpServerTest, StopWhileAHandlerRuns) {
   HttpServerOptions o;
   o.handler_threads = 1;
