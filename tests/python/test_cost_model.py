@@ -11,38 +11,9 @@ import pytest
 
 import ptstore
 from conftest import as_kv, kv_bits, tokens
+from profiles_helper import profile_text, write_profiles
 
 GPUS = ["a100-80g", "h100-80g", "h200"]
-
-# A minimal valid profile (as tests/sched/cost_model_test.cc's), with each path's bandwidth (GB/s) and rtt (us).
-PROFILE = """
-version = 1
-[[profile]]
-model = "m"
-gpu = "{gpu}"
-kv_bytes_per_token = 131072
-source = "test"
-prefill_ms = [[1000, 13.0], [2000, 26.0], [4000, 56.0], [8000, 132.0]]
-decode_base_ms = 10
-decode_per_kv_token_us = 0.5
-[profile.paths]
-"""
-
-
-def profile_text(gpu="g", bw=10.0, rtt=10, **paths):
-    """The profile with every path at (bw, rtt), except those given as name=(bw, rtt)."""
-    text = PROFILE.format(gpu=gpu)
-    for name in ("dram", "ssd", "rma", "tcp"):
-        b, r = paths.get(name, (bw, rtt))
-        text += f"{name} = {{ bandwidth_gbps = {b}, rtt_us = {r} }}\n"
-    return text
-
-
-def write_profiles(tmp_path, name="profiles.toml", **kw):
-    p = tmp_path / name
-    p.write_text(profile_text(**kw))
-    return str(p)
-
 
 # ------------------------------------------------------------------ CostModel
 

@@ -13,31 +13,15 @@ torch = pytest.importorskip("torch")
 
 import ptstore
 from ptstore.vllm import ConnectorConfig, CostModelConfig, KVConnectorRole, PTStoreConnector
+from profiles_helper import write_profiles
 from vllm_harness import Request, make_vllm_config, run_one, tokens
 
-SLOW_PROFILE = """
-version = 1
-[[profile]]
-model = "m"
-gpu = "slow"
-kv_bytes_per_token = 131072
-source = "test: paths at 1 KB/s with a second of latency"
-prefill_ms = [[1000, 13.0], [2000, 26.0], [4000, 56.0], [8000, 132.0]]
-decode_base_ms = 10
-decode_per_kv_token_us = 0.5
-[profile.paths]
-dram = { bandwidth_gbps = 1e-6, rtt_us = 1e6 }
-ssd = { bandwidth_gbps = 1e-6, rtt_us = 1e6 }
-rma = { bandwidth_gbps = 1e-6, rtt_us = 1e6 }
-tcp = { bandwidth_gbps = 1e-6, rtt_us = 1e6 }
-"""
 
 
 @pytest.fixture()
 def slow_profiles(tmp_path):
-    p = tmp_path / "slow.toml"
-    p.write_text(SLOW_PROFILE)
-    return str(p)
+    return write_profiles(tmp_path, "slow.toml", gpu="slow", bw=1e-6, rtt=1e6,
+                          source="test: paths at 1 KB/s with a second of latency")
 
 
 def loads_of(engine, rid):

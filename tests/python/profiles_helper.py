@@ -1,0 +1,33 @@
+"""A minimal valid cost-model profiles file for the tests (the format of sched/profiles.toml; the same
+numbers as tests/sched/cost_model_test.cc's), with every path's bandwidth (GB/s) and rtt (us) chosen."""
+
+from __future__ import annotations
+
+PROFILE = """
+version = 1
+[[profile]]
+model = "m"
+gpu = "{gpu}"
+kv_bytes_per_token = 131072
+source = "{source}"
+prefill_ms = [[1000, 13.0], [2000, 26.0], [4000, 56.0], [8000, 132.0]]
+decode_base_ms = 10
+decode_per_kv_token_us = 0.5
+[profile.paths]
+"""
+
+
+def profile_text(gpu="g", bw=10.0, rtt=10, source="test", **paths):
+    """The profile with every path at (bw, rtt), except those given as name=(bw, rtt)."""
+    text = PROFILE.format(gpu=gpu, source=source)
+    for name in ("dram", "ssd", "rma", "tcp"):
+        b, r = paths.get(name, (bw, rtt))
+        text += f"{name} = {{ bandwidth_gbps = {b}, rtt_us = {r} }}\n"
+    return text
+
+
+def write_profiles(tmp_path, name="profiles.toml", **kw):
+    """Writes profile_text(**kw) into tmp_path/name; returns its path."""
+    p = tmp_path / name
+    p.write_text(profile_text(**kw))
+    return str(p)
