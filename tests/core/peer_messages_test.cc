@@ -21,7 +21,7 @@
 #include "core/messages.h"
 #include "core/wire_types.h"
 
-#include "tests/core/alloc_probe.h"
+#include "tests/core/hostile_bodies.h"
 #include "tests/core/message_test_util.h"
 
 namespace ptstore::core {
@@ -29,7 +29,6 @@ namespace {
 
 using namespace testmsg;  // NOLINT: the shared samples and RoundTrip
 
-using ptstore::testing::AllocProbe;
 
 // ---- samples with non-trivial values ----------------------------------------
 
@@ -501,22 +500,6 @@ TEST(PeerMessagesTest, OverlongStringsAreRefused) {
 
 // ---- hostile counts -------------------------------------------------------------
 
-struct Hostile {
-  const char* what;
-  uint16_t type;
-  std::vector<uint8_t> body;
-};
-
-// A body made of `prefix`, then a u32 count, then `tail` bytes of 0x5a.
-std::vector<uint8_t> WithCount(std::vector<uint8_t> prefix, uint32_t count, size_t tail) {
-  Encoder e;
-  e.PutRaw(prefix.data(), prefix.size());
-  e.PutU32(count);
-  std::vector<uint8_t> b = e.Take();
-  b.resize(b.size() + tail, 0x5a);
-  return b;
-}
-
 std::vector<uint8_t> Bytes(std::initializer_list<std::vector<uint8_t>> parts) {
   std::vector<uint8_t> out;
   for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
@@ -575,20 +558,7 @@ std::vector<Hostile> HostileBodies() {
 }
 
 TEST(PeerMessagesTest, HostileCountsAreRejectedWithoutHugeAllocations) {
-  for (const Hostile& h : HostileBodies()) {
-    SCOPED_TRACE(std::string(MsgTypeName(h.type)) + " " + h.what + " body " + std::to_string(h.body.size()));
-    Status s;
-    size_t max_alloc;
-    {
-      AllocProbe probe;
-      s = DecodeAny(h.type, h.body);
-      max_alloc = probe.max();
-    }
-    EXPECT_EQ(s.code(), Code::kProtocol) << s.ToString();
-    EXPECT_NE(s.message().find("'" + std::string(h.what) + "'"), std::string::npos) << s.message();
-    // Nothing larger than the error message and a few times the body.
-    EXPECT_LE(max_alloc, 4 * h.body.size() + 1024);
-  }
+  ExpectHostileBodiesRejected(HostileBodies());
 }
 
 TEST(PeerMessagesTest, LargestCountThatFitsAllocatesInProportionToTheBody) {
@@ -619,13 +589,7 @@ TEST(PeerMessagesTest, LargestCountThatFitsAllocatesInProportionToTheBody) {
       std::copy(prefix.begin(), prefix.end(), body.begin());
       uint32_t count = static_cast<uint32_t>(elems_bytes / c.min_elem);
       std::memcpy(body.data() + prefix.size(), &count, 4);
-      Status s;
-      size_t max_alloc;
-      {
-        AllocProbe probe;
-        s = DecodeAny(c.type, body);
-        max_alloc = probe.max();
-      }
+      const auto [s, max_alloc] = DecodeProbed(c.type, body);
       EXPECT_TRUE(s.ok() || s.code() == Code::kProtocol) << s.ToString();
       // In proportion: the decoded elements (a ShardAnnounce entry of 8
       // wire bytes is two vectors, 48 bytes) or 4x the body.
