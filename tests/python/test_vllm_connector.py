@@ -5,7 +5,6 @@ prefixes, the FlashAttention / FlashInfer / HND layouts and the byte mapping to 
 from __future__ import annotations
 
 import inspect
-import threading
 
 import pytest
 
@@ -13,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import ptstore.vllm as pv
 from ptstore.vllm import ConnectorConfig, KVConnectorRole, PTStoreConnector, namespace_for
-from vllm_harness import KVCacheBlocks, MiniEngine, OracleModel, Request, make_vllm_config, run_one, tokens
+from vllm_harness import KVCacheBlocks, MiniEngine, OracleModel, Request, gate_saves, make_vllm_config, run_one, tokens
 
 def loads_of(engine, rid):
     return [s for so in engine.scheduled_log for s in so.kv_connector_metadata.loads if s.req_id == rid]
@@ -173,15 +172,7 @@ def test_local_hit_loads_only_the_rest(client, ns, engines):
 
 def test_async_saves_hold_blocks_until_written(client, ns, engines):
     e = engines()
-    ws = e.worker_conn.worker_side
-    gate = threading.Event()
-    write = ws._write
-
-    def slow_write(spec, job):
-        gate.wait(10)
-        write(spec, job)
-
-    ws._write = slow_write
+    gate = gate_saves(e, timeout_s=10)
     prompt = tokens(50, seed=6)
     e.add(Request("a", prompt))
     e.step()  # computes the prompt, gathers its KV, hands the save to the writer

@@ -4,7 +4,6 @@ a save planned before the scheduler learnt that its blocks failed to load."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -15,7 +14,7 @@ torch = pytest.importorskip("torch")
 import ptstore
 import ptstore.testing
 from ptstore.vllm import KVConnectorRole, PTStoreConnector, PTStoreConnectorMetadata, SaveSpec
-from vllm_harness import MiniEngine, OracleModel, Request, make_vllm_config, run_one, tokens
+from vllm_harness import MiniEngine, OracleModel, Request, gate_saves, make_vllm_config, run_one, tokens
 
 def reference(engines, req):
     ref = engines(connector=False)
@@ -146,22 +145,9 @@ def test_store_stopped_mid_step_then_back(private_store):
 # ------------------------------------------------------------------ ask again later
 
 
-def _gate_saves(engine):
-    ws = engine.worker_conn.worker_side
-    gate = threading.Event()
-    write = ws._write
-
-    def gated(spec, job):
-        gate.wait(30)
-        write(spec, job)
-
-    ws._write = gated
-    return gate
-
-
 def test_ask_again_later_while_a_save_of_the_prefix_is_in_flight(client, ns, engines):
     e = engines(extra={"save_wait_ms": 10000})
-    gate = _gate_saves(e)
+    gate = gate_saves(e)
     s = tokens(64, seed=6)
     e.add(Request("a", s + tokens(5, seed=7), max_tokens=4))
     e.step()  # "a" computed its prompt; its save is in flight (held by the gate)
@@ -177,7 +163,7 @@ def test_ask_again_later_while_a_save_of_the_prefix_is_in_flight(client, ns, eng
 
 def test_ask_again_later_gives_up_after_save_wait_ms(client, ns, engines):
     e = engines(extra={"save_wait_ms": 200})
-    gate = _gate_saves(e)
+    gate = gate_saves(e)
     s = tokens(64, seed=9)
     e.add(Request("a", s + [1], max_tokens=50))
     e.step()

@@ -32,6 +32,7 @@ context, like vLLM's attention layers.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -600,6 +601,21 @@ class OracleModel:
             tok = int(prefix_hashes(c.tokens[:last])[-1] % 1000) + 1 if ok[c.req_id] else -1
             out[c.req_id] = torch.tensor(tok)
         return out
+
+
+def gate_saves(engine: "MiniEngine", timeout_s: float = 30) -> threading.Event:
+    """Makes the engine's worker-side writer wait for the returned event (at most `timeout_s`) before it
+    writes each save: saves stay in flight until the test sets it."""
+    ws = engine.worker_conn.worker_side
+    gate = threading.Event()
+    write = ws._write
+
+    def gated(spec, job):
+        gate.wait(timeout_s)
+        write(spec, job)
+
+    ws._write = gated
+    return gate
 
 
 def run_one(engine: "MiniEngine", req: Request):
