@@ -479,12 +479,14 @@ Result<PrefixLocation> LocatePrefixLocal(Store* store, const std::string& ns, st
   loc.matched_tokens = o.blocks * bt;
   if (query) query->ns = ns;
   uint64_t start = 0;
-  for (const OwnedRange& r : o.ranges) {
+  for (size_t i = 0; i < o.ranges.size(); ++i) {
+    const OwnedRange& r = o.ranges[i];
     PrefixSpan s{r.end_block * bt, r.owner, {}};
-    const std::span<const uint32_t> prefix = tokens.first(r.end_block * bt);
-    PTS_ASSIGN_OR_RETURN(bool held, store->Holds(ns, prefix, start));
-    if (held) s.nodes.push_back(store->options().node_id);
-    if (query) query->entries.push_back({std::vector<uint32_t>(prefix.begin(), prefix.end()), start});
+    if (o.held[i]) s.nodes.push_back(store->options().node_id);
+    if (query) {
+      const std::span<const uint32_t> prefix = tokens.first(r.end_block * bt);
+      query->entries.push_back({std::vector<uint32_t>(prefix.begin(), prefix.end()), start});
+    }
     loc.spans.push_back(std::move(s));
     start = r.end_block;
   }

@@ -26,6 +26,7 @@ using core::OwnedRange;
 struct Ownership {
   uint64_t blocks = 0;
   std::vector<OwnedRange> ranges;  // cover [0, blocks), in order
+  std::vector<bool> held;          // per range: this node holds all its bytes (in DRAM or on SSD)
 };
 
 // Where a removal starts: blocks [from_block, ...) of the prefix `tokens`

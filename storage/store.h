@@ -169,7 +169,8 @@ class Store {
 
   // Who owns each block of the longest match of `tokens` (this node's id
   // for its own data): what an index shard answers. With `per_increment`,
-  // one range per increment of the match (not merged by owner).
+  // one range per increment of the match (not merged by owner). Also says
+  // which ranges this node holds (Ownership::held, as Holds would).
   Result<Ownership> Resolve(const std::string& ns, std::span<const uint32_t> tokens, bool per_increment = false);
   // Files blocks of `tokens` past the local match as remote increments,
   // owned as `ranges` say (ranges cover blocks [0, ranges.back().end_block)

@@ -41,11 +41,15 @@ Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uin
   uint64_t end = 0;
   for (const MatchStep& st : m.path) {
     end += st.blocks;
-    const uint32_t owner = st.node->tensor->remote ? st.node->tensor->owner : options_.node_id;
+    const Tensor* t = st.node->tensor;
+    const uint32_t owner = t->remote ? t->owner : options_.node_id;
+    const bool held = t->in_dram || t->on_ssd;
     if (!per_increment && !o.ranges.empty() && o.ranges.back().owner == owner) {
       o.ranges.back().end_block = end;
+      o.held.back() = o.held.back() && held;
     } else {
       o.ranges.push_back(OwnedRange{end, owner});
+      o.held.push_back(held);
     }
   }
   return o;

@@ -313,6 +313,13 @@ TEST_F(StoreRemoteTest, ResolveOnTheOwnerNamesItself) {
   EXPECT_EQ(o.blocks, 12u);
   ASSERT_EQ(o.ranges.size(), 1u);
   EXPECT_EQ(o.ranges[0], (OwnedRange{12, 0}));
+  EXPECT_EQ(o.held, std::vector<bool>{true});
+  // Another node that only knows of it: owner 0, bytes not held there.
+  Share(0, 1, p);
+  Ownership there = ResolveOn(1, p);
+  ASSERT_EQ(there.ranges.size(), 1u);
+  EXPECT_EQ(there.ranges[0], (OwnedRange{12, 0}));
+  EXPECT_EQ(there.held, std::vector<bool>{false});
   // A longer prompt resolves to the stored part; an unknown one to nothing.
   o = ResolveOn(0, Cat(p, Gen(2, 16)));
   EXPECT_EQ(o.blocks, 12u);
