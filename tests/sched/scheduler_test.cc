@@ -15,6 +15,7 @@
 #include "sched/scheduler.h"
 #include "sched/store_index.h"
 #include "tests/cluster/kv_check.h"
+#include "tests/sched/test_model.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/cluster.h"
 
@@ -27,14 +28,6 @@ using storage::testkv::Kv;
 using storage::testkv::kBpt;
 using testing::kNs;
 using testing::TestCluster;
-
-// The shipped Mistral-7B profile on H100 (its numbers only matter for the
-// load estimates; the small test layout moves few bytes).
-CostModel TestModel() {
-  auto m = CostModel::Load(DefaultProfilesPath(), "mistral-7b", "h100-80g");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? *m : CostModel();
-}
 
 class SchedulerTest : public ::testing::Test {
  protected:

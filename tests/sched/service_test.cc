@@ -19,6 +19,7 @@
 #include "sched/service.h"
 #include "sched/store_index.h"
 #include "tests/cluster/kv_check.h"
+#include "tests/sched/test_model.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/http_get.h"
@@ -35,12 +36,6 @@ using testing::kNs;
 using testing::TestCluster;
 
 const std::string kSchedBinary = PTSTORE_SCHED_PATH;
-
-CostModel TestModel() {
-  auto m = CostModel::Load(DefaultProfilesPath(), "mistral-7b", "h100-80g");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? *m : CostModel();
-}
 
 // One two-node cluster for the whole suite (node ids 0 and 1).
 class SchedServiceTest : public ::testing::Test {
