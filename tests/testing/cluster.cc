@@ -74,6 +74,7 @@ Status TestCluster::Start() {
   }
   f.close();
   running_.assign(options_.nodes, false);
+  node_args_ = options_.node_args;
   node_args_.resize(options_.nodes);
   for (size_t i = 0; i < options_.nodes; ++i) PTS_RETURN_IF_ERROR(StartNode(i));
   return Status::OK();

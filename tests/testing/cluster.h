@@ -28,6 +28,7 @@ class TestCluster {
     uint32_t replicate_after = 2;
     int negative_ttl_ms = -1;  // [cluster] negative_ttl_ms; < 0: the daemon's default
     std::vector<std::string> extra_args;  // for every node
+    std::vector<std::vector<std::string>> node_args;  // node i's own extra arguments (e.g. its SSD directory)
     // Separate hosts: node i listens on hosts[i]:7400 and runs under
     // wrappers[i] (e.g. "ip netns exec ..."); empty: loopback ports.
     std::vector<std::string> hosts;

@@ -1,0 +1,56 @@
+// The soak's small configuration in the suite (the long one: scripts/soak).
+// Each run is a real cluster under random calls and node faults; it passes
+// only when no promise broke (tests/soak/soak.h) and the run did what a soak
+// must: faults of every kind, restarts, loads checked, hits.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "tests/soak/soak.h"
+
+namespace ptstore::soak {
+namespace {
+
+void ExpectASoakWithoutViolations(SoakOptions o) {
+  o.progress = [](const std::string& line) { std::cerr << line << std::endl; };
+  auto r = RunSoak(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::cerr << r->Summary();
+  EXPECT_TRUE(r->ok()) << r->Summary();
+  // A soak that did nothing proves nothing.
+  EXPECT_GT(r->faults["kill"] + r->faults["term"], 2u);
+  EXPECT_GT(r->faults["restart"], 2u);
+  EXPECT_GT(r->loads_verified, 200u);
+  EXPECT_GT(r->hits, 50u);
+  EXPECT_EQ(r->final_prompts_checked, uint64_t{o.nodes} * 6);
+}
+
+TEST(SoakTest, TcpClusterUnderFaultsBreaksNoPromise) {
+  SoakOptions o;
+  o.seconds = 12;
+  o.data_path = "tcp";
+  o.fault_every_ms = 800;
+  o.seed = 11;
+  ExpectASoakWithoutViolations(o);
+}
+
+TEST(SoakTest, RmaClusterUnderFaultsBreaksNoPromise) {
+  SoakOptions o;
+  o.seconds = 12;
+  o.data_path = "rma";
+  o.fault_every_ms = 800;
+  o.seed = 12;
+  ExpectASoakWithoutViolations(o);
+}
+
+TEST(SoakTest, BadOptionsAreRefusedByName) {
+  SoakOptions o;
+  o.nodes = 1;
+  EXPECT_NE(RunSoak(o).status().message().find("at least 2 nodes"), std::string::npos);
+  o.nodes = 3;
+  o.data_path = "udp";
+  EXPECT_NE(RunSoak(o).status().message().find("udp"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ptstore::soak
