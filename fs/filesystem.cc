@@ -65,10 +65,14 @@ bool Resolve(fuse_req_t req, fuse_ino_t ino, NodeRef* ref) {
 
 void ReplyStatus(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoOf(s)); }
 
+bool IsIncrementFile(const NodeRef& ref) { return ref.kind == NodeKind::kKvFile || ref.kind == NodeKind::kTokensFile; }
+
 void ReplyEntry(fuse_req_t req, const Found& found) {
   Filesystem* fs = Fs(req);
   fuse_entry_param e{};
   e.ino = fs->inodes().Ref(found.ref);
+  // A new size in this reply makes the kernel drop the pages it cached.
+  if (IsIncrementFile(found.ref)) fs->inodes().NoteSize(e.ino, static_cast<uint64_t>(found.st.st_size));
   e.attr = found.st;
   e.attr.st_ino = e.ino;
   e.attr_timeout = fs->options().attr_timeout;
@@ -127,6 +131,7 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto st = Fs(req)->tree().Stat(ref);
   if (!st.ok()) return ReplyStatus(req, st.status());
   st->st_ino = ino;
+  if (IsIncrementFile(ref)) Fs(req)->inodes().NoteSize(ino, static_cast<uint64_t>(st->st_size));
   fuse_reply_attr(req, &*st, Fs(req)->options().attr_timeout);
 }
 
@@ -176,6 +181,20 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) { fuse_reply_err(req, EPERM); }
 
+// An increment's kv and tokens never change while its key names the same
+// tokens, so the kernel may keep their pages. They do change when a later
+// save splits the increment (same key, only its tail): then this open reads
+// past the page cache and the kernel's size (direct I/O), and the inode's
+// stale pages and attributes are dropped for the opens after it.
+void KeepOrDropCache(Filesystem* fs, fuse_ino_t ino, uint64_t size, fuse_file_info* fi) {
+  if (fs->inodes().NoteSize(ino, size)) {
+    fi->direct_io = 1;
+    fs->invalidator().Inode(ino);
+  } else {
+    fi->keep_cache = 1;
+  }
+}
+
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
@@ -189,7 +208,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       if (!pin.ok()) return ReplyStatus(req, pin.status());
       f->pin = std::move(*pin);
       f->pinned_at = Now();
-      fi->keep_cache = 1;  // immutable: the page cache stays valid
+      KeepOrDropCache(fs, ino, f->pin.bytes(), fi);
       break;
     }
     case NodeKind::kTokensFile: {
@@ -200,7 +219,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
         uint32_t t = inc->tokens[i];
         for (int b = 0; b < 4; ++b) f->content[4 * i + b] = static_cast<char>(t >> (8 * b));  // little-endian
       }
-      fi->keep_cache = 1;
+      KeepOrDropCache(fs, ino, f->content.size(), fi);
       break;
     }
     case NodeKind::kLayoutFile: {
@@ -225,6 +244,8 @@ void ReadKv(fuse_req_t req, Filesystem* fs, OpenFile* f, size_t size, off_t off)
     if (Now() - f->pinned_at > kRepinAfterNs) {
       auto pin = fs->client()->PinIncrement(f->ref.ns, f->ref.key, false);
       if (!pin.ok()) return ReplyStatus(req, pin.status());
+      // Split since the open (same key, only its tail now): this open's file is gone.
+      if (pin->bytes() != f->pin.bytes()) return (void)fuse_reply_err(req, ESTALE);
       f->pin = std::move(*pin);  // the old pin goes after the new one holds
       f->pinned_at = Now();
     }

@@ -81,6 +81,15 @@ std::vector<std::string> InodeTable::UpdateChildren(fuse_ino_t dir, const std::v
   return gone;
 }
 
+bool InodeTable::NoteSize(fuse_ino_t ino, uint64_t size) {
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return false;
+  const bool changed = it->second.size.has_value() && *it->second.size != size;
+  it->second.size = size;
+  return changed;
+}
+
 size_t InodeTable::size() const {
   std::lock_guard lock(mu_);
   return inodes_.size();

@@ -45,6 +45,13 @@ class InodeTable {
   // the previous listing showed that are gone now.
   std::vector<std::string> UpdateChildren(fuse_ino_t dir, const std::vector<std::string>& names);
 
+  // Records the size of file `ino` that the kernel now knows (an entry or
+  // attribute reply, or the contents an open serves) and returns true when
+  // it knew another one before: the file's contents changed under the same
+  // inode (an increment split by a later save keeps its key but holds only
+  // its tail), so the kernel's cached pages and size are stale.
+  bool NoteSize(fuse_ino_t ino, uint64_t size);
+
   size_t size() const;
 
  private:
@@ -52,6 +59,7 @@ class InodeTable {
     NodeRef ref;
     uint64_t nlookup = 0;
     std::vector<std::string> children;  // sorted; last listing (directories)
+    std::optional<uint64_t> size;        // files: the size the kernel knows
   };
   static fuse_ino_t HashIno(const NodeRef& ref);
 

@@ -259,6 +259,53 @@ TEST_F(FsTest, KvAndTokensAreByteExact) {
   }
 }
 
+// Whether `got` holds exactly `want`; on a difference, sizes and the first
+// differing offset instead of two dumps of binary.
+::testing::AssertionResult SameBytes(const std::string& got, const std::vector<uint8_t>& want) {
+  if (got.size() == want.size() && std::memcmp(got.data(), want.data(), want.size()) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && static_cast<uint8_t>(got[i]) == want[i]) ++i;
+  return ::testing::AssertionFailure() << got.size() << " bytes, want " << want.size() << "; first difference at "
+                                       << i;
+}
+
+// A save that branches inside an increment splits it: the increment keeps
+// its key (so its directory's name) but now holds only its tail, under a new
+// parent. Files read (and cached by the kernel) before the split must show
+// the new contents after it, not the pages cached from the old ones.
+TEST_F(FsTest, AnIncrementSplitByALaterSaveShowsItsNewBytesNotCachedOnes) {
+  const auto a = Tokens(64, 21);
+  Save("ns", a);
+  auto before = Paths("ns");
+  ASSERT_EQ(before.size(), 1u);
+  const std::string whole = before.begin()->first;
+  const std::string key = before.begin()->second.key.ToHex();
+  ASSERT_TRUE(SameBytes(ReadAll(M(whole + "/kv")), KvOf(a, 0, layout_)));
+  ASSERT_EQ(ReadAll(M(whole + "/tokens")).size(), 64u * 4);
+
+  auto b = a;
+  for (size_t i = 20; i < b.size(); ++i) b[i] = 31999 - b[i];
+  Save("ns", b);  // splits a's increment at token 20
+  std::string moved;
+  for (const auto& [path, n] : Paths("ns")) {
+    if (n.key.ToHex() == key) moved = path;
+  }
+  ASSERT_NE(moved, "");
+  ASSERT_NE(moved, whole);
+  const std::span<const uint32_t> tail = std::span(a).subspan(20);
+  const auto want = KvOf(tail, 20, layout_);
+  EXPECT_TRUE(SameBytes(ReadAll(M(moved + "/kv")), want));
+  const std::string toks = ReadAll(M(moved + "/tokens"));
+  ASSERT_EQ(toks.size(), tail.size() * 4);
+  EXPECT_EQ(0, std::memcmp(toks.data(), tail.data(), toks.size()));
+  // The old path is gone (or, while the kernel still trusts its cached name,
+  // shows the new contents too: never the old bytes).
+  const std::string old_kv = ReadAll(M(whole + "/kv"));
+  EXPECT_TRUE(old_kv.empty() || SameBytes(old_kv, want));
+}
+
 TEST_F(FsTest, GetfattrShowsEveryAttribute) {
   SaveTree();
   for (auto& [path, n] : Paths("ns")) {
