@@ -20,10 +20,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/soak/corpus.h"
+#include "tests/soak/fs_worker.h"
 #include "tests/soak/soak_state.h"
 #include "tests/soak/worker.h"
 #include "tests/testing/client.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/mount.h"
 #include "tools/fsck.h"
 
 namespace ptstore::soak {
@@ -33,9 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
-}
 
 // Whether process `pid` has exited (a zombie nobody has waited for yet, or gone).
 bool Exited(pid_t pid) {
@@ -57,6 +56,8 @@ std::string Tail(const std::string& log, size_t lines) {
 // children: PR_SET_PDEATHSIG ends them with the thread that started them).
 class Soak {
  public:
+  static constexpr size_t kMounted = 0;  // the node the file-system worker's mount fronts
+
   explicit Soak(const SoakOptions& o)
       : o_(o), corpus_(o.seed, o.docs), view_(o.nodes), rng_(storage::testkv::Mix(o.seed ^ 0x50a6)) {}
 
@@ -67,12 +68,14 @@ class Soak {
   void FaultLoop();
   void Fault(size_t i);
   void Restart(size_t i);
+  Status MountNode();  // (again) on kMounted's current socket
   void Watch();
   void FinalChecks();
   void CheckLeasesAndStats();
   void StopAll();
   void Fsck();
   void KeepLog(size_t i, const std::string& why);
+  void KeepMountLog(const std::string& why);
   void Event(const std::string& what);  // a line of events.log (UTC, as the nodes' logs)
   void Progress(bool force);
   std::string SsdDir(size_t i) const { return work_dir_ + "/ssd" + std::to_string(i); }
@@ -86,6 +89,10 @@ class Soak {
   bool own_work_dir_ = false;
   std::unique_ptr<testing::TestCluster> cluster_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<testing::Mount> mount_;  // of node kMounted (none without --mount)
+  MountPoint mount_point_;
+  std::unique_ptr<FsWorker> fs_worker_;
+  std::vector<const CallClock*> clocks_;   // every worker's, for the watchdog
   std::atomic<bool> stop_{false};
   std::vector<int64_t> restart_at_ms_;   // per node: when a down node comes back (0: up)
   std::vector<bool> corrupt_before_restart_;
@@ -125,6 +132,13 @@ Status Soak::Start() {
   cluster_ = std::make_unique<testing::TestCluster>(co);
   PTS_RETURN_IF_ERROR(cluster_->Start());
   PTS_RETURN_IF_ERROR(cluster_->WaitConverged(20000));
+  if (o_.mount) {
+    if (access("/dev/fuse", R_OK | W_OK) != 0) {
+      report_.mount_skipped = "no /dev/fuse (or not allowed to open it): no file-system worker";
+    } else {
+      PTS_RETURN_IF_ERROR(MountNode());
+    }
+  }
   for (size_t i = 0; i < o_.nodes; ++i) view_.MarkUp(i, cluster_->node(i).socket_path());
   restart_at_ms_.assign(o_.nodes, 0);
   corrupt_before_restart_.assign(o_.nodes, false);
@@ -145,6 +159,26 @@ void Soak::Event(const std::string& what) {
       << stamp << "." << std::setw(3) << std::setfill('0') << ms << "Z " << what << "\n";
 }
 
+Status Soak::MountNode() {
+  if (mount_) {
+    const int rc = mount_->Unmount();
+    Event("ptstore-fuse of node " + std::to_string(kMounted) + " unmounted, status " + std::to_string(rc));
+    KeepMountLog("remounted");
+  }
+  mount_point_.Set("");
+  mount_ = std::make_unique<testing::Mount>();
+  Status s = mount_->Start(cluster_->node(kMounted).socket_path());
+  if (!s.ok()) return s.WithContext("mount of node " + std::to_string(kMounted));
+  mount_point_.Set(mount_->path());
+  Event("node " + std::to_string(kMounted) + " mounted at " + mount_->path());
+  return Status::OK();
+}
+
+void Soak::KeepMountLog(const std::string& why) {
+  std::ofstream f(work_dir_ + "/ptstore-fuse.log", std::ios::app);
+  f << "=== ptstore-fuse of node " << kMounted << " (" << why << ")\n" << mount_->ReadLog();
+}
+
 void Soak::KeepLog(size_t i, const std::string& why) {
   std::ofstream f(work_dir_ + "/node" + std::to_string(i) + ".log", std::ios::app);
   f << "=== ptstored node " << i << " (" << why << ")\n" << cluster_->node(i).ReadLog();
@@ -154,7 +188,7 @@ void Soak::Fault(size_t i) {
   const uint32_t r = static_cast<uint32_t>(rng_() % 100);
   view_.MarkDown(i);  // before the signal: a call failing from now on is the fault's
   std::exponential_distribution<double> down(1.0 / std::max(1, o_.down_ms));
-  restart_at_ms_[i] = NowMs() + std::clamp<int64_t>(static_cast<int64_t>(down(rng_)), 50, 5LL * o_.down_ms + 50);
+  restart_at_ms_[i] = SteadyMs() + std::clamp<int64_t>(static_cast<int64_t>(down(rng_)), 50, 5LL * o_.down_ms + 50);
   if (r < 15) {
     // Frozen, not dead (SIGSTOP): its peers' calls to it must time out into
     // misses, and it must carry on when it wakes up.
@@ -224,23 +258,26 @@ void Soak::Restart(size_t i) {
   if (!s.ok()) {
     violations_.Add("node " + std::to_string(i) + " did not start again: " + s.ToString());
     KeepLog(i, "failed to start");
-    restart_at_ms_[i] = NowMs() + 1000;  // tried again: one failure is reported, the soak goes on
+    restart_at_ms_[i] = SteadyMs() + 1000;  // tried again: one failure is reported, the soak goes on
     return;
   }
   ++report_.faults["restart"];
   Event("node " + std::to_string(i) + ": started again");
+  if (i == kMounted && mount_) {
+    if (Status m = MountNode(); !m.ok()) violations_.Add("the restarted node could not be mounted: " + m.ToString());
+  }
   restart_at_ms_[i] = 0;
   view_.MarkUp(i, cluster_->node(i).socket_path());
 }
 
 // Hung calls and nodes that died on their own.
 void Soak::Watch() {
-  const int64_t now = NowMs();
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    const int64_t since = workers_[w]->busy_since_ms();
+  const int64_t now = SteadyMs();
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    const int64_t since = clocks_[w]->busy_since_ms();
     if (since != 0 && now - since > o_.op_deadline_ms && hang_reported_[w] != since) {
       hang_reported_[w] = since;
-      violations_.Add("worker " + std::to_string(w) + ": a " + workers_[w]->busy_what() + " has run for " +
+      violations_.Add("worker " + std::to_string(w) + ": a " + clocks_[w]->what() + " has run for " +
                       std::to_string((now - since) / 1000) + " s");
     }
   }
@@ -251,12 +288,12 @@ void Soak::Watch() {
     violations_.Add("node " + std::to_string(i) + " died on its own (status " + std::to_string(rc) +
                     "); its log ends:\n" + Tail(cluster_->node(i).ReadLog(), 30));
     KeepLog(i, "died on its own");
-    restart_at_ms_[i] = NowMs() + 100;
+    restart_at_ms_[i] = SteadyMs() + 100;
   }
 }
 
 void Soak::Progress(bool force) {
-  const int64_t now = NowMs();
+  const int64_t now = SteadyMs();
   if (!o_.progress || (!force && now - last_progress_ms_ < 5000)) return;
   last_progress_ms_ = now;
   uint64_t down = 0;
@@ -271,11 +308,11 @@ void Soak::Progress(bool force) {
 void Soak::FaultLoop() {
   const int64_t end = start_ms_ + static_cast<int64_t>(o_.seconds * 1000);
   std::exponential_distribution<double> gap(1.0 / std::max(1, o_.fault_every_ms));
-  int64_t next_fault = o_.fault_every_ms > 0 ? NowMs() + static_cast<int64_t>(gap(rng_)) : INT64_MAX;
-  while (NowMs() < end) {
+  int64_t next_fault = o_.fault_every_ms > 0 ? SteadyMs() + static_cast<int64_t>(gap(rng_)) : INT64_MAX;
+  while (SteadyMs() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     Watch();
-    const int64_t now = NowMs();
+    const int64_t now = SteadyMs();
     for (size_t i = 0; i < o_.nodes; ++i) {
       if (restart_at_ms_[i] != 0 && now >= restart_at_ms_[i]) Restart(i);
     }
@@ -285,7 +322,7 @@ void Soak::FaultLoop() {
         if (restart_at_ms_[i] == 0) up.push_back(i);
       }
       if (o_.nodes - up.size() < o_.max_down && up.size() > 1) Fault(up[rng_() % up.size()]);
-      next_fault = NowMs() + static_cast<int64_t>(gap(rng_));
+      next_fault = SteadyMs() + static_cast<int64_t>(gap(rng_));
     }
     Progress(false);
   }
@@ -327,7 +364,7 @@ void Soak::FinalChecks() {
       std::vector<uint8_t> out(p.size() * storage::testkv::kBpt);
       uint64_t got = 0;
       std::string wrong;
-      const int64_t deadline = NowMs() + 5000;
+      const int64_t deadline = SteadyMs() + 5000;
       do {
         auto n = clients[j]->Load(ns.name, p, out.data(), out.size());
         if (!n.ok()) {
@@ -338,7 +375,7 @@ void Soak::FinalChecks() {
         wrong = CheckKv(p, ns.block_tokens, got, out.data());
         if (got == whole || !wrong.empty()) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      } while (NowMs() < deadline);
+      } while (SteadyMs() < deadline);
       ++report_.final_prompts_checked;
       if (!wrong.empty() || got != whole) {
         violations_.Add("final check: node " + std::to_string(j) + " loads " + std::to_string(got) + " of " +
@@ -358,12 +395,12 @@ void Soak::CheckLeasesAndStats() {
       continue;
     }
     Result<StoreStats> s = Unavailable("not asked");
-    const int64_t deadline = NowMs() + 5000;
+    const int64_t deadline = SteadyMs() + 5000;
     do {
       s = (*c)->Stats();
       if (!s.ok() || (s->active_leases == 0 && s->pinned_bytes == 0)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    } while (NowMs() < deadline);
+    } while (SteadyMs() < deadline);
     if (!s.ok()) {
       violations_.Add("stats of node " + std::to_string(i) + ": " + s.status().ToString());
     } else if (s->active_leases != 0 || s->pinned_bytes != 0) {
@@ -415,14 +452,20 @@ void Soak::Fsck() {
 
 Result<SoakReport> Soak::Run() {
   PTS_RETURN_IF_ERROR(Start());
-  start_ms_ = NowMs();
+  start_ms_ = SteadyMs();
   last_progress_ms_ = start_ms_;
+  std::vector<std::thread> threads;
   for (uint32_t w = 0; w < o_.clients; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, o_.seed, corpus_, view_, violations_, stop_));
+    clocks_.push_back(&workers_.back()->clock());
+    threads.emplace_back([w = workers_.back().get()] { w->Run(); });
   }
-  hang_reported_.assign(workers_.size(), 0);
-  std::vector<std::thread> threads;
-  for (auto& w : workers_) threads.emplace_back([&w] { w->Run(); });
+  if (mount_) {
+    fs_worker_ = std::make_unique<FsWorker>(kMounted, o_.seed, view_, mount_point_, violations_, stop_);
+    clocks_.push_back(&fs_worker_->clock());
+    threads.emplace_back([w = fs_worker_.get()] { w->Run(); });
+  }
+  hang_reported_.assign(clocks_.size(), 0);
   FaultLoop();
   // Every node up again before the workers stop: a call waiting on a frozen
   // node would otherwise wait for its client's deadline.
@@ -433,15 +476,18 @@ Result<SoakReport> Soak::Run() {
   // Calls in flight finish (the watch goes on: a hung one is reported).
   for (;;) {
     bool busy = false;
-    for (auto& w : workers_) busy = busy || w->busy_since_ms() != 0;
+    for (const CallClock* c : clocks_) busy = busy || c->busy_since_ms() != 0;
     Watch();
     if (!busy) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& t : threads) t.join();
-  report_.seconds = (NowMs() - start_ms_) / 1000.0;
-  for (auto& w : workers_) {
-    const WorkerTally& t = w->tally();
+  report_.seconds = (SteadyMs() - start_ms_) / 1000.0;
+  std::vector<const WorkerTally*> tallies;
+  for (auto& w : workers_) tallies.push_back(&w->tally());
+  if (fs_worker_) tallies.push_back(&fs_worker_->tally());
+  for (const WorkerTally* tp : tallies) {
+    const WorkerTally& t = *tp;
     for (const auto& [k, v] : t.ops) report_.ops[k] += v;
     for (const auto& [k, v] : t.allowed_errors) report_.allowed_errors[k] += v;
     report_.loads_verified += t.loads_verified;
@@ -452,7 +498,9 @@ Result<SoakReport> Soak::Run() {
     report_.skipped_down += t.skipped_down;
     report_.max_op_ms = std::max(report_.max_op_ms, t.max_op_ms);
   }
+  clocks_.clear();
   workers_.clear();
+  fs_worker_.reset();
   for (size_t i = 0; i < o_.nodes; ++i) {
     if (restart_at_ms_[i] != 0) Restart(i);  // one that failed to start before
   }
@@ -461,6 +509,15 @@ Result<SoakReport> Soak::Run() {
   } else {
     FinalChecks();
     CheckLeasesAndStats();
+  }
+  if (mount_) {
+    const int rc = mount_->Unmount();
+    KeepMountLog("final unmount");
+    if (rc != 0) {
+      violations_.Add("ptstore-fuse exited with status " + std::to_string(rc) + " on the final unmount; its log ends:\n" +
+                      Tail(mount_->ReadLog(), 20));
+    }
+    mount_.reset();
   }
   StopAll();
   Fsck();
@@ -495,6 +552,7 @@ std::string SoakReport::Summary() const {
     << "; slowest call: " << max_op_ms << " ms\n";
   s << "  final check: " << final_prompts_checked << " (prompt, node) loads; fsck corrupt records: "
     << fsck_corrupt_records << "\n";
+  if (!mount_skipped.empty()) s << "  file-system worker: skipped: " << mount_skipped << "\n";
   if (violations.empty()) {
     s << "  no violation\n";
   } else {
@@ -521,6 +579,7 @@ std::string SoakReport::Json() const {
   j["max_op_ms"] = max_op_ms;
   j["final_prompts_checked"] = final_prompts_checked;
   j["fsck_corrupt_records"] = fsck_corrupt_records;
+  j["mount_skipped"] = mount_skipped;
   j["violations"] = violations;
   j["work_dir"] = work_dir;
   return j.dump(2);

@@ -48,6 +48,7 @@ struct SoakOptions {
   uint32_t max_down = 1;
   bool corrupt = true;              // some faults damage a stopped node's segment files
   int op_deadline_ms = 20000;       // a call running longer is a violation (a hang)
+  bool mount = true;                // a file-system worker on a PTStore mount of node 0 (needs /dev/fuse)
   std::string work_dir;             // SSD directories and node logs; empty: a temporary one
   bool keep_work_dir = false;       // kept anyway when there are violations
   std::function<void(const std::string&)> progress;  // a line every few seconds; null: quiet
@@ -68,6 +69,7 @@ struct SoakReport {
   uint64_t max_op_ms = 0;
   uint64_t final_prompts_checked = 0;           // (prompt, node) pairs of the final check
   uint64_t fsck_corrupt_records = 0;            // found in the SSD directories at the end
+  std::string mount_skipped;                    // why there was no file-system worker ("": there was)
   std::vector<std::string> violations;
   std::string work_dir;                         // where the logs are (when kept)
 

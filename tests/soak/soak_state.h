@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -94,6 +95,42 @@ struct WorkerTally {
   uint64_t refused = 0;
   uint64_t skipped_down = 0;
   uint64_t max_op_ms = 0;
+};
+
+inline int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The call a worker is in, for the fault loop's watchdog (another thread),
+// and the tally of its calls: how many of each, the slowest.
+class CallClock {
+ public:
+  void Begin(const std::string& op, const std::string& what, WorkerTally& tally) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      what_ = op + " of " + what;
+    }
+    ++tally.ops[op];
+    began_ms_ = SteadyMs();
+    busy_since_ms_.store(began_ms_, std::memory_order_relaxed);
+  }
+  void End(WorkerTally& tally) {
+    busy_since_ms_.store(0, std::memory_order_relaxed);
+    tally.max_op_ms = std::max<uint64_t>(tally.max_op_ms, static_cast<uint64_t>(SteadyMs() - began_ms_));
+  }
+  // When the call in progress began (0: none), and what it is.
+  int64_t busy_since_ms() const { return busy_since_ms_.load(std::memory_order_relaxed); }
+  std::string what() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return what_;
+  }
+
+ private:
+  std::atomic<int64_t> busy_since_ms_{0};
+  mutable std::mutex mu_;
+  std::string what_;
+  int64_t began_ms_ = 0;
 };
 
 }  // namespace ptstore::soak

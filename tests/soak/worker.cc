@@ -12,11 +12,6 @@ namespace {
 
 using storage::testkv::kBpt;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 uint64_t WholeTokens(size_t tokens, uint32_t block_tokens) { return tokens / block_tokens * block_tokens; }
 
 }  // namespace
@@ -48,25 +43,9 @@ Worker::Worker(uint32_t index, uint64_t seed, const Corpus& corpus, const NodeVi
       rng_(storage::testkv::Mix(seed * 7919 + index)),
       conns_(nodes.size()) {}
 
-std::string Worker::busy_what() const {
-  std::lock_guard<std::mutex> lock(busy_mu_);
-  return busy_what_;
-}
+void Worker::Begin(const std::string& op, const Pick& p) { clock_.Begin(op, p.Name(), tally_); }
 
-void Worker::Begin(const std::string& op, const Pick& p) {
-  {
-    std::lock_guard<std::mutex> lock(busy_mu_);
-    busy_what_ = op + " of " + p.Name();
-  }
-  ++tally_.ops[op];
-  began_ms_ = NowMs();
-  busy_since_ms_.store(began_ms_, std::memory_order_relaxed);
-}
-
-void Worker::End() {
-  busy_since_ms_.store(0, std::memory_order_relaxed);
-  tally_.max_op_ms = std::max<uint64_t>(tally_.max_op_ms, static_cast<uint64_t>(NowMs() - began_ms_));
-}
+void Worker::End() { clock_.End(tally_); }
 
 Worker::Pick Worker::Choose() {
   Pick p;

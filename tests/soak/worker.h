@@ -37,9 +37,7 @@ class Worker {
   void Run();  // until stop
 
   const WorkerTally& tally() const { return tally_; }
-  // Milliseconds since the call in progress started (0: none), and what it is.
-  int64_t busy_since_ms() const { return busy_since_ms_.load(std::memory_order_relaxed); }
-  std::string busy_what() const;
+  const CallClock& clock() const { return clock_; }
 
  private:
   struct Conn {
@@ -79,10 +77,7 @@ class Worker {
   std::mt19937_64 rng_;
   std::vector<Conn> conns_;
   WorkerTally tally_;
-  std::atomic<int64_t> busy_since_ms_{0};
-  mutable std::mutex busy_mu_;
-  std::string busy_what_;
-  int64_t began_ms_ = 0;
+  CallClock clock_;
 };
 
 }  // namespace ptstore::soak
