@@ -94,10 +94,12 @@ Status ShardLookup::Decode(Decoder& d) {
 void ShardLookupReply::Encode(Encoder& e) const {
   e.PutU64(blocks);
   PutRanges(e, ranges);
+  e.PutBool(continues);
 }
 Status ShardLookupReply::Decode(Decoder& d) {
   PTS_RETURN_IF_ERROR(d.GetU64("blocks", &blocks));
   PTS_RETURN_IF_ERROR(GetRanges(d, &ranges));
+  PTS_RETURN_IF_ERROR(d.GetBool("continues", &continues));
   return d.Finish("ShardLookupReply");
 }
 

@@ -64,6 +64,9 @@ struct ShardLookupReply {
   static constexpr MsgType kType = MsgType::kShardLookupReply;
   uint64_t blocks = 0;
   std::vector<OwnedRange> ranges;  // cover [0, blocks)
+  // The shard's index goes on past the match: another prompt that shares
+  // it may match more (false: nothing is known past it at all).
+  bool continues = true;
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

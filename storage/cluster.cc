@@ -169,9 +169,10 @@ void Cluster::Ping(Peer* p) {
 
 void Cluster::MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::nanoseconds rtt) {
   bool changed = false;
+  bool restarted = false;
   {
     std::lock_guard lk(p->mu);
-    const bool restarted = p->seen && p->last.incarnation != rep.incarnation;
+    restarted = p->seen && p->last.incarnation != rep.incarnation;
     changed = p->state.load() == MemberState::kDead || restarted;
     if (restarted) PTS_INFO("cluster", "node " << p->member.node_id << " restarted");
     p->last = rep;
@@ -194,6 +195,15 @@ void Cluster::MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::na
       }
     }
     p->state.store(MemberState::kAlive);
+  }
+  if (restarted) {
+    // Its DRAM is gone: the replicas kept here of its increments may be the
+    // only copies left. They become this node's, announced below.
+    const uint64_t adopted = store_->AdoptReplicasOf(p->member.node_id);
+    if (adopted > 0) {
+      PTS_INFO("cluster", "node " << p->member.node_id << " restarted: " << adopted
+                                  << " replica(s) of its increments kept here are this node's now");
+    }
   }
   if (changed) {
     PTS_INFO("cluster", "node " << p->member.node_id << " at " << p->member.Address() << " is alive");
@@ -291,20 +301,29 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   }
   Peer* p = FindPeer(shard);
   if (p == nullptr) return;
-  // The shard said lately that it holds nothing past this node's match of
-  // the same prefix: trust that for a moment (a stale answer costs a miss).
-  const uint64_t neg_key = XXH3_64bits_withSeed(tokens.data(), local->blocks * bt * sizeof(uint32_t),
-                                                XXH3_64bits(ns.data(), ns.size()));
+  // The shard said lately that it holds nothing past this node's match:
+  // trust that for a moment (a stale answer costs a miss). Two kinds of
+  // entries: "nothing at all past this prefix" (the shard knew no
+  // continuation of it: every prompt that continues it, e.g. a new
+  // document's many new questions, asks once per TTL), and "nothing past it
+  // for this prompt" (the shard knew other continuations: another prompt
+  // that shares the prefix, e.g. another document under a common system
+  // prompt, is another question).
+  const uint64_t seed = XXH3_64bits(ns.data(), ns.size());
+  const uint64_t prefix_key = XXH3_64bits_withSeed(tokens.data(), local->blocks * bt * sizeof(uint32_t), seed);
+  const uint64_t prompt_key = XXH3_64bits_withSeed(tokens.data(), whole * bt * sizeof(uint32_t), seed ^ 1);
   const auto now = Clock::now();
   // Only past a prefix this node knows (never for a root it knows nothing
   // of: that answer is about one first block only).
   const bool cacheable = options_.negative_ttl_ms > 0 && local->blocks > 0;
   if (cacheable) {
     std::lock_guard lk(negative_mu_);
-    auto it = negative_.find(neg_key);
-    if (it != negative_.end() && now - it->second < std::chrono::milliseconds(options_.negative_ttl_ms)) {
-      counters_.metadata_hits++;
-      return;
+    for (uint64_t key : {prefix_key, prompt_key}) {
+      auto it = negative_.find(key);
+      if (it != negative_.end() && now - it->second < std::chrono::milliseconds(options_.negative_ttl_ms)) {
+        counters_.metadata_hits++;
+        return;
+      }
     }
   }
   counters_.shard_lookups++;
@@ -322,9 +341,12 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
     Result<uint64_t> r = store_->InsertRemote(ns, tokens, rep->ranges);
     if (!r.ok()) PTS_DEBUG("cluster", "filing the shard's answer: " << r.status().ToString());
   } else if (cacheable) {
+    // The shard matched no more than this node: it knows no continuation of
+    // this node's match when it matched less, or when its index stops there.
+    const bool nothing_past_prefix = rep->blocks < local->blocks || !rep->continues;
     std::lock_guard lk(negative_mu_);
     if (negative_.size() > 100000) negative_.clear();  // bounded; they expire fast anyway
-    negative_[neg_key] = now;
+    negative_[nothing_past_prefix ? prefix_key : prompt_key] = now;
   }
 }
 

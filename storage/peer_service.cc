@@ -157,7 +157,7 @@ Status Cluster::DispatchPeer(rdma::FramedSocket& sock, const rdma::Frame& f, uin
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(EnsureNamespace(req.ns));
       PTS_ASSIGN_OR_RETURN(Ownership o, store_->Resolve(req.ns.info.name, req.tokens));
-      return Reply(sock, f, core::ShardLookupReply{o.blocks, std::move(o.ranges)});
+      return Reply(sock, f, core::ShardLookupReply{o.blocks, std::move(o.ranges), o.continues});
     }
     case MsgType::kShardAnnounce: {
       core::ShardAnnounce req;

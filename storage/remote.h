@@ -27,6 +27,10 @@ struct Ownership {
   uint64_t blocks = 0;
   std::vector<OwnedRange> ranges;  // cover [0, blocks), in order
   std::vector<bool> held;          // per range: this node holds all its bytes (in DRAM or on SSD)
+  // The index goes on past the match (it ends inside an increment, or the
+  // increment it ends with has continuations): other prompts that share the
+  // match may match more. Conservatively true for an empty match.
+  bool continues = true;
 };
 
 // Where a removal starts: blocks [from_block, ...) of the prefix `tokens`

@@ -198,6 +198,11 @@ class Store {
   // Every owned increment in the index: its namespace, whole prefix tokens
   // and first block (to announce to the index shards).
   std::vector<HeldIncrement> ListOwned() const;
+  // Node `node` restarted: what it owned in DRAM is gone, and the replicas
+  // this node keeps of its increments may be their only copies. They become
+  // this node's own (owned, announced with the rest; a copy the restarted
+  // node recovered from its SSD tier holds the same bytes). Returns how many.
+  uint64_t AdoptReplicasOf(uint32_t node);
   // Whether this node holds (in DRAM or on SSD, its own data or a replica)
   // every block of the longest match of `tokens` from from_block on, and
   // that match covers all of its whole blocks. No pin, no hit.

@@ -38,6 +38,7 @@ Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uin
   const Match m = MatchLocked(*ns, tokens, &k);
   Ownership o;
   o.blocks = m.blocks;
+  o.continues = m.path.empty() || m.partial_last || !m.path.back().node->children.empty();
   uint64_t end = 0;
   for (const MatchStep& st : m.path) {
     end += st.blocks;
@@ -194,6 +195,28 @@ std::vector<HeldIncrement> Store::ListOwned() const {
                                 t->nodes.front()->start_block});
   }
   return out;
+}
+
+uint64_t Store::AdoptReplicasOf(uint32_t node) {
+  if (node == options_.node_id) return 0;
+  std::lock_guard lk(mu_);
+  uint64_t adopted = 0;
+  for (auto& [id, t] : tensors_) {
+    // Kept replicas only: a transient one is freed after its load.
+    if (!t->remote || t->owner != node || !t->in_index || !t->in_dram || t->transient) continue;
+    EvictionQueue& replicas = queue_[static_cast<int>(CacheClass::kReplica)];
+    if (replicas.Contains(t.get())) replicas.Remove(t.get());
+    stats_.replica_bytes -= t->allocated;
+    stats_.remote_tensors--;
+    t->remote = false;
+    t->owner = options_.node_id;
+    t->cache_class = CacheClass::kOwned;
+    stats_.owned_bytes += t->allocated;
+    t->ns->info.bytes += t->bytes;
+    queue_[static_cast<int>(CacheClass::kOwned)].Add(t.get());
+    adopted++;
+  }
+  return adopted;
 }
 
 void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk,

@@ -148,6 +148,75 @@ TEST_P(ClusterTest, ReplicasAfterEnoughLoadsServeLocally) {
   EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);
 }
 
+// The owner of a document restarts without it (killed, no SSD tier) while
+// another node keeps a replica of it. That replica is then the document's
+// only copy: a save of a question on it through the replica's node must
+// leave the whole prompt loadable everywhere, as any save does.
+TEST_P(ClusterTest, AReplicaOfARestartedOwnersDataStaysLoadableEverywhere) {
+  StartCluster(3, /*replicate_after=*/1);
+  const auto doc = PromptShardedTo(1, {0, 1, 2}, 128, 3000);
+  Save(client(1), doc);                              // owned by node 1, indexed by node 1
+  ASSERT_EQ(LoadAndCheck(client(0), doc), 128u);     // node 0 keeps a replica
+  ASSERT_GT(client(0).Stats()->replica_bytes, 0u);
+  cluster_->Kill(1);
+  ASSERT_TRUE(cluster_->WaitState(0, 1, MemberState::kDead).ok());
+  ASSERT_TRUE(cluster_->StartNode(1).ok());          // empty: the document is gone there
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  auto c1 = cluster_->Connect(1);
+  ASSERT_TRUE(c1.ok());
+  ASSERT_TRUE((*c1)->CreateNamespace(kNs, SmallLayout()).ok());
+
+  const auto question = Cat(doc, Gen(3001, 16));
+  Save(client(0), question);
+  EXPECT_EQ(LoadAndCheck(client(0), question), question.size());
+  EXPECT_EQ(LoadAndCheck(client(2), question), question.size());
+  EXPECT_EQ(LoadAndCheck(**c1, question), question.size());
+}
+
+// The negative cache (the shard lately knew nothing past this node's match)
+// covers every prompt that continues the match only when the shard knew no
+// continuation of it at all: a system prompt this node holds, a document
+// under it that another node saved, then a miss on another document, then
+// the saved one asked: a hit. And a new document's many new questions ask the
+// shard once.
+TEST_P(ClusterTest, AMissOnOnePromptDoesNotHideAnotherThatSharesItsStart) {
+  TestCluster::Options o;
+  o.nodes = 3;
+  o.data_path = GetParam();
+  o.negative_ttl_ms = 60000;  // a whole minute: the second ask must not be answered by the first miss
+  o.extra_args = {"--metrics-port", "auto"};
+  cluster_ = std::make_unique<TestCluster>(o);
+  ASSERT_TRUE(cluster_->Start().ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  ConnectEach(*cluster_, &clients_);
+  const auto system = PromptShardedTo(1, {0, 1, 2}, 32, 4000);  // indexed by node 1
+  Save(client(0), system);                                       // node 0 holds it
+  const auto unknown = Cat(system, Gen(4001, 64));
+  const auto known = Cat(system, Gen(4002, 64));
+  Save(client(2), known);
+  EXPECT_EQ(LoadAndCheck(client(0), unknown), 32u);  // the shard knows another document, not this one
+  EXPECT_EQ(LoadAndCheck(client(0), known), known.size());
+  // The same prompt asked again within the time to live is the cached miss.
+  EXPECT_EQ(LoadAndCheck(client(0), unknown), 32u);
+
+  // A prefix the shard knows nothing past at all (a new document): its many
+  // new questions ask the shard once, not once each.
+  const uint16_t port = MetricsPortFromLog(cluster_->node(0));
+  ASSERT_NE(port, 0);
+  auto shard_lookups = [&]() -> uint64_t {
+    auto r = HttpGet(port, "/metrics");
+    if (!r.ok()) return 0;
+    const std::string name = "\nptstore_shard_lookups_total ";
+    const size_t at = r->body.find(name);
+    return at == std::string::npos ? 0 : std::stoull(r->body.substr(at + name.size()));
+  };
+  const auto doc = PromptShardedTo(1, {0, 1, 2}, 64, 5000);
+  Save(client(0), doc);
+  const uint64_t before = shard_lookups();
+  for (uint64_t q = 0; q < 5; ++q) EXPECT_EQ(LoadAndCheck(client(0), Cat(doc, Gen(5001 + q, 16))), 64u);
+  EXPECT_EQ(shard_lookups(), before + 1);
+}
+
 TEST_P(ClusterTest, LocateNamesTheOwnerAndEveryReplica) {
   StartCluster(3, /*replicate_after=*/1);
   const auto p = Gen(71, 64);

@@ -163,9 +163,19 @@ TEST(PeerMessagesTest, ShardLookupReply) {
   ShardLookupReply m;
   m.blocks = 40;
   m.ranges = {{3, 0}, {17, 0xffffffff}, {18, 2}, {40, 1}};
-  ShardLookupReply o = RoundTrip(T(MsgType::kShardLookupReply), m);
-  EXPECT_EQ(o.blocks, m.blocks);
-  EXPECT_EQ(o.ranges, m.ranges);
+  for (bool continues : {true, false}) {
+    m.continues = continues;
+    ShardLookupReply o = RoundTrip(T(MsgType::kShardLookupReply), m);
+    EXPECT_EQ(o.blocks, m.blocks);
+    EXPECT_EQ(o.ranges, m.ranges);
+    EXPECT_EQ(o.continues, continues);
+  }
+  // Cut before its last field: a clear error naming it.
+  std::vector<uint8_t> body = EncodeBody(m);
+  body.pop_back();
+  const Status s = DecodeAny(T(MsgType::kShardLookupReply), body);
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_NE(s.message().find("continues"), std::string::npos) << s.message();
 }
 
 TEST(PeerMessagesTest, ShardAnnounceWithSeveralEntries) {

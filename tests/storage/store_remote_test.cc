@@ -567,6 +567,41 @@ TEST_F(StoreRemoteTest, ReplicateAfterOneKeepsTheFirstLoad) {
   EXPECT_EQ(N(1).Stats().replicas_kept, 1u);
 }
 
+TEST_F(StoreRemoteTest, AKeptReplicaOfARestartedOwnerBecomesOwnedAndListed) {
+  StoreOptions o = NodeOptions(1);
+  o.replicate_after = 1;
+  Reopen(1, o);
+  const Tokens p = Gen(33, 5 * kBt);
+  const Tokens q = Gen(34, 3 * kBt);
+  SaveOn(0, p);
+  SaveOn(0, q);
+  Share(0, 1, p);
+  Share(0, 1, q);
+  EXPECT_EQ(PinCheck(1, p), p.size());  // kept; q stays a placeholder
+  const StoreStats before = N(1).Stats();
+  ASSERT_GT(before.replica_bytes, 0u);
+  ASSERT_EQ(before.owned_bytes, 0u);
+  ASSERT_TRUE(N(1).ListOwned().empty());
+
+  EXPECT_EQ(N(1).AdoptReplicasOf(2), 0u);  // not the owner
+  EXPECT_EQ(N(1).AdoptReplicasOf(0), 1u);
+  const StoreStats after = N(1).Stats();
+  EXPECT_EQ(after.replica_bytes, 0u);
+  EXPECT_EQ(after.owned_bytes, before.replica_bytes);
+  EXPECT_EQ(after.remote_tensors, before.remote_tensors - 1);
+  const std::vector<HeldIncrement> owned = N(1).ListOwned();
+  ASSERT_EQ(owned.size(), 1u);
+  EXPECT_EQ(owned[0].tokens, p);
+  // Served from here without a fetch, as this node's own; the placeholder
+  // of q still fetches from node 0.
+  const uint64_t calls = F(1).calls();
+  EXPECT_EQ(PinCheck(1, p), p.size());
+  EXPECT_EQ(F(1).calls(), calls);
+  EXPECT_EQ(PinCheck(1, q), q.size());
+  EXPECT_EQ(F(1).calls(), calls + 1);
+  EXPECT_EQ(N(1).AdoptReplicasOf(0), 1u);  // q was kept by that load: adopted too
+}
+
 TEST_F(StoreRemoteTest, TwoPinsOfATransientFetchShareItUntilTheLastRelease) {
   const Tokens p = Gen(33, 4 * kBt);
   SaveOn(0, p);
