@@ -30,7 +30,7 @@ int64_t Now() {
 }
 
 // An open kv, tokens or .layout file (fi->fh).
-struct OpenFile {
+struct OpenFile : OpenHandle {
   NodeRef ref;
   // kv: the increment's bytes, pinned while the file is open.
   std::shared_mutex mu;  // guards pin, pinned_at: shared to read, unique to re-pin
@@ -42,15 +42,15 @@ struct OpenFile {
 
 // An open directory (fi->fh): a listing taken at opendir and the ioctl
 // leases of this open file.
-struct OpenDir {
+struct OpenDir : OpenHandle {
   NodeRef ref;
   std::vector<DirEntry> entries;
   LeaseSet leases;
 };
 
 Filesystem* Fs(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
-OpenFile* File(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
-OpenDir* Dir(fuse_file_info* fi) { return reinterpret_cast<OpenDir*>(fi->fh); }
+OpenFile* File(fuse_file_info* fi) { return static_cast<OpenFile*>(reinterpret_cast<OpenHandle*>(fi->fh)); }
+OpenDir* Dir(fuse_file_info* fi) { return static_cast<OpenDir*>(reinterpret_cast<OpenHandle*>(fi->fh)); }
 
 // What `ino` is, or replies ESTALE and returns false.
 bool Resolve(fuse_req_t req, fuse_ino_t ino, NodeRef* ref) {
@@ -232,8 +232,8 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     default:
       return (void)fuse_reply_err(req, EISDIR);
   }
-  fi->fh = reinterpret_cast<uint64_t>(f.get());
-  if (fuse_reply_open(req, fi) == 0) f.release();
+  fi->fh = fs->Keep(std::move(f));
+  if (fuse_reply_open(req, fi) != 0) fs->Close(fi->fh);  // the kernel did not take it
 }
 
 // Replies with kv bytes straight from the mapped arena (no copy here: the
@@ -280,7 +280,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
 }
 
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  delete File(fi);  // unpins a kv
+  Fs(req)->Close(fi->fh);  // unpins a kv
   fuse_reply_err(req, 0);
 }
 
@@ -294,8 +294,8 @@ void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto d = std::make_unique<OpenDir>();
   d->ref = ref;
   d->entries = std::move(*entries);
-  fi->fh = reinterpret_cast<uint64_t>(d.get());
-  if (fuse_reply_open(req, fi) == 0) d.release();
+  fi->fh = fs->Keep(std::move(d));
+  if (fuse_reply_open(req, fi) != 0) fs->Close(fi->fh);  // the kernel did not take it
 }
 
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -330,7 +330,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 }
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  delete Dir(fi);  // releases the ioctl leases of this open directory
+  Fs(req)->Close(fi->fh);  // releases the ioctl leases of this open directory
   fuse_reply_err(req, 0);
 }
 
@@ -529,6 +529,32 @@ Status Filesystem::Start(fuse_session* se) {
   return Status::OK();
 }
 
-void Filesystem::Stop() { invalidator_.Stop(); }
+void Filesystem::Stop() {
+  invalidator_.Stop();
+  std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> left;
+  {
+    std::lock_guard lock(open_mu_);
+    left.swap(open_);
+  }
+  left.clear();  // outside the lock: unpinning talks to ptstored
+}
+
+uint64_t Filesystem::Keep(std::unique_ptr<OpenHandle> handle) {
+  const uint64_t fh = reinterpret_cast<uint64_t>(handle.get());
+  std::lock_guard lock(open_mu_);
+  open_.emplace(fh, std::move(handle));
+  return fh;
+}
+
+void Filesystem::Close(uint64_t fh) {
+  std::unique_ptr<OpenHandle> handle;
+  {
+    std::lock_guard lock(open_mu_);
+    auto it = open_.find(fh);
+    if (it == open_.end()) return;
+    handle = std::move(it->second);
+    open_.erase(it);
+  }
+}  // deleted here, outside the lock: unpinning talks to ptstored
 
 }  // namespace ptstore::fs

@@ -17,6 +17,8 @@
 #include <fuse_lowlevel.h>
 
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "fs/inode_table.h"
 #include "fs/invalidator.h"
@@ -25,6 +27,14 @@
 #include "ptstore/client.h"
 
 namespace ptstore::fs {
+
+// An open file or directory of the mount (its address is fi->fh), owned by
+// the Filesystem from open to release. A lazy unmount can end the session
+// before the kernel sends every release: what is still open then goes at
+// Stop() (its pins and leases with it).
+struct OpenHandle {
+  virtual ~OpenHandle() = default;
+};
 
 class Filesystem {
  public:
@@ -39,8 +49,13 @@ class Filesystem {
   // and before the session loop. PermissionDenied when ptstored does not
   // share its arena with this process (kv reads and pins come from it).
   Status Start(fuse_session* se);
-  // Stops the invalidation thread (before the session is destroyed).
+  // Stops the invalidation thread (before the session is destroyed) and
+  // closes what is still open (after the session loop ended).
   void Stop();
+
+  // Keeps an open handle until Close(fh) or Stop(); returns its fh.
+  uint64_t Keep(std::unique_ptr<OpenHandle> handle);
+  void Close(uint64_t fh);
 
   // REQUIRES: Start() succeeded (true in every operation).
   InodeTable& inodes() { return inodes_; }
@@ -62,6 +77,8 @@ class Filesystem {
   std::unique_ptr<TreeView> tree_;
   Invalidator invalidator_;
   std::atomic<uint64_t> requests_{0};
+  std::mutex open_mu_;  // guards open_
+  std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> open_;
 };
 
 }  // namespace ptstore::fs

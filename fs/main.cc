@@ -23,12 +23,21 @@ using ptstore::fs::Filesystem;
 
 int Run(int argc, char** argv) {
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  fuse_cmdline_opts cmd{};
+  // fuse_opt_parse and fuse_parse_cmdline allocate: freed on every return.
+  struct Cleanup {
+    fuse_args* args;
+    fuse_cmdline_opts* cmd;
+    ~Cleanup() {
+      free(cmd->mountpoint);
+      fuse_opt_free_args(args);
+    }
+  } cleanup{&args, &cmd};
   auto options = ptstore::fs::ParseMountOptions(&args);
   if (!options.ok()) {
     std::fprintf(stderr, "ptstore-fuse: %s\n", options.status().message().c_str());
     return 2;
   }
-  fuse_cmdline_opts cmd{};
   if (fuse_parse_cmdline(&args, &cmd) != 0) return 2;
   if (cmd.show_help) {
     std::printf("usage: %s MOUNTPOINT [options]\n\n", argv[0]);
@@ -104,8 +113,6 @@ out_signals:
 out_session:
   fuse_session_destroy(se);
 out_args:
-  free(cmd.mountpoint);
-  fuse_opt_free_args(&args);
   return rc == 0 ? 0 : 1;
 }
 

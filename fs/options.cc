@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
@@ -9,7 +10,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <cstdlib>
 #include <string>
 
 #include "ptstore/options.h"
@@ -52,6 +52,8 @@ const char* MountOptionsHelp() {
 Result<MountOptions> ParseMountOptions(fuse_args* args) {
   RawOptions raw;
   if (fuse_opt_parse(args, &raw, kOptions, nullptr) != 0) return InvalidArgument("cannot parse the mount options");
+  // fuse_opt_parse strdup()s string options: freed on every return.
+  const std::unique_ptr<char, decltype(&free)> socket(raw.socket, &free), layout_text(raw.layout, &free);
   MountOptions o;
   if (raw.socket != nullptr && *raw.socket != '\0') {
     o.socket_path = raw.socket;
@@ -70,8 +72,6 @@ Result<MountOptions> ParseMountOptions(fuse_args* args) {
     PTS_RETURN_IF_ERROR(layout->Validate());
     o.layout = *layout;
   }
-  free(raw.socket);
-  free(raw.layout);
   if (!(raw.entry_timeout >= 0 && raw.entry_timeout <= 86400)) {
     return InvalidArgument("entry_timeout must be between 0 and 86400 seconds");
   }

@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "storage/fault_env.h"
 #include "storage/record.h"
 #include "storage/store.h"
@@ -74,7 +76,7 @@ class StoreSsdTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return 0;
     std::vector<uint8_t> want = Kv(t, 0, *r);
-    EXPECT_EQ(0, std::memcmp(out.data(), want.data(), want.size())) << "wrong bytes for a prefix of " << *r;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes for a prefix of " << *r;
     return *r;
   }
 
