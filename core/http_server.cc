@@ -178,10 +178,21 @@ struct Conn {
   std::string out;
   size_t sent = 0;
   Clock::time_point deadline;
+  Clock::time_point accepted_at;
   // Once the headers are in: where they end and what they ask.
   size_t header_end = 0;
   std::optional<Head> head;
 };
+
+// A connection still being read is dropped to make room for a newcomer at
+// the cap only once it had this long to send its request: a slow network
+// or a loaded machine can delay a fresh client's first bytes; a silent one
+// past it is taking a slot from others.
+constexpr std::chrono::milliseconds kEvictGrace{500};
+
+bool Evictable(const Conn& c, Clock::time_point now) {
+  return c.state == Conn::State::kReading && now - c.accepted_at >= kEvictGrace;
+}
 
 std::string FormatAddress(const sockaddr_storage& ss, uint16_t* port) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -431,16 +442,23 @@ void HttpServer::Loop() {
     polled.clear();
     pfds.push_back({wake_fd_, POLLIN, 0});
     pfds.push_back({done_fd_, POLLIN, 0});
-    // At the cap with no connection that could make room (none is still
-    // being read: all are handled or written), newcomers wait in the
-    // listen backlog instead of being accepted and closed.
-    const bool full = conns.size() >= options_.max_connections &&
-                      std::none_of(conns.begin(), conns.end(),
-                                   [](const Conn& c) { return c.state == Conn::State::kReading; });
+    // At the cap with no connection that could make room (none has been
+    // read for kEvictGraceMs without sending a whole request: all are
+    // handled, written, or just accepted), newcomers wait in the listen
+    // backlog instead of being accepted and closed.
+    const bool at_cap = conns.size() >= options_.max_connections;
+    const bool full = at_cap && std::none_of(conns.begin(), conns.end(),
+                                             [&](const Conn& c) { return Evictable(c, now); });
     const bool accepting = now >= accept_paused_until && !full;
     pfds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     Clock::time_point next = now + std::chrono::seconds(1);
     if (!accepting) next = std::min(next, accept_paused_until);
+    if (full) {
+      // Wake when the first connection being read may be made room of.
+      for (const Conn& c : conns) {
+        if (c.state == Conn::State::kReading) next = std::min(next, c.accepted_at + kEvictGrace);
+      }
+    }
     for (auto it = conns.begin(); it != conns.end(); ++it) {
       if (it->state == Conn::State::kHandling) continue;
       pfds.push_back({it->fd, static_cast<short>(it->state == Conn::State::kWriting ? POLLOUT : POLLIN), 0});
@@ -560,12 +578,13 @@ void HttpServer::Loop() {
       const uint64_t first_new = next_id;  // connections accepted from here on are this burst's
       for (;;) {
         if (conns.size() >= options_.max_connections) {
-          // Make room: drop the oldest connection still being read, but
-          // never one of this burst (not read yet): those wait their turn
-          // in the backlog instead.
+          // Make room: drop the oldest connection still being read that had
+          // its grace to send a request, but never one of this burst (not
+          // read yet): those wait their turn in the backlog instead.
+          const Clock::time_point t = Clock::now();
           auto oldest = conns.end();
           for (auto it = conns.begin(); it != conns.end(); ++it) {
-            if (it->state == Conn::State::kReading && it->id < first_new &&
+            if (Evictable(*it, t) && it->id < first_new &&
                 (oldest == conns.end() || it->deadline < oldest->deadline)) {
               oldest = it;
             }
@@ -589,7 +608,8 @@ void HttpServer::Loop() {
         Conn c;
         c.id = next_id++;
         c.fd = fd;
-        c.deadline = Clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
+        c.accepted_at = Clock::now();
+        c.deadline = c.accepted_at + std::chrono::milliseconds(options_.read_timeout_ms);
         conns.push_back(std::move(c));
       }
     }
