@@ -20,6 +20,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ptstore {
 namespace {
@@ -445,8 +446,8 @@ TEST(ServerTest, ServerKilledDuringLoadsGivesErrorsNotHangsOrWrongBytes) {
 
 TEST(ServerTest, ExpiredLeasesAreDropped) {
   Daemon d;
-  std::string dir = testing::MakeTempDir("ptstore-cfg");
-  std::string cfg = dir + "/ptstored.toml";
+  testing::TempDir dir("ptstore-cfg");  // removed with the test
+  std::string cfg = dir.Join("ptstored.toml");
   std::ofstream(cfg) << "[server]\nlease_ms = 200\n";
   ASSERT_TRUE(d.Start({"64MiB", {"--config", cfg}}).ok());
   ClientOptions o;
@@ -469,8 +470,8 @@ TEST(ServerTest, ExpiredLeasesAreDropped) {
 }
 
 TEST(ServerTest, BadConfigIsRefusedWithTheKeyNamed) {
-  std::string dir = testing::MakeTempDir("ptstore-cfg");
-  std::string cfg = dir + "/bad.toml";
+  testing::TempDir dir("ptstore-cfg");
+  std::string cfg = dir.Join("bad.toml");
   std::ofstream(cfg) << "[arena]\nsize = \"64MiB\"\nsizee = 3\n";
   Daemon d;
   Status st = d.Start({"64MiB", {"--config", cfg}});
