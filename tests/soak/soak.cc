@@ -307,9 +307,11 @@ void Soak::Progress(bool force) {
 
 void Soak::FaultLoop() {
   const int64_t end = start_ms_ + static_cast<int64_t>(o_.seconds * 1000);
+  const int64_t hard_end = end + static_cast<int64_t>(4 * o_.seconds * 1000);
+  auto faults_made = [&] { return report_.faults["kill"] + report_.faults["term"] + report_.faults["pause"]; };
   std::exponential_distribution<double> gap(1.0 / std::max(1, o_.fault_every_ms));
   int64_t next_fault = o_.fault_every_ms > 0 ? SteadyMs() + static_cast<int64_t>(gap(rng_)) : INT64_MAX;
-  while (SteadyMs() < end) {
+  while (SteadyMs() < end || (o_.fault_every_ms > 0 && faults_made() < o_.min_faults && SteadyMs() < hard_end)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     Watch();
     const int64_t now = SteadyMs();

@@ -47,6 +47,10 @@ struct SoakOptions {
   int fault_every_ms = 1500;
   int down_ms = 500;
   uint32_t max_down = 1;
+  // The calls go on past `seconds` until this many faults have been made
+  // (for at most 4 x seconds more): on a loaded machine restarts are slow,
+  // and a short soak must still see its faults.
+  uint32_t min_faults = 0;
   bool corrupt = true;              // some faults damage a stopped node's segment files
   int op_deadline_ms = 20000;       // a call running longer is a violation (a hang)
   bool mount = true;                // a file-system worker on a PTStore mount of node 0 (needs /dev/fuse)

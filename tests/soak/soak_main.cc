@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--fault-every-ms", o.fault_every_ms, "mean time between node faults (0: none)")->capture_default_str();
   app.add_option("--down-ms", o.down_ms, "mean time a faulted node stays down")->capture_default_str();
   app.add_option("--max-down", o.max_down, "nodes down at once at most")->capture_default_str();
+  app.add_option("--min-faults", o.min_faults, "go on past --seconds until this many faults (4 x longer at most)")
+      ->capture_default_str();
   app.add_flag("!--no-corrupt", o.corrupt, "never damage segment files");
   app.add_flag("!--no-mount", o.mount, "no file-system worker (it needs /dev/fuse and root)");
   app.add_option("--op-deadline-ms", o.op_deadline_ms, "a call running longer is reported as hung")
