@@ -468,7 +468,13 @@ void Soak::Fsck() {
 }
 
 Result<SoakReport> Soak::Run() {
-  PTS_RETURN_IF_ERROR(Start());
+  if (Status s = Start(); !s.ok()) {
+    mount_.reset();
+    cluster_.reset();
+    std::error_code ec;
+    if (own_work_dir_) fs::remove_all(work_dir_, ec);
+    return s;
+  }
   start_ms_ = SteadyMs();
   last_progress_ms_ = start_ms_;
   std::vector<std::thread> threads;
