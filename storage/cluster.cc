@@ -350,6 +350,53 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   }
 }
 
+void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> tokens) {
+  Result<NamespaceDef> def = store_->GetNamespaceDef(ns);
+  if (!def.ok()) return;
+  const uint32_t bt = def->info.layout.block_tokens;
+  Result<Ownership> own = store_->Resolve(ns, tokens, /*per_increment=*/true);
+  if (!own.ok() || own->blocks == 0) return;
+  // The runs of the match that other nodes own and this node does not hold.
+  struct Run {
+    uint64_t from, to;
+    uint32_t owner;
+  };
+  std::vector<Run> runs;
+  uint64_t start = 0;
+  for (size_t i = 0; i < own->ranges.size(); ++i) {
+    const OwnedRange& r = own->ranges[i];
+    if (r.owner != self_.node_id && !own->held[i]) {
+      if (!runs.empty() && runs.back().to == start && runs.back().owner == r.owner) {
+        runs.back().to = r.end_block;
+      } else {
+        runs.push_back(Run{start, r.end_block, r.owner});
+      }
+    }
+    start = r.end_block;
+  }
+  for (const Run& run : runs) {
+    Peer* p = FindPeer(run.owner);
+    if (p == nullptr || !IsAlive(p)) return;  // a node that is down may come back with its data
+    core::PeerHolds q;
+    q.ns = ns;
+    q.entries.push_back({std::vector<uint32_t>(tokens.begin(), tokens.begin() + run.to * bt), run.from});
+    Result<core::PeerHoldsReply> r = p->channel->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
+    if (!r.ok()) {
+      MarkFailed(p, r.status());
+      return;
+    }
+    if (r->held.size() == 1 && r->held[0]) continue;
+    PTS_INFO("cluster", "node " << run.owner << " no longer holds blocks [" << run.from << ", " << run.to
+                                << ") of a prefix in '" << ns
+                                << "' that a save here matched: removing them on every node; the save stores them");
+    RemovalPoint pt{ns, std::vector<uint32_t>(tokens.begin(), tokens.begin() + run.to * bt), run.from};
+    Result<RemoveResult> removed = store_->RemoveFrom(ns, pt.tokens, pt.from_block);
+    if (!removed.ok()) PTS_DEBUG("cluster", "removing a stale run: " << removed.status().ToString());
+    PropagateRemoval(pt);
+    return;  // what lies below went with it
+  }
+}
+
 void Cluster::Announce(const std::string& ns, std::span<const uint32_t> tokens) {
   Result<NamespaceDef> def = store_->GetNamespaceDef(ns);
   if (!def.ok()) return;

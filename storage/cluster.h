@@ -123,6 +123,12 @@ class Cluster : public RemoteFetcher {
   // matches every whole block, asks the root's shard and files its answer.
   // Failures are misses (logged at debug level), never errors.
   void Refresh(const std::string& ns, std::span<const uint32_t> tokens);
+  // Before a save counts blocks other nodes own as stored (and stores only
+  // past them): asks their owners whether they still hold them. A run its
+  // (live) owner no longer holds, because it restarted without it or lost
+  // it unannounced, is removed here and on every node, as the owner would
+  // have done, so that the save stores those blocks itself.
+  void CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> tokens);
   // After a save that stored something: tells the root's shard.
   void Announce(const std::string& ns, std::span<const uint32_t> tokens);
   // After a local removal: sends it to the root's shard, which sends it on.

@@ -161,8 +161,12 @@ Status Session::Dispatch(rdma::Frame& f) {
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
       PTS_ASSIGN_OR_RETURN(uint8_t * data, BufferRange(req.buffer_id, req.buffer_offset, req.length));
-      // Blocks other nodes hold are not stored again: learn of them first.
-      if (cluster_) cluster_->Refresh(req.ns, req.tokens);
+      // Blocks other nodes hold are not stored again: learn of them first,
+      // and make sure their owners still hold them.
+      if (cluster_) {
+        cluster_->Refresh(req.ns, req.tokens);
+        cluster_->CheckRemoteMatch(req.ns, req.tokens);
+      }
       PTS_ASSIGN_OR_RETURN(SaveResult r, store_->Save(req.ns, req.tokens, data, req.length, req.first_block));
       if (cluster_ && r.stored_tokens > 0) cluster_->Announce(req.ns, req.tokens);
       return Reply(f, core::SaveReply{r.matched_tokens, r.stored_tokens, r.new_bytes});

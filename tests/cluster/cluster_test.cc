@@ -173,6 +173,34 @@ TEST_P(ClusterTest, AReplicaOfARestartedOwnersDataStaysLoadableEverywhere) {
   EXPECT_EQ(LoadAndCheck(**c1, question), question.size());
 }
 
+// The owner of a document restarts without it (killed, no SSD tier) and no
+// node keeps a copy: the index of the shard and of other nodes still name it
+// as the owner. A save of a question on the document through another node
+// must not count the document as stored: it stores it, and the whole
+// prompt loads everywhere at once.
+TEST_P(ClusterTest, ASaveOverDataItsOwnerLostStoresItAgain) {
+  StartCluster(3, /*replicate_after=*/0);  // no replicas: nothing to adopt
+  const auto doc = PromptShardedTo(2, {0, 1, 2}, 128, 6000);
+  Save(client(1), doc);                             // owned by node 1, indexed by node 2
+  ASSERT_EQ(client(0).Lookup(kNs, doc)->matched_tokens, 128u);  // node 0 learns of it
+  cluster_->Kill(1);
+  ASSERT_TRUE(cluster_->WaitState(0, 1, MemberState::kDead).ok());
+  ASSERT_TRUE(cluster_->StartNode(1).ok());         // empty
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  auto c1 = cluster_->Connect(1);
+  ASSERT_TRUE(c1.ok());
+  ASSERT_TRUE((*c1)->CreateNamespace(kNs, SmallLayout()).ok());
+
+  const auto question = Cat(doc, Gen(6001, 16));
+  auto kv = Kv(question, 0, question.size());
+  auto r = client(0).Save(kNs, question, kv.data(), kv.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stored_tokens, question.size());  // the document too: nobody holds it any more
+  EXPECT_EQ(LoadAndCheck(client(0), question), question.size());
+  EXPECT_EQ(LoadAndCheck(client(2), question), question.size());
+  EXPECT_EQ(LoadAndCheck(**c1, question), question.size());
+}
+
 // The negative cache (the shard lately knew nothing past this node's match)
 // covers every prompt that continues the match only when the shard knew no
 // continuation of it at all: a system prompt this node holds, a document

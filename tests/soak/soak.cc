@@ -51,6 +51,26 @@ std::string Tail(const std::string& log, size_t lines) {
   return pos == std::string::npos || pos == 0 ? log : log.substr(pos + 1);
 }
 
+// A prefix's location as "[end owner:holders ...]" (for reports).
+std::string Spans(const Result<PrefixLocation>& r) {
+  if (!r.ok()) return r.status().ToString();
+  std::string out = "[";
+  for (const PrefixSpan& s : r->spans) {
+    if (out.size() > 1) out += " ";
+    out += std::to_string(s.end_token) + " owner " + std::to_string(s.owner) + " held by";
+    for (uint32_t n : s.nodes) out += " " + std::to_string(n);
+  }
+  return out + "]";
+}
+
+// A node's remote-fetch counters (for reports).
+std::string FetchCounters(const Result<StoreStats>& r) {
+  if (!r.ok()) return r.status().ToString();
+  return "fetches " + std::to_string(r->remote_fetches) + ", failed " + std::to_string(r->remote_fetch_failures) +
+         ", replicas " + std::to_string(r->replica_bytes) + " B, used " + std::to_string(r->used_bytes) + " of " +
+         std::to_string(r->arena_bytes) + " B, pinned " + std::to_string(r->pinned_bytes) + " B";
+}
+
 // The fault loop, the final checks and the report: everything that touches
 // the cluster's processes runs on the calling thread (the nodes are its
 // children: PR_SET_PDEATHSIG ends them with the thread that started them).
@@ -384,7 +404,10 @@ void Soak::FinalChecks() {
         // the prompt and saves it, as after any miss; then it must load.
         report_.final_misses.push_back("node " + std::to_string(j) + " loaded " + std::to_string(got) + " of " +
                                        std::to_string(whole) + " tokens of a prompt saved on node " +
-                                       std::to_string(saver));
+                                       std::to_string(saver) + "; node " + std::to_string(j) + " locates " +
+                                       Spans(clients[j]->LocatePrefix(ns.name, p)) + ", node " +
+                                       std::to_string(saver) + " " + Spans(clients[saver]->LocatePrefix(ns.name, p)) +
+                                       "; node " + std::to_string(j) + ": " + FetchCounters(clients[j]->Stats()));
         auto resaved = clients[j]->Save(ns.name, p, kv.data(), kv.size());
         auto n = resaved.ok() ? clients[j]->Load(ns.name, p, out.data(), out.size()) : Result<uint64_t>(resaved.status());
         if (!n.ok()) {
