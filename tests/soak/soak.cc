@@ -141,6 +141,7 @@ Status Soak::Start() {
   co.replicate_after = o_.replicate_after;
   co.heartbeat_ms = 100;
   co.rpc_timeout_ms = 500;
+  if (!o_.node_log_level.empty()) co.extra_args = {"--log-level", o_.node_log_level};
   for (size_t i = 0; i < o_.nodes; ++i) {
     std::vector<std::string> args;
     if (o_.ssd) {

@@ -54,6 +54,7 @@ struct SoakOptions {
   bool corrupt = true;              // some faults damage a stopped node's segment files
   int op_deadline_ms = 20000;       // a call running longer is a violation (a hang)
   bool mount = true;                // a file-system worker on a PTStore mount of node 0 (needs /dev/fuse)
+  std::string node_log_level;       // ptstored --log-level (e.g. debug); empty: its default
   std::string work_dir;             // SSD directories and node logs; empty: a temporary one
   bool keep_work_dir = false;       // kept anyway when there are violations
   std::function<void(const std::string&)> progress;  // a line every few seconds; null: quiet

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-mount", o.mount, "no file-system worker (it needs /dev/fuse and root)");
   app.add_option("--op-deadline-ms", o.op_deadline_ms, "a call running longer is reported as hung")
       ->capture_default_str();
+  app.add_option("--node-log-level", o.node_log_level, "ptstored's --log-level (debug: every fetch failure logged)");
   app.add_option("--work-dir", o.work_dir, "SSD directories and node logs (default: a temporary one)");
   app.add_flag("--keep", o.keep_work_dir, "keep the work directory (it is kept anyway after a violation)");
   app.add_option("--json", json, "write the report as JSON to this file");
