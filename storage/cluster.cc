@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 
 #include <xxhash.h>
@@ -356,45 +357,51 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
   const uint32_t bt = def->info.layout.block_tokens;
   Result<Ownership> own = store_->Resolve(ns, tokens, /*per_increment=*/true);
   if (!own.ok() || own->blocks == 0) return;
-  // The runs of the match that other nodes own and this node does not hold.
-  struct Run {
+  // The increments of the match that other nodes own and this node does
+  // not hold, asked of their owners (one PeerHolds per owner).
+  struct Asked {
     uint64_t from, to;
-    uint32_t owner;
   };
-  std::vector<Run> runs;
+  std::map<uint32_t, std::pair<core::PeerHolds, std::vector<Asked>>> by_owner;
   uint64_t start = 0;
   for (size_t i = 0; i < own->ranges.size(); ++i) {
     const OwnedRange& r = own->ranges[i];
     if (r.owner != self_.node_id && !own->held[i]) {
-      if (!runs.empty() && runs.back().to == start && runs.back().owner == r.owner) {
-        runs.back().to = r.end_block;
-      } else {
-        runs.push_back(Run{start, r.end_block, r.owner});
-      }
+      auto& [q, asked] = by_owner[r.owner];
+      q.ns = ns;
+      q.entries.push_back({std::vector<uint32_t>(tokens.begin(), tokens.begin() + r.end_block * bt), start});
+      asked.push_back(Asked{start, r.end_block});
     }
     start = r.end_block;
   }
-  for (const Run& run : runs) {
-    Peer* p = FindPeer(run.owner);
-    if (p == nullptr || !IsAlive(p)) return;  // a node that is down may come back with its data
-    core::PeerHolds q;
-    q.ns = ns;
-    q.entries.push_back({std::vector<uint32_t>(tokens.begin(), tokens.begin() + run.to * bt), run.from});
+  // The first increment its live owner no longer holds: everything from it on is gone.
+  std::optional<Asked> lost;
+  uint32_t lost_owner = 0;
+  for (auto& [owner, entry] : by_owner) {
+    auto& [q, asked] = entry;
+    Peer* p = FindPeer(owner);
+    if (p == nullptr || !IsAlive(p)) continue;  // a node that is down may come back with its data
     Result<core::PeerHoldsReply> r = p->channel->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
     if (!r.ok()) {
       MarkFailed(p, r.status());
-      return;
+      continue;
     }
-    if (r->held.size() == 1 && r->held[0]) continue;
-    PTS_INFO("cluster", "node " << run.owner << " no longer holds blocks [" << run.from << ", " << run.to
-                                << ") of a prefix in '" << ns
-                                << "' that a save here matched: removing them on every node; the save stores them");
-    RemovalPoint pt{ns, std::vector<uint32_t>(tokens.begin(), tokens.begin() + run.to * bt), run.from};
-    Result<RemoveResult> removed = store_->RemoveFrom(ns, pt.tokens, pt.from_block);
-    if (!removed.ok()) PTS_DEBUG("cluster", "removing a stale run: " << removed.status().ToString());
-    PropagateRemoval(pt);
-    return;  // what lies below went with it
+    if (r->held.size() != asked.size()) continue;
+    for (size_t e = 0; e < asked.size(); ++e) {
+      if (!r->held[e] && (!lost || asked[e].from < lost->from)) {
+        lost = asked[e];
+        lost_owner = owner;
+      }
+    }
   }
+  if (!lost) return;
+  PTS_INFO("cluster", "node " << lost_owner << " no longer holds blocks [" << lost->from << ", " << lost->to
+                              << ") of a prefix in '" << ns
+                              << "' that a save here matched: removing them on every node; the save stores them");
+  RemovalPoint pt{ns, std::vector<uint32_t>(tokens.begin(), tokens.begin() + lost->to * bt), lost->from};
+  Result<RemoveResult> removed = store_->RemoveFrom(ns, pt.tokens, pt.from_block);
+  if (!removed.ok()) PTS_DEBUG("cluster", "removing a stale run: " << removed.status().ToString());
+  PropagateRemoval(pt);
 }
 
 void Cluster::Announce(const std::string& ns, std::span<const uint32_t> tokens) {
