@@ -443,7 +443,7 @@ void HttpServer::Loop() {
     pfds.push_back({wake_fd_, POLLIN, 0});
     pfds.push_back({done_fd_, POLLIN, 0});
     // At the cap with no connection that could make room (none has been
-    // read for kEvictGraceMs without sending a whole request: all are
+    // read for kEvictGrace without sending a whole request: all are
     // handled, written, or just accepted), newcomers wait in the listen
     // backlog instead of being accepted and closed.
     const bool at_cap = conns.size() >= options_.max_connections;
