@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <ctime>
 #include <fstream>
@@ -521,11 +522,20 @@ Result<SoakReport> Soak::Run() {
   }
   stop_.store(true);
   // Calls in flight finish (the watch goes on: a hung one is reported).
+  // A call that never returns (a file-system call on a mount that hangs has
+  // no deadline) cannot be waited for: the soak ends there, saying so.
+  const int64_t give_up = SteadyMs() + o_.op_deadline_ms + 30000;
   for (;;) {
     bool busy = false;
     for (const CallClock* c : clocks_) busy = busy || c->busy_since_ms() != 0;
     Watch();
     if (!busy) break;
+    if (SteadyMs() > give_up) {
+      for (const std::string& v : violations_.Take()) std::fprintf(stderr, "soak: %s\n", v.c_str());
+      std::fprintf(stderr, "soak: calls still running %d s after the end; logs in %s\n",
+                   (o_.op_deadline_ms + 30000) / 1000, work_dir_.c_str());
+      std::abort();
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& t : threads) t.join();
