@@ -657,19 +657,23 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
       if (t->in_dram && !t->transient && (present.empty() || present.back() != t)) present.push_back(t);
     }
     for (Tensor* t : present) PinLocked(t);
+    // The structs of the remote ones outlive every unlock below (the SSD
+    // fill first, then the fetch): a removal from another node meanwhile
+    // takes them out of the index (the fetch then skips them) but must not
+    // free them under us.
+    for (Tensor* t : from_peers) t->holds++;
     if (!from_ssd.empty()) {
       FillLocked(from_ssd, lk);
       filled = true;
     }
     if (!from_peers.empty()) {
       tried.insert(tried.end(), from_peers.begin(), from_peers.end());
-      for (Tensor* t : from_peers) t->holds++;  // the struct outlives the fetch
       FetchLocked(*ns, from_peers, lk, &transient);
-      for (Tensor* t : from_peers) {
-        t->holds--;
-        MaybeDestroyLocked(t);
-      }
       fetched = true;
+    }
+    for (Tensor* t : from_peers) {
+      t->holds--;
+      MaybeDestroyLocked(t);
     }
     for (Tensor* t : present) UnpinLocked(t);
   }
