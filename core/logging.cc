@@ -41,7 +41,7 @@ bool ParseLogLevel(std::string_view name, LogLevel* level) {
 
 void SetLogProgramName(std::string_view name) { ProgramName() = std::string(name); }
 
-void LogLine(LogLevel level, std::string_view component, std::string_view message) {
+std::string LogTimestamp() {
   struct timeval tv;
   gettimeofday(&tv, nullptr);
   struct tm tm;
@@ -49,9 +49,13 @@ void LogLine(LogLevel level, std::string_view component, std::string_view messag
   char stamp[64];
   std::snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long>(tv.tv_usec / 1000));
+  return stamp;
+}
+
+void LogLine(LogLevel level, std::string_view component, std::string_view message) {
   std::string line;
   line.reserve(64 + component.size() + message.size());
-  line += stamp;
+  line += LogTimestamp();
   line += ' ';
   line += ProgramName();
   line += '[' + std::to_string(getpid()) + "] ";

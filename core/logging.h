@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sstream>
+#include <string>
 #include <string_view>
 
 namespace ptstore::core {
@@ -16,6 +17,8 @@ LogLevel GetLogLevel();
 bool ParseLogLevel(std::string_view name, LogLevel* level);
 void SetLogProgramName(std::string_view name);
 void LogLine(LogLevel level, std::string_view component, std::string_view message);
+// The time as log lines show it: "2026-11-29T11:50:00.123Z" (UTC, milliseconds).
+std::string LogTimestamp();
 
 }  // namespace ptstore::core
 

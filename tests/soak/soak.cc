@@ -9,9 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <ctime>
 #include <fstream>
-#include <iomanip>
 #include <memory>
 #include <optional>
 #include <random>
@@ -20,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/logging.h"
 #include "tests/soak/corpus.h"
 #include "tests/soak/fs_worker.h"
 #include "tests/soak/soak_state.h"
@@ -169,16 +168,7 @@ Status Soak::Start() {
 }
 
 void Soak::Event(const std::string& what) {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const int ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::ofstream(work_dir_ + "/events.log", std::ios::app)
-      << stamp << "." << std::setw(3) << std::setfill('0') << ms << "Z " << what << "\n";
+  std::ofstream(work_dir_ + "/events.log", std::ios::app) << core::LogTimestamp() << " " << what << "\n";
 }
 
 Status Soak::MountNode() {
