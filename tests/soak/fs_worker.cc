@@ -170,10 +170,7 @@ bool FsWorker::Walk(const std::string& root, int max_depth, Reached* out) {
                       std::to_string(start + n) + " of the prefix its path names)");
       return false;
     }
-    ++tally_.loads_verified;
-    ++tally_.hits;
-    tally_.tokens_verified += n;
-    tally_.bytes_verified += kv.size();
+    tally_.Verified(n, kBpt);
     out->dir = dir;
     ++out->depth;
     if (rng_() % 4 == 0) return true;  // stop somewhere on the way down, too
@@ -218,10 +215,7 @@ void FsWorker::LoadByPath(const std::string& root) {
                     std::to_string(r.tokens.size()) + " tokens its path names" + (wrong.empty() ? "" : ": " + wrong));
     return;
   }
-  ++tally_.loads_verified;
-  ++tally_.hits;
-  tally_.tokens_verified += *n;
-  tally_.bytes_verified += *n * kBpt;
+  tally_.Verified(*n, kBpt);
 }
 
 void FsWorker::RemoveTree(const std::string& root) {

@@ -95,6 +95,14 @@ struct WorkerTally {
   uint64_t refused = 0;
   uint64_t skipped_down = 0;
   uint64_t max_op_ms = 0;
+
+  // A load, pin or kv read whose `tokens` tokens were checked byte for byte.
+  void Verified(uint64_t tokens, uint64_t bytes_per_token) {
+    ++loads_verified;
+    if (tokens > 0) ++hits;
+    tokens_verified += tokens;
+    bytes_verified += tokens * bytes_per_token;
+  }
 };
 
 inline int64_t SteadyMs() {

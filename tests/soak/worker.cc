@@ -114,10 +114,7 @@ void Worker::Check(const std::string& op, const Pick& p, uint64_t n, const uint8
     violations_.Add(op + " of " + p.Name() + ": " + wrong);
     return;
   }
-  ++tally_.loads_verified;
-  if (n > 0) ++tally_.hits;
-  tally_.tokens_verified += n;
-  tally_.bytes_verified += n * kBpt;
+  tally_.Verified(n, kBpt);
 }
 
 void Worker::Save(const Pick& p, Client& c, uint64_t epoch) {
