@@ -1,0 +1,535 @@
+"""vLLM engines built from vLLM's own classes, with PTStoreConnector, for the tests in test_vllm_src_*.py.
+
+An :class:`Engine` is what vLLM's EngineCore runs, minus the model: vLLM's
+``Scheduler`` (or ``AsyncScheduler``) with its ``KVCacheManager`` (prefix
+caching on) and the scheduler-side connector that ``KVConnectorFactory`` makes
+from the ``--kv-transfer-config``; and a :class:`Worker` that runs a stand-in
+model through vLLM's worker code: ``set_forward_context``,
+``KVConnectorModelRunnerMixin._get_kv_connector_output`` (bind, start_load_kv,
+wait_for_save, get_finished, get_block_ids_with_load_errors, stats) and a
+stand-in attention layer wrapped in vLLM's ``maybe_transfer_kv_layer``
+(wait_for_layer_load before it, save_kv_layer after it). The worker allocates
+each layer's paged KV cache as vLLM's GPU model runner does
+(``_reshape_kv_cache_tensors``): the backend's ``get_kv_cache_shape`` at the
+kernel block size vLLM's ``select_common_block_size`` picks, laid out in the
+backend's ``get_kv_cache_stride_order``.
+
+The stand-in model (:class:`Oracle`) gives every token's K and V of every layer
+as a function of the whole prefix up to it (and the request's isolation key:
+salt, LoRA), so a KV block loaded for the wrong prefix, head or slot differs.
+Its attention writes the step's new tokens into the pages through the slot
+mapping and then checks every context token's K and V in the pages against the
+oracle: every byte a load wrote is checked in the step that reads it.
+
+Requests are vLLM's ``Request`` with vLLM's block hasher; outputs go back
+through ``Scheduler.update_from_output`` as ``ModelRunnerOutput`` with the
+connector's ``KVConnectorOutput``.
+
+Only the model's configuration is given as data: ``ModelConfig`` is built as
+vLLM builds it after reading a config.json (transformers, which reads that file,
+is not here), with the derived fields vLLM computes from it, and vLLM's own
+``get_model_arch_config`` over those values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from . import standins
+
+V = standins.import_vllm(extra=(
+    "vllm.distributed.kv_transfer.kv_transfer_state",
+    "vllm.model_executor.layers.attention.kv_transfer_utils",
+    "vllm.model_executor.models.registry",
+    "vllm.v1.worker.utils",
+    "vllm.v1.structured_output",
+    "vllm.utils.hashing",
+    "vllm.v1.core.sched.output",
+))
+
+import torch  # noqa: E402
+
+from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig,  # noqa: E402
+                         VllmConfig)
+from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.forward_context import set_forward_context  # noqa: E402
+from vllm.model_executor.layers.attention.kv_transfer_utils import maybe_transfer_kv_layer  # noqa: E402
+from vllm.model_executor.models.registry import _ModelInfo  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor  # noqa: E402
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin  # noqa: E402
+from vllm.v1.worker.utils import select_common_block_size  # noqa: E402
+
+init_none_hash(sha256)
+
+# Attention backends of the snapshot with a dense K/V cache, and the meaning of each dimension of their
+# get_kv_cache_shape (what the test's stand-in model writes through; checked against vLLM's code in
+# test_vllm_src_backends.py): kv = K or V, block = kernel block, slot = token in the block, head, dim.
+BACKEND_DIMS: Dict[str, Tuple[str, ...]] = {
+    "FLASH_ATTN": ("kv", "block", "slot", "head", "dim"),
+    "FLASHINFER": ("block", "kv", "slot", "head", "dim"),
+    "TRITON_ATTN": ("block", "kv", "slot", "head", "dim"),
+    "FLEX_ATTENTION": ("kv", "block", "slot", "head", "dim"),
+    "CPU_ATTN": ("kv", "block", "head", "slot", "dim"),
+    "ROCM_ATTN": ("kv", "block", "slot", "head", "dim"),
+    "ROCM_AITER_FA": ("kv", "block", "slot", "head", "dim"),
+    "ROCM_AITER_UNIFIED_ATTN": ("kv", "block", "slot", "head", "dim"),
+}
+
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def backend_class(name: str) -> Any:
+    return AttentionBackendEnum[name].get_class()
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+class HFConfig(types.SimpleNamespace):
+    """The values of a model's config.json, with the two methods of transformers' PretrainedConfig vLLM calls."""
+
+    def get_text_config(self, decoder: bool = False) -> "HFConfig":
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(vars(self))
+
+
+def model_config(*, layers: int, kv_heads: int, head_size: int, dtype: str = "fp16", max_model_len: int = 8192,
+                 name: str = "ptstore-test/tiny-llama") -> Any:
+    """vLLM's ModelConfig of a small Llama, as vLLM builds it once it has read the model's config.json."""
+    mc = ModelConfig.__new__(ModelConfig)
+    for f in dataclasses.fields(ModelConfig):
+        if f.default is not dataclasses.MISSING:
+            setattr(mc, f.name, f.default)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            setattr(mc, f.name, f.default_factory())  # type: ignore[misc]
+    heads = kv_heads * 2
+    mc.hf_config = HFConfig(  # config.json of the model
+        model_type="llama", architectures=["LlamaForCausalLM"], is_encoder_decoder=False,
+        hidden_size=heads * head_size, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, head_dim=head_size, vocab_size=32000, max_position_embeddings=max_model_len,
+        torch_dtype={"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype], quantization_config=None)
+    mc.hf_text_config = mc.hf_config
+    # What ModelConfig.__post_init__ derives from it:
+    mc.model = mc.served_model_name = mc.tokenizer = name
+    mc.dtype = _DTYPES[dtype]
+    mc.max_model_len = mc.original_max_model_len = max_model_len
+    mc.skip_tokenizer_init = True
+    mc.multimodal_config = None
+    mc.encoder_config = None
+    mc.attention_chunk_size = None
+    mc.hf_image_processor_config = {}
+    mc.pooler_config = None
+    mc.runner_type, mc.convert_type = "generate", "none"
+    mc._architecture = "LlamaForCausalLM"
+    mc._model_info = _ModelInfo(
+        architecture="LlamaForCausalLM", is_text_generation_model=True, is_pooling_model=False, attn_type="decoder",
+        default_seq_pooling_type="LAST", default_tok_pooling_type="ALL", score_type="bi-encoder",
+        supports_multimodal=False, supports_multimodal_raw_input_only=False, requires_raw_input_tokens=False,
+        supports_multimodal_encoder_tp_data=False, supports_pp=True, has_inner_state=False, is_attention_free=False,
+        is_hybrid=False, has_noops=False, supports_mamba_prefix_caching=False, supports_transcription=False,
+        supports_transcription_only=False)
+    mc.model_arch_config = mc.get_model_arch_config()
+    return mc
+
+
+def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, block_size: int, dtype: str = "fp16",
+                extra: Optional[Dict[str, Any]] = None, kv_role: str = "kv_both",
+                kv_load_failure_policy: Optional[str] = None, async_scheduling: bool = False,
+                max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN") -> Any:
+    """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it."""
+    ktc: Dict[str, Any] = dict(kv_connector="PTStoreConnector", kv_connector_module_path="ptstore.vllm",
+                               kv_role=kv_role, kv_connector_extra_config={"socket": socket, **(extra or {})})
+    if kv_load_failure_policy is not None:
+        ktc["kv_load_failure_policy"] = kv_load_failure_policy
+    from vllm.config import AttentionConfig
+
+    return VllmConfig(
+        model_config=model_config(layers=layers, kv_heads=kv_heads, head_size=head_size, dtype=dtype),
+        scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                         max_model_len=8192, enable_chunked_prefill=True, is_encoder_decoder=False,
+                                         async_scheduling=async_scheduling),
+        cache_config=CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
+                                 enable_prefix_caching=True),
+        kv_transfer_config=KVTransferConfig(**ktc),
+        device_config=DeviceConfig("cpu"),
+        attention_config=AttentionConfig(backend=AttentionBackendEnum[backend]),
+    )
+
+
+def layer_names(layers: int) -> List[str]:
+    return [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
+
+
+def kv_cache_config(*, layers: int, kv_heads: int, head_size: int, block_size: int, dtype: str,
+                    num_blocks: int) -> Any:
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=kv_heads, head_size=head_size, dtype=_DTYPES[dtype])
+    names = layer_names(layers)
+    return KVCacheConfig(num_blocks=num_blocks,
+                         kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * num_blocks, shared_by=[n])
+                                           for n in names],
+                         kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+
+
+# ---------------------------------------------------------------------------------------------- the stand-in model
+class Oracle:
+    """K and V of every token and layer as a function of the prefix up to it: (2, heads, dim) per token."""
+
+    def __init__(self, layers: int, kv_heads: int, head_size: int, dtype: str) -> None:
+        self.layers, self.kv_heads, self.head_size = layers, kv_heads, head_size
+        self.dtype = _DTYPES[dtype]
+        self._cache: Dict[bytes, torch.Tensor] = {}
+
+    def _prefix_keys(self, tokens: Sequence[int], isolation: str) -> List[bytes]:
+        h = hashlib.blake2b(isolation.encode(), digest_size=16).digest()
+        out = []
+        for t in tokens:
+            h = hashlib.blake2b(h + int(t).to_bytes(4, "little"), digest_size=16).digest()
+            out.append(h)
+        return out
+
+    def kv(self, tokens: Sequence[int], isolation: str = "") -> torch.Tensor:
+        """(tokens, layers, 2, heads, dim) of the prefix `tokens`."""
+        rows = []
+        for key in self._prefix_keys(tokens, isolation):
+            row = self._cache.get(key)
+            if row is None:
+                seed = int.from_bytes(key[:8], "little")
+                rng = np.random.default_rng(seed)
+                row = torch.from_numpy(rng.standard_normal(
+                    (self.layers, 2, self.kv_heads, self.head_size)).astype(np.float32)).to(self.dtype)
+                self._cache[key] = row
+            rows.append(row)
+        if not rows:
+            return torch.empty((0, self.layers, 2, self.kv_heads, self.head_size), dtype=self.dtype)
+        return torch.stack(rows)
+
+    def next_token(self, tokens: Sequence[int], isolation: str = "") -> int:
+        key = self._prefix_keys(tokens[-1:], isolation + repr(len(tokens)) + repr(list(tokens[-8:])))[-1]
+        return 1 + int.from_bytes(key[:4], "little") % 31000
+
+
+class Pages:
+    """One layer's paged KV cache in a backend's logical shape, read and written by (kernel block, slot)."""
+
+    def __init__(self, kv: torch.Tensor, dims: Tuple[str, ...]) -> None:
+        self.kv = kv
+        order = [dims.index(d) for d in ("block", "slot", "kv", "head", "dim")]
+        self.view = kv.permute(*order)  # (block, slot, 2, head, dim), a view of the cache
+
+    def write(self, blocks: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
+        self.view[blocks, slots] = values
+
+    def read(self, blocks: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return self.view[blocks, slots]
+
+
+@dataclass
+class StandInAttnMetadata:
+    """The attention metadata of one step (maybe_transfer_kv_layer passes it to save_kv_layer)."""
+
+    num_actual_tokens: int
+    slot_mapping: torch.Tensor
+
+
+class StandInAttention(torch.nn.Module):
+    """An attention layer as vLLM's Attention appears to the connector: in static_forward_context under its
+    layer name, with ``kv_cache`` bound, and its forward wrapped in maybe_transfer_kv_layer."""
+
+    def __init__(self, name: str, index: int, backend: Any) -> None:
+        super().__init__()
+        self.layer_name, self.index = name, index
+        self.attn_backend = backend
+        self.kv_cache: Any = None
+        self.pages: Optional[Pages] = None
+
+    def get_attn_backend(self) -> Any:
+        return self.attn_backend
+
+
+@maybe_transfer_kv_layer
+def attention_forward(step: "_Step", layer_name: str) -> None:
+    """Writes the step's new K/V into the pages, then checks every context token's K/V against the oracle."""
+    step.attend(layer_name)
+
+
+@dataclass
+class _WorkerReq:
+    req_id: str
+    tokens: List[int]
+    block_ids: List[int]
+    num_computed: int
+    isolation: str
+
+
+@dataclass
+class _Step:
+    worker: "Worker"
+    scheduled: List[Tuple[_WorkerReq, int, int]]  # (request, first new position, tokens this step)
+    mismatches: Dict[str, Set[int]] = field(default_factory=dict)  # req_id -> vLLM blocks whose KV was wrong
+
+    def attend(self, layer_name: str) -> None:
+        w = self.worker
+        layer = w.layers[layer_name]
+        pages = layer.pages
+        assert pages is not None
+        for req, start, n in self.scheduled:
+            end = start + n
+            kv = w.oracle.kv(req.tokens[:end], req.isolation)[:, layer.index]  # (end, 2, heads, dim)
+            blocks, slots = w.kernel_slots(req.block_ids, 0, end)
+            pages.write(blocks[start:end], slots[start:end], kv[start:end])
+            if start:
+                got = pages.read(blocks[:start], slots[:start])
+                bad = (got != kv[:start]).flatten(1).any(dim=1).nonzero().flatten().tolist()
+                if bad:
+                    vb = w.block_size
+                    self.mismatches.setdefault(req.req_id, set()).update(req.block_ids[p // vb] for p in bad)
+
+
+class Worker:
+    """One GPU worker of an engine: its paged KV caches, the worker-side connector, the stand-in model."""
+
+    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str) -> None:
+        self.cfg, self.kcc, self.oracle = cfg, kcc, oracle
+        self.backend_name = backend_name
+        self.backend = backend_class(backend_name)
+        spec = kcc.kv_cache_groups[0].kv_cache_spec
+        self.block_size = spec.block_size
+        self.kernel_block_size = select_common_block_size(spec.block_size, [self.backend])
+        self.connector = KVConnectorFactory.create_connector(config=cfg, role=KVConnectorRole.WORKER,
+                                                             kv_cache_config=kcc)
+        self.layers: Dict[str, StandInAttention] = {}
+        kv_caches: Dict[str, torch.Tensor] = {}
+        fwd = cfg.compilation_config.static_forward_context
+        for i, name in enumerate(kcc.kv_cache_groups[0].layer_names):
+            layer = StandInAttention(name, i, self.backend)
+            kv = self._allocate(spec, kcc.num_blocks)
+            layer.kv_cache = kv
+            layer.pages = Pages(kv, BACKEND_DIMS[backend_name])
+            self.layers[name] = layer
+            fwd[name] = layer
+            kv_caches[name] = kv
+        self.kv_caches = kv_caches
+        with self.active():
+            self.connector.register_kv_caches(kv_caches)
+        self.reqs: Dict[str, _WorkerReq] = {}
+        self.steps = 0
+
+    def _allocate(self, spec: Any, num_blocks: int) -> torch.Tensor:
+        """As GPUModelRunner._reshape_kv_cache_tensors: the backend's shape at the kernel block size, allocated
+        in its stride order, viewed back in its logical order (NaN-filled: an unwritten page is never equal)."""
+        per = spec.block_size // self.kernel_block_size
+        shape = self.backend.get_kv_cache_shape(num_blocks * per, self.kernel_block_size, spec.num_kv_heads,
+                                                spec.head_size, cache_dtype_str="auto")
+        try:
+            order = tuple(self.backend.get_kv_cache_stride_order())
+            assert len(order) == len(shape)
+        except (AttributeError, NotImplementedError):
+            order = tuple(range(len(shape)))
+        physical = torch.full(tuple(shape[i] for i in order), float("nan"), dtype=spec.dtype)
+        return physical.permute(*[order.index(i) for i in range(len(order))])
+
+    def kernel_slots(self, block_ids: Sequence[int], start: int, end: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(kernel block, slot) of positions [start, end) of a request with vLLM blocks `block_ids`."""
+        pos = torch.arange(start, end)
+        vb, kb = self.block_size, self.kernel_block_size
+        vblocks = torch.as_tensor(list(block_ids), dtype=torch.int64)[pos // vb]
+        return vblocks * (vb // kb) + (pos % vb) // kb, pos % kb
+
+    def active(self) -> Any:
+        """This worker's connector as the process's KV transfer group (vLLM has one per worker process)."""
+        worker = self
+
+        class _Active:
+            def __enter__(self) -> None:
+                self.saved = kv_transfer_state._KV_CONNECTOR_AGENT
+                kv_transfer_state._KV_CONNECTOR_AGENT = worker.connector
+
+            def __exit__(self, *exc: Any) -> None:
+                kv_transfer_state._KV_CONNECTOR_AGENT = self.saved
+
+        return _Active()
+
+    # ------------------------------------------------------------------ a step
+    def _update_states(self, so: Any) -> None:
+        """vLLM's GPUModelRunner._update_states: the batch's requests, their tokens and block tables."""
+        for rid in so.finished_req_ids:
+            self.reqs.pop(rid, None)
+        for new in so.scheduled_new_reqs:
+            iso = self.engine_isolation.get(new.req_id, "")
+            self.reqs[new.req_id] = _WorkerReq(new.req_id, list(new.prompt_token_ids), list(new.block_ids[0]),
+                                               int(new.num_computed_tokens), iso)
+        c = so.scheduled_cached_reqs
+        for i, rid in enumerate(c.req_ids):
+            r = self.reqs.get(rid)
+            ids = c.new_block_ids[i]
+            if rid in c.resumed_req_ids:
+                r = self.reqs[rid] = _WorkerReq(rid, list(c.all_token_ids[rid]), list(ids[0]) if ids else [],
+                                                int(c.num_computed_tokens[i]), self.engine_isolation.get(rid, ""))
+                continue
+            assert r is not None, rid
+            if ids is not None:
+                r.block_ids.extend(ids[0])
+            r.num_computed = int(c.num_computed_tokens[i])
+
+    engine_isolation: Dict[str, str] = {}
+
+    def execute_model(self, so: Any) -> Any:
+        self.steps += 1
+        self._update_states(so)
+        with self.active():
+            if so.total_num_scheduled_tokens == 0:
+                return KVConnectorModelRunnerMixin.kv_connector_no_forward(so, self.cfg)
+            scheduled = []
+            for rid, n in so.num_scheduled_tokens.items():
+                r = self.reqs[rid]
+                while len(r.tokens) < r.num_computed + n:  # (async scheduling: outputs not seen yet)
+                    r.tokens.append(self.oracle.next_token(r.tokens, r.isolation))
+                scheduled.append((r, r.num_computed, n))
+            step = _Step(self, scheduled)
+            slots = torch.cat([self._slot_mapping(r, s, n) for r, s, n in scheduled])
+            meta = StandInAttnMetadata(int(slots.numel()), slots)
+            attn_metadata = {name: meta for name in self.layers}
+            with set_forward_context(attn_metadata, self.cfg, slot_mapping={n: slots for n in self.layers}):
+                with KVConnectorModelRunnerMixin._get_kv_connector_output(so) as kvo:
+                    for name in self.layers:
+                        attention_forward(step, name)
+        invalid = set(kvo.invalid_block_ids or ())
+        for rid, blocks in step.mismatches.items():
+            wrong = blocks - invalid
+            if wrong:
+                raise AssertionError(f"request {rid}: the pages of vLLM blocks {sorted(wrong)} held KV other than "
+                                     f"the model's (a load wrote wrong bytes), backend {self.backend_name}")
+        self.checked_tokens += sum(s for _, s, _ in scheduled)
+        req_ids, sampled = [], []
+        for r, start, n in scheduled:
+            req_ids.append(r.req_id)
+            end = start + n
+            if end >= len(r.tokens):  # the last token of the request so far was computed: sample one
+                t = self.oracle.next_token(r.tokens, r.isolation)
+                r.tokens.append(t)
+                sampled.append([t])
+            else:
+                sampled.append([])
+            r.num_computed = end
+        return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                 sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+                                 pooler_output=[], kv_connector_output=kvo)
+
+    checked_tokens = 0
+
+    def _slot_mapping(self, r: _WorkerReq, start: int, n: int) -> torch.Tensor:
+        pos = torch.arange(start, start + n)
+        ids = torch.as_tensor(r.block_ids, dtype=torch.int64)
+        return ids[pos // self.block_size] * self.block_size + pos % self.block_size
+
+
+# ---------------------------------------------------------------------------------------------- the engine
+_ids = itertools.count(1)
+
+
+class Engine:
+    """One vLLM engine with PTStoreConnector (see the module's doc)."""
+
+    def __init__(self, socket: str, *, backend: str = "FLASH_ATTN", layers: int = 2, kv_heads: int = 2,
+                 head_size: int = 16, block_size: int = 16, num_blocks: int = 128, dtype: str = "fp16",
+                 extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
+                 kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
+                 max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None) -> None:
+        self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
+                               block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
+                               kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
+                               max_num_batched_tokens=max_num_batched_tokens, backend=backend)
+        self.kcc = kv_cache_config(layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
+                                   dtype=dtype, num_blocks=num_blocks)
+        self.cfg.cache_config.num_gpu_blocks = num_blocks
+        self.block_size = block_size
+        self.oracle = oracle or Oracle(layers, kv_heads, head_size, dtype)
+        cls = AsyncScheduler if async_scheduling else Scheduler
+        self.scheduler = cls(vllm_config=self.cfg, kv_cache_config=self.kcc, log_stats=True,
+                             structured_output_manager=StructuredOutputManager(self.cfg), block_size=block_size)
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(self.cfg):  # as vLLM's worker while it loads the model and its KV caches
+            self.worker = Worker(self.cfg, self.kcc, self.oracle, backend)
+        self.worker.engine_isolation = {}
+        self.hasher = get_request_block_hasher(block_size, sha256)
+        self.finished: Dict[str, Any] = {}  # req_id -> EngineCoreOutput of its end
+        self.requests: Dict[str, Any] = {}
+
+    @property
+    def connector(self) -> Any:
+        return self.scheduler.connector
+
+    def add(self, tokens: Sequence[int], *, max_tokens: int = 1, cache_salt: Optional[str] = None,
+            req_id: Optional[str] = None) -> Any:
+        rid = req_id or f"req-{next(_ids)}"
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        req = Request(request_id=rid, prompt_token_ids=[int(t) for t in tokens], sampling_params=sp,
+                      pooling_params=None, cache_salt=cache_salt, block_hasher=self.hasher)
+        self.worker.engine_isolation[rid] = cache_salt or ""
+        self.requests[rid] = req
+        self.scheduler.add_request(req)
+        return req
+
+    def step(self) -> Any:
+        so = self.scheduler.schedule()
+        mro = self.worker.execute_model(so)
+        outputs = self.scheduler.update_from_output(so, mro)
+        for eco in outputs.values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    self.finished[o.request_id] = o
+        return so
+
+    def run(self, max_steps: int = 400) -> None:
+        """Steps until every request finished and no save or load is in flight."""
+        for _ in range(max_steps):
+            if not self.scheduler.has_unfinished_requests() and not self._connector_busy():
+                return
+            self.step()
+        raise AssertionError(f"requests still unfinished after {max_steps} steps: "
+                             f"{[r for r in self.requests if r not in self.finished]}")
+
+    def _connector_busy(self) -> bool:
+        sched = self.scheduler
+        return bool(getattr(sched, "finished_recving_kv_req_ids", None)) or bool(
+            getattr(sched.kv_cache_manager, "_pending", None))
+
+    def flush(self) -> None:
+        """Waits until the worker's saves reached the store."""
+        assert self.worker.connector.worker_side.flush(30.0), "saves did not finish in 30 s"
+
+    def result(self, rid: str) -> Tuple[Any, Any]:
+        """(vLLM's Request, its final CompletionOutput) of a finished request."""
+        return self.requests[rid], self.finished[rid]
+
+    def close(self) -> None:
+        self.worker.connector.shutdown()
+        self.scheduler.connector.shutdown()
+        for name in self.worker.layers:
+            self.cfg.compilation_config.static_forward_context.pop(name, None)
+
+
+def status_name(status: Any) -> str:
+    return status.name if hasattr(status, "name") else str(status)
+
+
+__all__ = ["Engine", "Oracle", "BACKEND_DIMS", "backend_class", "RequestStatus", "standins"]
