@@ -141,6 +141,34 @@ void Daemon::Kill() {
   pid_ = -1;
 }
 
+Status Daemon::Freeze() {
+  if (pid_ <= 0) return Unavailable("freeze: ptstored is not running");
+  if (kill(pid_, SIGSTOP) != 0) return ErrnoError("kill SIGSTOP", errno);
+  // The stop is reported to the parent (WUNTRACED) once the last thread of
+  // the group has stopped.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WUNTRACED | WNOHANG);
+    if (r < 0) return ErrnoError("waitpid", errno);
+    if (r == pid_ && WIFSTOPPED(status)) return Status::OK();
+    if (r == pid_) {
+      pid_ = -1;
+      return Unavailable("freeze: ptstored exited instead of stopping: " + ReadLog());
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceeded("freeze: ptstored did not stop within 10 s of SIGSTOP");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status Daemon::Thaw() {
+  if (pid_ <= 0) return Unavailable("thaw: ptstored is not running");
+  if (kill(pid_, SIGCONT) != 0) return ErrnoError("kill SIGCONT", errno);
+  return Status::OK();
+}
+
 std::string Daemon::ReadLog() const { return ReadFile(log_); }
 
 }  // namespace ptstore::testing

@@ -47,6 +47,14 @@ class Daemon {
   int Stop();
   // SIGKILL: the server dies without cleaning up.
   void Kill();
+  // SIGSTOP, then waits until the whole process has stopped. kill() returns
+  // before the stop takes effect: until every thread has stopped, the
+  // daemon still answers (a request that arrives meanwhile is served).
+  // Unavailable if it is not running or exits instead; DeadlineExceeded if
+  // it has not stopped within 10 s.
+  Status Freeze();
+  // SIGCONT: a frozen daemon carries on.
+  Status Thaw();
   pid_t pid() const { return pid_; }
   const std::string& socket_path() const { return socket_; }
   const std::string& dir() const { return dir_; }
