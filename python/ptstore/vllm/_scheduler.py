@@ -27,6 +27,7 @@ Policies (docs/vllm.md):
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
@@ -59,9 +60,10 @@ class _Req:
     local_tokens: int = 0  # num_computed_tokens (vLLM's local hit) at the last lookup
     ext_tokens: int = 0
     load_async: bool = False
-    loaded_tokens: int = 0
+    loaded_tokens: int = 0  # tokens this request got from the store (every load, less what failed)
     block_ids: List[int] = field(default_factory=list)
-    load_start: int = 0  # the last load: tokens [load_start, loaded_tokens) into load_blocks
+    load_start: int = 0  # the last load: tokens [load_start, load_end) into load_blocks
+    load_end: int = 0
     load_blocks: List[int] = field(default_factory=list)
     save_state: int = _NONE
     saves_emitted: int = 0
@@ -113,7 +115,7 @@ class SchedulerSide:
         self._warned: Set[str] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
                       "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
-                      "advised_skipped_tokens": 0, "advice_failures": 0}
+                      "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0}
         # The cost model deciding load versus recompute (the cost_model option); None: every hit loads.
         self.cost_model: Any = cfg.cost_model.load() if cfg.cost_model is not None else None
 
@@ -283,7 +285,8 @@ class SchedulerSide:
         self._loads.append(LoadSpec(req_id=request.request_id, namespace=st.namespace,
                                     tokens=request_tokens(request, end), start=start,
                                     block_ids=st.block_ids[start // b:end // b], is_async=st.load_async))
-        st.loaded_tokens, st.load_start, st.load_blocks = end, start, self._loads[-1].block_ids
+        st.load_start, st.load_end, st.load_blocks = start, end, self._loads[-1].block_ids
+        st.loaded_tokens += end - start
         self.stats["loads_planned"] += 1
 
     def build_connector_meta(self, scheduler_output: Any) -> PTStoreConnectorMetadata:
@@ -353,6 +356,8 @@ class SchedulerSide:
                     # The store no longer holds what the lookup saw: count only what loaded, so that the prompt
                     # is saved again once vLLM has recomputed the rest.
                     st.store_tokens = min(st.store_tokens, st.load_start + failed[0] * b)
+                    st.loaded_tokens -= (len(st.load_blocks) - failed[0]) * b
+                    st.load_blocks = st.load_blocks[:failed[0]]
                     if st.save_state == _NOT_NEEDED:
                         st.save_state = _NONE
                 if st.save_state == _EMITTED and invalid.intersection(st.block_ids[:st.saved_tokens // b]):
@@ -373,6 +378,35 @@ class SchedulerSide:
             params = {"ptstore": {"namespace": st.namespace, "loaded_tokens": st.loaded_tokens,
                                   "saved_tokens": st.saved_tokens if st.saves_emitted else 0}}
         return hold, params
+
+    def reset_cache(self) -> bool:
+        """Drops the model's namespaces: its own and those derived from it (salts/LoRA ``.x<digest>``, parallel
+        ranks ``.tp<r>of<n>.pp<r>of<n>``). True when every one went; False (with a warning) when the store is
+        unreachable or refused."""
+        client = self.link.get()
+        if client is None:
+            logger.warning("ptstore: reset_cache: the store is unreachable; nothing was removed")
+            return False
+        derived = re.compile(re.escape(self.cfg.namespace) + r"(\.x[0-9a-f]{24})?(\.tp\d+of\d+\.pp\d+of\d+)?")
+        try:
+            names = [n.name for n in client.list_namespaces() if derived.fullmatch(n.name)]
+            for name in names:
+                try:
+                    client.drop_namespace(name)
+                except NotFound:
+                    pass
+        except Error as e:
+            if is_link_error(e):
+                self.link.failed(e)
+            logger.warning("ptstore: reset_cache failed: %s", e)
+            return False
+        self._inflight.clear()
+        self._inflight_keys.clear()
+        for st in self.reqs.values():
+            st.store_tokens = 0
+        self.stats["resets"] += 1
+        logger.info("ptstore: reset_cache removed namespaces %s", names)
+        return True
 
     def close(self) -> None:
         self.link.close()

@@ -33,7 +33,7 @@ from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .keys import rank_namespace
-from .paged import PagedKV, PagedLayer, TorchCopier, block_rows
+from .paged import PagedKV, PagedLayer, TorchCopier, block_rows, resolve_dims
 
 logger = logging.getLogger("ptstore.vllm")
 
@@ -132,7 +132,8 @@ class _LoadJob:
                     if i in bad:
                         continue
                     try:
-                        w.copier.scatter(layer, index, block_rows(staging.tensor, spec.start, got, layer.index, w.block))
+                        w.copier.scatter(layer, index, block_rows(staging.tensor, spec.start, got, layer.index,
+                                                                  w.kv.kernel_block_size))
                     except Exception:  # noqa: BLE001 - a bad request must not stop the others
                         logger.exception("ptstore: load of request %s into layer %s failed", spec.req_id, layer.name)
                         bad.add(i)
@@ -196,7 +197,7 @@ class _LoadJob:
         good = (got - start) // b
         self.failed.update(spec.block_ids[good:])
         assert staging is not None
-        return spec, staging, got, w.copier.block_index(spec.block_ids[:good])
+        return spec, staging, got, w.copier.block_index(w.kv.kernel_blocks(spec.block_ids[:good]))
 
 
 class WorkerSide:
@@ -244,11 +245,18 @@ class WorkerSide:
     def rank_ns(self, ns: str) -> str:
         return rank_namespace(ns, self.tp_rank, self.tp_size, self.pp_rank, self.pp_size)
 
-    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        kv = PagedKV(kv_caches, self.cfg.kv_cache_layout)
+    def register_kv_caches(self, kv_caches: Dict[str, Any], specs: Optional[Dict[str, Any]] = None,
+                           backends: Optional[Dict[str, Any]] = None) -> None:
+        """Takes vLLM's caches; `specs` are their KV cache specs (vLLM's kv_cache_config) and `backends` their
+        attention backends, by layer name (see paged.resolve_dims)."""
+        specs, backends = specs or {}, backends or {}
+        for name, spec in specs.items():
+            if name in kv_caches and int(getattr(spec, "block_size", self.block)) != self.block:
+                raise ValueError(f"layer {name!r} has blocks of {spec.block_size} tokens, vLLM's block_size is "
+                                 f"{self.block}")
+        kv = PagedKV(kv_caches, lambda name, t: resolve_dims(name, t, spec=specs.get(name), backend=backends.get(name),
+                                                             named=self.cfg.kv_cache_layout), self.block)
         layout = kv.layout()
-        if kv.block_size != self.block:
-            raise ValueError(f"the KV caches have blocks of {kv.block_size} tokens, vLLM's block_size is {self.block}")
         want = self.cfg.layout
         if want is not None and (want.layers, want.kv_heads, want.head_dim, want.dtype) != \
                 (layout.layers, layout.kv_heads, layout.head_dim, layout.dtype):
@@ -332,7 +340,7 @@ class WorkerSide:
         registered = self._tensors.get(layer_name)
         if kv_layer is not None and registered is not None and kv_layer is not registered and \
                 kv_layer.data_ptr() != registered.data_ptr():
-            layer = PagedLayer.from_tensor(layer_name, layer.index, kv_layer, layer.backend)
+            layer = PagedLayer.from_tensor(layer_name, layer.index, kv_layer, layer.dims)
         job = self._sync_job
         if job is not None:
             job.wait_layer(layer.index)  # its blocks may be loaded in this step
@@ -342,7 +350,7 @@ class WorkerSide:
                 sj = _SaveJob(spec, None)
                 try:
                     sj.staging = self.pool.acquire(len(spec.tokens))
-                    sj.index = self.copier.block_index(spec.block_ids)
+                    sj.index = self.copier.block_index(self.kv.kernel_blocks(spec.block_ids))
                 except Exception:  # noqa: BLE001 - out of host memory: drop this save
                     logger.exception("ptstore: no staging buffer for the save of request %s", spec.req_id)
                     sj.failed = True
@@ -351,7 +359,7 @@ class WorkerSide:
                 continue
             try:
                 self.copier.gather(layer, sj.index, block_rows(sj.staging.tensor, 0, len(spec.tokens), layer.index,
-                                                               self.block))
+                                                               kv.kernel_block_size))
                 sj.layers.add(layer.index)
             except Exception:  # noqa: BLE001
                 logger.exception("ptstore: gathering layer %s of request %s failed", layer_name, spec.req_id)

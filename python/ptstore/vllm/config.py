@@ -23,8 +23,13 @@ Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them)
 ``lookup_timeout_ms``       deadline of the scheduler's lookups (default 1000)
 ``rpc_timeout_ms``          deadline of the worker's loads and saves (default 30000)
 ``min_load_tokens``         hits shorter than this are recomputed instead (default 0: any whole block)
-``kv_cache_layout``         ``auto`` (default), ``flash_attn`` ([2, blocks, block_size, heads, dim]) or
-                            ``flashinfer`` ([blocks, 2, block_size, heads, dim])
+``kv_cache_layout``         ``auto`` (default: the attention backend's own ``get_kv_cache_shape`` says),
+                            ``flash_attn`` ([2, blocks, block_size, heads, dim]), ``flashinfer``
+                            ([blocks, 2, block_size, heads, dim]) or ``cpu_attn``
+                            ([2, blocks, heads, block_size, dim])
+``load_failure_policy``     ``recompute`` (default) or ``fail``: what vLLM does with a request whose load
+                            failed; the connector sets vLLM's ``kv_load_failure_policy`` to it (vLLM's own
+                            default is ``fail``: a failed load would end the request with an error)
 ``save_threads``            background threads that write saves to the store (default 1)
 ``cost_model``              load or recompute? A dict ``{"gpu": "h100-80g", "model": "mistral-7b",
                             "profiles": None, "remote_path": "rma"}`` (every key optional; these are the
@@ -146,6 +151,7 @@ class ConnectorConfig:
     rpc_timeout_ms: int = 30000
     min_load_tokens: int = 0
     kv_cache_layout: str = "auto"
+    load_failure_policy: str = "recompute"
     save_threads: int = 1
     cost_model: Optional[CostModelConfig] = None
     block_size: int = 16
@@ -194,9 +200,13 @@ class ConnectorConfig:
                     raise ValueError(f"kv_connector_extra_config[{key!r}] out of range: {v}")
                 setattr(c, key, v)
         layout_name = str(extra.get("kv_cache_layout", "auto"))
-        if layout_name not in ("auto", "flash_attn", "flashinfer"):
-            raise ValueError(f"kv_cache_layout must be auto, flash_attn or flashinfer, got {layout_name!r}")
+        if layout_name not in ("auto", "flash_attn", "flashinfer", "cpu_attn"):
+            raise ValueError(f"kv_cache_layout must be auto, flash_attn, flashinfer or cpu_attn, got {layout_name!r}")
         c.kv_cache_layout = layout_name
+        policy = str(extra.get("load_failure_policy", "recompute"))
+        if policy not in ("recompute", "fail"):
+            raise ValueError(f"load_failure_policy must be recompute or fail, got {policy!r}")
+        c.load_failure_policy = policy
         c.cost_model = CostModelConfig.from_value(extra.get("cost_model"))
         if block_size <= 0:
             raise ValueError(f"block size must be positive, got {block_size}")

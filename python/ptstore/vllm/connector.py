@@ -39,6 +39,36 @@ def _role_is(role: Any, name: str) -> bool:
     return getattr(role, "name", str(role)).upper().endswith(name)
 
 
+def _apply_failure_policy(vllm_config: Any, policy: str) -> None:
+    """Makes vLLM's ``kv_load_failure_policy`` the connector's ``load_failure_policy`` (default "recompute").
+
+    vLLM reads it right after it made the scheduler-side connector; its default since 2026-02 is "fail",
+    which ends a request whose load failed with FINISHED_ERROR. PTStore is a cache: a prefix evicted or
+    removed between lookup and load, or a ptstored restart, must cost a recompute, never a request.
+    """
+    ktc = getattr(vllm_config, "kv_transfer_config", None)
+    have = getattr(ktc, "kv_load_failure_policy", None)
+    if ktc is None or have is None or have == policy:
+        return
+    ktc.kv_load_failure_policy = policy
+    logger.info("ptstore: kv_load_failure_policy set to %r (was %r): %s", policy, have,
+                "a failed load is recomputed, the request goes on" if policy == "recompute" else
+                "kv_connector_extra_config load_failure_policy 'fail': a failed load fails its request")
+
+
+def _attention_backends(vllm_config: Any, kv_caches: Dict[str, Any]) -> Dict[str, Any]:
+    """The attention backend class of each layer, from vLLM's static forward context (its Attention layers)."""
+    ctx = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None) or {}
+    out: Dict[str, Any] = {}
+    for name in kv_caches:
+        layer = ctx.get(name)
+        get = getattr(layer, "get_attn_backend", None)
+        backend = get() if callable(get) else getattr(layer, "attn_backend", None)
+        if backend is not None:
+            out[name] = backend
+    return out
+
+
 class PTStoreConnector(KVConnectorBase_V1):
     """A vLLM v1 KV connector that loads prompt prefixes from PTStore and saves prompts to it.
 
@@ -63,9 +93,11 @@ class PTStoreConnector(KVConnectorBase_V1):
             raise ValueError(f"PTStoreConnector supports models with one KV cache group, this one has {len(groups)} "
                              f"(hybrid models: disable the hybrid KV cache manager)")
         tp, pp = _parallel_sizes(vllm_config)
+        self._kv_cache_config = kv_cache_config
         self._scheduler: Optional[SchedulerSide] = None
         self._worker: Optional[WorkerSide] = None
         if _role_is(role, "SCHEDULER"):
+            _apply_failure_policy(vllm_config, self.config.load_failure_policy)
             self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp)
         else:
             self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp)
@@ -86,11 +118,6 @@ class PTStoreConnector(KVConnectorBase_V1):
             raise RuntimeError("a worker-side method was called on the scheduler-side PTStoreConnector")
         return self._worker
 
-    @property
-    def requires_kv_delivery(self) -> bool:
-        """A cache, not a hand-off: a dropped save is a future miss (vLLM may let a preempted request finish)."""
-        return False
-
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
         return None  # NHD and HND both work (the copies follow the tensors' strides)
@@ -110,7 +137,11 @@ class PTStoreConnector(KVConnectorBase_V1):
                 w.set_ranks(get_tensor_model_parallel_rank(), get_pp_group().rank_in_group)
             except Exception as e:  # noqa: BLE001
                 raise RuntimeError(f"PTStoreConnector: cannot tell this worker's parallel ranks: {e}") from e
-        w.register_kv_caches(kv_caches)
+        specs: Dict[str, Any] = {}
+        for group in getattr(self._kv_cache_config, "kv_cache_groups", None) or ():
+            for name in group.layer_names:
+                specs[name] = group.kv_cache_spec
+        w.register_kv_caches(kv_caches, specs=specs, backends=_attention_backends(self._vllm_config, kv_caches))
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
@@ -172,3 +203,9 @@ class PTStoreConnector(KVConnectorBase_V1):
     def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
         """(hold the blocks until get_finished reports the request's save written, kv_transfer_params)."""
         return self.scheduler_side.request_finished(request, block_ids)
+
+    def reset_cache(self) -> Optional[bool]:
+        """vLLM's ``reset_prefix_cache(reset_connector=True)`` (after a weight update, say): removes every
+        prefix of this model from the store, in its namespace and the ones derived from it (salts, LoRA,
+        parallel ranks), so that no later request loads KV of the old weights. True when all were removed."""
+        return self.scheduler_side.reset_cache()

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PagedLayer", "PagedKV", "TorchCopier", "layer_index", "layout_dtype"]
+__all__ = ["PagedLayer", "PagedKV", "TorchCopier", "backend_dims", "layer_index", "layout_dtype", "resolve_dims"]
 
 _INT = re.compile(r"\d+")
 
@@ -70,46 +70,143 @@ def layout_dtype(torch_dtype: Any) -> Tuple[str, Any]:
     raise ValueError(f"a KV cache of dtype {torch_dtype} cannot be stored in PTStore (bf16, fp16, fp32 or fp8)")
 
 
+# The dimensions of a dense K/V cache, in the order of PagedLayer.pages.
+PAGE_DIMS = ("block", "kv", "slot", "head", "dim")
+# Named layouts (the ``kv_cache_layout`` option): a backend's get_kv_cache_shape, dimension by dimension.
+NAMED_LAYOUTS = {
+    "flash_attn": ("kv", "block", "slot", "head", "dim"),  # FlashAttention, FlexAttention, ROCm
+    "flashinfer": ("block", "kv", "slot", "head", "dim"),  # FlashInfer, Triton
+    "cpu_attn": ("kv", "block", "head", "slot", "dim"),  # vLLM's CPU backend
+}
+
+
+def backend_name(backend: Any) -> str:
+    try:
+        return str(backend.get_name())
+    except Exception:  # noqa: BLE001 - a backend class without get_name
+        return getattr(backend, "__name__", repr(backend))
+
+
+def backend_dims(backend: Any, block_size: int, head_size: int) -> Tuple[str, ...]:
+    """The meaning of each dimension of `backend`'s KV cache, told by vLLM's own ``get_kv_cache_shape``.
+
+    The shape is asked twice with different block counts, block sizes and head counts; the dimension that
+    follows each is that one, the unchanged 2 is K/V and the unchanged `head_size` the head dimension. A
+    backend whose cache is not a dense 5-D K/V cache (MLA's latent cache, state caches) is refused with an
+    error naming it.
+    """
+    name = backend_name(backend)
+    try:
+        a = tuple(backend.get_kv_cache_shape(11, block_size, 3, head_size, cache_dtype_str="auto"))
+        b = tuple(backend.get_kv_cache_shape(13, block_size * 2, 5, head_size, cache_dtype_str="auto"))
+    except Exception as e:  # noqa: BLE001 - the backend's own checks
+        raise ValueError(f"attention backend {name}: cannot tell its KV cache layout ({e})") from e
+    dims: List[Optional[str]] = [None] * len(a)
+    if len(a) == 5 and len(b) == 5:
+        for i, (x, y) in enumerate(zip(a, b)):
+            if (x, y) == (11, 13):
+                dims[i] = "block"
+            elif (x, y) == (block_size, block_size * 2):
+                dims[i] = "slot"
+            elif (x, y) == (3, 5):
+                dims[i] = "head"
+            elif (x, y) == (2, 2) and "kv" not in dims:
+                dims[i] = "kv"
+            elif (x, y) == (head_size, head_size) and "dim" not in dims:
+                dims[i] = "dim"
+    if None in dims or sorted(d for d in dims if d) != sorted(PAGE_DIMS):
+        raise ValueError(f"attention backend {name} keeps its KV cache as {a} (for 11 blocks of {block_size} "
+                         f"tokens, 3 KV heads of {head_size}): not a dense K/V cache PTStoreConnector can map "
+                         f"(supported: [2, blocks, block_size, heads, dim] and its permutations)")
+    return tuple(d for d in dims if d)
+
+
+def dims_from_sizes(shape: Sequence[int], kv_heads: int, head_size: int, block_size: int) -> Tuple[str, ...]:
+    """Dimensions of a 5-D cache told apart by their sizes (KV heads, head size, a block size dividing vLLM's,
+    2, the rest blocks) when no backend is known; ValueError when two could be the same."""
+    if len(shape) != 5:
+        raise ValueError(f"a KV cache of shape {tuple(shape)} is not a dense 5-D K/V cache")
+    candidates: Dict[str, List[int]] = {"kv": [], "head": [], "dim": [], "slot": []}
+    for i, n in enumerate(shape):
+        if n == 2:
+            candidates["kv"].append(i)
+        if n == kv_heads:
+            candidates["head"].append(i)
+        if n == head_size:
+            candidates["dim"].append(i)
+        if n and block_size % n == 0 and n > 1:
+            candidates["slot"].append(i)
+    dims: List[Optional[str]] = [None] * 5
+    for name in ("kv", "head", "dim", "slot"):
+        free = [i for i in candidates[name] if dims[i] is None]
+        if len(free) != 1:
+            raise ValueError(f"a KV cache of shape {tuple(shape)} with {kv_heads} KV heads of {head_size} and blocks "
+                             f"of {block_size}: cannot tell its {name} dimension by size; name the backend's layout "
+                             f"with kv_connector_extra_config 'kv_cache_layout' ({', '.join(NAMED_LAYOUTS)})")
+        dims[free[0]] = name
+    dims[dims.index(None)] = "block"
+    return tuple(d for d in dims if d)
+
+
+def resolve_dims(name: str, kv: Any, *, spec: Any = None, backend: Any = None, named: str = "auto"
+                 ) -> Tuple[str, ...]:
+    """The dimension names of layer `name`'s cache `kv`: a named layout (the ``kv_cache_layout`` option), else
+    what its attention `backend` says (:func:`backend_dims`) for the sizes of its KV cache `spec` (vLLM's
+    ``kv_cache_config``), else the spec's sizes alone; with neither (vLLM before kv_cache_config), 2 in
+    dimension 0 is FlashAttention's layout, in dimension 1 FlashInfer's."""
+    if named != "auto":
+        if named not in NAMED_LAYOUTS:
+            raise ValueError(f"unknown kv_cache_layout {named!r}: auto, {', '.join(NAMED_LAYOUTS)}")
+        return NAMED_LAYOUTS[named]
+    if spec is not None:
+        kind = type(spec).__name__
+        if "MLA" in kind or not hasattr(spec, "num_kv_heads") or not hasattr(spec, "head_size"):
+            raise ValueError(f"layer {name!r} has a {kind} KV cache: PTStoreConnector stores dense K/V caches "
+                             f"(FullAttentionSpec) only; MLA and state (Mamba, linear attention) caches are refused")
+        if backend is not None:
+            return backend_dims(backend, int(spec.block_size), int(spec.head_size))
+        return dims_from_sizes(tuple(kv.shape), int(spec.num_kv_heads), int(spec.head_size), int(spec.block_size))
+    if kv.dim() == 5 and kv.shape[0] == 2:
+        return NAMED_LAYOUTS["flash_attn"]
+    if kv.dim() == 5 and kv.shape[1] == 2:
+        return NAMED_LAYOUTS["flashinfer"]
+    raise ValueError(f"KV cache of layer {name!r} has shape {tuple(kv.shape)}: PTStoreConnector needs the dense 5-D "
+                     f"layout of a K/V cache whose backend it can tell (MLA and other layouts are not supported); "
+                     f"set kv_cache_layout")
+
+
 @dataclass
 class PagedLayer:
-    """One attention layer's paged KV cache, seen as ``pages[block, k, slot, head, dim]``."""
+    """One attention layer's paged KV cache, seen as ``pages[kernel block, k, slot, head, dim]``.
+
+    ``dims`` names the dimensions of vLLM's tensor (``backend_dims``); a vLLM block of ``block_size``
+    tokens is ``block_size // kernel_block_size`` consecutive kernel blocks (FlashInfer with
+    ``--block-size 128`` keeps 64-token kernel blocks).
+    """
 
     name: str
     index: int
-    pages: Any  # torch.Tensor view (num_blocks, 2, block_size, heads, dim)
-    backend: str  # "flash_attn" or "flashinfer"
+    pages: Any  # torch.Tensor view (kernel blocks, 2, kernel block size, heads, dim)
+    dims: Tuple[str, ...]
 
     @classmethod
-    def from_tensor(cls, name: str, index: int, kv: Any, kv_cache_layout: str = "auto") -> "PagedLayer":
-        if kv.dim() != 5:
-            raise ValueError(f"KV cache of layer {name!r} has shape {tuple(kv.shape)}: PTStoreConnector needs the "
-                             f"dense 5-D layout [2, num_blocks, block_size, kv_heads, head_dim] (FlashAttention) "
-                             f"or [num_blocks, 2, block_size, kv_heads, head_dim] (FlashInfer); MLA and other "
-                             f"layouts are not supported")
-        backend = kv_cache_layout
-        if backend == "auto":
-            if kv.shape[0] == 2:
-                backend = "flash_attn"  # also when shape[1] == 2 too: vLLM's default backend
-            elif kv.shape[1] == 2:
-                backend = "flashinfer"
-            else:
-                raise ValueError(f"KV cache of layer {name!r} has shape {tuple(kv.shape)}: neither dimension 0 "
-                                 f"nor 1 is 2 (K and V); set kv_cache_layout")
-        if backend == "flash_attn":
-            if kv.shape[0] != 2:
-                raise ValueError(f"layer {name!r}: a flash_attn KV cache starts with 2, got {tuple(kv.shape)}")
-            pages = kv.permute(1, 0, 2, 3, 4)
-        elif backend == "flashinfer":
-            if kv.shape[1] != 2:
-                raise ValueError(f"layer {name!r}: a flashinfer KV cache has 2 in dimension 1, got "
-                                 f"{tuple(kv.shape)}")
-            pages = kv
-        else:
-            raise ValueError(f"unknown kv_cache_layout {backend!r}")
+    def from_tensor(cls, name: str, index: int, kv: Any, dims: Tuple[str, ...]) -> "PagedLayer":
+        if kv.dim() != len(dims):
+            raise ValueError(f"KV cache of layer {name!r} has shape {tuple(kv.shape)}, its backend's layout has "
+                             f"{len(dims)} dimensions {dims}")
+        pages = kv.permute(*[dims.index(d) for d in PAGE_DIMS])
+        if pages.shape[1] != 2:
+            raise ValueError(f"layer {name!r}: the K/V dimension of its cache {tuple(kv.shape)} (layout {dims}) is "
+                             f"{pages.shape[1]}, not 2")
         _, copy_dtype = layout_dtype(kv.dtype)
         if pages.dtype != copy_dtype:
             pages = pages.view(copy_dtype)
-        return cls(name=name, index=index, pages=pages, backend=backend)
+        return cls(name=name, index=index, pages=pages, dims=dims)
+
+    @property
+    def backend(self) -> str:
+        """The named layout of this cache (flash_attn, flashinfer, cpu_attn), or "custom"."""
+        return next((n for n, d in NAMED_LAYOUTS.items() if d == self.dims), "custom")
 
     @property
     def num_blocks(self) -> int:
@@ -117,6 +214,7 @@ class PagedLayer:
 
     @property
     def block_size(self) -> int:
+        """Tokens per kernel block."""
         return int(self.pages.shape[2])
 
     @property
@@ -129,9 +227,14 @@ class PagedLayer:
 
 
 class PagedKV:
-    """Every layer of a model's paged KV cache, in layer order, and the PTStore layout of one token."""
+    """Every layer of a model's paged KV cache, in layer order, and the PTStore layout of one token.
 
-    def __init__(self, kv_caches: Dict[str, Any], kv_cache_layout: str = "auto") -> None:
+    `dims_of(name, tensor)` gives each layer's dimension names; `block_size` is vLLM's block size (a
+    multiple of the caches' kernel block size).
+    """
+
+    def __init__(self, kv_caches: Dict[str, Any], dims_of: Callable[[str, Any], Tuple[str, ...]],
+                 block_size: int) -> None:
         if not kv_caches:
             raise ValueError("register_kv_caches got no KV caches")
         names = list(kv_caches)
@@ -141,7 +244,8 @@ class PagedKV:
         else:
             order = list(range(len(names)))  # vLLM's registration order (model order)
         self.layers: List[PagedLayer] = [
-            PagedLayer.from_tensor(names[i], pos, kv_caches[names[i]], kv_cache_layout) for pos, i in enumerate(order)]
+            PagedLayer.from_tensor(names[i], pos, kv_caches[names[i]], dims_of(names[i], kv_caches[names[i]]))
+            for pos, i in enumerate(order)]
         self.by_name: Dict[str, PagedLayer] = {layer.name: layer for layer in self.layers}
         first = self.layers[0]
         for layer in self.layers[1:]:
@@ -152,17 +256,30 @@ class PagedKV:
                                  f"PTStoreConnector needs one uniform KV cache group")
         self.dtype_name, self.copy_dtype = layout_dtype(next(iter(kv_caches.values())).dtype)
         self.device = first.pages.device
+        self.block_size = block_size
+        kb = first.block_size
+        if kb <= 0 or block_size % kb:
+            raise ValueError(f"the KV caches have kernel blocks of {kb} tokens, which do not divide vLLM's "
+                             f"block_size {block_size}")
+        self.kernel_per_block = block_size // kb
 
     @property
-    def block_size(self) -> int:
+    def kernel_block_size(self) -> int:
         return self.layers[0].block_size
+
+    def kernel_blocks(self, block_ids: Sequence[int]) -> List[int]:
+        """The kernel blocks of vLLM blocks `block_ids`, in token order."""
+        r = self.kernel_per_block
+        if r == 1:
+            return list(block_ids)
+        return [b * r + j for b in block_ids for j in range(r)]
 
     def layout(self) -> Any:
         """The PTStore Layout of these caches (block_tokens = vLLM's block size)."""
         from .. import Layout
 
         f = self.layers[0]
-        return Layout(len(self.layers), f.kv_heads, f.head_dim, self.dtype_name, f.block_size)
+        return Layout(len(self.layers), f.kv_heads, f.head_dim, self.dtype_name, self.block_size)
 
 
 class TorchCopier:

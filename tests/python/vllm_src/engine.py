@@ -52,6 +52,11 @@ V = standins.import_vllm(extra=(
     "vllm.v1.structured_output",
     "vllm.utils.hashing",
     "vllm.v1.core.sched.output",
+    # the attention backends (their modules compute constants at import time)
+    "vllm.v1.attention.backends.flash_attn", "vllm.v1.attention.backends.flashinfer",
+    "vllm.v1.attention.backends.triton_attn", "vllm.v1.attention.backends.flex_attention",
+    "vllm.v1.attention.backends.cpu_attn", "vllm.v1.attention.backends.rocm_attn",
+    "vllm.v1.attention.backends.rocm_aiter_fa", "vllm.v1.attention.backends.rocm_aiter_unified_attn",
 ))
 
 import torch  # noqa: E402
@@ -277,6 +282,7 @@ class _WorkerReq:
     block_ids: List[int]
     num_computed: int
     isolation: str
+    num_prompt: int = 0
 
 
 @dataclass
@@ -375,19 +381,23 @@ class Worker:
         for new in so.scheduled_new_reqs:
             iso = self.engine_isolation.get(new.req_id, "")
             self.reqs[new.req_id] = _WorkerReq(new.req_id, list(new.prompt_token_ids), list(new.block_ids[0]),
-                                               int(new.num_computed_tokens), iso)
+                                               int(new.num_computed_tokens), iso, len(new.prompt_token_ids))
         c = so.scheduled_cached_reqs
         for i, rid in enumerate(c.req_ids):
             r = self.reqs.get(rid)
             ids = c.new_block_ids[i]
             if rid in c.resumed_req_ids:
+                prompt_len = self.reqs[rid].num_prompt if rid in self.reqs else 0
                 r = self.reqs[rid] = _WorkerReq(rid, list(c.all_token_ids[rid]), list(ids[0]) if ids else [],
-                                                int(c.num_computed_tokens[i]), self.engine_isolation.get(rid, ""))
+                                                int(c.num_computed_tokens[i]), self.engine_isolation.get(rid, ""),
+                                                prompt_len)
                 continue
             assert r is not None, rid
             if ids is not None:
                 r.block_ids.extend(ids[0])
             r.num_computed = int(c.num_computed_tokens[i])
+            # vLLM discarded outputs (a failed load's step): drop the tokens it did not keep, as its runner does
+            del r.tokens[r.num_prompt + int(c.num_output_tokens[i]):]
 
     engine_isolation: Dict[str, str] = {}
 
@@ -473,6 +483,7 @@ class Engine:
         self.hasher = get_request_block_hasher(block_size, sha256)
         self.finished: Dict[str, Any] = {}  # req_id -> EngineCoreOutput of its end
         self.requests: Dict[str, Any] = {}
+        self.seen: Dict[str, Set[str]] = {}  # req_id -> every status it had after a step
 
     @property
     def connector(self) -> Any:
@@ -493,29 +504,32 @@ class Engine:
         so = self.scheduler.schedule()
         mro = self.worker.execute_model(so)
         outputs = self.scheduler.update_from_output(so, mro)
+        for rid, req in self.requests.items():
+            self.seen.setdefault(rid, set()).add(status_name(req.status))
         for eco in outputs.values():
             for o in eco.outputs:
                 if o.finish_reason is not None:
                     self.finished[o.request_id] = o
         return so
 
-    def run(self, max_steps: int = 400) -> None:
-        """Steps until every request finished and no save or load is in flight."""
-        for _ in range(max_steps):
-            if not self.scheduler.has_unfinished_requests() and not self._connector_busy():
-                return
-            self.step()
-        raise AssertionError(f"requests still unfinished after {max_steps} steps: "
-                             f"{[r for r in self.requests if r not in self.finished]}")
+    def run(self, max_steps: int = 2000) -> None:
+        """Steps as vLLM's EngineCore does until the scheduler holds no request: finished ones stay until their
+        held blocks are freed (the connector's finished_sending) and async loads have been received."""
+        import time
 
-    def _connector_busy(self) -> bool:
-        sched = self.scheduler
-        return bool(getattr(sched, "finished_recving_kv_req_ids", None)) or bool(
-            getattr(sched.kv_cache_manager, "_pending", None))
+        for _ in range(max_steps):
+            if not self.scheduler.has_requests() and not self.scheduler.requests:
+                return
+            so = self.step()
+            if so.total_num_scheduled_tokens == 0:
+                time.sleep(0.002)  # waiting on the connector's background saves or loads
+        raise AssertionError(f"requests still unfinished after {max_steps} steps: "
+                             f"{[(r, E_status(q)) for r, q in self.scheduler.requests.items()]}")
 
     def flush(self) -> None:
-        """Waits until the worker's saves reached the store."""
+        """Waits until the worker's saves reached the store, then steps until vLLM freed their blocks."""
         assert self.worker.connector.worker_side.flush(30.0), "saves did not finish in 30 s"
+        self.run()
 
     def result(self, rid: str) -> Tuple[Any, Any]:
         """(vLLM's Request, its final CompletionOutput) of a finished request."""
@@ -526,6 +540,10 @@ class Engine:
         self.scheduler.connector.shutdown()
         for name in self.worker.layers:
             self.cfg.compilation_config.static_forward_context.pop(name, None)
+
+
+def E_status(req: Any) -> str:
+    return status_name(req.status)
 
 
 def status_name(status: Any) -> str:

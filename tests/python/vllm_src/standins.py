@@ -406,11 +406,12 @@ def import_vllm(extra: Sequence[str] = ()) -> Dict[str, types.ModuleType]:
             owner, attr = _resolve(dotted)
             setattr(owner, attr, StandIn(dotted))
             _stood_in.append(dotted)
-        with _import_time_patches(missing):
-            _imported = {name: importlib.import_module(name) for name in VLLM_MODULES}
-    for name in extra:
-        if name not in _imported:
-            _imported[name] = importlib.import_module(name)
+        _imported = {}
+    todo = [n for n in (*VLLM_MODULES, *extra) if n not in _imported]
+    if todo:
+        with _import_time_patches(_stood_in):
+            for name in todo:
+                _imported[name] = importlib.import_module(name)
     return _imported
 
 
