@@ -302,3 +302,46 @@ def test_reset_prefix_cache_with_the_connector_removes_the_models_prefixes(engin
 def test_nothing_stood_in_for_is_on_the_connectors_path():
     assert "pydantic" in standins.stood_in() or "msgspec" in standins.stood_in()
     assert standins.touched() == []
+
+
+# ------------------------------------------------------------------------------------------------ stats
+def test_connector_stats_reach_vllms_log_line_and_prometheus_metrics(engines, ns, client):
+    """The engine core's SchedulerStats carry the connector's counters; vLLM's KVConnectorLogging logs them and
+    its KVConnectorProm (build_prom_metrics) counts them in Prometheus metrics."""
+    import prometheus_client
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging, KVConnectorProm
+
+    a, b = engines(ns), engines(ns)
+    doc = prompt(100)
+    a.add(doc + [1], max_tokens=2)
+    a.run()
+    a.flush()
+    rb = b.add(doc + [2], max_tokens=2)
+    b.run()
+    rf = b.add(prompt(100, 9), max_tokens=1)  # a miss
+    b.run()
+    assert params(b, rb)["loaded_tokens"] == 96 and params(b, rf).get("loaded_tokens", 0) == 0
+
+    def total(engine):
+        log = KVConnectorLogging(engine.cfg.kv_transfer_config)
+        for data in engine.connector_stats:
+            log.observe(data)
+        lines = []
+        log.log(lambda fmt, *args: lines.append(fmt % args))
+        return log, lines
+
+    _, lines_a = total(a)
+    _, lines_b = total(b)
+    assert len(lines_a) == 1 and "saves=1" in lines_a[0] and "saved_tokens=96" in lines_a[0], lines_a
+    per_token = client.get_namespace(ns).layout.bytes_per_token
+    assert f"loaded_tokens=96" in lines_b[0] and f"loaded_bytes={96 * per_token}" in lines_b[0], lines_b
+    assert "lookups=2" in lines_b[0] and "hit_tokens=96" in lines_b[0] and "load_errors=0" in lines_b[0]
+
+    prom = KVConnectorProm(b.cfg, labelnames=["model_name", "engine"], per_engine_labelvalues={0: ["tiny", "0"]})
+    for data in b.connector_stats:
+        prom.observe(data, 0)
+    value = prometheus_client.REGISTRY.get_sample_value
+    labels = {"model_name": "tiny", "engine": "0"}
+    assert value("vllm:ptstore_loaded_tokens_total", labels) == 96
+    assert value("vllm:ptstore_lookups_total", labels) == 2
+    assert value("vllm:ptstore_load_seconds_count", labels) == 1

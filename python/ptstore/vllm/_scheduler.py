@@ -38,6 +38,7 @@ from .._errors import Error, NotFound
 from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
+from .stats import StatsRecorder
 from .keys import bypass_reason, chain_keys, deepest_shared_block, lora_name, namespace_for, rank_namespace, \
     request_tokens
 
@@ -116,6 +117,7 @@ class SchedulerSide:
         self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
                       "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
                       "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0}
+        self.recorder = StatsRecorder()  # for vLLM's logs and /metrics
         # The cost model deciding load versus recompute (the cost_model option); None: every hit loads.
         self.cost_model: Any = cfg.cost_model.load() if cfg.cost_model is not None else None
 
@@ -190,6 +192,7 @@ class SchedulerSide:
         down = self.link.down_for()
         if down is not None and down * 1000.0 < self.cfg.unavailable_wait_ms:
             self.stats["ask_later_unavailable"] += 1
+            self.recorder.add("ask_later")
             raise _AskLater()
         return 0
 
@@ -244,6 +247,7 @@ class SchedulerSide:
             return 0, False
         tokens = request_tokens(request, span)
         self.stats["lookups"] += 1
+        self.recorder.add("lookups")
         try:
             stored = self._lookup(st.namespace, tokens) // b * b
         except _AskLater:
@@ -256,6 +260,7 @@ class SchedulerSide:
             pending = self.inflight_blocks(st.namespace, tokens[:limit]) * b
             if pending > max(hit, num_computed_tokens):
                 self.stats["ask_later_inflight"] += 1
+                self.recorder.add("ask_later")
                 return None, False
         if self.cost_model is not None and hit > num_computed_tokens:
             hit = self._advise(st.namespace, request_tokens(request, num_tokens), hit, num_computed_tokens)
@@ -265,6 +270,8 @@ class SchedulerSide:
         st.ext_tokens = ext
         st.load_async = bool(ext) and self.cfg.load_async
         self.stats["hit_tokens"] += ext
+        if ext:
+            self.recorder.add("hit_tokens", ext)
         return ext, st.load_async
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:

@@ -33,6 +33,7 @@ from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .keys import rank_namespace
+from .stats import StatsRecorder
 from .paged import PagedKV, PagedLayer, TorchCopier, block_rows, resolve_dims
 
 logger = logging.getLogger("ptstore.vllm")
@@ -108,6 +109,8 @@ class _LoadJob:
         self.done = threading.Event()
         self.failed: Set[int] = set()
         self.loaded_tokens = 0
+        self.loads = 0
+        self.t0 = time.monotonic()
 
     def start(self) -> None:
         threading.Thread(target=self.run, name="ptstore-load", daemon=True).start()
@@ -143,6 +146,7 @@ class _LoadJob:
             for i, (spec, _, got, _) in enumerate(fetched):
                 if i not in bad:
                     self.loaded_tokens += got - spec.start
+                    self.loads += 1
         except Exception:  # noqa: BLE001
             logger.exception("ptstore: loads failed")
             for spec in self.specs:
@@ -237,6 +241,7 @@ class WorkerSide:
         self._saver = ThreadPoolExecutor(max(1, cfg.save_threads), thread_name_prefix="ptstore-save")
         self._loader = ThreadPoolExecutor(2, thread_name_prefix="ptstore-load-async")
         self.stats: Dict[str, int] = defaultdict(int)
+        self.recorder = StatsRecorder()  # for vLLM's logs and /metrics (get_kv_connector_stats)
 
     # ------------------------------------------------------------- setup
     def set_ranks(self, tp_rank: int, pp_rank: int) -> None:
@@ -380,6 +385,14 @@ class WorkerSide:
         self._sync_job = None
 
     def _load_finished(self, job: _LoadJob) -> None:
+        r = self.recorder
+        if job.loads:
+            r.add("loads", job.loads)
+            r.add("loaded_tokens", job.loaded_tokens)
+            r.add("loaded_bytes", job.loaded_tokens * self.layout.bytes_per_token)
+            r.observe("load_seconds", time.monotonic() - job.t0)
+        if job.failed:
+            r.add("load_errors", len(job.failed))
         with self._cv:
             self._load_errors.update(job.failed)
             self.stats["loaded_tokens"] += job.loaded_tokens
@@ -414,6 +427,7 @@ class WorkerSide:
                 if sj is not None:
                     self.pool.release(sj.staging)
                 self.stats["saves_dropped"] += 1
+                self.recorder.add("save_errors")
                 self._save_done(spec.req_id)
 
     def _tainted(self, spec: SaveSpec) -> bool:
@@ -436,14 +450,17 @@ class WorkerSide:
             self._cv.notify_all()
 
     def _write(self, spec: SaveSpec, sj: _SaveJob) -> None:
+        t0 = time.monotonic()
         try:
             ns = self.rank_ns(spec.namespace)
             if ns in self._ns_bad:
                 self.stats["saves_dropped"] += 1
+                self.recorder.add("save_errors")
                 return
             client = self.link.get()
             if client is None:
                 self.stats["saves_dropped"] += 1
+                self.recorder.add("save_errors")
                 return
             for attempt in (0, 1):
                 try:
@@ -457,14 +474,20 @@ class WorkerSide:
             self.link.ok()
             self.stats["saves"] += 1
             self.stats["saved_tokens"] += int(r.stored_tokens)
+            self.recorder.add("saves")
+            self.recorder.add("saved_tokens", int(r.stored_tokens))
+            self.recorder.add("saved_bytes", int(r.stored_tokens) * self.layout.bytes_per_token)
+            self.recorder.observe("save_seconds", time.monotonic() - t0)
         except Error as e:
             self.stats["save_errors"] += 1
+            self.recorder.add("save_errors")
             if is_link_error(e):
                 self.link.failed(e)
             else:
                 self.warn_once(f"save:{type(e).__name__}", "ptstore: save to %s failed: %s", spec.namespace, e)
         except Exception:  # noqa: BLE001 - a thread must not die
             self.stats["save_errors"] += 1
+            self.recorder.add("save_errors")
             logger.exception("ptstore: save of request %s failed", spec.req_id)
         finally:
             self.pool.release(sj.staging)

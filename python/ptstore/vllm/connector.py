@@ -24,6 +24,7 @@ from ._meta import PTStoreConnectorMetadata
 from ._scheduler import SchedulerSide
 from ._worker import WorkerSide
 from .config import ConnectorConfig
+from .stats import PTStoreConnectorStats, build_prom_metrics
 
 __all__ = ["PTStoreConnector"]
 
@@ -176,6 +177,21 @@ class PTStoreConnector(KVConnectorBase_V1):
     def get_block_ids_with_load_errors(self) -> Set[int]:
         """Blocks whose load failed since the last call: vLLM recomputes them."""
         return self.worker_side.get_block_ids_with_load_errors()
+
+    def get_kv_connector_stats(self) -> Any:
+        """This side's counters since the last call (stats.PTStoreConnectorStats), or None when nothing
+        happened: vLLM logs them and feeds its /metrics (build_prom_metrics)."""
+        side = self._worker if self._worker is not None else self._scheduler
+        return side.recorder.take() if side is not None else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None) -> Any:
+        return PTStoreConnectorStats(data=dict(data) if data is not None else {})
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: Any, labelnames: Any,
+                           per_engine_labelvalues: Any) -> Any:
+        return build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def shutdown(self) -> None:
         if self._worker is not None:

@@ -484,6 +484,7 @@ class Engine:
         self.finished: Dict[str, Any] = {}  # req_id -> EngineCoreOutput of its end
         self.requests: Dict[str, Any] = {}
         self.seen: Dict[str, Set[str]] = {}  # req_id -> every status it had after a step
+        self.connector_stats: List[Dict[str, Any]] = []  # SchedulerStats.kv_connector_stats of each step
 
     @property
     def connector(self) -> Any:
@@ -507,6 +508,9 @@ class Engine:
         for rid, req in self.requests.items():
             self.seen.setdefault(rid, set()).add(status_name(req.status))
         for eco in outputs.values():
+            stats = getattr(eco, "scheduler_stats", None)
+            if stats is not None and stats.kv_connector_stats:
+                self.connector_stats.append(stats.kv_connector_stats)
             for o in eco.outputs:
                 if o.finish_reason is not None:
                     self.finished[o.request_id] = o
