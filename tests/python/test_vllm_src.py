@@ -345,3 +345,28 @@ def test_connector_stats_reach_vllms_log_line_and_prometheus_metrics(engines, ns
     assert value("vllm:ptstore_loaded_tokens_total", labels) == 96
     assert value("vllm:ptstore_lookups_total", labels) == 2
     assert value("vllm:ptstore_load_seconds_count", labels) == 1
+
+
+# ------------------------------------------------------------------------------------------------ generated tokens
+@pytest.mark.parametrize("save_generated", [True, False])
+def test_a_conversations_next_turn_hits_its_whole_history(engines, ns, client, save_generated):
+    """Turn 1 on engine a generates an answer; turn 2 (the history and a new question) on engine b loads
+    the prompt and, with save_generated (the default), the generated answer too."""
+    extra = {"save_generated": save_generated}
+    a, b = engines(ns, extra=extra), engines(ns, extra=extra)
+    turn1 = prompt(40)
+    r1 = a.add(turn1, max_tokens=50)
+    a.run()
+    a.flush()
+    finished_ok(a, r1)
+    history = list(r1.all_token_ids)  # 40 prompt + 50 generated tokens
+    assert len(history) == 90
+    computed = 89  # the last generated token has no KV yet
+    saved = computed // 16 * 16 if save_generated else 32
+    assert params(a, r1)["saved_tokens"] == saved
+    if save_generated:
+        assert_store_holds_the_models_kv(client, a, ns, history[:saved])
+    r2 = b.add(history + prompt(12, 5), max_tokens=2)
+    b.run()
+    finished_ok(b, r2)
+    assert params(b, r2)["loaded_tokens"] == saved

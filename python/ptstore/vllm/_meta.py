@@ -41,7 +41,10 @@ class SaveSpec:
 
     ``salt`` is the PTStore salt of ``namespace`` (made when the namespace is
     first created); ``ack`` how many load-error reports the scheduler had
-    seen when it planned the save (see the worker's taint check).
+    seen when it planned the save (see the worker's taint check);
+    ``at_finish``: the save of a finished request's whole history (prompt and
+    generated tokens), whose blocks vLLM holds for it: the worker copies every
+    layer at the start of the step instead of after each layer's attention.
     """
 
     req_id: str
@@ -50,6 +53,7 @@ class SaveSpec:
     tokens: np.ndarray
     block_ids: List[int]
     ack: int = 0
+    at_finish: bool = False
 
 
 @dataclass
@@ -62,4 +66,4 @@ class PTStoreConnectorMetadata(KVConnectorMetadata):
 
     def __repr__(self) -> str:
         return (f"PTStoreConnectorMetadata(loads={[(s.req_id, s.start, s.end, s.is_async) for s in self.loads]}, "
-                f"saves={[(s.req_id, len(s.tokens)) for s in self.saves]})")
+                f"saves={[(s.req_id, len(s.tokens), s.at_finish) for s in self.saves]})")

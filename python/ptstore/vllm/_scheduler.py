@@ -110,13 +110,14 @@ class SchedulerSide:
                                       retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-scheduler")
         self.reqs: Dict[str, _Req] = {}
         self._loads: List[LoadSpec] = []
+        self._finish_saves: List[SaveSpec] = []  # finished requests' generated tokens, for the next step
         self._inflight: Dict[str, _Inflight] = {}
         self._inflight_keys: Dict[bytes, int] = {}
         self._invalid_reports = 0
         self._warned: Set[str] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
                       "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
-                      "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0}
+                      "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0, "generated_saves_planned": 0}
         self.recorder = StatsRecorder()  # for vLLM's logs and /metrics
         # The cost model deciding load versus recompute (the cost_model option); None: every hit loads.
         self.cost_model: Any = cfg.cost_model.load() if cfg.cost_model is not None else None
@@ -297,8 +298,8 @@ class SchedulerSide:
         self.stats["loads_planned"] += 1
 
     def build_connector_meta(self, scheduler_output: Any) -> PTStoreConnectorMetadata:
-        meta = PTStoreConnectorMetadata(block_size=self.block, loads=self._loads)
-        self._loads = []
+        meta = PTStoreConnectorMetadata(block_size=self.block, loads=self._loads, saves=self._finish_saves)
+        self._loads, self._finish_saves = [], []
         scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
         for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
             st = self.reqs.get(new.req_id)
@@ -379,12 +380,40 @@ class SchedulerSide:
             return False, None
         # Held blocks are freed when get_finished reports the save done; otherwise at once (the worker
         # copied the blocks out during the step) and the in-flight entry expires by itself.
+        self._plan_finish_save(st, request, block_ids)
         hold = self.cfg.hold_blocks_until_saved and st.saves_emitted > 0
         params = None
         if st.loaded_tokens or st.saves_emitted:
             params = {"ptstore": {"namespace": st.namespace, "loaded_tokens": st.loaded_tokens,
                                   "saved_tokens": st.saved_tokens if st.saves_emitted else 0}}
         return hold, params
+
+    def _plan_finish_save(self, st: _Req, request: Any, block_ids: Any) -> None:
+        """At a request's end, the save of its generated tokens: every whole block vLLM computed (prompt and
+        output; the last sampled token has no KV yet), so that a conversation's next turn or an agent's next
+        step hits its whole history. Needs the blocks held until the worker copied them
+        (``hold_blocks_until_saved``); off with ``save_generated`` false."""
+        if not (self.cfg.save and self.cfg.save_generated and self.cfg.hold_blocks_until_saved) or \
+                st.bypass is not None:
+            return
+        status = getattr(getattr(request, "status", None), "name", "")
+        if status == "FINISHED_ERROR":
+            return
+        b = self.block
+        whole = int(getattr(request, "num_computed_tokens", 0)) // b * b
+        if whole <= max(st.saved_tokens, st.store_tokens, len(request.prompt_token_ids) // b * b):
+            return  # nothing past the prompt's blocks (saved or stored already)
+        ids = first_group(block_ids) or st.block_ids
+        if len(ids) < whole // b:
+            return
+        tokens = request_tokens(request, whole)
+        self._finish_saves.append(SaveSpec(req_id=request.request_id, namespace=st.namespace, salt=st.salt,
+                                           tokens=tokens, block_ids=list(ids[:whole // b]),
+                                           ack=self._invalid_reports, at_finish=True))
+        st.saves_emitted += 1
+        st.saved_tokens = whole
+        self.stats["saves_planned"] += 1
+        self.stats["generated_saves_planned"] += 1
 
     def reset_cache(self) -> bool:
         """Drops the model's namespaces: its own and those derived from it (salts/LoRA ``.x<digest>``, parallel

@@ -306,6 +306,7 @@ class WorkerSide:
                                if t[0] > ack and self._step_no - t[1] < _TAINT_STEPS}
 
     def start_load_kv(self) -> None:
+        self._gather_finished()
         meta = self._meta
         if meta is None or not meta.loads:
             return
@@ -350,25 +351,43 @@ class WorkerSide:
         if job is not None:
             job.wait_layer(layer.index)  # its blocks may be loaded in this step
         for spec in meta.saves:
-            sj = self._step_saves.get(spec.req_id)
-            if sj is None:
-                sj = _SaveJob(spec, None)
-                try:
-                    sj.staging = self.pool.acquire(len(spec.tokens))
-                    sj.index = self.copier.block_index(self.kv.kernel_blocks(spec.block_ids))
-                except Exception:  # noqa: BLE001 - out of host memory: drop this save
-                    logger.exception("ptstore: no staging buffer for the save of request %s", spec.req_id)
-                    sj.failed = True
-                self._step_saves[spec.req_id] = sj
-            if sj.failed:
-                continue
+            if not spec.at_finish:
+                self._gather(spec, layer)
+
+    def _gather(self, spec: SaveSpec, layer: PagedLayer) -> None:
+        """Copies `layer` of the save's blocks out of the pages into its token-major staging buffer."""
+        kv = self.kv
+        assert kv is not None
+        sj = self._step_saves.get(spec.req_id)
+        if sj is None:
+            sj = _SaveJob(spec, None)
             try:
-                self.copier.gather(layer, sj.index, block_rows(sj.staging.tensor, 0, len(spec.tokens), layer.index,
-                                                               kv.kernel_block_size))
-                sj.layers.add(layer.index)
-            except Exception:  # noqa: BLE001
-                logger.exception("ptstore: gathering layer %s of request %s failed", layer_name, spec.req_id)
+                sj.staging = self.pool.acquire(len(spec.tokens))
+                sj.index = self.copier.block_index(kv.kernel_blocks(spec.block_ids))
+            except Exception:  # noqa: BLE001 - out of host memory: drop this save
+                logger.exception("ptstore: no staging buffer for the save of request %s", spec.req_id)
                 sj.failed = True
+            self._step_saves[spec.req_id] = sj
+        if sj.failed:
+            return
+        try:
+            self.copier.gather(layer, sj.index, block_rows(sj.staging.tensor, 0, len(spec.tokens), layer.index,
+                                                           kv.kernel_block_size))
+            sj.layers.add(layer.index)
+        except Exception:  # noqa: BLE001
+            logger.exception("ptstore: gathering layer %s of request %s failed", layer.name, spec.req_id)
+            sj.failed = True
+
+    def _gather_finished(self) -> None:
+        """Saves of finished requests (their generated tokens): vLLM holds their blocks and runs no layer for
+        them, so every layer is gathered now, before this step's loads can touch other blocks."""
+        meta, kv = self._meta, self.kv
+        if meta is None or kv is None:
+            return
+        for spec in meta.saves:
+            if spec.at_finish:
+                for layer in kv.layers:
+                    self._gather(spec, layer)
 
     def wait_for_save(self) -> None:
         self._finalize_step(final=True)

@@ -15,6 +15,9 @@ Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them)
                             loads run layer by layer during the step that needs them)
 ``hold_blocks_until_saved`` ``request_finished`` keeps a saved request's blocks until its save has
                             reached the store (``get_finished``); default true
+``save_generated``          when a request finishes, save the KV of its generated tokens too (whole
+                            blocks; needs ``hold_blocks_until_saved``), so that a chat's next turn or an
+                            agent's next step hits its whole history; default true
 ``save_wait_ms``            how long a lookup answers "ask again later" while an earlier save of the
                             same prefix is still in flight (default 3000; 0: never wait)
 ``unavailable_wait_ms``     how long lookups answer "ask again later" after the store became
@@ -144,6 +147,7 @@ class ConnectorConfig:
     save: bool = True
     load_async: bool = False
     hold_blocks_until_saved: bool = True
+    save_generated: bool = True
     save_wait_ms: int = 3000
     unavailable_wait_ms: int = 1000
     retry_interval_ms: int = 1000
@@ -189,7 +193,7 @@ class ConnectorConfig:
         c.layout = _parse_layout(extra.get("layout"))
         c.load = _flag(extra.get("load", role in ("kv_both", "kv_consumer")), "load")
         c.save = _flag(extra.get("save", role in ("kv_both", "kv_producer")), "save")
-        for key in ("load_async", "hold_blocks_until_saved"):
+        for key in ("load_async", "hold_blocks_until_saved", "save_generated"):
             if key in extra:
                 setattr(c, key, _flag(extra[key], key))
         for key in ("save_wait_ms", "unavailable_wait_ms", "retry_interval_ms", "lookup_timeout_ms",
