@@ -370,3 +370,57 @@ def test_a_conversations_next_turn_hits_its_whole_history(engines, ns, client, s
     b.run()
     finished_ok(b, r2)
     assert params(b, r2)["loaded_tokens"] == saved
+
+
+# ------------------------------------------------------------------------------------------------ KV events
+def test_vllms_kv_event_stream_shows_the_blocks_ptstore_holds(engines, ns, client):
+    """With vLLM's KV events on, its published batches carry, besides its own GPU blocks, BlockStored events of
+    medium CPU for what the connector saved and loaded (vLLM's block hashes and token ids), BlockRemoved for
+    blocks whose load failed, and BlockRemoved for everything on reset_cache."""
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored
+    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+    a = engines(ns, kv_events=True)
+    b = engines(ns, kv_events=True)
+    doc = prompt(100)
+    ra = a.add(doc + [1], max_tokens=40)
+    a.run()
+    a.flush()
+
+    def stored(engine, medium):
+        return [e for e in engine.publisher.events() if isinstance(e, BlockStored) and e.medium == medium]
+
+    def hashes(req, n):
+        return [maybe_convert_block_hash(h) for h in req.block_hashes[:n]]
+
+    cpu = stored(a, "CPU")
+    saved = params(a, ra)["saved_tokens"] // 16
+    assert saved == 8  # prompt (96) and generated tokens (to 128 computed of 141)
+    assert [h for e in cpu for h in e.block_hashes] == hashes(ra, saved)
+    assert [t for e in cpu for t in e.token_ids] == list(ra.all_token_ids[:saved * 16])
+    assert cpu[0].parent_block_hash is None and all(e.block_size == 16 for e in cpu)
+    assert stored(a, "GPU"), "vLLM's own events are published too"
+
+    rb = b.add(doc + [2], max_tokens=1)
+    b.run()
+    assert [h for e in stored(b, "CPU") for h in e.block_hashes] == hashes(rb, 6)
+
+    other = prompt(100, 6)
+    a.add(other + [3], max_tokens=1)
+    a.run()
+    a.flush()
+    rd = b.add(other + [5], max_tokens=1)  # its load fails: the prefix is removed between lookup and load
+    so = b.scheduler.schedule()
+    client.drop_namespace(ns)
+    b.scheduler.update_from_output(so, b.worker.execute_model(so))
+    b.run()
+    finished_ok(b, rd)
+    removed = [h for e in b.publisher.events() if isinstance(e, BlockRemoved) and e.medium == "CPU"
+               for h in e.block_hashes]
+    assert set(hashes(rd, 6)) == set(removed)
+
+    assert a.scheduler.reset_prefix_cache(reset_connector=True)
+    a.step()  # vLLM publishes the connector's events with the next step's
+    gone = [h for e in a.publisher.events() if isinstance(e, BlockRemoved) and e.medium == "CPU"
+            for h in e.block_hashes]
+    assert set(hashes(ra, saved)) <= set(gone)

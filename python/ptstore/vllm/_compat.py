@@ -15,13 +15,20 @@ import enum
 from abc import ABC, abstractmethod
 from typing import Any, Optional, Tuple
 
-__all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole"]
+__all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole", "KVConnectorWorkerMetadata"]
 
 try:  # pragma: no cover - exercised only where vLLM is installed
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
         KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 
     HAVE_VLLM = True
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
+            KVConnectorWorkerMetadata)
+    except ImportError:  # vLLM before the worker-to-scheduler metadata
+
+        class KVConnectorWorkerMetadata:  # type: ignore[no-redef]
+            """Stand-in for vLLM's KVConnectorWorkerMetadata (a worker's per-step report to the scheduler)."""
 except ImportError:
     HAVE_VLLM = False
 
@@ -33,6 +40,9 @@ except ImportError:
 
     class KVConnectorMetadata(ABC):  # type: ignore[no-redef]  # noqa: B024
         """What the scheduler-side connector sends to the worker-side connector each step."""
+
+    class KVConnectorWorkerMetadata:  # type: ignore[no-redef]
+        """What a worker-side connector reports to the scheduler-side one each step (vLLM aggregates them)."""
 
     class KVConnectorBase_V1(ABC):  # type: ignore[no-redef]
         """Stand-in for vLLM's ``KVConnectorBase_V1``: the same constructor, metadata binding and methods."""
@@ -92,6 +102,9 @@ except ImportError:
             return None
 
         def get_kv_connector_stats(self) -> Any:
+            return None
+
+        def build_connector_worker_meta(self) -> Any:
             return None
 
         # ---- scheduler side

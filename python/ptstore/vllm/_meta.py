@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Set
 
 import numpy as np
 
-from ._compat import KVConnectorMetadata
+from ._compat import KVConnectorMetadata, KVConnectorWorkerMetadata
 
-__all__ = ["LoadSpec", "SaveSpec", "PTStoreConnectorMetadata"]
+__all__ = ["LoadSpec", "SaveSpec", "PTStoreConnectorMetadata", "PTStoreWorkerMetadata"]
 
 
 @dataclass
@@ -67,3 +67,16 @@ class PTStoreConnectorMetadata(KVConnectorMetadata):
     def __repr__(self) -> str:
         return (f"PTStoreConnectorMetadata(loads={[(s.req_id, s.start, s.end, s.is_async) for s in self.loads]}, "
                 f"saves={[(s.req_id, len(s.tokens), s.at_finish) for s in self.saves]})")
+
+
+@dataclass
+class PTStoreWorkerMetadata(KVConnectorWorkerMetadata):
+    """What the workers tell the scheduler side each step: the requests whose saves failed (their blocks are
+    not announced as stored). vLLM aggregates it over the workers."""
+
+    failed_saves: Set[str] = field(default_factory=set)
+
+    def aggregate(self, other: "KVConnectorWorkerMetadata") -> "PTStoreWorkerMetadata":
+        if isinstance(other, PTStoreWorkerMetadata):
+            self.failed_saves |= other.failed_saves
+        return self

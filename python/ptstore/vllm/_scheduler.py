@@ -38,6 +38,7 @@ from .._errors import Error, NotFound
 from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
+from .events import EventLog
 from .stats import StatsRecorder
 from .keys import bypass_reason, chain_keys, deepest_shared_block, lora_name, namespace_for, rank_namespace, \
     request_tokens
@@ -119,6 +120,8 @@ class SchedulerSide:
                       "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
                       "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0, "generated_saves_planned": 0}
         self.recorder = StatsRecorder()  # for vLLM's logs and /metrics
+        self.events = EventLog(cfg.block_size)  # for vLLM's KV events (take_events)
+        self._save_events: Dict[str, List[Tuple[Any, int]]] = {}  # req_id -> (request, whole blocks) per save
         # The cost model deciding load versus recompute (the cost_model option); None: every hit loads.
         self.cost_model: Any = cfg.cost_model.load() if cfg.cost_model is not None else None
 
@@ -295,6 +298,7 @@ class SchedulerSide:
                                     block_ids=st.block_ids[start // b:end // b], is_async=st.load_async))
         st.load_start, st.load_end, st.load_blocks = start, end, self._loads[-1].block_ids
         st.loaded_tokens += end - start
+        self.events.stored(request, 0, end // b)  # the store holds them (what vLLM held locally too)
         self.stats["loads_planned"] += 1
 
     def build_connector_meta(self, scheduler_output: Any) -> PTStoreConnectorMetadata:
@@ -347,12 +351,19 @@ class SchedulerSide:
         st.saves_emitted += 1
         st.saved_tokens = whole
         self.stats["saves_planned"] += 1
+        self._save_planned(st.request, whole // b)
         if self.cfg.save_wait_ms > 0:
             self._add_inflight(st.request.request_id, st.namespace, tokens)
 
     def update_connector_output(self, output: Any) -> None:
+        wmeta = getattr(output, "kv_connector_worker_meta", None)
+        failed_saves = getattr(wmeta, "failed_saves", None) or set()
+        for rid in failed_saves:
+            self._save_events.pop(rid, None)
         for rid in getattr(output, "finished_sending", None) or ():
             self._drop_inflight(rid)
+            for request, blocks in self._save_events.pop(rid, ()):
+                self.events.stored(request, 0, blocks)
         invalid = getattr(output, "invalid_block_ids", None)
         if invalid:
             self._invalid_reports += 1
@@ -365,6 +376,8 @@ class SchedulerSide:
                     # is saved again once vLLM has recomputed the rest.
                     st.store_tokens = min(st.store_tokens, st.load_start + failed[0] * b)
                     st.loaded_tokens -= (len(st.load_blocks) - failed[0]) * b
+                    first = st.load_start // b + failed[0]
+                    self.events.removed(st.request, list(range(first, st.load_start // b + len(st.load_blocks))))
                     st.load_blocks = st.load_blocks[:failed[0]]
                     if st.save_state == _NOT_NEEDED:
                         st.save_state = _NONE
@@ -414,6 +427,14 @@ class SchedulerSide:
         st.saved_tokens = whole
         self.stats["saves_planned"] += 1
         self.stats["generated_saves_planned"] += 1
+        self._save_planned(request, whole // b)
+
+    def _save_planned(self, request: Any, blocks: int) -> None:
+        """The save's KV event: when the worker reports it done (held blocks), else at once."""
+        if self.cfg.hold_blocks_until_saved:
+            self._save_events.setdefault(request.request_id, []).append((request, blocks))
+        else:
+            self.events.stored(request, 0, blocks)
 
     def reset_cache(self) -> bool:
         """Drops the model's namespaces: its own and those derived from it (salts/LoRA ``.x<digest>``, parallel
@@ -438,6 +459,8 @@ class SchedulerSide:
             return False
         self._inflight.clear()
         self._inflight_keys.clear()
+        self._save_events.clear()
+        self.events.cleared()
         for st in self.reqs.values():
             st.store_tokens = 0
         self.stats["resets"] += 1

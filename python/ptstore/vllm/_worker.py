@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .._errors import AlreadyExists, Error, NotFound
-from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
+from ._meta import LoadSpec, PTStoreConnectorMetadata, PTStoreWorkerMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .keys import rank_namespace
@@ -232,6 +232,7 @@ class WorkerSide:
         self._finished: Set[str] = set()
         self._recving_done: Set[str] = set()
         self._load_errors: Set[int] = set()
+        self._failed_saves: Set[str] = set()  # requests whose saves failed since the last worker metadata
         self._pending_async = 0
         self._reports = 0
         self._taint: Dict[int, Tuple[int, int]] = {}  # block -> (report number, step)
@@ -447,6 +448,7 @@ class WorkerSide:
                     self.pool.release(sj.staging)
                 self.stats["saves_dropped"] += 1
                 self.recorder.add("save_errors")
+                self._save_failed(spec.req_id)
                 self._save_done(spec.req_id)
 
     def _tainted(self, spec: SaveSpec) -> bool:
@@ -458,6 +460,16 @@ class WorkerSide:
                 if t is not None and t[0] > spec.ack and self._step_no - t[1] < _TAINT_STEPS:
                     return True
         return False
+
+    def _save_failed(self, rid: str) -> None:
+        with self._cv:
+            self._failed_saves.add(rid)
+
+    def build_worker_meta(self) -> Optional[PTStoreWorkerMetadata]:
+        """The requests whose saves failed since the last call (None: none), for the scheduler side."""
+        with self._cv:
+            failed, self._failed_saves = self._failed_saves, set()
+        return PTStoreWorkerMetadata(failed_saves=failed) if failed else None
 
     def _save_done(self, rid: str) -> None:
         with self._cv:
@@ -475,11 +487,13 @@ class WorkerSide:
             if ns in self._ns_bad:
                 self.stats["saves_dropped"] += 1
                 self.recorder.add("save_errors")
+                self._save_failed(spec.req_id)
                 return
             client = self.link.get()
             if client is None:
                 self.stats["saves_dropped"] += 1
                 self.recorder.add("save_errors")
+                self._save_failed(spec.req_id)
                 return
             for attempt in (0, 1):
                 try:
@@ -500,6 +514,7 @@ class WorkerSide:
         except Error as e:
             self.stats["save_errors"] += 1
             self.recorder.add("save_errors")
+            self._save_failed(spec.req_id)
             if is_link_error(e):
                 self.link.failed(e)
             else:
@@ -507,6 +522,7 @@ class WorkerSide:
         except Exception:  # noqa: BLE001 - a thread must not die
             self.stats["save_errors"] += 1
             self.recorder.add("save_errors")
+            self._save_failed(spec.req_id)
             logger.exception("ptstore: save of request %s failed", spec.req_id)
         finally:
             self.pool.release(sj.staging)

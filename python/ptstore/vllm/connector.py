@@ -178,6 +178,15 @@ class PTStoreConnector(KVConnectorBase_V1):
         """Blocks whose load failed since the last call: vLLM recomputes them."""
         return self.worker_side.get_block_ids_with_load_errors()
 
+    def build_connector_worker_meta(self) -> Any:
+        """This step's report to the scheduler side (requests whose saves failed), or None."""
+        return self.worker_side.build_worker_meta()
+
+    def take_events(self) -> Any:
+        """vLLM KV events for what the store holds for this engine (events.py): vLLM publishes them with its own
+        KV events when ``--kv-events-config`` enables them."""
+        return self.scheduler_side.events.take()
+
     def get_kv_connector_stats(self) -> Any:
         """This side's counters since the last call (stats.PTStoreConnectorStats), or None when nothing
         happened: vLLM logs them and feeds its /metrics (build_prom_metrics)."""

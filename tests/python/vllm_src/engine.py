@@ -63,6 +63,7 @@ import torch  # noqa: E402
 
 from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig,  # noqa: E402
                          VllmConfig)
+from vllm.distributed.kv_events import EventPublisher, EventPublisherFactory  # noqa: E402
 from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
@@ -158,15 +159,17 @@ def model_config(*, layers: int, kv_heads: int, head_size: int, dtype: str = "fp
 def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, block_size: int, dtype: str = "fp16",
                 extra: Optional[Dict[str, Any]] = None, kv_role: str = "kv_both",
                 kv_load_failure_policy: Optional[str] = None, async_scheduling: bool = False,
-                max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN") -> Any:
+                max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN",
+                kv_events: bool = False) -> Any:
     """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it."""
     ktc: Dict[str, Any] = dict(kv_connector="PTStoreConnector", kv_connector_module_path="ptstore.vllm",
                                kv_role=kv_role, kv_connector_extra_config={"socket": socket, **(extra or {})})
     if kv_load_failure_policy is not None:
         ktc["kv_load_failure_policy"] = kv_load_failure_policy
-    from vllm.config import AttentionConfig
+    from vllm.config import AttentionConfig, KVEventsConfig
 
     return VllmConfig(
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher=RECORDER) if kv_events else None,
         model_config=model_config(layers=layers, kv_heads=kv_heads, head_size=head_size, dtype=dtype),
         scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                          max_model_len=8192, enable_chunked_prefill=True, is_encoder_decoder=False,
@@ -191,6 +194,32 @@ def kv_cache_config(*, layers: int, kv_heads: int, head_size: int, block_size: i
                          kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * num_blocks, shared_by=[n])
                                            for n in names],
                          kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+
+
+# vLLM's KV events of an engine, published through vLLM's EventPublisherFactory (a publisher plugin that keeps the
+# batches instead of sending them over ZMQ: vLLM's ZMQ publisher encodes with msgspec, which is not here).
+RECORDER = "ptstore-test-recorder"
+
+
+class RecordingPublisher(EventPublisher):
+    last: Optional["RecordingPublisher"] = None
+
+    def __init__(self, data_parallel_rank: int = 0, **config: Any) -> None:
+        super().__init__(data_parallel_rank)
+        self.batches: List[Any] = []
+        RecordingPublisher.last = self
+
+    def publish(self, events: Any) -> None:
+        self.batches.append(events)
+
+    def shutdown(self) -> None:
+        return None
+
+    def events(self) -> List[Any]:
+        return [e for b in self.batches for e in b.events]
+
+
+EventPublisherFactory.register_publisher(RECORDER, RecordingPublisher)
 
 
 # ---------------------------------------------------------------------------------------------- the stand-in model
@@ -462,11 +491,11 @@ class Engine:
                  head_size: int = 16, block_size: int = 16, num_blocks: int = 128, dtype: str = "fp16",
                  extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
                  kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
-                 max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None) -> None:
+                 max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False) -> None:
         self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
-                               max_num_batched_tokens=max_num_batched_tokens, backend=backend)
+                               max_num_batched_tokens=max_num_batched_tokens, backend=backend, kv_events=kv_events)
         self.kcc = kv_cache_config(layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
                                    dtype=dtype, num_blocks=num_blocks)
         self.cfg.cache_config.num_gpu_blocks = num_blocks
@@ -479,6 +508,7 @@ class Engine:
 
         with set_current_vllm_config(self.cfg):  # as vLLM's worker while it loads the model and its KV caches
             self.worker = Worker(self.cfg, self.kcc, self.oracle, backend)
+        self.publisher = RecordingPublisher.last if kv_events else None
         self.worker.engine_isolation = {}
         self.hasher = get_request_block_hasher(block_size, sha256)
         self.finished: Dict[str, Any] = {}  # req_id -> EngineCoreOutput of its end
