@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <optional>
 #include <utility>
 
@@ -50,6 +51,9 @@ struct FaultEnv::State {
     int bit;
   };
   std::map<std::string, std::vector<Flip>> flips;
+  bool hold_reads = false;
+  uint64_t reads_held = 0;            // ReadAt calls waiting for release
+  std::condition_variable reads_released;
 
   // Counters for tests; never reset.
   uint64_t writes = 0;
@@ -82,6 +86,14 @@ class FaultFile final : public File {
 
   Result<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
     PTS_RETURN_IF_ERROR(CheckNotPoisoned("pread"));
+    {
+      std::unique_lock lk(state_->mu);
+      if (state_->hold_reads) {
+        state_->reads_held++;
+        state_->reads_released.wait(lk, [this] { return !state_->hold_reads; });
+        state_->reads_held--;
+      }
+    }
     PTS_ASSIGN_OR_RETURN(size_t n, base_->ReadAt(offset, out));
     std::lock_guard lk(state_->mu);
     auto it = state_->flips.find(path());
@@ -243,8 +255,21 @@ void FaultEnv::FlipBitOnRead(const std::string& path, uint64_t offset, int bit) 
   state_->flips[path].push_back({offset, bit & 7});
 }
 
+void FaultEnv::HoldReads() {
+  std::lock_guard lk(state_->mu);
+  state_->hold_reads = true;
+}
+
+void FaultEnv::ReleaseReads() {
+  std::lock_guard lk(state_->mu);
+  state_->hold_reads = false;
+  state_->reads_released.notify_all();
+}
+
 void FaultEnv::ClearFaults() {
   std::lock_guard lk(state_->mu);
+  state_->hold_reads = false;
+  state_->reads_released.notify_all();
   state_->writes_until_failure.reset();
   state_->failure_errno = 0;
   state_->capacity.reset();
@@ -280,6 +305,11 @@ uint64_t FaultEnv::bytes_written() const {
 uint64_t FaultEnv::syncs() const {
   std::lock_guard lk(state_->mu);
   return state_->syncs;
+}
+
+uint64_t FaultEnv::reads_held() const {
+  std::lock_guard lk(state_->mu);
+  return state_->reads_held;
 }
 
 Result<std::unique_ptr<File>> FaultEnv::Open(const std::string& path, const OpenOptions& options) {

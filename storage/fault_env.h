@@ -7,6 +7,8 @@
 //   - tear the next write (only a prefix of it reaches the file, then the
 //     write fails),
 //   - flip bits on reads of a file (the file itself is unchanged),
+//   - hold reads (a disk that stalls: each read waits until released, so a
+//     test can act while a read is in flight),
 //   - crash: every file goes back to the state of its last Sync (appended
 //     bytes are cut off, overwritten bytes get their old contents back), and
 //     every File opened before the crash fails from then on.
@@ -41,6 +43,10 @@ class FaultEnv : public Env {
   void TearNextWrite(uint64_t keep_bytes);
   // Reads of `path` see bit `bit` (0..7) of byte `offset` flipped.
   void FlipBitOnRead(const std::string& path, uint64_t offset, int bit);
+  // From now on every ReadAt waits (before it reads) until ReleaseReads or
+  // ClearFaults. Release them before the Files or the Env go away.
+  void HoldReads();
+  void ReleaseReads();
   void ClearFaults();
 
   // Drops every unsynced change of every file written through this Env, as
@@ -50,6 +56,7 @@ class FaultEnv : public Env {
   uint64_t writes() const;          // WriteAt calls that reached the file
   uint64_t bytes_written() const;
   uint64_t syncs() const;
+  uint64_t reads_held() const;      // ReadAt calls waiting now (HoldReads)
 
   // Env
   Result<std::unique_ptr<File>> Open(const std::string& path, const OpenOptions& options) override;

@@ -592,9 +592,11 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
   auto needed = [&](uint64_t first, const MatchStep& st) { return first + st.blocks > from_block; };
   // Tensors of the match that only SSD holds are read back first, remote
   // ones fetched from their owners, then the match is taken again (anything
-  // may have changed while the lock was released). A few rounds at most:
-  // under heavy DRAM pressure, or when an owner does not answer, the pin
-  // settles for the part of the prefix that is in DRAM.
+  // may have changed while the lock was released). A few rounds of this
+  // pin's own reads at most: under heavy DRAM pressure, or when an owner
+  // does not answer, the pin settles for the part of the prefix that is in
+  // DRAM. Waiting for another's I/O on a tensor (a fill, a fetch, a
+  // compaction's copy) costs no round.
   constexpr int kFillRounds = 4;
   bool filled = false, fetched = false;
   std::vector<Tensor*> tried;      // fetched (or tried) once in this pin: not again (never dereferenced)
@@ -607,7 +609,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     std::vector<Tensor*>* tensors;
     ~TransientGuard() { store->ReleaseTransientsLocked(*tensors); }
   } guard{this, &transient};
-  for (int round = 0;; ++round) {
+  for (int round = 0;;) {
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
     m = MatchLocked(*ns, tokens, &k);
     std::vector<Tensor*> from_ssd, from_peers;
@@ -632,8 +634,13 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     }
     if (!busy && from_ssd.empty() && from_peers.empty()) {
       if (!stuck) break;
-    } else if (round < kFillRounds && busy && from_ssd.empty() && from_peers.empty()) {
-      io_done_.wait(lk);  // someone else is reading or moving it
+    } else if (busy && from_ssd.empty() && from_peers.empty()) {
+      // Someone else is reading or moving it: wait until that I/O ends (it
+      // always does, a fetch at its deadline), then it is in DRAM or back
+      // on SSD. Every I/O that ends wakes us; counting those as rounds made
+      // a load that waited on another load's fill of its prefix, while
+      // other tensors spilled, give up and miss a stored prefix.
+      io_done_.wait(lk);
       continue;
     }
     if (round >= kFillRounds || (from_ssd.empty() && from_peers.empty())) {
@@ -676,6 +683,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
       MaybeDestroyLocked(t);
     }
     for (Tensor* t : present) UnpinLocked(t);
+    ++round;
   }
   if (filled) stats_.ssd_hits++;
   if (fetched) stats_.remote_hits++;

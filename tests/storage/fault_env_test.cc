@@ -4,6 +4,7 @@
 #include <sys/vfs.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -160,6 +161,36 @@ TEST_F(FaultEnvTest, FlipBitOnReadChangesOnlyWhatIsRead) {
 
   env_.ClearFaults();
   EXPECT_EQ(ReadAll(f.get()), "ABCD");
+}
+
+TEST_F(FaultEnvTest, HeldReadsWaitUntilReleased) {
+  auto f = OpenFile(path_);
+  ASSERT_TRUE(f->WriteAt(0, Bytes("ABCD")).ok());
+  env_.HoldReads();
+  EXPECT_TRUE(f->WriteAt(4, Bytes("E")).ok());  // writes go on
+  std::atomic<bool> done{false};
+  std::string got;
+  std::thread reader([&] {
+    got = ReadAll(f.get());
+    done = true;
+  });
+  while (env_.reads_held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(done);
+  EXPECT_EQ(env_.reads_held(), 1u);
+  env_.ReleaseReads();
+  reader.join();
+  EXPECT_EQ(got, "ABCDE");
+  EXPECT_EQ(env_.reads_held(), 0u);
+  EXPECT_EQ(ReadAll(f.get()), "ABCDE");  // released for good
+
+  // ClearFaults releases them too.
+  env_.HoldReads();
+  std::thread again([&] { got = ReadAll(f.get()); });
+  while (env_.reads_held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  env_.ClearFaults();
+  again.join();
+  EXPECT_EQ(got, "ABCDE");
 }
 
 TEST_F(FaultEnvTest, CrashDropsUnsyncedAppends) {

@@ -2,7 +2,8 @@
 // exact), replicas never written, restarts that rebuild the index (also
 // after removals, partial removals and dropped namespaces), corrupt records
 // never served, a full disk, a crash that drops unsynced bytes, the tier's
-// own capacity, compaction, and loads that go on while spills run.
+// own capacity, compaction, loads that go on while spills run, and a load
+// that waits for another load's fill.
 //
 // Arena 1 MiB (the minimum) so that a few hundred KiB of prompts spill.
 #include <sys/stat.h>
@@ -485,6 +486,42 @@ TEST_F(StoreSsdTest, LoadsOfDramDataGoOnWhileSpillsRun) {
   for (auto& t : readers) t.join();
   EXPECT_GT(hot_loads.load(), 0u);
   EXPECT_GT(store_->Stats().ssd_spills, 0u);
+}
+
+// A load that finds its prefix being read back from SSD by another load
+// waits for that read however many other I/Os end meanwhile (each wakes
+// it): it gets the prefix, never a miss. The SSD holds the reads (FaultEnv)
+// while new saves spill.
+TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
+  FaultEnv env(Env::Default());
+  StoreOptions o = Options();
+  o.env = &env;
+  o.ssd.background_compaction = false;  // no reads but the fill's
+  Open(o);
+  CreateNs();
+  const Tokens hot = Gen(99, 128);
+  Save(hot);
+  for (const auto& p : Prompts(40)) Save(p);  // 2.5x the arena: `hot`, never loaded, goes to SSD
+  auto tree = store_->ListTree("m", ChainKey{}, true);
+  ASSERT_TRUE(tree.ok());
+  auto node = std::find_if(tree->begin(), tree->end(),
+                           [&](const PrefixNodeInfo& n) { return n.start_token == 0 && n.tokens == hot.size(); });
+  ASSERT_NE(node, tree->end());
+  ASSERT_EQ(node->tier, kTierSsd);
+
+  env.HoldReads();
+  std::thread first([&] { EXPECT_EQ(LoadAndCheck(hot), hot.size()); });
+  while (env.reads_held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // its fill reads
+  std::thread second([&] { EXPECT_EQ(LoadAndCheck(hot), hot.size()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // it waits for the fill
+  for (const auto& p : Prompts(16, 256, 2)) {
+    Save(p);  // spills: other I/O that ends while the fill is held
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(store_->Stats().ssd_spills, 0u);
+  env.ReleaseReads();
+  first.join();
+  second.join();
 }
 
 TEST_F(StoreSsdTest, ConfigErrorsAreClear) {
