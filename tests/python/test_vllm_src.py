@@ -424,3 +424,50 @@ def test_vllms_kv_event_stream_shows_the_blocks_ptstore_holds(engines, ns, clien
     gone = [h for e in a.publisher.events() if isinstance(e, BlockRemoved) and e.medium == "CPU"
             for h in e.block_hashes]
     assert set(hashes(ra, saved)) <= set(gone)
+
+
+# ------------------------------------------------------------------------------------------------ multimodal
+def test_prompts_with_the_same_placeholders_and_other_images_never_share_kv(engines, ns):
+    """vLLM schedules the image's encoder input (budget set as MultiModalBudget would); the store matches the
+    image's identity, not its placeholder tokens."""
+    a = engines(ns, encoder_budget=2048)
+    b = engines(ns, encoder_budget=2048)
+    text = prompt(40, 3)
+    p = text[:20] + [31999] * 48 + text[20:]  # an image of 48 placeholder tokens at 20..67
+    ra = a.add(p, max_tokens=1, images=[("img-cat", 20, 48)])
+    a.run()
+    a.flush()
+    assert params(a, ra)["saved_tokens"] == 80
+    other = b.add(p, max_tokens=1, images=[("img-dog", 20, 48)])
+    b.run()
+    assert params(b, other).get("loaded_tokens", 0) == 16  # block 0 holds text only; block 1 has the image
+    same = b.add(p, max_tokens=1, images=[("img-cat", 20, 48)])
+    b.run()
+    finished_ok(b, same)
+    assert params(b, same)["loaded_tokens"] == 64  # vLLM's own cache held block 0 (text) from `other`
+    moved = b.add(text[:24] + [31999] * 48 + text[24:], max_tokens=1, images=[("img-cat", 24, 48)])
+    b.run()
+    finished_ok(b, moved)
+    # The same image elsewhere is other KV: past block 0 (text, in vLLM's own cache) nothing loads.
+    assert params(b, moved).get("loaded_tokens", 0) == 0
+
+
+def test_prompt_embeddings_are_cached_by_their_values(engines, ns):
+    import torch
+
+    a, b = engines(ns), engines(ns)
+    gen = torch.Generator().manual_seed(5)
+    e1 = torch.randn(81, 64, generator=gen, dtype=torch.float16)
+    e2 = torch.randn(81, 64, generator=gen, dtype=torch.float16)
+    ra = a.add(None, max_tokens=1, prompt_embeds=e1)
+    a.run()
+    a.flush()
+    assert params(a, ra)["saved_tokens"] == 80
+    other = b.add(None, max_tokens=1, prompt_embeds=e2)
+    half = b.add(None, max_tokens=1, prompt_embeds=torch.cat([e1[:48], e2[48:]]))
+    same = b.add(None, max_tokens=1, prompt_embeds=e1.clone())
+    b.run()
+    assert params(b, other).get("loaded_tokens", 0) == 0
+    assert params(b, half).get("loaded_tokens", 0) == 48
+    finished_ok(b, same)
+    assert params(b, same)["loaded_tokens"] == 80 - 48  # vLLM's own cache held e1's first 3 blocks (`half`)

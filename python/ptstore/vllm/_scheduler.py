@@ -40,8 +40,8 @@ from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .events import EventLog
 from .stats import StatsRecorder
-from .keys import bypass_reason, chain_keys, deepest_shared_block, lora_name, namespace_for, rank_namespace, \
-    request_tokens
+from .keys import bypass_reason, chain_keys, deepest_shared_block, identity_overlay, lora_name, namespace_for, \
+    rank_namespace, request_tokens
 
 logger = logging.getLogger("ptstore.vllm")
 
@@ -58,6 +58,7 @@ class _Req:
     namespace: str
     salt: str
     bypass: Optional[str]
+    overlay: Any = None  # identity tokens of its multimodal items / prompt embeddings (keys.identity_overlay)
     store_tokens: int = 0  # whole-block tokens of the prompt the store held at the last lookup
     local_tokens: int = 0  # num_computed_tokens (vLLM's local hit) at the last lookup
     ext_tokens: int = 0
@@ -133,7 +134,8 @@ class SchedulerSide:
             reason = bypass_reason(request)
             ns, salt = namespace_for(self.cfg.namespace, getattr(request, "cache_salt", None), lora_name(request))
             old = st
-            st = _Req(request=request, namespace=ns, salt=salt, bypass=reason)
+            st = _Req(request=request, namespace=ns, salt=salt, bypass=reason,
+                      overlay=identity_overlay(request) if reason is None else None)
             if old is not None:  # same id, new object (a re-added request): keep what was emitted
                 st.saves_emitted, st.save_state = old.saves_emitted, old.save_state
             self.reqs[rid] = st
@@ -245,11 +247,11 @@ class SchedulerSide:
         b = self.block
         num_tokens = int(request.num_tokens)
         limit = (num_tokens - 1) // b * b  # whole blocks, and never the last token
-        prompt_whole = len(request.prompt_token_ids) // b * b
+        prompt_whole = _prompt_len(request) // b * b
         span = max(limit, prompt_whole)  # the prompt's whole blocks too: a save is skipped when all are stored
         if span <= 0:
             return 0, False
-        tokens = request_tokens(request, span)
+        tokens = request_tokens(request, span, st.overlay)
         self.stats["lookups"] += 1
         self.recorder.add("lookups")
         try:
@@ -267,7 +269,8 @@ class SchedulerSide:
                 self.recorder.add("ask_later")
                 return None, False
         if self.cost_model is not None and hit > num_computed_tokens:
-            hit = self._advise(st.namespace, request_tokens(request, num_tokens), hit, num_computed_tokens)
+            hit = self._advise(st.namespace, request_tokens(request, num_tokens, st.overlay), hit,
+                               num_computed_tokens)
         ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
         if ext and ext < self.cfg.min_load_tokens:
             ext = 0
@@ -294,7 +297,7 @@ class SchedulerSide:
             logger.warning("ptstore: request %s: cannot load tokens [%d, %d) into %d blocks of %d", request.request_id,
                            start, end, len(st.block_ids), b)
         self._loads.append(LoadSpec(req_id=request.request_id, namespace=st.namespace,
-                                    tokens=request_tokens(request, end), start=start,
+                                    tokens=request_tokens(request, end, st.overlay), start=start,
                                     block_ids=st.block_ids[start // b:end // b], is_async=st.load_async))
         st.load_start, st.load_end, st.load_blocks = start, end, self._loads[-1].block_ids
         st.loaded_tokens += end - start
@@ -331,8 +334,7 @@ class SchedulerSide:
         if st.save_state != _NONE or not self.cfg.save or st.bypass is not None:
             return
         b = self.block
-        prompt = st.request.prompt_token_ids
-        whole = len(prompt) // b * b
+        whole = _prompt_len(st.request) // b * b
         if whole == 0 or st.store_tokens >= whole:
             st.save_state = _NOT_NEEDED
             return
@@ -343,8 +345,7 @@ class SchedulerSide:
                            st.request.request_id, len(st.block_ids), whole // b)
             st.save_state = _NOT_NEEDED
             return
-        tokens = np.asarray(list(prompt[:whole]) if not isinstance(prompt, np.ndarray) else prompt[:whole],
-                            dtype=np.uint32)
+        tokens = request_tokens(st.request, whole, st.overlay)
         meta.saves.append(SaveSpec(req_id=st.request.request_id, namespace=st.namespace, salt=st.salt, tokens=tokens,
                                    block_ids=list(st.block_ids[:whole // b]), ack=self._invalid_reports))
         st.save_state = _EMITTED
@@ -414,12 +415,12 @@ class SchedulerSide:
             return
         b = self.block
         whole = int(getattr(request, "num_computed_tokens", 0)) // b * b
-        if whole <= max(st.saved_tokens, st.store_tokens, len(request.prompt_token_ids) // b * b):
+        if whole <= max(st.saved_tokens, st.store_tokens, _prompt_len(request) // b * b):
             return  # nothing past the prompt's blocks (saved or stored already)
         ids = first_group(block_ids) or st.block_ids
         if len(ids) < whole // b:
             return
-        tokens = request_tokens(request, whole)
+        tokens = request_tokens(request, whole, st.overlay)
         self._finish_saves.append(SaveSpec(req_id=request.request_id, namespace=st.namespace, salt=st.salt,
                                            tokens=tokens, block_ids=list(ids[:whole // b]),
                                            ack=self._invalid_reports, at_finish=True))
@@ -469,6 +470,11 @@ class SchedulerSide:
 
     def close(self) -> None:
         self.link.close()
+
+
+def _prompt_len(request: Any) -> int:
+    n = getattr(request, "num_prompt_tokens", None)
+    return int(n) if n is not None else len(request.prompt_token_ids)
 
 
 def _cached_requests(cached: Any) -> Iterable[Tuple[str, Any, bool, int]]:

@@ -24,9 +24,16 @@ The connector makes the two agree:
   different salts (or adapters) never share a key or a byte, and a salted
   request never sees unsalted KV. The digest is SHA-256 over
   length-prefixed, tagged fields, so a LoRA name can never pose as a salt;
-* requests whose KV depends on more than their token ids and those two
-  (multimodal inputs, prompt embeddings) bypass the store
-  (:func:`bypass_reason`).
+* multimodal inputs and prompt embeddings change the KV of the positions they
+  fill, whatever the placeholder token ids there: the connector stores and
+  looks up such a prompt with **identity tokens** at those positions
+  (:func:`identity_overlay`): ``0x80000000 | v`` (vocabularies stay below
+  2^31), where the 31-bit values of an image (audio, video item) are drawn
+  from its vLLM identifier (the content hash vLLM's block hasher uses) and
+  those of a prompt embedding from a hash of its row. Two prompts with the same
+  placeholder tokens and different images never share a block; the same image
+  at the same place does. A multimodal item without an identifier or position
+  bypasses the store (:func:`bypass_reason`).
 
 :func:`chain_keys` is the connector's own in-process hash of whole blocks
 (BLAKE2b-128, chained like PTStore's keys): the scheduler uses it only to tell
@@ -40,7 +47,11 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["namespace_for", "rank_namespace", "bypass_reason", "request_tokens", "chain_keys", "lora_name"]
+__all__ = ["namespace_for", "rank_namespace", "bypass_reason", "request_tokens", "chain_keys", "lora_name",
+           "identity_overlay", "IDENTITY_BIT"]
+
+IDENTITY_BIT = 0x80000000
+Overlay = List[Tuple[np.ndarray, np.ndarray]]  # (positions, identity token ids)
 
 
 def _field(h: "hashlib._Hash", tag: bytes, value: bytes) -> None:
@@ -83,25 +94,69 @@ def rank_namespace(ns: str, tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0
 
 
 def bypass_reason(request: Any) -> Optional[str]:
-    """Why a request must not use the store (its KV depends on more than token ids), or None."""
-    if getattr(request, "prompt_embeds", None) is not None:
-        return "prompt embeddings"
-    for attr in ("mm_features", "mm_hashes", "mm_positions", "mm_inputs"):
+    """Why a request must not use the store (nothing tells what its KV depends on), or None."""
+    for f in getattr(request, "mm_features", None) or ():
+        if not _mm_identity(f) or getattr(f, "mm_position", None) is None:
+            return "a multimodal input without an identifier or position"
+    for attr in ("mm_hashes", "mm_positions", "mm_inputs"):  # vLLM before mm_features
         if getattr(request, attr, None):
-            return "multimodal inputs"
-    if getattr(request, "prompt_token_ids", None) is None:
+            return "multimodal inputs of an older vLLM"
+    if getattr(request, "prompt_token_ids", None) is None and getattr(request, "prompt_embeds", None) is None:
         return "no prompt token ids"
     return None
 
 
-def request_tokens(request: Any, limit: Optional[int] = None) -> np.ndarray:
-    """The request's token ids (prompt and output so far) as uint32, at most `limit` of them."""
+def _mm_identity(feature: Any) -> Optional[str]:
+    ident = getattr(feature, "identifier", None) or getattr(feature, "mm_hash", None)
+    return str(ident) if ident else None
+
+
+def _draw(seed_bytes: bytes, n: int) -> np.ndarray:
+    seed = int.from_bytes(hashlib.blake2b(seed_bytes, digest_size=16).digest(), "little")
+    return (np.random.default_rng(seed).integers(0, 1 << 31, size=n, dtype=np.uint32) | IDENTITY_BIT).astype(
+        np.uint32)
+
+
+def identity_overlay(request: Any) -> Overlay:
+    """The identity tokens of a request's multimodal items and prompt embeddings: (positions, token ids)
+    pairs that replace its placeholder token ids in what the store matches (see the module's doc)."""
+    out: Overlay = []
+    for f in getattr(request, "mm_features", None) or ():
+        ident, pos = _mm_identity(f), getattr(f, "mm_position", None)
+        if not ident or pos is None:
+            continue
+        offset, length = int(pos.offset), int(pos.length)
+        out.append((np.arange(offset, offset + length, dtype=np.int64),
+                    _draw(b"ptstore-mm-v1\0" + ident.encode(), length)))
+    embeds = getattr(request, "prompt_embeds", None)
+    if embeds is not None:
+        mask = getattr(request, "prompt_is_token_ids", None)
+        positions = [p for p in range(int(embeds.shape[0])) if mask is None or not mask[p]]
+        rows = embeds.detach().to("cpu").contiguous()
+        flat = rows.view(-1).view(__import__("torch").uint8).numpy().reshape(rows.shape[0], -1)
+        values = np.empty(len(positions), dtype=np.uint32)
+        for i, p in enumerate(positions):
+            d = hashlib.blake2b(b"ptstore-embed-v1\0" + flat[p].tobytes(), digest_size=4).digest()
+            values[i] = int.from_bytes(d, "little") | IDENTITY_BIT
+        out.append((np.asarray(positions, dtype=np.int64), values))
+    return out
+
+
+def request_tokens(request: Any, limit: Optional[int] = None, overlay: Optional[Overlay] = None) -> np.ndarray:
+    """The token ids the store matches for a request (prompt and output so far, as uint32; identity tokens
+    where `overlay` puts them), at most `limit` of them."""
     ids: Any = getattr(request, "all_token_ids", None)
     if ids is None:
         ids = request.prompt_token_ids
     if limit is not None:
         ids = ids[:limit]
-    return np.asarray(list(ids) if not isinstance(ids, (list, np.ndarray)) else ids, dtype=np.uint32)
+    arr = np.asarray(list(ids) if not isinstance(ids, (list, np.ndarray)) else ids, dtype=np.uint32)
+    if overlay:
+        arr = arr.copy()
+        for positions, values in overlay:
+            keep = positions < len(arr)
+            arr[positions[keep]] = values[keep]
+    return arr
 
 
 def chain_keys(namespace: str, tokens: np.ndarray, block: int, blocks: Optional[int] = None) -> List[bytes]:

@@ -260,6 +260,17 @@ class Oracle:
         return 1 + int.from_bytes(key[:4], "little") % 31000
 
 
+def embedding_input(row: Any) -> int:
+    """The stand-in model's input for a prompt-embedding row (its KV depends on the row's bytes)."""
+    data = row.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    return 1_000_000 + int.from_bytes(hashlib.sha1(data).digest()[:4], "little")
+
+
+def image_input(identifier: str, i: int) -> int:
+    """The stand-in model's input at position `i` of an image (its KV depends on the image)."""
+    return 2_000_000 + int.from_bytes(hashlib.sha1(f"{identifier}/{i}".encode()).digest()[:4], "little")
+
+
 class Pages:
     """One layer's paged KV cache in a backend's logical shape, read and written by (kernel block, slot)."""
 
@@ -409,8 +420,15 @@ class Worker:
             self.reqs.pop(rid, None)
         for new in so.scheduled_new_reqs:
             iso = self.engine_isolation.get(new.req_id, "")
-            self.reqs[new.req_id] = _WorkerReq(new.req_id, list(new.prompt_token_ids), list(new.block_ids[0]),
-                                               int(new.num_computed_tokens), iso, len(new.prompt_token_ids))
+            if new.prompt_token_ids is not None:
+                tokens = list(new.prompt_token_ids)
+            else:  # prompt embeddings: the stand-in model's input at each position is its row
+                tokens = [embedding_input(row) for row in new.prompt_embeds]
+            for ident, off, n in self.image_inputs.get(new.req_id, ()):
+                for i in range(off, off + n):
+                    tokens[i] = image_input(ident, i - off)
+            self.reqs[new.req_id] = _WorkerReq(new.req_id, tokens, list(new.block_ids[0]),
+                                               int(new.num_computed_tokens), iso, len(tokens))
         c = so.scheduled_cached_reqs
         for i, rid in enumerate(c.req_ids):
             r = self.reqs.get(rid)
@@ -429,6 +447,7 @@ class Worker:
             del r.tokens[r.num_prompt + int(c.num_output_tokens[i]):]
 
     engine_isolation: Dict[str, str] = {}
+    image_inputs: Dict[str, List[Tuple[str, int, int]]] = {}
 
     def execute_model(self, so: Any) -> Any:
         self.steps += 1
@@ -491,7 +510,8 @@ class Engine:
                  head_size: int = 16, block_size: int = 16, num_blocks: int = 128, dtype: str = "fp16",
                  extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
                  kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
-                 max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False) -> None:
+                 max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
+                 encoder_budget: int = 0) -> None:
         self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
@@ -510,6 +530,14 @@ class Engine:
             self.worker = Worker(self.cfg, self.kcc, self.oracle, backend)
         self.publisher = RecordingPublisher.last if kv_events else None
         self.worker.engine_isolation = {}
+        self.worker.image_inputs = {}
+        if encoder_budget:
+            # The encoder budget and cache vLLM's Scheduler takes from MultiModalBudget, which reads them from a
+            # multimodal model's processor (not here): the same two fields, set as its __init__ sets them.
+            from vllm.v1.core.encoder_cache_manager import EncoderCacheManager
+
+            self.scheduler.max_num_encoder_input_tokens = encoder_budget
+            self.scheduler.encoder_cache_manager = EncoderCacheManager(cache_size=encoder_budget)
         self.hasher = get_request_block_hasher(block_size, sha256)
         self.finished: Dict[str, Any] = {}  # req_id -> EngineCoreOutput of its end
         self.requests: Dict[str, Any] = {}
@@ -520,12 +548,21 @@ class Engine:
     def connector(self) -> Any:
         return self.scheduler.connector
 
-    def add(self, tokens: Sequence[int], *, max_tokens: int = 1, cache_salt: Optional[str] = None,
-            req_id: Optional[str] = None) -> Any:
+    def add(self, tokens: Optional[Sequence[int]], *, max_tokens: int = 1, cache_salt: Optional[str] = None,
+            req_id: Optional[str] = None, prompt_embeds: Any = None,
+            images: Sequence[Tuple[str, int, int]] = ()) -> Any:
+        """A request; `images`: (vLLM identifier, offset, length) of multimodal items over placeholder tokens."""
+        from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+
+        mm = [MultiModalFeatureSpec(data=None, modality="image", identifier=ident,
+                                    mm_position=PlaceholderRange(offset=off, length=n)) for ident, off, n in images]
         rid = req_id or f"req-{next(_ids)}"
         sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        req = Request(request_id=rid, prompt_token_ids=[int(t) for t in tokens], sampling_params=sp,
-                      pooling_params=None, cache_salt=cache_salt, block_hasher=self.hasher)
+        req = Request(request_id=rid, prompt_token_ids=None if tokens is None else [int(t) for t in tokens],
+                      sampling_params=sp, pooling_params=None, cache_salt=cache_salt, block_hasher=self.hasher,
+                      prompt_embeds=prompt_embeds, mm_features=mm or None)
+        for ident, off, n in images:  # the stand-in model's input at an image's positions is the image
+            self.worker.image_inputs.setdefault(rid, []).append((ident, off, n))
         self.worker.engine_isolation[rid] = cache_salt or ""
         self.requests[rid] = req
         self.scheduler.add_request(req)
