@@ -471,3 +471,26 @@ def test_prompt_embeddings_are_cached_by_their_values(engines, ns):
     assert params(b, half).get("loaded_tokens", 0) == 48
     finished_ok(b, same)
     assert params(b, same)["loaded_tokens"] == 80 - 48  # vLLM's own cache held e1's first 3 blocks (`half`)
+
+
+# ------------------------------------------------------------------------------------------------ CUDA graphs
+def test_with_layerwise_false_vllm_may_keep_full_cuda_graphs_and_kv_still_moves(engines, ns, client):
+    """vLLM asks requires_piecewise_for_cudagraph (VllmConfig, through KVConnectorFactory) whether to fall back
+    to PIECEWISE graphs; with layerwise false the connector says no, and works with no per-layer call at all
+    (the worker runs the layers as a captured graph would: maybe_transfer_kv_layer never runs)."""
+    a = engines(ns, extra={"layerwise": False}, graph_replay=True)
+    b = engines(ns, extra={"layerwise": False}, graph_replay=True)
+    cls = E.KVConnectorFactory.get_connector_class(a.cfg.kv_transfer_config)
+    assert cls.requires_piecewise_for_cudagraph(a.cfg.kv_transfer_config.kv_connector_extra_config) is False
+    assert cls.requires_piecewise_for_cudagraph({}) is True  # the default: per-layer calls
+    doc = prompt(100)
+    ra = a.add(doc + [1], max_tokens=20)
+    a.run()
+    a.flush()
+    assert params(a, ra)["saved_tokens"] == 112
+    assert_store_holds_the_models_kv(client, a, ns, list(ra.all_token_ids)[:112])
+    rb = b.add(doc + [2], max_tokens=2)
+    b.run()
+    finished_ok(b, rb)
+    assert params(b, rb)["loaded_tokens"] == 96
+    assert "WAITING_FOR_REMOTE_KVS" in b.seen[rb.request_id]  # loads between steps

@@ -339,7 +339,7 @@ class WorkerSide:
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any) -> None:
         meta, kv = self._meta, self.kv
-        if meta is None or not meta.saves or kv is None:
+        if meta is None or not meta.saves or kv is None or not self.cfg.layerwise:
             return
         layer = kv.by_name.get(layer_name)
         if layer is None:
@@ -382,15 +382,21 @@ class WorkerSide:
     def _gather_finished(self) -> None:
         """Saves of finished requests (their generated tokens): vLLM holds their blocks and runs no layer for
         them, so every layer is gathered now, before this step's loads can touch other blocks."""
+        self._gather_all(at_finish=True)
+
+    def _gather_all(self, at_finish: bool) -> None:
         meta, kv = self._meta, self.kv
         if meta is None or kv is None:
             return
         for spec in meta.saves:
-            if spec.at_finish:
+            if spec.at_finish == at_finish:
                 for layer in kv.layers:
-                    self._gather(spec, layer)
+                    if layer.index not in getattr(self._step_saves.get(spec.req_id), "layers", ()):
+                        self._gather(spec, layer)
 
     def wait_for_save(self) -> None:
+        if not self.cfg.layerwise:  # no per-layer calls (full CUDA graphs): every layer of the step's saves now
+            self._gather_all(at_finish=False)
         self._finalize_step(final=True)
 
     def clear(self) -> None:

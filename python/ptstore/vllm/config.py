@@ -33,6 +33,12 @@ Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them)
 ``load_failure_policy``     ``recompute`` (default) or ``fail``: what vLLM does with a request whose load
                             failed; the connector sets vLLM's ``kv_load_failure_policy`` to it (vLLM's own
                             default is ``fail``: a failed load would end the request with an error)
+``layerwise``               true (default): sync loads run layer by layer during the step that needs
+                            them and saves are copied after each layer's attention, which needs vLLM's
+                            per-layer calls (CUDA graphs PIECEWISE). false: loads are always async
+                            (between steps, ``load_async``) and saves are copied at the step's end
+                            (``wait_for_save``), so vLLM may keep FULL CUDA graphs; a hit then costs a
+                            scheduler step of latency, and a save's copy no longer overlaps the layers
 ``save_threads``            background threads that write saves to the store (default 1)
 ``cost_model``              load or recompute? A dict ``{"gpu": "h100-80g", "model": "mistral-7b",
                             "profiles": None, "remote_path": "rma"}`` (every key optional; these are the
@@ -50,7 +56,7 @@ import os
 import re
 from typing import Any, Dict, Mapping, Optional
 
-__all__ = ["ConnectorConfig", "CostModelConfig", "default_namespace"]
+__all__ = ["ConnectorConfig", "CostModelConfig", "default_namespace", "needs_layer_calls"]
 
 _NS_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 # Room left in a namespace name (128 characters at most) for the isolation and rank suffixes.
@@ -64,6 +70,12 @@ def default_namespace(model: Optional[str]) -> str:
         name = "/".join(name.split("/")[-2:])
     name = _NS_CHARS.sub(".", name).strip(".")
     return (name or "vllm")[:MAX_BASE_NAMESPACE]
+
+
+def needs_layer_calls(extra: Optional[Mapping[str, Any]]) -> bool:
+    """Whether the connector needs vLLM's per-layer calls (wait_for_layer_load, save_kv_layer) with this
+    extra config: vLLM's requires_piecewise_for_cudagraph."""
+    return _flag((extra or {}).get("layerwise", True), "layerwise")
 
 
 def _flag(value: Any, key: str) -> bool:
@@ -148,6 +160,7 @@ class ConnectorConfig:
     load_async: bool = False
     hold_blocks_until_saved: bool = True
     save_generated: bool = True
+    layerwise: bool = True
     save_wait_ms: int = 3000
     unavailable_wait_ms: int = 1000
     retry_interval_ms: int = 1000
@@ -193,9 +206,13 @@ class ConnectorConfig:
         c.layout = _parse_layout(extra.get("layout"))
         c.load = _flag(extra.get("load", role in ("kv_both", "kv_consumer")), "load")
         c.save = _flag(extra.get("save", role in ("kv_both", "kv_producer")), "save")
-        for key in ("load_async", "hold_blocks_until_saved", "save_generated"):
+        for key in ("load_async", "hold_blocks_until_saved", "save_generated", "layerwise"):
             if key in extra:
                 setattr(c, key, _flag(extra[key], key))
+        if not c.layerwise:
+            if "load_async" in extra and not c.load_async:
+                raise ValueError("kv_connector_extra_config: layerwise false needs load_async (loads between steps)")
+            c.load_async = True
         for key in ("save_wait_ms", "unavailable_wait_ms", "retry_interval_ms", "lookup_timeout_ms",
                     "rpc_timeout_ms", "min_load_tokens", "save_threads"):
             if key in extra:

@@ -23,7 +23,7 @@ from ._compat import HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata
 from ._meta import PTStoreConnectorMetadata
 from ._scheduler import SchedulerSide
 from ._worker import WorkerSide
-from .config import ConnectorConfig
+from .config import ConnectorConfig, needs_layer_calls
 from .stats import PTStoreConnectorStats, build_prom_metrics
 
 __all__ = ["PTStoreConnector"]
@@ -125,7 +125,9 @@ class PTStoreConnector(KVConnectorBase_V1):
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
-        return True  # wait_for_layer_load / save_kv_layer run between the layers
+        """True unless ``layerwise`` is false: wait_for_layer_load / save_kv_layer must run between the layers,
+        which captured CUDA graphs skip; with it false every copy happens outside the forward pass."""
+        return needs_layer_calls(extra_config)
 
     # ======================================================== worker side
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:

@@ -447,6 +447,7 @@ class Worker:
             del r.tokens[r.num_prompt + int(c.num_output_tokens[i]):]
 
     engine_isolation: Dict[str, str] = {}
+    graph_replay = False
     image_inputs: Dict[str, List[Tuple[str, int, int]]] = {}
 
     def execute_model(self, so: Any) -> Any:
@@ -468,7 +469,10 @@ class Worker:
             with set_forward_context(attn_metadata, self.cfg, slot_mapping={n: slots for n in self.layers}):
                 with KVConnectorModelRunnerMixin._get_kv_connector_output(so) as kvo:
                     for name in self.layers:
-                        attention_forward(step, name)
+                        if self.graph_replay:  # a captured FULL CUDA graph: no Python around the layers
+                            step.attend(name)
+                        else:
+                            attention_forward(step, name)
         invalid = set(kvo.invalid_block_ids or ())
         for rid, blocks in step.mismatches.items():
             wrong = blocks - invalid
@@ -511,7 +515,7 @@ class Engine:
                  extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
                  kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
                  max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
-                 encoder_budget: int = 0) -> None:
+                 encoder_budget: int = 0, graph_replay: bool = False) -> None:
         self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
@@ -531,6 +535,7 @@ class Engine:
         self.publisher = RecordingPublisher.last if kv_events else None
         self.worker.engine_isolation = {}
         self.worker.image_inputs = {}
+        self.worker.graph_replay = graph_replay
         if encoder_budget:
             # The encoder budget and cache vLLM's Scheduler takes from MultiModalBudget, which reads them from a
             # multimodal model's processor (not here): the same two fields, set as its __init__ sets them.
