@@ -429,6 +429,8 @@ class SchedulerSide:
         self.stats["saves_planned"] += 1
         self.stats["generated_saves_planned"] += 1
         self._save_planned(request, whole // b)
+        if self.cfg.save_wait_ms > 0:  # a next turn arriving before the save lands asks again, not recomputes
+            self._add_inflight(request.request_id, st.namespace, tokens)
 
     def _save_planned(self, request: Any, blocks: int) -> None:
         """The save's KV event: when the worker reports it done (held blocks), else at once."""
