@@ -494,3 +494,24 @@ def test_with_layerwise_false_vllm_may_keep_full_cuda_graphs_and_kv_still_moves(
     finished_ok(b, rb)
     assert params(b, rb)["loaded_tokens"] == 96
     assert "WAITING_FOR_REMOTE_KVS" in b.seen[rb.request_id]  # loads between steps
+
+
+# ------------------------------------------------------------------------------------------------ TP degrees
+@pytest.mark.parametrize("saved_tp,loaded_tp", [(2, 1), (2, 4), (1, 2), (4, 8)])
+def test_a_prefix_saved_at_one_tensor_parallel_degree_loads_at_another(engines, ns, saved_tp, loaded_tp):
+    """Each rank stores its KV heads (4 in all) in its rank namespace; a deployment of another degree finds
+    them and each of its ranks reads its heads from the ranks that hold them (8 ranks: each head on two)."""
+    a = engines(ns, kv_heads=4, tp=saved_tp)
+    b = engines(ns, kv_heads=4, tp=loaded_tp)
+    assert len(b.workers) == loaded_tp and [len(w.heads) for w in b.workers] == [max(1, 4 // loaded_tp)] * loaded_tp
+    doc = prompt(100)
+    ra = a.add(doc + [1], max_tokens=1)
+    a.run()
+    a.flush()
+    assert params(a, ra)["saved_tokens"] == 96
+    rb = b.add(doc + [2], max_tokens=2)
+    b.run()
+    finished_ok(b, rb)
+    assert params(b, rb)["loaded_tokens"] == 96
+    for w in b.workers:  # every rank loaded, and its attention checked its heads against the model's
+        assert w.connector.worker_side.stats["loaded_tokens"] == 96 and w.checked_tokens >= 96

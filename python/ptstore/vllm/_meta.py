@@ -20,7 +20,10 @@ class LoadSpec:
     prefixes); ``start`` (a multiple of the block size) is where the request's
     local hit ends; ``block_ids[i]`` receives tokens
     ``start + i * block_size ...``; ``is_async``: vLLM's ``load_kv_async``
-    (reported by ``get_finished``) instead of a load during this step.
+    (reported by ``get_finished``) instead of a load during this step;
+    ``source_tp``: the prefix was saved by a deployment of another
+    tensor-parallel degree: each rank reads its heads from that degree's
+    rank namespaces.
     """
 
     req_id: str
@@ -29,6 +32,7 @@ class LoadSpec:
     start: int
     block_ids: List[int]
     is_async: bool = False
+    source_tp: int = 0  # the tensor-parallel degree that saved it (0: this deployment's own)
 
     @property
     def end(self) -> int:

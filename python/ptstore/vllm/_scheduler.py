@@ -40,8 +40,8 @@ from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .events import EventLog
 from .stats import StatsRecorder
-from .keys import bypass_reason, chain_keys, deepest_shared_block, identity_overlay, lora_name, namespace_for, \
-    rank_namespace, request_tokens
+from .keys import bypass_reason, chain_keys, deepest_shared_block, degree_splits, identity_overlay, lora_name, \
+    namespace_for, rank_namespace, request_tokens
 
 logger = logging.getLogger("ptstore.vllm")
 
@@ -67,6 +67,7 @@ class _Req:
     block_ids: List[int] = field(default_factory=list)
     load_start: int = 0  # the last load: tokens [load_start, load_end) into load_blocks
     load_end: int = 0
+    source_tp: int = 0  # the tensor-parallel degree the last lookup found the prefix in (0: this one's)
     load_blocks: List[int] = field(default_factory=list)
     save_state: int = _NONE
     saves_emitted: int = 0
@@ -103,11 +104,13 @@ def first_group(block_ids: Any) -> Optional[List[int]]:
 class SchedulerSide:
     """State of the scheduler-side connector (one per vLLM engine core)."""
 
-    def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1, link: Optional[StoreLink] = None
-                 ) -> None:
+    def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1, link: Optional[StoreLink] = None,
+                 total_kv_heads: int = 0) -> None:
         self.cfg = cfg
         self.block = cfg.block_size
         self.tp_size, self.pp_size = tp_size, pp_size
+        self.total_kv_heads = total_kv_heads  # the model's KV heads (0: unknown; no cross-degree loads)
+        self._degrees: Dict[str, Tuple[float, List[int]]] = {}
         self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.lookup_timeout_ms,
                                       retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-scheduler")
         self.reqs: Dict[str, _Req] = {}
@@ -144,13 +147,56 @@ class SchedulerSide:
     def _lookup_ns(self, ns: str) -> str:
         return rank_namespace(ns, 0, self.tp_size, 0, self.pp_size)
 
-    def _lookup(self, ns: str, tokens: np.ndarray) -> int:
-        """Tokens of `tokens` the store holds (0 on a miss); raises _AskLater while the store is briefly away."""
+    def _lookup(self, ns: str, tokens: np.ndarray) -> Tuple[int, int]:
+        """(tokens of `tokens` the store holds, the tensor-parallel degree that holds them: 0 for this
+        deployment's own); (0, 0) on a miss. Raises _AskLater while the store is briefly away.
+
+        This deployment's own rank namespaces first (rank 0's answer stands for all: they save alike); then,
+        without pipeline parallelism, those of other degrees of the same model found in the store, where
+        every rank must hold the prefix (each of this deployment's ranks reads its heads from them)."""
+        own = self._lookup_in(self._lookup_ns(ns), tokens)
+        best, source = own, 0
+        if self.pp_size == 1 and self.total_kv_heads and own < len(tokens):
+            for n in self._other_degrees(ns):
+                hit = len(tokens)
+                for r in range(n):
+                    hit = min(hit, self._lookup_in(rank_namespace(ns, r, n, 0, 1), tokens))
+                    if hit <= best:
+                        break
+                if hit > best:
+                    best, source = hit, n
+        return best, source
+
+    def _other_degrees(self, ns: str) -> List[int]:
+        """Tensor-parallel degrees other than this one's that have namespaces of `ns` in the store (listed at
+        most once per 5 s) and that split this model's KV heads."""
+        now = time.monotonic()
+        cached = self._degrees.get(ns)
+        if cached is None or cached[0] < now:
+            client = self.link.get()
+            found: Set[int] = set()
+            if client is not None:
+                pat = re.compile(re.escape(ns) + r"(?:\.tp(\d+)of(\d+)\.pp0of1)?")
+                try:
+                    for info in client.list_namespaces():
+                        m = pat.fullmatch(info.name)
+                        if m:
+                            found.add(int(m.group(2)) if m.group(2) else 1)
+                except Error as e:
+                    if is_link_error(e):
+                        self.link.failed(e)
+            cached = (now + 5.0, sorted(n for n in found if n != self.tp_size
+                                        and degree_splits(n, self.total_kv_heads)))
+            self._degrees[ns] = cached
+        return cached[1]
+
+    def _lookup_in(self, name: str, tokens: np.ndarray) -> int:
         client = self.link.get()
         if client is None:
             return self._unreachable()
+        ns = name
         try:
-            r = client.lookup(self._lookup_ns(ns), tokens)
+            r = client.lookup(name, tokens)
         except NotFound:
             self.link.ok()
             return 0
@@ -255,7 +301,8 @@ class SchedulerSide:
         self.stats["lookups"] += 1
         self.recorder.add("lookups")
         try:
-            stored = self._lookup(st.namespace, tokens) // b * b
+            stored, st.source_tp = self._lookup(st.namespace, tokens)
+            stored = stored // b * b
         except _AskLater:
             return None, False
         st.store_tokens = min(stored, prompt_whole)
@@ -268,7 +315,7 @@ class SchedulerSide:
                 self.stats["ask_later_inflight"] += 1
                 self.recorder.add("ask_later")
                 return None, False
-        if self.cost_model is not None and hit > num_computed_tokens:
+        if self.cost_model is not None and hit > num_computed_tokens and not st.source_tp:
             hit = self._advise(st.namespace, request_tokens(request, num_tokens, st.overlay), hit,
                                num_computed_tokens)
         ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
@@ -298,7 +345,8 @@ class SchedulerSide:
                            start, end, len(st.block_ids), b)
         self._loads.append(LoadSpec(req_id=request.request_id, namespace=st.namespace,
                                     tokens=request_tokens(request, end, st.overlay), start=start,
-                                    block_ids=st.block_ids[start // b:end // b], is_async=st.load_async))
+                                    block_ids=st.block_ids[start // b:end // b], is_async=st.load_async,
+                                    source_tp=st.source_tp))
         st.load_start, st.load_end, st.load_blocks = start, end, self._loads[-1].block_ids
         st.loaded_tokens += end - start
         self.events.stored(request, 0, end // b)  # the store holds them (what vLLM held locally too)

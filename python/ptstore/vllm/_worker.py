@@ -32,7 +32,7 @@ from .._errors import AlreadyExists, Error, NotFound
 from ._meta import LoadSpec, PTStoreConnectorMetadata, PTStoreWorkerMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
-from .keys import rank_namespace
+from .keys import rank_heads, rank_namespace
 from .stats import StatsRecorder
 from .paged import PagedKV, PagedLayer, TorchCopier, block_rows, resolve_dims
 
@@ -159,6 +159,33 @@ class _LoadJob:
             w._load_finished(self)
             self.done.set()
 
+    def _read_across(self, client: Any, spec: LoadSpec, out: Any) -> int:
+        """Reads this rank's KV heads of a prefix saved at another tensor-parallel degree into `out` (token-major,
+        this rank's heads): from each rank namespace of that degree holding some of them, the part they hold.
+        Returns the whole-block tokens every one of them supplied."""
+        import torch
+
+        w = self.w
+        b, n, total = w.block, spec.source_tp, w.total_kv_heads
+        mine = rank_heads(w.tp_rank, w.tp_size, total)
+        got = spec.end
+        for s in range(n):
+            theirs = rank_heads(s, n, total)
+            lo, hi = max(mine.start, theirs.start), min(mine.stop, theirs.stop)
+            if lo >= hi:
+                continue
+            name = rank_namespace(spec.namespace, s, n, 0, 1)
+            layout = client.get_namespace(name).layout
+            if layout.kv_heads != len(theirs) or layout.layers != out.shape[1] or layout.head_dim != out.shape[4]:
+                raise ValueError(f"namespace {name} holds {layout}, not rank {s} of {n} of this model")
+            tmp = torch.empty(layout.kv_shape(spec.end), dtype=out.dtype)
+            g = min(client.load(name, spec.tokens, tmp), spec.end) // b * b
+            got = min(got, g)
+            if got <= spec.start:
+                return 0
+            out[:g, :, :, lo - mine.start:hi - mine.start] = tmp[:g, :, :, lo - theirs.start:hi - theirs.start]
+        return got
+
     def _fetch(self, spec: LoadSpec) -> Optional[Tuple[LoadSpec, _Staging, int, Any]]:
         w = self.w
         b = w.block
@@ -175,7 +202,11 @@ class _LoadJob:
         ns = w.rank_ns(spec.namespace)
         staging: Optional[_Staging] = None
         try:
-            if client.mapped:
+            if spec.source_tp and spec.source_tp != w.tp_size:
+                ns = f"{spec.namespace} (tensor-parallel degree {spec.source_tp})"
+                staging = w.pool.acquire(end)
+                got = self._read_across(client, spec, staging.tensor)
+            elif client.mapped:
                 with client.pin(ns, spec.tokens) as pin:
                     got = min(pin.tokens, end) // b * b
                     if got > start:
@@ -208,11 +239,12 @@ class WorkerSide:
     """State of one worker's connector (one per GPU)."""
 
     def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1,
-                 link: Optional[StoreLink] = None) -> None:
+                 link: Optional[StoreLink] = None, total_kv_heads: int = 0) -> None:
         self.cfg = cfg
         self.block = cfg.block_size
         self.tp_size, self.pp_size = tp_size, pp_size
         self.tp_rank = self.pp_rank = 0
+        self.total_kv_heads = total_kv_heads
         self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.rpc_timeout_ms,
                                       retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-worker")
         self.kv: Optional[PagedKV] = None

@@ -57,6 +57,14 @@ def _apply_failure_policy(vllm_config: Any, policy: str) -> None:
                 "kv_connector_extra_config load_failure_policy 'fail': a failed load fails its request")
 
 
+def _total_kv_heads(vllm_config: Any) -> int:
+    """The model's KV heads over all tensor-parallel ranks (0 when vLLM's config does not tell)."""
+    try:
+        return int(vllm_config.model_config.get_total_num_kv_heads())
+    except Exception:  # noqa: BLE001 - an older or partial config
+        return 0
+
+
 def _attention_backends(vllm_config: Any, kv_caches: Dict[str, Any]) -> Dict[str, Any]:
     """The attention backend class of each layer, from vLLM's static forward context (its Attention layers)."""
     ctx = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None) or {}
@@ -99,9 +107,10 @@ class PTStoreConnector(KVConnectorBase_V1):
         self._worker: Optional[WorkerSide] = None
         if _role_is(role, "SCHEDULER"):
             _apply_failure_policy(vllm_config, self.config.load_failure_policy)
-            self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp)
+            self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp,
+                                            total_kv_heads=_total_kv_heads(vllm_config))
         else:
-            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp)
+            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=_total_kv_heads(vllm_config))
         logger.info("ptstore: PTStoreConnector (%s) namespace %s, load=%s save=%s load_async=%s%s",
                     getattr(role, "name", role), self.config.namespace, self.config.load, self.config.save,
                     self.config.load_async, "" if HAVE_VLLM else " (vLLM not installed: stand-in base classes)")

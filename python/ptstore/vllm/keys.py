@@ -48,7 +48,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 __all__ = ["namespace_for", "rank_namespace", "bypass_reason", "request_tokens", "chain_keys", "lora_name",
-           "identity_overlay", "IDENTITY_BIT"]
+           "identity_overlay", "IDENTITY_BIT", "rank_heads", "degree_splits"]
 
 IDENTITY_BIT = 0x80000000
 Overlay = List[Tuple[np.ndarray, np.ndarray]]  # (positions, identity token ids)
@@ -91,6 +91,26 @@ def rank_namespace(ns: str, tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0
     if tp_size <= 1 and pp_size <= 1:
         return ns
     return f"{ns}.tp{tp_rank}of{tp_size}.pp{pp_rank}of{pp_size}"
+
+
+def rank_heads(rank: int, tp_size: int, total_kv_heads: int) -> range:
+    """The KV heads tensor-parallel rank `rank` of `tp_size` holds, as vLLM splits them: a contiguous share when
+    the heads divide among the ranks, one head replicated over ``tp_size // total`` ranks when there are fewer
+    heads than ranks."""
+    if tp_size <= 1:
+        return range(total_kv_heads)
+    if tp_size <= total_kv_heads:
+        per = total_kv_heads // tp_size
+        return range(rank * per, (rank + 1) * per)
+    head = rank // (tp_size // total_kv_heads)
+    return range(head, head + 1)
+
+
+def degree_splits(tp_size: int, total_kv_heads: int) -> bool:
+    """Whether vLLM can split `total_kv_heads` over `tp_size` ranks (its own condition)."""
+    if tp_size <= 1:
+        return True
+    return total_kv_heads % tp_size == 0 if tp_size <= total_kv_heads else tp_size % total_kv_heads == 0
 
 
 def bypass_reason(request: Any) -> Optional[str]:

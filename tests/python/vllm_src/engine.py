@@ -33,6 +33,8 @@ is not here), with the derived fields vLLM computes from it, and vLLM's own
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -82,6 +84,9 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin  # noqa: E402
 from vllm.v1.worker.utils import select_common_block_size  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
+
+from ptstore.vllm.keys import rank_heads  # noqa: E402
 
 init_none_hash(sha256)
 
@@ -160,15 +165,16 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
                 extra: Optional[Dict[str, Any]] = None, kv_role: str = "kv_both",
                 kv_load_failure_policy: Optional[str] = None, async_scheduling: bool = False,
                 max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN",
-                kv_events: bool = False) -> Any:
+                kv_events: bool = False, tp: int = 1) -> Any:
     """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it."""
     ktc: Dict[str, Any] = dict(kv_connector="PTStoreConnector", kv_connector_module_path="ptstore.vllm",
                                kv_role=kv_role, kv_connector_extra_config={"socket": socket, **(extra or {})})
     if kv_load_failure_policy is not None:
         ktc["kv_load_failure_policy"] = kv_load_failure_policy
-    from vllm.config import AttentionConfig, KVEventsConfig
+    from vllm.config import AttentionConfig, KVEventsConfig, ParallelConfig
 
     return VllmConfig(
+        parallel_config=ParallelConfig(tensor_parallel_size=tp),
         kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher=RECORDER) if kv_events else None,
         model_config=model_config(layers=layers, kv_heads=kv_heads, head_size=head_size, dtype=dtype),
         scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -338,7 +344,7 @@ class _Step:
         assert pages is not None
         for req, start, n in self.scheduled:
             end = start + n
-            kv = w.oracle.kv(req.tokens[:end], req.isolation)[:, layer.index]  # (end, 2, heads, dim)
+            kv = w.oracle.kv(req.tokens[:end], req.isolation)[:, layer.index][:, :, w.heads]  # (end, 2, heads, dim)
             blocks, slots = w.kernel_slots(req.block_ids, 0, end)
             pages.write(blocks[start:end], slots[start:end], kv[start:end])
             if start:
@@ -352,8 +358,15 @@ class _Step:
 class Worker:
     """One GPU worker of an engine: its paged KV caches, the worker-side connector, the stand-in model."""
 
-    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str) -> None:
+    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str, tp_rank: int = 0) -> None:
+        tp = cfg.parallel_config.tensor_parallel_size
+        if tp > 1:  # a process of its own in vLLM: its own copy of the config and its static forward context
+            cfg = copy.copy(cfg)
+            cfg.compilation_config = copy.copy(cfg.compilation_config)
+            cfg.compilation_config.static_forward_context = {}
         self.cfg, self.kcc, self.oracle = cfg, kcc, oracle
+        self.tp_rank = tp_rank
+        self.heads = list(rank_heads(tp_rank, tp, oracle.kv_heads))
         self.backend_name = backend_name
         self.backend = backend_class(backend_name)
         spec = kcc.kv_cache_groups[0].kv_cache_spec
@@ -373,7 +386,7 @@ class Worker:
             fwd[name] = layer
             kv_caches[name] = kv
         self.kv_caches = kv_caches
-        with self.active():
+        with self.active(), self._parallel_ranks():
             self.connector.register_kv_caches(kv_caches)
         self.reqs: Dict[str, _WorkerReq] = {}
         self.steps = 0
@@ -398,6 +411,20 @@ class Worker:
         vb, kb = self.block_size, self.kernel_block_size
         vblocks = torch.as_tensor(list(block_ids), dtype=torch.int64)[pos // vb]
         return vblocks * (vb // kb) + (pos % vb) // kb, pos % kb
+
+    @contextlib.contextmanager
+    def _parallel_ranks(self) -> Any:
+        """This worker's ranks as vLLM's parallel_state gives them to the process of that rank (its process
+        groups need one process per rank; here every rank's worker runs in the test's process)."""
+        from vllm.distributed import parallel_state as ps
+
+        saved = ps.get_tensor_model_parallel_rank, ps.get_pp_group
+        ps.get_tensor_model_parallel_rank = lambda: self.tp_rank
+        ps.get_pp_group = lambda: types.SimpleNamespace(rank_in_group=0)
+        try:
+            yield
+        finally:
+            ps.get_tensor_model_parallel_rank, ps.get_pp_group = saved
 
     def active(self) -> Any:
         """This worker's connector as the process's KV transfer group (vLLM has one per worker process)."""
@@ -515,13 +542,15 @@ class Engine:
                  extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
                  kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
                  max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
-                 encoder_budget: int = 0, graph_replay: bool = False) -> None:
+                 encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1) -> None:
         self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
-                               max_num_batched_tokens=max_num_batched_tokens, backend=backend, kv_events=kv_events)
-        self.kcc = kv_cache_config(layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
-                                   dtype=dtype, num_blocks=num_blocks)
+                               max_num_batched_tokens=max_num_batched_tokens, backend=backend, kv_events=kv_events,
+                               tp=tp)
+        # kv_heads: the model's; each tensor-parallel rank's spec has its share (as vLLM's get_num_kv_heads)
+        self.kcc = kv_cache_config(layers=layers, kv_heads=max(1, kv_heads // tp), head_size=head_size,
+                                   block_size=block_size, dtype=dtype, num_blocks=num_blocks)
         self.cfg.cache_config.num_gpu_blocks = num_blocks
         self.block_size = block_size
         self.oracle = oracle or Oracle(layers, kv_heads, head_size, dtype)
@@ -531,11 +560,12 @@ class Engine:
         from vllm.config import set_current_vllm_config
 
         with set_current_vllm_config(self.cfg):  # as vLLM's worker while it loads the model and its KV caches
-            self.worker = Worker(self.cfg, self.kcc, self.oracle, backend)
+            self.workers = [Worker(self.cfg, self.kcc, self.oracle, backend, tp_rank=q) for q in range(tp)]
+            self.worker = self.workers[0]
         self.publisher = RecordingPublisher.last if kv_events else None
-        self.worker.engine_isolation = {}
-        self.worker.image_inputs = {}
-        self.worker.graph_replay = graph_replay
+        for w in self.workers:
+            w.engine_isolation, w.image_inputs, w.graph_replay = {}, {}, graph_replay
+        self.aggregator = KVOutputAggregator(expected_finished_count=tp)
         if encoder_budget:
             # The encoder budget and cache vLLM's Scheduler takes from MultiModalBudget, which reads them from a
             # multimodal model's processor (not here): the same two fields, set as its __init__ sets them.
@@ -567,15 +597,17 @@ class Engine:
                       sampling_params=sp, pooling_params=None, cache_salt=cache_salt, block_hasher=self.hasher,
                       prompt_embeds=prompt_embeds, mm_features=mm or None)
         for ident, off, n in images:  # the stand-in model's input at an image's positions is the image
-            self.worker.image_inputs.setdefault(rid, []).append((ident, off, n))
-        self.worker.engine_isolation[rid] = cache_salt or ""
+            for w in self.workers:
+                w.image_inputs.setdefault(rid, []).append((ident, off, n))
+        for w in self.workers:
+            w.engine_isolation[rid] = cache_salt or ""
         self.requests[rid] = req
         self.scheduler.add_request(req)
         return req
 
     def step(self) -> Any:
         so = self.scheduler.schedule()
-        mro = self.worker.execute_model(so)
+        mro = self.execute(so)
         outputs = self.scheduler.update_from_output(so, mro)
         for rid, req in self.requests.items():
             self.seen.setdefault(rid, set()).add(status_name(req.status))
@@ -587,6 +619,16 @@ class Engine:
                 if o.finish_reason is not None:
                     self.finished[o.request_id] = o
         return so
+
+    def execute(self, so: Any) -> Any:
+        """Every worker runs the step; vLLM's KVOutputAggregator merges their outputs (a request's save is done
+        when every rank reported it)."""
+        outs = [w.execute_model(so) for w in self.workers]
+        if len(outs) == 1:
+            return outs[0]
+        # Each worker's output reaches vLLM's executor as its own object (over IPC); the aggregator writes the
+        # merged result into rank 0's, which may be vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT here: copy them.
+        return self.aggregator.aggregate([copy.copy(o) for o in outs])
 
     def run(self, max_steps: int = 2000) -> None:
         """Steps as vLLM's EngineCore does until the scheduler holds no request: finished ones stay until their
@@ -604,7 +646,8 @@ class Engine:
 
     def flush(self) -> None:
         """Waits until the worker's saves reached the store, then steps until vLLM freed their blocks."""
-        assert self.worker.connector.worker_side.flush(30.0), "saves did not finish in 30 s"
+        for w in self.workers:
+            assert w.connector.worker_side.flush(30.0), "saves did not finish in 30 s"
         self.run()
 
     def result(self, rid: str) -> Tuple[Any, Any]:
@@ -612,10 +655,11 @@ class Engine:
         return self.requests[rid], self.finished[rid]
 
     def close(self) -> None:
-        self.worker.connector.shutdown()
+        for w in self.workers:
+            w.connector.shutdown()
+            for name in w.layers:
+                w.cfg.compilation_config.static_forward_context.pop(name, None)
         self.scheduler.connector.shutdown()
-        for name in self.worker.layers:
-            self.cfg.compilation_config.static_forward_context.pop(name, None)
 
 
 def E_status(req: Any) -> str:
