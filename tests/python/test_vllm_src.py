@@ -515,3 +515,23 @@ def test_a_prefix_saved_at_one_tensor_parallel_degree_loads_at_another(engines, 
     assert params(b, rb)["loaded_tokens"] == 96
     for w in b.workers:  # every rank loaded, and its attention checked its heads against the model's
         assert w.connector.worker_side.stats["loaded_tokens"] == 96 and w.checked_tokens >= 96
+
+
+# ------------------------------------------------------------------------------------------------ preemption
+def test_requests_preempted_for_blocks_reload_their_prefix_and_finish(engines, ns):
+    """A small KV cache: vLLM preempts running requests to make room; resumed, they look up and load again into
+    other blocks, and every step's KV is still the model's."""
+    a = engines(ns)
+    b = engines(ns, num_blocks=24)
+    docs = [prompt(96, s) for s in (11, 12, 13)]
+    for d in docs:
+        a.add(d + [1], max_tokens=1)
+    a.run()
+    a.flush()
+    reqs = [b.add(d + [2], max_tokens=120) for d in docs]
+    b.run()
+    assert sum(r.num_preemptions for r in reqs) > 0, "the cache was large enough: no preemption happened"
+    for r in reqs:
+        finished_ok(b, r)
+        assert params(b, r)["loaded_tokens"] >= 96  # loaded at least once (again after a preemption)
+    assert b.worker.connector.worker_side.stats["loaded_tokens"] > 3 * 96  # reloads after preemption
