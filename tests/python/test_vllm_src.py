@@ -75,6 +75,19 @@ def params(engine, req):
     return (out.kv_transfer_params or {}).get("ptstore", {})
 
 
+def save_then_load(client, ns, a, b, saved, asked, **kw):
+    """Engine a serves `saved` (and its save reaches the store, checked against the model), then engine b
+    serves `asked`: b's finished request."""
+    a.add(saved, max_tokens=1, **kw)
+    a.run()
+    a.flush()
+    assert_store_holds_the_models_kv(client, a, ns, saved)
+    rb = b.add(asked, max_tokens=2, **kw)
+    b.run()
+    finished_ok(b, rb)
+    return rb
+
+
 def assert_store_holds_the_models_kv(client, engine, ns, tokens):
     """The store's token-major bytes of `tokens` (whole blocks) are the stand-in model's K/V, every one."""
     import numpy as np
@@ -164,10 +177,8 @@ def _drop_between_lookup_and_load(engine, client, ns):
     return mro
 
 
-@pytest.mark.parametrize("load_async", [False, True])
-def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, client, load_async):
-    a = engines(ns)
-    b = engines(ns, extra={"load_async": load_async})
+def _load_a_removed_prefix(a, b, client, ns):
+    """Engine a saves a prompt; engine b asks for it, and it is removed between b's lookup and load."""
     doc = prompt(100)
     a.add(doc + [5], max_tokens=2)
     a.run()
@@ -175,6 +186,14 @@ def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, c
     rb = b.add(doc + [6], max_tokens=3)
     _drop_between_lookup_and_load(b, client, ns)
     b.run()
+    return rb
+
+
+@pytest.mark.parametrize("load_async", [False, True])
+def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, client, load_async):
+    a = engines(ns)
+    b = engines(ns, extra={"load_async": load_async})
+    rb = _load_a_removed_prefix(a, b, client, ns)
     finished_ok(b, rb)  # not FINISHED_ERROR
     w = b.worker.connector.worker_side
     assert w.stats["load_failed_blocks"] == 6 and w.stats["loaded_tokens"] == 0
@@ -186,13 +205,7 @@ def test_with_load_failure_policy_fail_vllm_fails_the_request(engines, ns, clien
     a = engines(ns)
     b = engines(ns, extra={"load_failure_policy": "fail"})
     assert b.scheduler.recompute_kv_load_failures is False
-    doc = prompt(100)
-    a.add(doc + [5], max_tokens=2)
-    a.run()
-    a.flush()
-    rb = b.add(doc + [6], max_tokens=3)
-    _drop_between_lookup_and_load(b, client, ns)
-    b.run()
+    rb = _load_a_removed_prefix(a, b, client, ns)
     assert E.status_name(rb.status) == "FINISHED_ERROR"
 
 
@@ -210,13 +223,7 @@ def test_every_dense_backend_saves_and_loads_the_models_bytes(engines, ns, clien
     a = engines(ns, backend=backend, kv_heads=kv_heads)
     b = engines(ns, backend=backend, kv_heads=kv_heads)
     doc = prompt(80)
-    a.add(doc + [3], max_tokens=1)
-    a.run()
-    a.flush()
-    assert_store_holds_the_models_kv(client, a, ns, doc)
-    rb = b.add(doc + [4], max_tokens=2)
-    b.run()
-    finished_ok(b, rb)
+    rb = save_then_load(client, ns, a, b, doc, doc + [4])
     assert params(b, rb)["loaded_tokens"] == 80
 
 
@@ -239,13 +246,7 @@ def test_vllm_blocks_of_128_tokens_over_flashinfers_64_token_kernel_blocks(engin
     assert a.worker.kernel_block_size == 64  # vLLM's select_common_block_size
     b = engines(ns, backend="FLASHINFER", block_size=128, num_blocks=16)
     doc = prompt(300)
-    a.add(doc, max_tokens=1)
-    a.run()
-    a.flush()
-    assert_store_holds_the_models_kv(client, a, ns, doc)
-    rb = b.add(doc + [9], max_tokens=2)
-    b.run()
-    finished_ok(b, rb)
+    rb = save_then_load(client, ns, a, b, doc, doc + [9])
     assert params(b, rb)["loaded_tokens"] == 256
 
 
@@ -410,9 +411,7 @@ def test_vllms_kv_event_stream_shows_the_blocks_ptstore_holds(engines, ns, clien
     a.run()
     a.flush()
     rd = b.add(other + [5], max_tokens=1)  # its load fails: the prefix is removed between lookup and load
-    so = b.scheduler.schedule()
-    client.drop_namespace(ns)
-    b.scheduler.update_from_output(so, b.worker.execute_model(so))
+    _drop_between_lookup_and_load(b, client, ns)
     b.run()
     finished_ok(b, rd)
     removed = [h for e in b.publisher.events() if isinstance(e, BlockRemoved) and e.medium == "CPU"
