@@ -150,6 +150,7 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   std::vector<double> ttft, jct, tpot, ttft_warm;
   std::vector<uint8_t> buf, kv;
+  std::vector<uint32_t> history;
   std::vector<uint32_t> node_of(requests.size(), 0);
   double last_finish = 0;
 
@@ -158,19 +159,25 @@ Result<E2eResult> RunE2e(const E2eOptions& o) {
     while (!events.empty() && events.top().time <= t) {
       const Event e = events.top();
       events.pop();
+      const E2eRequest& r = requests[e.request];
+      std::span<const uint32_t> saved = r.tokens;  // at the prefill's end: the prompt
       if (e.kind == 1) {
         PTS_RETURN_IF_ERROR(scheduler.Finished(e.ticket));
-        continue;
+        if (!o.save_generated || o.mode == Mode::kNoReuse || r.output.empty()) continue;
+        // At the request's end: the prompt and its output, whose last token has no KV yet.
+        history.assign(r.tokens.begin(), r.tokens.end());
+        history.insert(history.end(), r.output.begin(), r.output.end() - 1);
+        saved = history;
+      } else {
+        PTS_RETURN_IF_ERROR(scheduler.PrefillDone(e.ticket));
+        if (o.mode == Mode::kNoReuse) continue;
       }
-      PTS_RETURN_IF_ERROR(scheduler.PrefillDone(e.ticket));
-      if (o.mode == Mode::kNoReuse) continue;
-      const E2eRequest& r = requests[e.request];
-      const uint64_t whole = r.tokens.size() / layout.block_tokens * layout.block_tokens;
+      const uint64_t whole = saved.size() / layout.block_tokens * layout.block_tokens;
       if (whole == 0) continue;
       kv.resize(whole * bpt);
-      FillKv(std::span(r.tokens).first(whole), 0, bpt, kv.data());
+      FillKv(saved.first(whole), 0, bpt, kv.data());
       Client& c = *nodes.clients()[node_of[e.request]].client;
-      Result<SaveResult> s = c.Save(kNs, std::span(r.tokens).first(whole), kv.data(), kv.size());
+      Result<SaveResult> s = c.Save(kNs, saved.first(whole), kv.data(), kv.size());
       if (s.ok()) {
         res.saved_bytes += s->new_bytes;
       } else if (s.status().code() != Code::kResourceExhausted) {  // a full arena may refuse: a cache's right
@@ -308,6 +315,7 @@ nlohmann::json ToJson(const E2eResult& r) {
       {"remote_path", sched::LoadPathName(o.remote_path)},
       {"data_path", o.data_path},
       {"replicate_after", o.mode == Mode::kPtstore ? o.replicate_after : 0},
+      {"save_generated", o.save_generated},
       {"real_bytes_per_token", o.real_bytes_per_token},
       {"ttft", metric(r.ttft)},
       {"ttft_warm", metric(r.ttft_warm)},

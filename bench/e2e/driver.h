@@ -65,6 +65,8 @@ struct E2eOptions {
   std::string arena_size = "512MiB";     // per node
   std::string data_path = "tcp";         // between the nodes: tcp or rma
   bool verify = true;                    // check every loaded byte
+  bool save_generated = false;           // a finished request also saves its output's KV (prompt + output
+                                         // but the last token: the vLLM connector's save_generated)
   std::string experiment;                // a label for the JSON
 };
 

@@ -83,6 +83,11 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
     for (Policy p : {Policy::kSessionAffinity, Policy::kPrefixLocality}) {
       add({"quick", Mode::kPtstore, p, 2, wikiqa, 2048, 40});
     }
+    for (bool gen : {false, true}) {  // a chat's outputs saved or not
+      E2eOptions o = base;
+      o.save_generated = gen;
+      runs.push_back(MakeRun(o, {"quick", Mode::kPtstore, Policy::kLeastLoad, 2, WorkloadKind::kShareGpt, 0, 40}));
+    }
     return runs;
   }
   // Sequence length: WikiQA-like documents of exactly L tokens, every mode;
@@ -121,6 +126,23 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       add({"policies", Mode::kPtstore, p, 4, w, 0, 200, 0.8});
     }
   }
+  // Multi-turn: chats and agent loops with and without their outputs saved
+  // (the vLLM connector's save_generated), under least-load and session routing.
+  // At 2 requests/s: the think time between a session's turns (about
+  // active_sessions / rate) is then longer than a turn's JCT, as in a real chat;
+  // at 60% of capacity the next turn would arrive before the previous answer
+  // was generated, so no output could be saved in time.
+  for (WorkloadKind w : {WorkloadKind::kShareGpt, WorkloadKind::kReAct}) {
+    for (Policy p : {Policy::kLeastLoad, Policy::kSessionAffinity}) {
+      for (bool gen : {false, true}) {
+        E2eOptions o = base;
+        o.save_generated = gen;
+        E2eOptions run = MakeRun(o, {"multiturn", Mode::kPtstore, p, 4, w, 0, 200});
+        run.workload.rate = 2.0;
+        runs.push_back(run);
+      }
+    }
+  }
   // Every workload shape under every mode.
   for (WorkloadKind w : AllWorkloads()) {
     for (Mode m : modes) add({"workloads", m, Policy::kLeastLoad, 4, w, 0, 200});
@@ -151,6 +173,7 @@ int Main(int argc, char** argv) {
   app.add_option("--real-bytes-per-token", base.real_bytes_per_token, "KV bytes the store really moves per token");
   app.add_option("--arena-size", base.arena_size, "arena per node");
   app.add_flag("!--no-verify", base.verify, "do not check loaded bytes");
+  app.add_flag("--save-generated", base.save_generated, "a finished request saves its output's KV too");
   app.add_option("--sweep", sweep, "quick or full: the predefined experiments");
   app.add_option("--json", json_path, "write every run as JSON here");
   CLI11_PARSE(app, argc, argv);

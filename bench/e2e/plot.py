@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 MODES = ["no-reuse", "local", "no-replication", "ptstore"]
 POLICIES = ["round-robin", "least-load", "session", "prefix"]
-EXPERIMENTS = ["seqlen", "seqlen-prefix", "replication", "scaling", "policies", "workloads", "quick"]
+EXPERIMENTS = ["seqlen", "seqlen-prefix", "replication", "scaling", "policies", "workloads", "multiturn", "quick"]
 WORKLOADS = ["wikiqa", "squad", "sharegpt", "loogle", "react"]
 PTSTORE = "ptstore"
 
@@ -322,7 +322,8 @@ COLUMNS = (
      ("requests", lambda r: fmt_int(get(r, "requests"))),
      ("gpu", lambda r: fmt_text(r.get("gpu"))),
      ("remote path", lambda r: fmt_text(r.get("remote_path"))),
-     ("replicate after", lambda r: fmt_int(get(r, "replicate_after")))]
+     ("replicate after", lambda r: fmt_int(get(r, "replicate_after"))),
+     ("save generated", lambda r: fmt_text({True: "yes", False: "no"}.get(r.get("save_generated"))))]
     + [(f"{m} {s} (ms)", (lambda m, s: lambda r: fmt_num(ms(r, m, s)))(m, s))
        for m in ("ttft", "ttft_warm", "jct", "tpot") for s in ("mean", "p50", "p99")]
     + [("req/s", lambda r: fmt_num(get(r, "throughput_rps"), 2)),
@@ -341,7 +342,7 @@ def run_sort_key(r):
         return (known.index(v) if v in known else len(known), str(v))
     return (rank(r.get("workload"), WORKLOADS), get(r, "nodes") or 0, get(r, "context_tokens") or 0,
             rank(r.get("policy"), POLICIES), str(r.get("remote_path")), rank(r.get("mode"), MODES),
-            -(get(r, "replicate_after") or 0))
+            -(get(r, "replicate_after") or 0), bool(r.get("save_generated")))
 
 
 def write_table(runs, commands, out, written):
