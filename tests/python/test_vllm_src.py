@@ -335,7 +335,7 @@ def test_connector_stats_reach_vllms_log_line_and_prometheus_metrics(engines, ns
     _, lines_b = total(b)
     assert len(lines_a) == 1 and "saves=1" in lines_a[0] and "saved_tokens=96" in lines_a[0], lines_a
     per_token = client.get_namespace(ns).layout.bytes_per_token
-    assert f"loaded_tokens=96" in lines_b[0] and f"loaded_bytes={96 * per_token}" in lines_b[0], lines_b
+    assert "loaded_tokens=96" in lines_b[0] and f"loaded_bytes={96 * per_token}" in lines_b[0], lines_b
     assert "lookups=2" in lines_b[0] and "hit_tokens=96" in lines_b[0] and "load_errors=0" in lines_b[0]
 
     prom = KVConnectorProm(b.cfg, labelnames=["model_name", "engine"], per_engine_labelvalues={0: ["tiny", "0"]})
