@@ -23,6 +23,8 @@
 #include <random>
 #include <thread>
 
+#include "tests/testing/stop_process.h"
+
 namespace ptstore::rdma {
 namespace {
 
@@ -437,6 +439,13 @@ class ChildTarget {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   void Signal(int sig) { ::kill(pid_, sig); }
+  // SIGSTOP, back once every thread of the child has stopped (until then it
+  // still answers reads): testing::StopChild.
+  Status Freeze() {
+    Status s = testing::StopChild(pid_);
+    if (s.code() == Code::kUnavailable) pid_ = -1;  // it exited instead, and has been reaped
+    return s;
+  }
   const std::vector<uint8_t>& address() const { return address_; }
   uint64_t key() const { return key_; }
 
@@ -506,9 +515,9 @@ TEST(FabricProcessTest, ReadsFromAnotherProcess) {
   std::cout << "[ info     ] read from a process that closed its fabric: " << st.ToString() << "\n";
 }
 
-// A target that stops answering (SIGSTOP) makes reads run past their
-// deadline; their completions, which come once it resumes, touch nothing
-// freed. A killed target fails reads quickly.
+// A target that stops answering (SIGSTOP, and stopped: Freeze) makes reads
+// run past their deadline; their completions, which come once it resumes,
+// touch nothing freed. A killed target fails reads quickly.
 TEST(FabricProcessTest, StoppedAndKilledTargets) {
   ChildTarget child(kRegion, 61);
   ASSERT_FALSE(child.address().empty());
@@ -518,7 +527,8 @@ TEST(FabricProcessTest, StoppedAndKilledTargets) {
   std::vector<Fabric::ReadOp> ops = {{0, 0, 32 * kMiB}, {32 * kMiB, 0, 32 * kMiB}};
   ASSERT_TRUE(a.fabric->Read(peer, child.key(), ops, kTimeoutMs).ok());  // connected
 
-  child.Signal(SIGSTOP);
+  Status frozen = child.Freeze();
+  ASSERT_TRUE(frozen.ok()) << frozen.ToString();
   std::memset(a.buffer.data(), 0, kRegion);
   auto start = Clock::now();
   Status st = a.fabric->Read(peer, child.key(), ops, 300);
@@ -538,7 +548,8 @@ TEST(FabricProcessTest, StoppedAndKilledTargets) {
   ExpectOpsMatch(a.buffer.data(), ops, 61);
 
   // Killed in the middle of reads, and while the reader waits.
-  child.Signal(SIGSTOP);
+  frozen = child.Freeze();
+  ASSERT_TRUE(frozen.ok()) << frozen.ToString();
   std::thread killer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     child.Signal(SIGKILL);
@@ -569,7 +580,8 @@ TEST(FabricProcessTest, DestroyWithReadsInFlight) {
   uint64_t peer = *a.fabric->AddPeer(child.address());
   std::vector<Fabric::ReadOp> ops = {{0, 0, 32 * kMiB}};
   ASSERT_TRUE(a.fabric->Read(peer, child.key(), ops, kTimeoutMs).ok());
-  child.Signal(SIGSTOP);
+  Status frozen = child.Freeze();
+  ASSERT_TRUE(frozen.ok()) << frozen.ToString();
   EXPECT_EQ(a.fabric->Read(peer, child.key(), ops, 100).code(), Code::kDeadlineExceeded);
   EXPECT_GT(a.fabric->reads_in_flight(), 0u);
   a.fabric.reset();

@@ -1,6 +1,5 @@
 #include "tests/soak/soak.h"
 
-#include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -202,12 +201,20 @@ void Soak::Fault(size_t i) {
   std::exponential_distribution<double> down(1.0 / std::max(1, o_.down_ms));
   restart_at_ms_[i] = SteadyMs() + std::clamp<int64_t>(static_cast<int64_t>(down(rng_)), 50, 5LL * o_.down_ms + 50);
   if (r < 15) {
-    // Frozen, not dead (SIGSTOP): its peers' calls to it must time out into
-    // misses, and it must carry on when it wakes up.
-    kill(cluster_->node(i).pid(), SIGSTOP);
-    paused_[i] = true;
-    ++report_.faults["pause"];
-    Event("node " + std::to_string(i) + ": paused (SIGSTOP)");
+    // Frozen, not dead (SIGSTOP, and stopped: Freeze): its peers' calls to
+    // it must time out into misses, and it must carry on when it wakes up.
+    const Status frozen = cluster_->node(i).Freeze();
+    if (frozen.ok()) {
+      paused_[i] = true;
+      ++report_.faults["pause"];
+      Event("node " + std::to_string(i) + ": paused (SIGSTOP)");
+      return;
+    }
+    // It died before it could stop, or would not stop: reported, then
+    // killed (if it still runs) and started again like a killed node.
+    violations_.Add("node " + std::to_string(i) + " could not be paused: " + frozen.ToString());
+    cluster_->Kill(i);
+    KeepLog(i, "could not be paused");
     return;
   }
   if (r < 50) {
@@ -229,7 +236,9 @@ void Soak::Fault(size_t i) {
 
 void Soak::Restart(size_t i) {
   if (paused_[i]) {
-    kill(cluster_->node(i).pid(), SIGCONT);
+    if (Status s = cluster_->node(i).Thaw(); !s.ok()) {
+      violations_.Add("node " + std::to_string(i) + " could not be resumed: " + s.ToString());
+    }
     paused_[i] = false;
     ++report_.faults["resume"];
     Event("node " + std::to_string(i) + ": resumed (SIGCONT)");

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/testing/stop_process.h"
+
 namespace ptstore::testing {
 
 std::string PtstoredPath() {
@@ -143,24 +145,12 @@ void Daemon::Kill() {
 
 Status Daemon::Freeze() {
   if (pid_ <= 0) return Unavailable("freeze: ptstored is not running");
-  if (kill(pid_, SIGSTOP) != 0) return ErrnoError("kill SIGSTOP", errno);
-  // The stop is reported to the parent (WUNTRACED) once the last thread of
-  // the group has stopped.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (;;) {
-    int status = 0;
-    const pid_t r = waitpid(pid_, &status, WUNTRACED | WNOHANG);
-    if (r < 0) return ErrnoError("waitpid", errno);
-    if (r == pid_ && WIFSTOPPED(status)) return Status::OK();
-    if (r == pid_) {
-      pid_ = -1;
-      return Unavailable("freeze: ptstored exited instead of stopping: " + ReadLog());
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      return DeadlineExceeded("freeze: ptstored did not stop within 10 s of SIGSTOP");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  Status s = StopChild(pid_);
+  if (s.code() == Code::kUnavailable) {
+    pid_ = -1;  // reaped
+    return Unavailable("freeze: ptstored, " + s.message() + ": " + ReadLog());
   }
+  return s.ok() ? s : s.WithContext("freeze ptstored");
 }
 
 Status Daemon::Thaw() {

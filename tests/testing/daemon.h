@@ -47,11 +47,12 @@ class Daemon {
   int Stop();
   // SIGKILL: the server dies without cleaning up.
   void Kill();
-  // SIGSTOP, then waits until the whole process has stopped. kill() returns
-  // before the stop takes effect: until every thread has stopped, the
-  // daemon still answers (a request that arrives meanwhile is served).
-  // Unavailable if it is not running or exits instead; DeadlineExceeded if
-  // it has not stopped within 10 s.
+  // SIGSTOP, then waits until the whole process has stopped
+  // (StopChild, stop_process.h). kill() returns before the stop takes
+  // effect: until every thread has stopped, the daemon still answers (a
+  // request that arrives meanwhile is served). Unavailable if it is not
+  // running or exits instead (then it has been reaped: pid() is -1);
+  // DeadlineExceeded if it has not stopped within 10 s.
   Status Freeze();
   // SIGCONT: a frozen daemon carries on.
   Status Thaw();
