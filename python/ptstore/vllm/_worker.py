@@ -339,7 +339,7 @@ class WorkerSide:
                                if t[0] > ack and self._step_no - t[1] < _TAINT_STEPS}
 
     def start_load_kv(self) -> None:
-        self._gather_finished()
+        self._gather_all(at_finish=True)
         meta = self._meta
         if meta is None or not meta.loads:
             return
@@ -411,12 +411,11 @@ class WorkerSide:
             logger.exception("ptstore: gathering layer %s of request %s failed", layer.name, spec.req_id)
             sj.failed = True
 
-    def _gather_finished(self) -> None:
-        """Saves of finished requests (their generated tokens): vLLM holds their blocks and runs no layer for
-        them, so every layer is gathered now, before this step's loads can touch other blocks."""
-        self._gather_all(at_finish=True)
-
     def _gather_all(self, at_finish: bool) -> None:
+        """Every layer of this step's saves with this `at_finish` not gathered yet. at_finish True, at the
+        step's start: finished requests' histories, whose blocks vLLM holds and runs no layer for (before this
+        step's loads can touch other blocks); False: at its end, when no per-layer call came (layerwise
+        false)."""
         meta, kv = self._meta, self.kv
         if meta is None or kv is None:
             return
@@ -484,9 +483,7 @@ class WorkerSide:
             else:
                 if sj is not None:
                     self.pool.release(sj.staging)
-                self.stats["saves_dropped"] += 1
-                self.recorder.add("save_errors")
-                self._save_failed(spec.req_id)
+                self._save_failed(spec.req_id, "saves_dropped")
                 self._save_done(spec.req_id)
 
     def _tainted(self, spec: SaveSpec) -> bool:
@@ -499,7 +496,11 @@ class WorkerSide:
                     return True
         return False
 
-    def _save_failed(self, rid: str) -> None:
+    def _save_failed(self, rid: str, counter: str) -> None:
+        """A save of `rid` did not reach the store: counted in `stats[counter]` and vLLM's save_errors, and
+        reported to the scheduler side (build_worker_meta), which then announces none of its blocks."""
+        self.stats[counter] += 1
+        self.recorder.add("save_errors")
         with self._cv:
             self._failed_saves.add(rid)
 
@@ -523,15 +524,11 @@ class WorkerSide:
         try:
             ns = self.rank_ns(spec.namespace)
             if ns in self._ns_bad:
-                self.stats["saves_dropped"] += 1
-                self.recorder.add("save_errors")
-                self._save_failed(spec.req_id)
+                self._save_failed(spec.req_id, "saves_dropped")
                 return
             client = self.link.get()
             if client is None:
-                self.stats["saves_dropped"] += 1
-                self.recorder.add("save_errors")
-                self._save_failed(spec.req_id)
+                self._save_failed(spec.req_id, "saves_dropped")
                 return
             for attempt in (0, 1):
                 try:
@@ -550,17 +547,13 @@ class WorkerSide:
             self.recorder.add("saved_bytes", int(r.stored_tokens) * self.layout.bytes_per_token)
             self.recorder.observe("save_seconds", time.monotonic() - t0)
         except Error as e:
-            self.stats["save_errors"] += 1
-            self.recorder.add("save_errors")
-            self._save_failed(spec.req_id)
+            self._save_failed(spec.req_id, "save_errors")
             if is_link_error(e):
                 self.link.failed(e)
             else:
                 self.warn_once(f"save:{type(e).__name__}", "ptstore: save to %s failed: %s", spec.namespace, e)
         except Exception:  # noqa: BLE001 - a thread must not die
-            self.stats["save_errors"] += 1
-            self.recorder.add("save_errors")
-            self._save_failed(spec.req_id)
+            self._save_failed(spec.req_id, "save_errors")
             logger.exception("ptstore: save of request %s failed", spec.req_id)
         finally:
             self.pool.release(sj.staging)
