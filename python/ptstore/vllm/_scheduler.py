@@ -27,7 +27,6 @@ Policies (docs/vllm.md):
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
@@ -40,8 +39,8 @@ from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .events import EventLog
 from .stats import StatsRecorder
-from .keys import bypass_reason, chain_keys, deepest_shared_block, degree_splits, identity_overlay, lora_name, \
-    namespace_for, rank_namespace, request_tokens
+from .keys import bypass_reason, chain_keys, deepest_shared_block, degree_splits, derived_from, identity_overlay, \
+    lora_name, namespace_for, rank_degrees, rank_namespace, request_tokens
 
 logger = logging.getLogger("ptstore.vllm")
 
@@ -110,7 +109,7 @@ class SchedulerSide:
         self.block = cfg.block_size
         self.tp_size, self.pp_size = tp_size, pp_size
         self.total_kv_heads = total_kv_heads  # the model's KV heads (0: unknown; no cross-degree loads)
-        self._degrees: Dict[str, Tuple[float, List[int]]] = {}
+        self._listing: Tuple[float, List[str]] = (0.0, [])  # (valid until, the store's namespace names)
         self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.lookup_timeout_ms,
                                       retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-scheduler")
         self.reqs: Dict[str, _Req] = {}
@@ -168,33 +167,30 @@ class SchedulerSide:
         return best, source
 
     def _other_degrees(self, ns: str) -> List[int]:
-        """Tensor-parallel degrees other than this one's that have namespaces of `ns` in the store (listed at
-        most once per 5 s) and that split this model's KV heads."""
+        """Tensor-parallel degrees other than this one's (without pipeline parallelism) that have namespaces of
+        `ns` in the store and that split this model's KV heads."""
+        found = {d[0] for d in (rank_degrees(ns, name) for name in self._namespace_names()) if d and d[1] == 1}
+        return sorted(n for n in found if n != self.tp_size and degree_splits(n, self.total_kv_heads))
+
+    def _namespace_names(self) -> List[str]:
+        """The store's namespace names, listed at most once per 5 s (for every namespace of this engine)."""
         now = time.monotonic()
-        cached = self._degrees.get(ns)
-        if cached is None or cached[0] < now:
+        if self._listing[0] < now:
+            names: List[str] = []
             client = self.link.get()
-            found: Set[int] = set()
             if client is not None:
-                pat = re.compile(re.escape(ns) + r"(?:\.tp(\d+)of(\d+)\.pp0of1)?")
                 try:
-                    for info in client.list_namespaces():
-                        m = pat.fullmatch(info.name)
-                        if m:
-                            found.add(int(m.group(2)) if m.group(2) else 1)
+                    names = [info.name for info in client.list_namespaces()]
                 except Error as e:
                     if is_link_error(e):
                         self.link.failed(e)
-            cached = (now + 5.0, sorted(n for n in found if n != self.tp_size
-                                        and degree_splits(n, self.total_kv_heads)))
-            self._degrees[ns] = cached
-        return cached[1]
+            self._listing = (now + 5.0, names)
+        return self._listing[1]
 
     def _lookup_in(self, name: str, tokens: np.ndarray) -> int:
         client = self.link.get()
         if client is None:
             return self._unreachable()
-        ns = name
         try:
             r = client.lookup(name, tokens)
         except NotFound:
@@ -204,7 +200,7 @@ class SchedulerSide:
             if is_link_error(e):
                 self.link.failed(e)
                 return self._unreachable()
-            self._warn_once(f"lookup:{type(e).__name__}", "ptstore: lookup in %s failed: %s", ns, e)
+            self._warn_once(f"lookup:{type(e).__name__}", "ptstore: lookup in %s failed: %s", name, e)
             return 0
         self.link.ok()
         return int(r.matched_tokens)
@@ -495,9 +491,8 @@ class SchedulerSide:
         if client is None:
             logger.warning("ptstore: reset_cache: the store is unreachable; nothing was removed")
             return False
-        derived = re.compile(re.escape(self.cfg.namespace) + r"(\.x[0-9a-f]{24})?(\.tp\d+of\d+\.pp\d+of\d+)?")
         try:
-            names = [n.name for n in client.list_namespaces() if derived.fullmatch(n.name)]
+            names = [n.name for n in client.list_namespaces() if derived_from(self.cfg.namespace, n.name)]
             for name in names:
                 try:
                     client.drop_namespace(name)

@@ -43,12 +43,13 @@ whether a prompt shares blocks with a save still in flight.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 __all__ = ["namespace_for", "rank_namespace", "bypass_reason", "request_tokens", "chain_keys", "lora_name",
-           "identity_overlay", "IDENTITY_BIT", "rank_heads", "degree_splits"]
+           "identity_overlay", "IDENTITY_BIT", "rank_heads", "degree_splits", "rank_degrees", "derived_from"]
 
 IDENTITY_BIT = 0x80000000
 Overlay = List[Tuple[np.ndarray, np.ndarray]]  # (positions, identity token ids)
@@ -91,6 +92,25 @@ def rank_namespace(ns: str, tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0
     if tp_size <= 1 and pp_size <= 1:
         return ns
     return f"{ns}.tp{tp_rank}of{tp_size}.pp{pp_rank}of{pp_size}"
+
+
+_ISOLATION_SUFFIX = r"\.x[0-9a-f]{24}"  # namespace_for's
+_RANK_SUFFIX = r"\.tp(\d+)of(\d+)\.pp(\d+)of(\d+)"  # rank_namespace's
+
+
+def rank_degrees(ns: str, name: str) -> Optional[Tuple[int, int]]:
+    """(tensor-parallel size, pipeline-parallel size) of the deployment whose ranks store in namespace `name`
+    when `name` is `ns` ((1, 1)) or one of its rank namespaces (:func:`rank_namespace`); else None."""
+    m = re.fullmatch(re.escape(ns) + f"(?:{_RANK_SUFFIX})?", name)
+    if m is None:
+        return None
+    return (int(m.group(2)), int(m.group(4))) if m.group(1) is not None else (1, 1)
+
+
+def derived_from(base: str, name: str) -> bool:
+    """Whether namespace `name` holds KV of the model whose namespace is `base`: `base` itself, its isolated
+    namespaces (:func:`namespace_for`: salts, LoRA) and the rank namespaces of each (:func:`rank_namespace`)."""
+    return re.fullmatch(re.escape(base) + f"(?:{_ISOLATION_SUFFIX})?(?:{_RANK_SUFFIX})?", name) is not None
 
 
 def rank_heads(rank: int, tp_size: int, total_kv_heads: int) -> range:
@@ -152,8 +172,10 @@ def identity_overlay(request: Any) -> Overlay:
     if embeds is not None:
         mask = getattr(request, "prompt_is_token_ids", None)
         positions = [p for p in range(int(embeds.shape[0])) if mask is None or not mask[p]]
+        import torch
+
         rows = embeds.detach().to("cpu").contiguous()
-        flat = rows.view(-1).view(__import__("torch").uint8).numpy().reshape(rows.shape[0], -1)
+        flat = rows.view(-1).view(torch.uint8).numpy().reshape(rows.shape[0], -1)
         values = np.empty(len(positions), dtype=np.uint32)
         for i, p in enumerate(positions):
             d = hashlib.blake2b(b"ptstore-embed-v1\0" + flat[p].tobytes(), digest_size=4).digest()
