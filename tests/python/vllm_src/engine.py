@@ -358,7 +358,8 @@ class _Step:
 class Worker:
     """One GPU worker of an engine: its paged KV caches, the worker-side connector, the stand-in model."""
 
-    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str, tp_rank: int = 0) -> None:
+    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str, tp_rank: int = 0,
+                 graph_replay: bool = False) -> None:
         tp = cfg.parallel_config.tensor_parallel_size
         if tp > 1:  # a process of its own in vLLM: its own copy of the config and its static forward context
             cfg = copy.copy(cfg)
@@ -390,6 +391,10 @@ class Worker:
             self.connector.register_kv_caches(kv_caches)
         self.reqs: Dict[str, _WorkerReq] = {}
         self.steps = 0
+        self.checked_tokens = 0  # context tokens whose K/V the attention compared with the model's
+        self.graph_replay = graph_replay  # run the layers as a captured FULL CUDA graph: no per-layer calls
+        self.engine_isolation: Dict[str, str] = {}  # req_id -> its cache salt (the model's input differs)
+        self.image_inputs: Dict[str, List[Tuple[str, int, int]]] = {}  # req_id -> (identifier, offset, length)
 
     def _allocate(self, spec: Any, num_blocks: int) -> torch.Tensor:
         """As GPUModelRunner._reshape_kv_cache_tensors: the backend's shape at the kernel block size, allocated
@@ -473,9 +478,6 @@ class Worker:
             # vLLM discarded outputs (a failed load's step): drop the tokens it did not keep, as its runner does
             del r.tokens[r.num_prompt + int(c.num_output_tokens[i]):]
 
-    engine_isolation: Dict[str, str] = {}
-    graph_replay = False
-    image_inputs: Dict[str, List[Tuple[str, int, int]]] = {}
 
     def execute_model(self, so: Any) -> Any:
         self.steps += 1
@@ -522,7 +524,6 @@ class Worker:
                                  sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
                                  pooler_output=[], kv_connector_output=kvo)
 
-    checked_tokens = 0
 
     def _slot_mapping(self, r: _WorkerReq, start: int, n: int) -> torch.Tensor:
         pos = torch.arange(start, start + n)
@@ -560,11 +561,10 @@ class Engine:
         from vllm.config import set_current_vllm_config
 
         with set_current_vllm_config(self.cfg):  # as vLLM's worker while it loads the model and its KV caches
-            self.workers = [Worker(self.cfg, self.kcc, self.oracle, backend, tp_rank=q) for q in range(tp)]
+            self.workers = [Worker(self.cfg, self.kcc, self.oracle, backend, tp_rank=q, graph_replay=graph_replay)
+                            for q in range(tp)]
             self.worker = self.workers[0]
         self.publisher = RecordingPublisher.last if kv_events else None
-        for w in self.workers:
-            w.engine_isolation, w.image_inputs, w.graph_replay = {}, {}, graph_replay
         self.aggregator = KVOutputAggregator(expected_finished_count=tp)
         if encoder_budget:
             # The encoder budget and cache vLLM's Scheduler takes from MultiModalBudget, which reads them from a
