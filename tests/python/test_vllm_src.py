@@ -78,9 +78,7 @@ def params(engine, req):
 def save_then_load(client, ns, a, b, saved, asked, **kw):
     """Engine a serves `saved` (and its save reaches the store, checked against the model), then engine b
     serves `asked`: b's finished request."""
-    a.add(saved, max_tokens=1, **kw)
-    a.run()
-    a.flush()
+    a.saved(saved, max_tokens=1, **kw)
     assert_store_holds_the_models_kv(client, a, ns, saved)
     rb = b.add(asked, max_tokens=2, **kw)
     b.run()
@@ -113,9 +111,7 @@ def test_two_engines_share_a_prefix_byte_for_byte(engines, ns, client, mode):
     a = engines(ns, extra=extra, async_scheduling=mode == "async_scheduler")
     b = engines(ns, extra=extra, async_scheduling=mode == "async_scheduler")
     doc = prompt(100)
-    ra = a.add(doc + prompt(5, 2), max_tokens=3)
-    a.run()
-    a.flush()
+    ra = a.saved(doc + prompt(5, 2), max_tokens=3)
     assert finished_ok(a, ra) and params(a, ra)["saved_tokens"] == 96
     assert_store_holds_the_models_kv(client, a, ns, doc)
     rb = b.add(doc + prompt(9, 3), max_tokens=4)
@@ -131,9 +127,7 @@ def test_two_engines_share_a_prefix_byte_for_byte(engines, ns, client, mode):
 def test_loaded_tokens_counts_the_tokens_loaded_past_vllms_own_cache(engines, ns):
     a, b = engines(ns), engines(ns)
     doc = prompt(100)
-    a.add(doc + [7], max_tokens=1)
-    a.run()
-    a.flush()
+    a.saved(doc + [7], max_tokens=1)
     first = b.add(doc[:20], max_tokens=1)  # vLLM's prefix cache on b now holds block 0 (16 tokens)
     b.run()
     assert params(b, first)["loaded_tokens"] == 16
@@ -146,9 +140,7 @@ def test_loaded_tokens_counts_the_tokens_loaded_past_vllms_own_cache(engines, ns
 def test_cache_salt_isolates(engines, ns):
     a, b = engines(ns), engines(ns)
     doc = prompt(70)
-    a.add(doc, max_tokens=1, cache_salt="tenant-1")
-    a.run()
-    a.flush()
+    a.saved(doc, max_tokens=1, cache_salt="tenant-1")
     other = b.add(doc, max_tokens=1, cache_salt="tenant-2")
     plain = b.add(doc, max_tokens=1)
     same = b.add(doc, max_tokens=1, cache_salt="tenant-1")
@@ -180,9 +172,7 @@ def _drop_between_lookup_and_load(engine, client, ns):
 def _load_a_removed_prefix(a, b, client, ns):
     """Engine a saves a prompt; engine b asks for it, and it is removed between b's lookup and load."""
     doc = prompt(100)
-    a.add(doc + [5], max_tokens=2)
-    a.run()
-    a.flush()
+    a.saved(doc + [5], max_tokens=2)
     rb = b.add(doc + [6], max_tokens=3)
     _drop_between_lookup_and_load(b, client, ns)
     b.run()
@@ -232,9 +222,7 @@ def test_a_prefix_saved_under_one_backend_loads_under_another(engines, ns):
     b = engines(ns, backend="CPU_ATTN", kv_heads=16)
     c = engines(ns, backend="FLASHINFER", kv_heads=16)
     doc = prompt(64)
-    a.add(doc + [1], max_tokens=1)
-    a.run()
-    a.flush()
+    a.saved(doc + [1], max_tokens=1)
     for e in (b, c):
         r = e.add(doc + [2], max_tokens=1)
         e.run()
@@ -289,9 +277,7 @@ def test_reset_prefix_cache_with_the_connector_removes_the_models_prefixes(engin
     a, b = engines(ns), engines(ns)
     doc = prompt(70)
     a.add(doc, max_tokens=1)
-    a.add(doc, max_tokens=1, cache_salt="s")
-    a.run()
-    a.flush()
+    a.saved(doc, max_tokens=1, cache_salt="s")
     assert a.scheduler.reset_prefix_cache(reset_connector=True)
     assert a.connector.scheduler_side.stats["resets"] == 1
     r1 = b.add(doc, max_tokens=1)
@@ -314,9 +300,7 @@ def test_connector_stats_reach_vllms_log_line_and_prometheus_metrics(engines, ns
 
     a, b = engines(ns), engines(ns)
     doc = prompt(100)
-    a.add(doc + [1], max_tokens=2)
-    a.run()
-    a.flush()
+    a.saved(doc + [1], max_tokens=2)
     rb = b.add(doc + [2], max_tokens=2)
     b.run()
     rf = b.add(prompt(100, 9), max_tokens=1)  # a miss
@@ -356,9 +340,7 @@ def test_a_conversations_next_turn_hits_its_whole_history(engines, ns, client, s
     extra = {"save_generated": save_generated}
     a, b = engines(ns, extra=extra), engines(ns, extra=extra)
     turn1 = prompt(40)
-    r1 = a.add(turn1, max_tokens=50)
-    a.run()
-    a.flush()
+    r1 = a.saved(turn1, max_tokens=50)
     finished_ok(a, r1)
     history = list(r1.all_token_ids)  # 40 prompt + 50 generated tokens
     assert len(history) == 90
@@ -384,9 +366,7 @@ def test_vllms_kv_event_stream_shows_the_blocks_ptstore_holds(engines, ns, clien
     a = engines(ns, kv_events=True)
     b = engines(ns, kv_events=True)
     doc = prompt(100)
-    ra = a.add(doc + [1], max_tokens=40)
-    a.run()
-    a.flush()
+    ra = a.saved(doc + [1], max_tokens=40)
 
     def stored(engine, medium):
         return [e for e in engine.publisher.events() if isinstance(e, BlockStored) and e.medium == medium]
@@ -407,9 +387,7 @@ def test_vllms_kv_event_stream_shows_the_blocks_ptstore_holds(engines, ns, clien
     assert [h for e in stored(b, "CPU") for h in e.block_hashes] == hashes(rb, 6)
 
     other = prompt(100, 6)
-    a.add(other + [3], max_tokens=1)
-    a.run()
-    a.flush()
+    a.saved(other + [3], max_tokens=1)
     rd = b.add(other + [5], max_tokens=1)  # its load fails: the prefix is removed between lookup and load
     _drop_between_lookup_and_load(b, client, ns)
     b.run()
@@ -433,9 +411,7 @@ def test_prompts_with_the_same_placeholders_and_other_images_never_share_kv(engi
     b = engines(ns, encoder_budget=2048)
     text = prompt(40, 3)
     p = text[:20] + [31999] * 48 + text[20:]  # an image of 48 placeholder tokens at 20..67
-    ra = a.add(p, max_tokens=1, images=[("img-cat", 20, 48)])
-    a.run()
-    a.flush()
+    ra = a.saved(p, max_tokens=1, images=[("img-cat", 20, 48)])
     assert params(a, ra)["saved_tokens"] == 80
     other = b.add(p, max_tokens=1, images=[("img-dog", 20, 48)])
     b.run()
@@ -458,9 +434,7 @@ def test_prompt_embeddings_are_cached_by_their_values(engines, ns):
     gen = torch.Generator().manual_seed(5)
     e1 = torch.randn(81, 64, generator=gen, dtype=torch.float16)
     e2 = torch.randn(81, 64, generator=gen, dtype=torch.float16)
-    ra = a.add(None, max_tokens=1, prompt_embeds=e1)
-    a.run()
-    a.flush()
+    ra = a.saved(None, max_tokens=1, prompt_embeds=e1)
     assert params(a, ra)["saved_tokens"] == 80
     other = b.add(None, max_tokens=1, prompt_embeds=e2)
     half = b.add(None, max_tokens=1, prompt_embeds=torch.cat([e1[:48], e2[48:]]))
@@ -483,9 +457,7 @@ def test_with_layerwise_false_vllm_may_keep_full_cuda_graphs_and_kv_still_moves(
     assert cls.requires_piecewise_for_cudagraph(a.cfg.kv_transfer_config.kv_connector_extra_config) is False
     assert cls.requires_piecewise_for_cudagraph({}) is True  # the default: per-layer calls
     doc = prompt(100)
-    ra = a.add(doc + [1], max_tokens=20)
-    a.run()
-    a.flush()
+    ra = a.saved(doc + [1], max_tokens=20)
     assert params(a, ra)["saved_tokens"] == 112
     assert_store_holds_the_models_kv(client, a, ns, list(ra.all_token_ids)[:112])
     rb = b.add(doc + [2], max_tokens=2)
@@ -504,9 +476,7 @@ def test_a_prefix_saved_at_one_tensor_parallel_degree_loads_at_another(engines, 
     b = engines(ns, kv_heads=4, tp=loaded_tp)
     assert len(b.workers) == loaded_tp and [len(w.heads) for w in b.workers] == [max(1, 4 // loaded_tp)] * loaded_tp
     doc = prompt(100)
-    ra = a.add(doc + [1], max_tokens=1)
-    a.run()
-    a.flush()
+    ra = a.saved(doc + [1], max_tokens=1)
     assert params(a, ra)["saved_tokens"] == 96
     rb = b.add(doc + [2], max_tokens=2)
     b.run()

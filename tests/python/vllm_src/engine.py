@@ -1,4 +1,4 @@
-"""vLLM engines built from vLLM's own classes, with PTStoreConnector, for the tests in test_vllm_src_*.py.
+"""vLLM engines built from vLLM's own classes, with PTStoreConnector, for the tests in test_vllm_src.py.
 
 An :class:`Engine` is what vLLM's EngineCore runs, minus the model: vLLM's
 ``Scheduler`` (or ``AsyncScheduler``) with its ``KVCacheManager`` (prefix
@@ -92,7 +92,7 @@ init_none_hash(sha256)
 
 # Attention backends of the snapshot with a dense K/V cache, and the meaning of each dimension of their
 # get_kv_cache_shape (what the test's stand-in model writes through; checked against vLLM's code in
-# test_vllm_src_backends.py): kv = K or V, block = kernel block, slot = token in the block, head, dim.
+# test_vllm_src.py): kv = K or V, block = kernel block, slot = token in the block, head, dim.
 BACKEND_DIMS: Dict[str, Tuple[str, ...]] = {
     "FLASH_ATTN": ("kv", "block", "slot", "head", "dim"),
     "FLASHINFER": ("block", "kv", "slot", "head", "dim"),
@@ -603,6 +603,13 @@ class Engine:
             w.engine_isolation[rid] = cache_salt or ""
         self.requests[rid] = req
         self.scheduler.add_request(req)
+        return req
+
+    def saved(self, tokens: Optional[Sequence[int]], **kw: Any) -> Any:
+        """Serves one request (add's arguments) to its end and waits until its saves reached the store."""
+        req = self.add(tokens, **kw)
+        self.run()
+        self.flush()
         return req
 
     def step(self) -> Any:
