@@ -10,6 +10,7 @@
 // store error; it never judges speed (the figures are for docs/).
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +56,8 @@ struct RunSpec {
   uint32_t context_tokens;  // 0: the shape's own
   uint32_t requests;
   double load = 0.6;
+  double rate = 0;              // requests/s; 0: `load` of the offered capacity
+  std::optional<bool> save_generated = std::nullopt;  // finished requests save their output too (unset: as `base`)
 };
 
 E2eOptions MakeRun(const E2eOptions& base, const RunSpec& r) {
@@ -66,7 +69,8 @@ E2eOptions MakeRun(const E2eOptions& base, const RunSpec& r) {
   o.workload.kind = r.workload;
   o.workload.context_tokens = r.context_tokens;
   o.workload.requests = r.requests;
-  o.workload.rate = RateFor(o, r.load);
+  o.workload.rate = r.rate > 0 ? r.rate : RateFor(o, r.load);
+  if (r.save_generated) o.save_generated = *r.save_generated;
   return o;
 }
 
@@ -84,9 +88,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
       add({"quick", Mode::kPtstore, p, 2, wikiqa, 2048, 40});
     }
     for (bool gen : {false, true}) {  // a chat's outputs saved or not
-      E2eOptions o = base;
-      o.save_generated = gen;
-      runs.push_back(MakeRun(o, {"quick", Mode::kPtstore, Policy::kLeastLoad, 2, WorkloadKind::kShareGpt, 0, 40}));
+      add({"quick", Mode::kPtstore, Policy::kLeastLoad, 2, WorkloadKind::kShareGpt, 0, 40, 0.6, 0, gen});
     }
     return runs;
   }
@@ -134,13 +136,7 @@ std::vector<E2eOptions> Sweep(const std::string& which, const E2eOptions& base) 
   // was generated, so no output could be saved in time.
   for (WorkloadKind w : {WorkloadKind::kShareGpt, WorkloadKind::kReAct}) {
     for (Policy p : {Policy::kLeastLoad, Policy::kSessionAffinity}) {
-      for (bool gen : {false, true}) {
-        E2eOptions o = base;
-        o.save_generated = gen;
-        E2eOptions run = MakeRun(o, {"multiturn", Mode::kPtstore, p, 4, w, 0, 200});
-        run.workload.rate = 2.0;
-        runs.push_back(run);
-      }
+      for (bool gen : {false, true}) add({"multiturn", Mode::kPtstore, p, 4, w, 0, 200, 0.6, 2.0, gen});
     }
   }
   // Every workload shape under every mode.
