@@ -20,10 +20,16 @@ void PutKey(Encoder& e, const ChainKey& k);
 // Reads what PutKey wrote; a short read names `field`.
 Status GetKey(Decoder& d, const char* field, ChainKey* k);
 
-// u32 layers, u32 kv_heads, u32 head_dim, u8 dtype, u32 block_tokens.
+// u32 layers, u32 kv_heads, u32 head_dim, u8 dtype, u32 block_tokens (17
+// bytes: a dense layout); a grouped layout (layers 0, dtype 0) goes on with
+// u32 count, then per group u8 kind, u32 layers, u32 kv_heads, u32
+// head_dim, u8 dtype, u32 window_tokens, u64 state_bytes (26 bytes).
 void PutLayout(Encoder& e, const Layout& l);
-// Reads what PutLayout wrote. It does not validate: layouts are validated
-// where they are used (the server, the record header decoder).
+inline constexpr size_t kLayoutGroupBytes = 26;
+// Reads what PutLayout wrote: the group list when layers and dtype are 0
+// (at least one group, a count bounded by the bytes left), one full group
+// made the dense layout (Layout::FromGroups). It does not validate: layouts
+// are validated where they are used (the server, the record header decoder).
 Status GetLayout(Decoder& d, Layout* l);
 
 // name, layout, salted, uid, gid, mode, bytes, prefixes.

@@ -20,6 +20,21 @@ namespace ptstore::storage {
 
 namespace {
 
+// The element size the codec shuffles by: the dtype's, or for a grouped
+// layout the one dtype its K/V groups share (state bytes and padding go
+// along); 1 (no shuffle) when they mix dtypes. Any value decodes: the
+// payload header records it.
+uint32_t ShuffleElementSize(const Layout& layout) {
+  if (!layout.grouped()) return static_cast<uint32_t>(DTypeSize(layout.dtype));
+  size_t size = 0;
+  for (const LayoutGroup& g : layout.groups) {
+    if (g.kind == GroupKind::kState) continue;
+    if (size != 0 && DTypeSize(g.dtype) != size) return 1;
+    size = DTypeSize(g.dtype);
+  }
+  return size == 0 ? 1 : static_cast<uint32_t>(size);
+}
+
 constexpr uint64_t kScanChunk = 8ull << 20;  // payload bytes hashed per read during scans and copies
 
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0; }
@@ -315,7 +330,7 @@ Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uin
   header.flags &= static_cast<uint16_t>(~kRecordCompressed);
   if (options_.compress && !payload.empty()) {
     CodecOptions co;
-    co.element_size = static_cast<uint32_t>(DTypeSize(header.layout.dtype));
+    co.element_size = ShuffleElementSize(header.layout);
     co.level = options_.compress_level;
     PTS_RETURN_IF_ERROR(Compress(payload, co, &compressed));
     if (compressed.size() < payload.size()) {

@@ -31,6 +31,14 @@ inline Layout OddLayout() {
   return l;
 }
 
+// A grouped layout with every kind of group.
+inline Layout GroupedLayout() {
+  return Layout::FromGroups({LayoutGroup::Full(24, 8, 128, DType::kBF16),
+                             LayoutGroup::Window(24, 8, 128, DType::kBF16, 1024),
+                             LayoutGroup::Latent(61, 576, DType::kBF16), LayoutGroup::State(8, 65536)},
+                            16);
+}
+
 inline std::vector<uint32_t> SampleTokens(size_t n, uint32_t seed = 0) {
   std::vector<uint32_t> t(n);
   for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>((i + seed) * 2654435761u);
@@ -43,6 +51,7 @@ inline void ExpectSameLayout(const Layout& a, const Layout& b) {
   EXPECT_EQ(a.head_dim, b.head_dim);
   EXPECT_EQ(a.dtype, b.dtype);
   EXPECT_EQ(a.block_tokens, b.block_tokens);
+  EXPECT_EQ(a.groups, b.groups);
 }
 
 inline void ExpectSameInfo(const NamespaceInfo& a, const NamespaceInfo& b) {

@@ -3,6 +3,7 @@
 // total: truncations, trailing bytes, bad enums and hostile counts all give
 // kProtocol without crashing or allocating more than the body describes.
 #include "core/messages.h"
+#include "core/wire_types.h"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +29,7 @@ using namespace testmsg;  // NOLINT: the shared samples and RoundTrip
 NamespaceInfo SampleInfo(int i) {
   NamespaceInfo n;
   n.name = "mistral-7b-instruct-v0.2#" + std::to_string(i);
-  n.layout = i % 2 ? MistralLayout() : OddLayout();
+  n.layout = i % 3 == 2 ? GroupedLayout() : i % 2 ? MistralLayout() : OddLayout();
   n.salted = i % 2 == 0;
   n.uid = 1000 + i;
   n.gid = 0xfffffffe - i;
@@ -189,6 +190,31 @@ TEST(MessagesTest, CreateNamespace) {
   EXPECT_EQ(out.salt, m.salt);
   EXPECT_EQ(out.mode, m.mode);
   EXPECT_EQ(out.exist_ok, false);
+}
+
+TEST(MessagesTest, CreateNamespaceWithAGroupedLayout) {
+  CreateNamespaceRequest m;
+  m.name = "gemma-3";
+  m.layout = GroupedLayout();
+  m.salt = "s";
+  CreateNamespaceRequest out = RoundTrip(T(MsgType::kCreateNamespace), m);
+  EXPECT_EQ(out.layout, m.layout);
+  EXPECT_TRUE(out.layout.grouped());
+  // The dense layout's body is the 17-byte layout it always was; the
+  // grouped one carries a count and 26 bytes per group after it.
+  CreateNamespaceRequest dense = m;
+  dense.layout = MistralLayout();
+  EXPECT_EQ(EncodeBody(dense).size(), 4 + 7 + 17 + 4 + 1 + 4 + 1u);
+  EXPECT_EQ(EncodeBody(m).size(), EncodeBody(dense).size() + 4 + 4 * kLayoutGroupBytes);
+}
+
+TEST(MessagesTest, NamespaceListWithGroupedAndDenseLayouts) {
+  ListNamespacesReply m;
+  for (int i = 0; i < 6; ++i) m.namespaces.push_back(SampleInfo(i));
+  ListNamespacesReply out = RoundTrip(T(MsgType::kListNamespacesReply), m);
+  ASSERT_EQ(out.namespaces.size(), m.namespaces.size());
+  for (size_t i = 0; i < m.namespaces.size(); ++i) ExpectSameInfo(out.namespaces[i], m.namespaces[i]);
+  EXPECT_TRUE(out.namespaces[2].layout.grouped());
 }
 
 TEST(MessagesTest, LayoutIsNotValidatedWhileDecoding) {
@@ -513,6 +539,10 @@ std::vector<Hostile> HostileBodies() {
   remove_prefix.resize(remove_prefix.size() + 16, 2);  // key
   std::vector<uint8_t> create_prefix = EncodeBody(NameRequest{"n"});
   create_prefix.resize(create_prefix.size() + 17, 1);  // layout
+  std::vector<uint8_t> grouped_prefix = EncodeBody(NameRequest{"n"});
+  grouped_prefix.resize(grouped_prefix.size() + 13, 0);  // layers, kv_heads, head_dim, dtype: 0
+  grouped_prefix.insert(grouped_prefix.end(), {16, 0, 0, 0});  // block_tokens
+  std::vector<uint8_t> info_prefix = grouped_prefix;     // NamespaceInfo: name, then the layout
   for (uint32_t count : {0xffffffffu, 0x80000000u, 1u << 22, (1u << 22) + 1, 1000000u, 100u}) {
     for (size_t tail : {size_t{0}, size_t{7}, size_t{200}}) {
       // Arrays: even 100 elements need more than 200 bytes.
@@ -528,6 +558,9 @@ std::vector<Hostile> HostileBodies() {
       out.push_back({"message", T(MsgType::kError), WithCount({9, 0}, count, tail)});
       out.push_back({"ns", T(MsgType::kListTree), WithCount({}, count, tail)});
       out.push_back({"salt", T(MsgType::kCreateNamespace), WithCount(create_prefix, count, tail)});
+      // A grouped layout's group count (layers 0, dtype 0).
+      out.push_back({"layout.groups", T(MsgType::kCreateNamespace), WithCount(grouped_prefix, count, tail)});
+      out.push_back({"layout.groups", T(MsgType::kGetNamespaceReply), WithCount(info_prefix, count, tail)});
     }
   }
   return out;

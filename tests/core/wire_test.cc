@@ -1,4 +1,5 @@
-// Tests of the frame header and the field codec (core/wire.h).
+// Tests of the frame header and the field codec (core/wire.h), and of the
+// layout encoding (core/wire_types.h).
 #include "core/wire.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,9 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "core/wire_types.h"
+#include "ptstore/layout.h"
 
 namespace ptstore::core {
 namespace {
@@ -325,6 +329,147 @@ TEST(CodecTest, FinishRejectsTrailingBytes) {
   uint8_t v;
   ASSERT_TRUE(d.GetU8("a", &v).ok());
   ExpectProtocol(d.Finish("HelloReply"), "HelloReply has 2 trailing bytes");
+}
+
+// ------------------------------------------------------------------ layouts
+
+std::vector<uint8_t> EncodeLayout(const Layout& l) {
+  Encoder e;
+  PutLayout(e, l);
+  return e.Take();
+}
+
+Result<Layout> DecodeLayout(std::span<const uint8_t> bytes) {
+  Decoder d(bytes);
+  Layout l;
+  PTS_RETURN_IF_ERROR(GetLayout(d, &l));
+  PTS_RETURN_IF_ERROR(d.Finish("layout"));
+  return l;
+}
+
+Layout MixedLayout() {
+  return Layout::FromGroups({LayoutGroup::Full(24, 8, 128, DType::kBF16),
+                             LayoutGroup::Window(24, 8, 128, DType::kBF16, 1024),
+                             LayoutGroup::Latent(61, 576, DType::kBF16), LayoutGroup::State(8, 65536)},
+                            16);
+}
+
+TEST(LayoutCodecTest, DenseEncodingIsTheSeventeenBytesItAlwaysWas) {
+  const std::vector<uint8_t> enc = EncodeLayout(MistralLayout());
+  const std::vector<uint8_t> want = {0x20, 0, 0, 0, 0x08, 0, 0, 0, 0x80, 0, 0, 0, 0x01, 0x10, 0, 0, 0};
+  EXPECT_EQ(enc, want);
+  Result<Layout> d = DecodeLayout(want);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, MistralLayout());
+  EXPECT_FALSE(d->grouped());
+  // Invalid dense layouts are still carried as they are: layers 0 alone, or
+  // dtype 0 alone, is a dense layout of 17 bytes (only both together mean
+  // a group list follows).
+  for (auto [layers, dtype] : {std::pair<uint32_t, uint8_t>{0, 1}, {32, 0}}) {
+    std::vector<uint8_t> b = want;
+    std::memcpy(b.data(), &layers, 4);
+    b[12] = dtype;
+    Result<Layout> o = DecodeLayout(b);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    EXPECT_FALSE(o->grouped());
+    EXPECT_EQ(o->layers, layers);
+    EXPECT_EQ(static_cast<int>(o->dtype), dtype);
+    EXPECT_EQ(EncodeLayout(*o), b);
+    EXPECT_FALSE(o->Validate().ok());
+  }
+}
+
+TEST(LayoutCodecTest, GroupedRoundTripAndBytes) {
+  const Layout l = MixedLayout();
+  const std::vector<uint8_t> enc = EncodeLayout(l);
+  ASSERT_EQ(enc.size(), 17u + 4 + 4 * kLayoutGroupBytes);
+  // The dense fields: layers, kv_heads, head_dim and dtype 0, then block_tokens.
+  for (size_t i = 0; i < 13; ++i) EXPECT_EQ(enc[i], 0) << i;
+  uint32_t u32;
+  std::memcpy(&u32, enc.data() + 13, 4);
+  EXPECT_EQ(u32, 16u);
+  std::memcpy(&u32, enc.data() + 17, 4);
+  EXPECT_EQ(u32, 4u);  // the group count
+  // The window group (the second): kind 2, 24 layers, 8 heads, 128, bf16,
+  // window 1024, state 0.
+  const uint8_t* g = enc.data() + 21 + kLayoutGroupBytes;
+  const std::vector<uint8_t> window(g, g + kLayoutGroupBytes);
+  const std::vector<uint8_t> want = {2, 24, 0, 0, 0, 8, 0, 0, 0, 128, 0, 0, 0, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(window, want);
+  Result<Layout> d = DecodeLayout(enc);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, l);
+  EXPECT_TRUE(d->Validate().ok());
+  // An invalid grouped layout is carried as it is, for the server to refuse.
+  Layout bad = l;
+  bad.groups[3].state_bytes = 0;
+  bad.groups[1].kind = static_cast<GroupKind>(77);
+  Result<Layout> db = DecodeLayout(EncodeLayout(bad));
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  EXPECT_EQ(*db, bad);
+  EXPECT_FALSE(db->Validate().ok());
+}
+
+TEST(LayoutCodecTest, OneFullGroupInTheGroupedFormDecodesAsTheDenseLayout) {
+  Encoder e;
+  for (int i = 0; i < 13; ++i) e.PutU8(0);
+  e.PutU32(16);
+  e.PutU32(1);
+  e.PutU8(static_cast<uint8_t>(GroupKind::kFull));
+  e.PutU32(32);
+  e.PutU32(8);
+  e.PutU32(128);
+  e.PutU8(static_cast<uint8_t>(DType::kBF16));
+  e.PutU32(0);
+  e.PutU64(0);
+  Result<Layout> d = DecodeLayout(e.buffer());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, MistralLayout());
+  EXPECT_FALSE(d->grouped());
+  EXPECT_EQ(EncodeLayout(*d).size(), 17u);
+}
+
+TEST(LayoutCodecTest, TruncatedGroupedEncodingNamesTheField) {
+  const std::vector<uint8_t> enc = EncodeLayout(MixedLayout());
+  // The count is checked against the bytes left before any group is read,
+  // so a cut anywhere in the groups names the count.
+  const std::pair<size_t, const char*> cuts[] = {
+      {0, "truncated message: field 'layout.layers'"},
+      {13, "truncated message: field 'layout.block_tokens'"},
+      {17, "truncated message: field 'layout.groups'"},
+      {21, "field 'layout.groups' count 4 does not fit in the 0 remaining bytes"},
+      {22, "field 'layout.groups' count 4 does not fit in the 1 remaining bytes"},
+      {enc.size() - 1, "field 'layout.groups' count 4 does not fit in the 103 remaining bytes"},
+  };
+  for (auto [cut, field] : cuts) {
+    SCOPED_TRACE(cut);
+    Result<Layout> d = DecodeLayout(std::span(enc).first(cut));
+    ASSERT_FALSE(d.ok());
+    ExpectProtocol(d.status(), field);
+  }
+  // Every strict prefix fails, with a protocol error naming a layout field.
+  for (size_t cut = 0; cut < enc.size(); ++cut) {
+    Result<Layout> d = DecodeLayout(std::span(enc).first(cut));
+    ASSERT_FALSE(d.ok()) << cut;
+    ExpectProtocol(d.status(), "layout.");
+  }
+}
+
+TEST(LayoutCodecTest, HostileGroupCountIsRefusedBeforeAllocating) {
+  for (uint32_t count : {0xffffffffu, 0x80000000u, 1000000u, 5u, 0u}) {
+    SCOPED_TRACE(count);
+    std::vector<uint8_t> enc = EncodeLayout(MixedLayout());  // four groups follow the count
+    std::memcpy(enc.data() + 17, &count, 4);
+    Result<Layout> d = DecodeLayout(enc);
+    ASSERT_FALSE(d.ok());
+    ExpectProtocol(d.status(), "layout.groups");
+    if (count > 4) ExpectProtocol(d.status(), "does not fit in the 104 remaining bytes");
+  }
+  // Fewer groups than follow: the rest are trailing bytes.
+  std::vector<uint8_t> enc = EncodeLayout(MixedLayout());
+  const uint32_t three = 3;
+  std::memcpy(enc.data() + 17, &three, 4);
+  ExpectProtocol(DecodeLayout(enc).status(), "layout has 26 trailing bytes");
 }
 
 }  // namespace
