@@ -2,7 +2,8 @@
 // during heavy writes and a restart that serves every prefix it reports
 // byte for byte; bit flips in payloads and headers on disk; a torn last
 // record; a real full file system (a small tmpfs); a restart with another
-// configuration; SIGTERM persisting DRAM to SSD.
+// configuration; SIGTERM persisting DRAM to SSD; a namespace of a grouped
+// layout saved, loaded, spilled and recovered.
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -268,6 +269,103 @@ TEST_F(SsdDaemonTest, RestartWithChangedConfig) {
   EXPECT_LE(stats->ssd_live_bytes, 8 * kMiB);
   EXPECT_GT(stats->ssd_evictions, 0u);
   for (int i = 0; i < 64; ++i) LoadAndCheck(client_.get(), Prompt(i));
+}
+
+// A hybrid model's layout in 16-token blocks: per block a full group of
+// 1024 bytes at 0, a window group of 1024 at 1024, a latent group of 1536
+// at 2048 and a state group of 200 at 3584, padded to 3840 (240 per token).
+Layout HybridTestLayout() {
+  return Layout::FromGroups({LayoutGroup::Full(1, 1, 16, DType::kBF16), LayoutGroup::Window(1, 1, 16, DType::kBF16, 32),
+                             LayoutGroup::Latent(2, 24, DType::kFP16), LayoutGroup::State(2, 100)},
+                            16);
+}
+
+// The bytes of the whole blocks of `t` in `layout`: each group's slice a
+// function of the block's tokens (and every token before), the padding zero
+// as a writer leaves it.
+std::vector<uint8_t> GroupedKv(const Layout& layout, const Tokens& t) {
+  const uint64_t blocks = layout.FullBlocks(t.size());
+  std::vector<uint8_t> out(blocks * layout.BytesPerBlock(), 0);
+  uint64_t h = 0x9a1e;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    for (uint32_t i = 0; i < layout.block_tokens; ++i) h = Mix(h ^ t[b * layout.block_tokens + i]);
+    uint8_t* block = out.data() + b * layout.BytesPerBlock();
+    for (size_t g = 0; g < layout.GroupCount(); ++g) {
+      for (uint64_t j = 0; j < layout.GroupBytesPerBlock(g); ++j) {
+        block[layout.GroupOffset(g) + j] = static_cast<uint8_t>(Mix(h + g * 1000003 + j) | 1);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(SsdDaemonTest, GroupedNamespaceIsSavedLoadedSpilledAndRecovered) {
+  const Layout layout = HybridTestLayout();
+  ASSERT_TRUE(layout.Validate().ok());
+  ASSERT_EQ(layout.BytesPerToken(), 240u);
+  Start({"--ssd-compress"});
+  auto created = client_->CreateNamespace("hybrid", layout, "", 0750);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->layout, layout);
+  // The same layout again is fine; a dense one is another layout.
+  EXPECT_TRUE(client_->CreateNamespace("hybrid", layout, "", 0750).ok());
+  EXPECT_EQ(client_->CreateNamespace("hybrid", SmallLayout()).status().code(), Code::kAlreadyExists);
+  // 40 prompts of 1024 tokens (240 KiB each) through a 4 MiB arena: most
+  // of them are spilled to the SSD tier.
+  for (int i = 0; i < 40; ++i) {
+    const Tokens t = Prompt(i);
+    const std::vector<uint8_t> kv = GroupedKv(layout, t);
+    auto r = client_->Save("hybrid", t, kv.data(), kv.size());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  auto check_all = [&](const char* when) {
+    for (int i = 0; i < 40; ++i) {
+      const Tokens t = Prompt(i);
+      const std::vector<uint8_t> want = GroupedKv(layout, t);
+      std::vector<uint8_t> out(want.size() + 7, 0xee);
+      auto r = client_->Load("hybrid", t, out.data(), out.size());
+      ASSERT_TRUE(r.ok()) << when << ": " << r.status().ToString();
+      ASSERT_EQ(*r, 1024u) << when << " prompt " << i;
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << when << ": wrong bytes in prompt " << i;
+      // A load of a prefix that ends inside a block gets its whole blocks.
+      const Tokens head = Head(t, 100);
+      std::vector<uint8_t> part(100 * layout.BytesPerToken());
+      auto p = client_->Load("hybrid", head, part.data(), part.size());
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      ASSERT_EQ(*p, 96u);
+      ASSERT_TRUE(std::equal(want.begin(), want.begin() + 96 * 240, part.begin())) << when << " head of " << i;
+    }
+  };
+  check_all("before the restart");
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->ssd_spills, 0u);
+  auto got = client_->GetNamespace("hybrid");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->layout, layout);
+  EXPECT_EQ(got->layout.ToString(), layout.ToString());
+
+  // A restart: the namespace and the data come back from the SSD records.
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  Start({"--ssd-compress"});
+  got = client_->GetNamespace("hybrid");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->layout, layout);
+  EXPECT_EQ(got->mode, 0750u);
+  stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->recovery_corrupt, 0u);
+  EXPECT_EQ(stats->recovery_dropped, 0u);
+  EXPECT_GT(stats->recovered_tensors, 0u);
+  check_all("after the restart");
+  stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->ssd_hits, 0u);
+  auto list = client_->ListNamespaces();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].layout, layout);
 }
 
 TEST_F(SsdDaemonTest, BadSsdConfigIsAClearStartupError) {
