@@ -125,6 +125,29 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 
 bool Client::mapped() const { return core_->hello().mapped; }
 uint32_t Client::node_id() const { return core_->hello().node_id; }
+uint64_t Client::arena_id() const { return core_->arena_id(); }
+
+Status Client::CopyFromArena(std::span<const ArenaPiece> pieces, void* dst, uint64_t dst_bytes) const {
+  std::shared_ptr<core::SharedMemory> arena = core_->arena();
+  if (!arena) return PermissionDenied("this client has no arena mapping: it cannot copy out of the arena");
+  const uint64_t size = arena->size();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ArenaPiece& p = pieces[i];
+    if (p.arena_offset > size || p.length > size - p.arena_offset) {
+      return InvalidArgument("arena piece " + std::to_string(i) + " (" + std::to_string(p.length) + " bytes at " +
+                             std::to_string(p.arena_offset) + ") lies outside the arena of " + std::to_string(size) +
+                             " bytes");
+    }
+    if (p.dst_offset > dst_bytes || p.length > dst_bytes - p.dst_offset) {
+      return InvalidArgument("arena piece " + std::to_string(i) + " (" + std::to_string(p.length) + " bytes to " +
+                             std::to_string(p.dst_offset) + ") lies outside the destination of " +
+                             std::to_string(dst_bytes) + " bytes");
+    }
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  for (const ArenaPiece& p : pieces) std::memcpy(out + p.dst_offset, arena->data() + p.arena_offset, p.length);
+  return Status::OK();
+}
 
 Result<NamespaceInfo> Client::CreateNamespace(const std::string& name, const Layout& layout, const std::string& salt,
                                               uint32_t mode, bool exist_ok) {

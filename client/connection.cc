@@ -161,6 +161,11 @@ std::shared_ptr<core::SharedMemory> ClientCore::arena() {
   return arena_;
 }
 
+uint64_t ClientCore::arena_id() {
+  std::lock_guard lk(mu_);
+  return arena_ ? arena_inode_ : 0;
+}
+
 std::shared_ptr<void> ClientCore::GpuState(const std::function<std::shared_ptr<void>()>& make) {
   std::lock_guard lk(mu_);
   if (!gpu_state_) gpu_state_ = make();

@@ -90,6 +90,8 @@ class ClientCore {
   const core::HelloReply& hello() const { return hello_; }
   // The current arena mapping (null for a client without it).
   std::shared_ptr<core::SharedMemory> arena();
+  // The current arena's id (its memfd's inode; 0 without the mapping).
+  uint64_t arena_id();
 
   // The GPU copy path's per-client state (client/gpu_copy.cc): made by
   // `make` on first use, destroyed with the core. Type-erased so that

@@ -67,6 +67,14 @@ class PinnedPrefix {
   std::vector<Extent> extents_;
 };
 
+// One piece of a copy out of the mapped arena (Client::CopyFromArena):
+// `length` bytes at `arena_offset` go to `dst_offset` of the destination.
+struct ArenaPiece {
+  uint64_t arena_offset = 0;
+  uint64_t length = 0;
+  uint64_t dst_offset = 0;
+};
+
 // A buffer shared with the server (a memfd both sides map). Saves from it
 // and copied loads into it cost one copy, made by the server. Move-only;
 // valid while its Client lives.
@@ -94,6 +102,17 @@ class Client {
   // True when loads copy straight out of the mapped arena.
   bool mapped() const;
   uint32_t node_id() const;
+  // Which arena this client maps: the same number in every client of one
+  // ptstored, another one once that ptstored restarted (a new arena); 0
+  // without the mapping. Extents (Extent::arena_offset) are offsets in it.
+  uint64_t arena_id() const;
+  // Copies `pieces` of the mapped arena into `dst` (`dst_bytes` long): the
+  // bytes of extents pinned by this client or by another of the same
+  // arena_id, which must keep them pinned until the copy returns (the
+  // arena does not know who reads it). PermissionDenied without the
+  // mapping; InvalidArgument, naming the piece, for one outside the arena
+  // or outside dst (nothing is copied then).
+  Status CopyFromArena(std::span<const ArenaPiece> pieces, void* dst, uint64_t dst_bytes) const;
 
   // Creates a namespace (owned by the caller's uid/gid). With exist_ok, an
   // existing one with the same layout and salt is returned as is.

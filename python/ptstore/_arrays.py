@@ -163,3 +163,21 @@ def empty_kv(layout: Any, tokens: int, backend: str = "numpy") -> Any:
 
         return torch.empty(shape, dtype=torch_dtype(layout))
     raise InvalidArgument(f"backend must be 'numpy' or 'torch', got {backend!r}")
+
+
+def raw_buffer(x: Any, *, what: str, writable: bool) -> Tuple[int, int]:
+    """(address, bytes) of a C-contiguous host buffer of any dtype: a numpy array or a CPU torch tensor."""
+    if is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise InvalidArgument(f"{what} is a tensor on {x.device}: pass a CPU tensor")
+        if not x.is_contiguous():
+            raise InvalidArgument(f"{what} is not contiguous (shape {tuple(x.shape)}): pass {what}.contiguous()")
+        return int(x.data_ptr()), int(x.numel()) * int(x.element_size())
+    if isinstance(x, np.ndarray):
+        if not x.flags.c_contiguous:
+            raise InvalidArgument(f"{what} is not C-contiguous: pass numpy.ascontiguousarray({what})")
+        if writable and not x.flags.writeable:
+            raise InvalidArgument(f"{what} is read-only")
+        return int(x.__array_interface__["data"][0]), int(x.nbytes)
+    raise TypeError(f"{what} must be a numpy.ndarray or a torch.Tensor, got {type(x).__module__}."
+                    f"{type(x).__qualname__}")

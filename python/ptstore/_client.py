@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from . import _ptstore
-from ._arrays import as_tokens, empty_kv, kv_buffer
+from ._arrays import as_tokens, empty_kv, kv_buffer, raw_buffer
 from ._errors import InvalidArgument, NotFound
 from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, PrefixLocation,
                        PrefixNode, RemoveResult, SaveResult, Stats)
@@ -178,6 +178,32 @@ class Client:
     def node_id(self) -> int:
         """The server's node id."""
         return self._c.node_id
+
+    @property
+    def arena_id(self) -> int:
+        """Which arena this client maps: the same in every client of one ptstored, another after it restarted;
+        0 without the mapping. Extent.arena_offset values are offsets in it."""
+        return self._c.arena_id
+
+    def copy_from_arena(self, pieces: Any, out: Any) -> int:
+        """Copies pieces of the mapped arena into `out`; returns the bytes copied.
+
+        `pieces` is an (n, 3) integer array of (arena offset, bytes, byte offset in `out`), e.g. parts of the
+        extents of a :class:`Pin` of this client or of another client with the same :attr:`arena_id`, which
+        must keep them pinned until this returns. `out` is a writable C-contiguous numpy array or CPU torch
+        tensor of any dtype (offsets are in bytes). Raises PermissionDenied without the mapping and
+        InvalidArgument for a piece outside the arena or `out` (then nothing is copied).
+        """
+        arr = np.asarray(pieces, dtype=np.uint64)
+        if arr.size == 0:
+            arr = arr.reshape(0, 3)
+        if arr.ndim != 2 or arr.shape[1] != 3:
+            raise InvalidArgument(f"pieces must be an (n, 3) array of (arena offset, bytes, offset in out), got "
+                                  f"shape {arr.shape}")
+        arr = np.ascontiguousarray(arr)
+        address, nbytes = raw_buffer(out, what="out", writable=True)
+        self._c.copy_from_arena(arr, address, nbytes)
+        return int(arr[:, 1].sum()) if len(arr) else 0
 
     def __repr__(self) -> str:
         if self._c.closed:

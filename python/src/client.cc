@@ -139,6 +139,25 @@ safe: calls from several Python threads run in parallel, the GIL released.
            "socket"_a = py::none(), "client_name"_a = "python", "want_mapping"_a = true, "rpc_timeout_ms"_a = 30000,
            "max_connections"_a = 4, "staging_bytes"_a = 16ull << 20)
       .def("close", &PyClient::Close, "Drops the connections (pins taken keep theirs until released).")
+      .def_property_readonly(
+          "arena_id", [](const PyClient& c) { return c.Get()->arena_id(); },
+          "Which arena this client maps (the same in every client of one ptstored; 0 without the mapping).")
+      .def(
+          "copy_from_arena",
+          [](const PyClient& c, const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& pieces,
+             uint64_t address, uint64_t bytes) {
+            if (pieces.ndim() != 2 || pieces.shape(1) != 3) {
+              throw StatusError(InvalidArgument("pieces must be an (n, 3) array of (arena offset, bytes, offset in "
+                                                "the destination)"));
+            }
+            static_assert(sizeof(ArenaPiece) == 3 * sizeof(uint64_t));
+            std::span<const ArenaPiece> span(reinterpret_cast<const ArenaPiece*>(pieces.data()),
+                                             static_cast<size_t>(pieces.shape(0)));
+            auto client = c.Get();
+            ThrowIfError(NoGil([&] { return client->CopyFromArena(span, Addr(address), bytes); }));
+          },
+          "pieces"_a, "address"_a, "bytes"_a,
+          "Copies (arena offset, bytes, destination offset) pieces of the mapped arena to `address` (GIL released).")
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("socket", &PyClient::socket)
       .def_property_readonly("mapped", [](const PyClient& c) { return c.Get()->mapped(); })

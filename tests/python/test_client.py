@@ -221,6 +221,43 @@ def test_pin_context_manager_releases(client, make_ns, daemon):
     assert client.stats().active_leases == 0
 
 
+def test_copy_from_arena_reads_another_clients_pin(client, make_ns, daemon):
+    """A pin's extents are offsets in the arena every client of the ptstored maps (the same arena_id): another
+    client copies any byte ranges of them without a request of its own (the vLLM connector's pin_hits)."""
+    ns, layout = make_ns()
+    toks = tokens(32, seed=51)
+    bits = kv_bits(toks, layout)
+    client.save(ns, toks, as_kv(bits, layout, "numpy"))
+    flat = bits.reshape(-1).view(np.uint8)
+    with ptstore.Client(daemon.socket) as other, client.pin(ns, toks) as p:
+        assert other.arena_id == client.arena_id != 0
+        ext = [(e.arena_offset, e.length) for e in p.extents]
+        out = np.zeros(p.bytes, dtype=np.uint8)
+        pieces, pos = [], 0
+        for off, length in ext:
+            pieces.append((off, length, pos))
+            pos += length
+        assert other.copy_from_arena(pieces, out) == p.bytes
+        assert np.array_equal(out, flat)
+        # Two ranges of the first extent, to other places; the rest of `out` is left as it was.
+        off, length = ext[0]
+        out2 = np.full(64, 0x5A, dtype=np.uint8)
+        assert other.copy_from_arena([(off + 3, 5, 0), (off + 40, 2, 60)], out2) == 7
+        assert np.array_equal(out2[:5], flat[3:8]) and np.array_equal(out2[60:62], flat[40:42])
+        assert (out2[5:60] == 0x5A).all() and (out2[62:] == 0x5A).all()
+        with pytest.raises(ptstore.InvalidArgument, match="piece 1 .* outside the arena"):
+            other.copy_from_arena([(off, 1, 0), (1 << 50, 1, 0)], out2)
+        with pytest.raises(ptstore.InvalidArgument, match="piece 0 .* outside the destination"):
+            other.copy_from_arena([(off, 8, 60)], out2)
+        assert (out2[5:60] == 0x5A).all()  # nothing was copied
+        with pytest.raises(ptstore.InvalidArgument, match=r"\(n, 3\)"):
+            other.copy_from_arena(np.zeros((2, 2), dtype=np.uint64), out2)
+    with ptstore.Client(daemon.socket, want_mapping=False) as c:
+        assert c.arena_id == 0
+        with pytest.raises(ptstore.PermissionDenied, match="mapping"):
+            c.copy_from_arena([(0, 1, 0)], np.zeros(1, dtype=np.uint8))
+
+
 def test_pin_increment(client, make_ns):
     ns, layout = make_ns()
     a = tokens(16, seed=60)
