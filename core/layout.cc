@@ -371,15 +371,32 @@ Result<Layout> Layout::Parse(std::string_view text) {
     if (pos >= text.size()) break;
     size_t end = text.find_first_of(" \n\t,", pos);
     if (end == std::string_view::npos) end = text.size();
-    std::string_view item = text.substr(pos, end - pos);
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      return InvalidArgument("layout item '" + std::string(item) + "' is not key=value");
-    }
-    if (item.substr(0, eq) == "group") {
-      group_items.emplace_back(item.substr(eq + 1));
-    } else {
-      fields[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+    // Colons separate items too (where spaces cannot be written: a mount
+    // option, an xattr value); after group=KIND, the items up to the next
+    // group= or block_tokens= of the same word are that group's fields.
+    std::string_view word = text.substr(pos, end - pos);
+    size_t group = std::string::npos;  // the group= item this word is in
+    for (size_t from = 0; from <= word.size();) {
+      size_t colon = word.find(':', from);
+      if (colon == std::string_view::npos) colon = word.size();
+      std::string_view item = word.substr(from, colon - from);
+      from = colon + 1;
+      const size_t eq = item.find('=');
+      const std::string_view key = item.substr(0, eq);
+      if (group != std::string::npos && key != "group" && key != "block_tokens") {
+        group_items[group] += ":" + std::string(item);
+        continue;
+      }
+      if (eq == std::string_view::npos) {
+        return InvalidArgument("layout item '" + std::string(item) + "' is not key=value");
+      }
+      if (key == "group") {
+        group = group_items.size();
+        group_items.emplace_back(item.substr(eq + 1));
+      } else {
+        group = std::string::npos;
+        fields[std::string(key)] = std::string(item.substr(eq + 1));
+      }
     }
     pos = end;
   }

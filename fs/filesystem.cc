@@ -38,6 +38,8 @@ struct OpenFile : OpenHandle {
   std::atomic<int64_t> pinned_at{0};  // steady_clock nanoseconds
   // tokens and .layout: the whole contents.
   std::string content;
+  // .layout opened for writing: the text written so far (guarded by mu).
+  std::string written;
 };
 
 // An open directory (fi->fh): a listing taken at opendir and the ioctl
@@ -138,7 +140,12 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
-  if (to_set & FUSE_SET_ATTR_SIZE) return (void)fuse_reply_err(req, EROFS);  // the bytes never change
+  // The bytes never change; a .layout opened with O_TRUNC on a kernel without
+  // atomic O_TRUNC is truncated this way before its new layout is written.
+  if (to_set == FUSE_SET_ATTR_SIZE && ref.kind == NodeKind::kLayoutFile && attr->st_size == 0) {
+    return GetAttr(req, ino, fi);
+  }
+  if (to_set & FUSE_SET_ATTR_SIZE) return (void)fuse_reply_err(req, EROFS);
   if (to_set != 0) return (void)fuse_reply_err(req, EPERM);  // mode, owner, times: the store has none to set
   GetAttr(req, ino, fi);
 }
@@ -198,7 +205,9 @@ void KeepOrDropCache(Filesystem* fs, fuse_ino_t ino, uint64_t size, fuse_file_in
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
-  if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
+  // Only a namespace's .layout takes writes (a new layout, see WriteLayout).
+  const bool writes = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
+  if (writes && ref.kind != NodeKind::kLayoutFile) return (void)fuse_reply_err(req, EROFS);
   Filesystem* fs = Fs(req);
   auto f = std::make_unique<OpenFile>();
   f->ref = ref;
@@ -275,7 +284,33 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
   fuse_reply_buf(req, f->content.data() + off, n);
 }
 
+// A write to a namespace's .layout gives it the layout written, as setting
+// user.ptstore.layout does: the text written so far is parsed and applied at
+// each write (a layout is written whole by one write(2), as echo and
+// printf do). EINVAL for a text that is not a valid layout (nothing
+// changes), EBUSY once something is stored, EPERM as for the xattr.
+void WriteLayout(fuse_req_t req, fuse_ino_t ino, Filesystem* fs, OpenFile* f, const char* buf, size_t size,
+                 off_t off) {
+  constexpr size_t kMaxLayoutText = 64 * 1024;  // 16 groups take well under 1 KiB
+  if (off < 0 || static_cast<uint64_t>(off) + size > kMaxLayoutText) return (void)fuse_reply_err(req, EFBIG);
+  std::string text;
+  {
+    std::unique_lock lock(f->mu);
+    if (f->written.size() < static_cast<size_t>(off) + size) f->written.resize(static_cast<size_t>(off) + size, ' ');
+    std::memcpy(f->written.data() + off, buf, size);
+    text = f->written;
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\0' || text.back() == ' ')) text.pop_back();
+  auto layout = Layout::Parse(text);
+  if (!layout.ok()) return (void)fuse_reply_err(req, EINVAL);
+  if (int err = fs->tree().SetLayout(f->ref.ns, *layout)) return (void)fuse_reply_err(req, err);
+  fs->invalidator().Inode(ino);
+  fuse_reply_write(req, size);
+}
+
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  OpenFile* f = File(fi);
+  if (f->ref.kind == NodeKind::kLayoutFile) return WriteLayout(req, ino, Fs(req), f, buf, size, off);
   fuse_reply_err(req, EROFS);
 }
 
@@ -403,9 +438,6 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
   if (ref.kind == NodeKind::kNamespace && n == kLayoutXattr) {
     std::string text(value, size);
     while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
-    for (char& c : text) {
-      if (c == ':') c = ' ';
-    }
     auto layout = Layout::Parse(text);
     if (!layout.ok()) return (void)fuse_reply_err(req, EINVAL);
     int err = fs->tree().SetLayout(ref.ns, *layout);

@@ -43,7 +43,9 @@ const char* MountOptionsHelp() {
   return "PTStore options:\n"
          "    -o socket=PATH         ptstored socket (default $PTSTORE_SOCKET or /run/ptstore/ptstored.sock)\n"
          "    -o layout=TEXT         layout of namespaces made by mkdir (default Mistral-7B;\n"
-         "                           'layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16')\n"
+         "                           'layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16', or groups:\n"
+         "                           'block_tokens=16:group=full:layers=24:kv_heads=8:head_dim=128:dtype=bf16:\n"
+         "                           group=state:layers=8:bytes=65536')\n"
          "    -o entry_timeout=SECS  name cache time (default 1)\n"
          "    -o attr_timeout=SECS   attribute cache time (default 1)\n"
          "    -o readahead_kb=KIB    kernel readahead of the mount (default 4096; 0: leave the kernel's)\n";
@@ -64,9 +66,6 @@ Result<MountOptions> ParseMountOptions(fuse_args* args) {
   }
   if (raw.layout != nullptr) {
     std::string text = raw.layout;
-    for (char& c : text) {
-      if (c == ':') c = ' ';
-    }
     auto layout = Layout::Parse(text);
     if (!layout.ok()) return InvalidArgument("layout=" + std::string(raw.layout) + ": " + layout.status().message());
     PTS_RETURN_IF_ERROR(layout->Validate());

@@ -97,8 +97,13 @@ Result<struct stat> TreeView::Stat(const NodeRef& ref) {
   switch (ref.kind) {
     case NodeKind::kNamespace:
       return DirStat(ns, 1);  // 1: subdirectories not counted (as btrfs does)
-    case NodeKind::kLayoutFile:
-      return FileStat(ns, LayoutText(ns.layout).size());
+    case NodeKind::kLayoutFile: {
+      // Writable by the namespace's owner when its directory is: writing a
+      // layout into it is what setting user.ptstore.layout does.
+      struct stat st = FileStat(ns, LayoutText(ns.layout).size());
+      st.st_mode |= ns.mode & 0200;
+      return st;
+    }
     default:
       break;
   }

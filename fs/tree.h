@@ -1,7 +1,8 @@
 // The tree a PTStore mount shows (ptstore(7)), resolved against the store.
 //
 //   /                         one directory per namespace
-//   /<ns>/.layout             the namespace's layout, Layout::ToString() + "\n"
+//   /<ns>/.layout             the namespace's layout, Layout::ToString() + "\n";
+//                             a layout written into it is SetLayout
 //   /<ns>/<key>/              a top-level increment (key: 32 hex digits)
 //   /<ns>/<key>/kv            its own bytes (node.bytes), read-only
 //   /<ns>/<key>/tokens        its token ids, uint32 little-endian
@@ -9,7 +10,8 @@
 //
 // Directory modes come from the namespace: its mode bits, with the search
 // (x) bit set wherever the read bit is (a namespace's read bit means "may
-// look up and load"); files get the read bits only. Owner and group are the
+// look up and load"); files get the read bits only (.layout also the
+// owner's write bit, from the namespace's mode). Owner and group are the
 // namespace's. The root is owned by the mount daemon's user, mode 0755.
 //
 // Structure edits: mkdir at the root creates a namespace; rmdir removes an

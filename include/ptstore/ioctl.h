@@ -55,7 +55,10 @@ struct ptstore_ioc_info {
   uint32_t version; /* in: PTSTORE_IOCTL_VERSION */
   uint32_t kind;    /* out: PTSTORE_KIND_* */
   char ns[PTSTORE_IOC_NAME_MAX]; /* out: namespace (empty for the root), NUL-terminated */
-  /* The namespace's layout (kind >= NAMESPACE). */
+  /* The namespace's layout (kind >= NAMESPACE). A grouped layout (a hybrid
+   * model's KV cache groups, include/ptstore/layout.h) has layers, kv_heads,
+   * head_dim and dtype 0, and the right block_tokens and bytes_per_token;
+   * its groups are in the namespace's .layout file (Layout::Parse). */
   uint32_t layers, kv_heads, head_dim, dtype, block_tokens;
   uint32_t ns_uid, ns_gid, ns_mode;
   uint64_t bytes_per_token;

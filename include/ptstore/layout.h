@@ -142,7 +142,11 @@ struct Layout {
   std::string ToString() const;
   // Parses the ToString() form: items separated by spaces, commas, tabs or
   // newlines, in any order except that group= items keep theirs; every field
-  // required. Validates the result. InvalidArgument naming what is wrong.
+  // required. Colons may stand for the spaces (a mount option or an xattr
+  // value cannot hold them): "block_tokens=16:group=full:layers=24:...:
+  // group=state:layers=8:bytes=65536", where a group's fields run to the
+  // next group= or block_tokens=. Validates the result. InvalidArgument
+  // naming what is wrong.
   static Result<Layout> Parse(std::string_view text);
 
   bool operator==(const Layout&) const = default;

@@ -485,6 +485,27 @@ TEST(LayoutGroupsTest, ParseErrorsNameTheGroupAndField) {
   ExpectInvalid(Layout::Parse(seventeen).status(), "layout has 17 groups, at most 16");
 }
 
+TEST(LayoutGroupsTest, ColonsMayStandForSpaces) {
+  // A mount option or an xattr value: no spaces. A group's fields run to
+  // the next group= or block_tokens=.
+  Result<Layout> dense = Layout::Parse("layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16");
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  EXPECT_EQ(*dense, MistralLayout());
+  std::string colons = MixedLayout().ToString();
+  for (char& c : colons) c = c == ' ' ? ':' : c;
+  Result<Layout> grouped = Layout::Parse(colons);
+  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  EXPECT_EQ(*grouped, MixedLayout());
+  grouped = Layout::Parse("group=state:layers=8:bytes=65536:block_tokens=16:group=latent:layers=61:head_dim=576:dtype=bf16");
+  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  EXPECT_EQ(*grouped, Layout::FromGroups({LayoutGroup::State(8, 65536), LayoutGroup::Latent(61, 576, DType::kBF16)}, 16));
+  // A dense field after a group belongs to the group.
+  ExpectInvalid(Layout::Parse("block_tokens=16:group=state:layers=8:bytes=1:kv_heads=3").status(),
+                "layout group 0 (state) has unknown field 'kv_heads'");
+  ExpectInvalid(Layout::Parse("layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16:junk").status(),
+                "'junk' is not key=value");
+}
+
 TEST(LayoutGroupsTest, KindNames) {
   for (GroupKind k : {GroupKind::kFull, GroupKind::kWindow, GroupKind::kLatent, GroupKind::kState}) {
     Result<GroupKind> p = ParseGroupKind(GroupKindName(k));

@@ -413,6 +413,86 @@ TEST_F(FsTest, MkdirCreatesANamespaceAndRmdirDropsIt) {
   EXPECT_EQ(ErrnoOf([&] { return rmdir(M("ns").c_str()); }), ENOTEMPTY);
 }
 
+// A hybrid model's layout (full + window + state groups) in 4-token blocks.
+Layout GroupedFsLayout() {
+  return Layout::FromGroups({LayoutGroup::Full(2, 2, 16, DType::kBF16), LayoutGroup::Window(2, 2, 16, DType::kBF16, 8),
+                             LayoutGroup::State(2, 100)},
+                            4);
+}
+
+// Writes `text` into `path` with one write(2) after open(O_WRONLY|O_TRUNC);
+// 0 or the errno of the first call that failed.
+int WriteFile(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_TRUNC);
+  if (fd < 0) return errno;
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int err = n < 0 ? errno : n == static_cast<ssize_t>(text.size()) ? 0 : EIO;
+  close(fd);
+  return err;
+}
+
+TEST_F(FsTest, GroupedLayoutsInDotLayoutAndTheLayoutXattr) {
+  const Layout grouped = GroupedFsLayout();
+  ASSERT_TRUE(grouped.Validate().ok());
+  ASSERT_TRUE(client_->CreateNamespace("hybrid", grouped).ok());
+  // .layout shows the text form, the xattr the same.
+  EXPECT_EQ(ReadAll(M("hybrid/.layout")), grouped.ToString() + "\n");
+  EXPECT_EQ(Layout::Parse(ReadAll(M("hybrid/.layout"))).value(), grouped);
+  auto attr = Sh("getfattr --absolute-names --only-values -n user.ptstore.layout " + M("hybrid"));
+  EXPECT_EQ(attr.out, grouped.ToString());
+  struct stat st {};
+  ASSERT_EQ(stat(M("hybrid/.layout").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), grouped.ToString().size() + 1);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);  // the owner of a 0755 namespace may write its layout
+
+  // Writing a grouped layout into .layout of an empty namespace gives it
+  // that layout, as the xattr does.
+  ASSERT_EQ(mkdir(M("fresh").c_str(), 0750), 0);
+  EXPECT_EQ(WriteFile(M("fresh/.layout"), grouped.ToString() + "\n"), 0);
+  EXPECT_EQ(client_->GetNamespace("fresh")->layout, grouped);
+  EXPECT_EQ(client_->GetNamespace("fresh")->mode, 0750u);
+  EXPECT_EQ(ReadAll(M("fresh/.layout")), grouped.ToString() + "\n");
+  // And back to a dense one, with the shell.
+  auto echo = Sh("echo '" + SmallLayout(8).ToString() + "' > " + M("fresh/.layout"));
+  ASSERT_EQ(echo.rc, 0) << echo.out;
+  EXPECT_EQ(client_->GetNamespace("fresh")->layout, SmallLayout(8));
+  EXPECT_EQ(ReadAll(M("fresh/.layout")), SmallLayout(8).ToString() + "\n");
+
+  // A bad group text: EINVAL, and nothing changes.
+  for (const std::string bad :
+       {"block_tokens=4 group=full:layers=2:kv_heads=2:head_dim=16:dtype=bf16 group=mamba:layers=2",
+        "block_tokens=4 group=window:layers=2:kv_heads=2:head_dim=16:dtype=bf16",
+        "block_tokens=4 group=state:layers=2:bytes=0 group=full:layers=2:kv_heads=2:head_dim=16:dtype=bf16",
+        "block_tokens=4 layers=2 group=state:layers=2:bytes=10"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(WriteFile(M("fresh/.layout"), bad + "\n"), EINVAL);
+    EXPECT_EQ(ErrnoOf([&] { return setxattr(M("fresh").c_str(), "user.ptstore.layout", bad.data(), bad.size(), 0); }),
+              EINVAL);
+    EXPECT_EQ(client_->GetNamespace("fresh")->layout, SmallLayout(8));
+    EXPECT_EQ(ReadAll(M("fresh/.layout")), SmallLayout(8).ToString() + "\n");
+  }
+
+  // The xattr takes the grouped text with spaces, or with colons for them.
+  std::string colons = grouped.ToString();
+  for (char& c : colons) c = c == ' ' ? ':' : c;
+  ASSERT_EQ(setxattr(M("fresh").c_str(), "user.ptstore.layout", colons.data(), colons.size(), 0), 0);
+  EXPECT_EQ(client_->GetNamespace("fresh")->layout, grouped);
+
+  // Once something is stored the layout is fixed, written or set.
+  const std::vector<uint32_t> t = Tokens(8, 5);
+  std::vector<uint8_t> kv(2 * grouped.BytesPerBlock(), 7);
+  ASSERT_TRUE(client_->Save("fresh", t, kv.data(), kv.size()).ok());
+  EXPECT_EQ(WriteFile(M("fresh/.layout"), SmallLayout().ToString()), EBUSY);
+  EXPECT_EQ(client_->GetNamespace("fresh")->layout, grouped);
+  // The increment's kv file holds the grouped bytes, block for block.
+  auto paths = Paths("fresh");
+  ASSERT_EQ(paths.size(), 1u);
+  EXPECT_EQ(ReadAll(M(paths.begin()->first + "/kv")), std::string(kv.begin(), kv.end()));
+  // The other files stay read-only.
+  EXPECT_EQ(ErrnoOf([&] { return open(M(paths.begin()->first + "/kv").c_str(), O_WRONLY); }), EROFS);
+  EXPECT_EQ(ErrnoOf([&] { return open(M(paths.begin()->first + "/tokens").c_str(), O_RDWR); }), EROFS);
+}
+
 TEST_F(FsTest, UnsupportedOperationsFailWithTheDocumentedErrno) {
   SaveTree();
   auto paths = Paths("ns");
@@ -628,6 +708,38 @@ class FsIoctlTest : public FsTest {
     return fd;
   }
 };
+
+TEST_F(FsIoctlTest, InfoOfAGroupedNamespaceHasZeroDenseFieldsAndItsBytesPerToken) {
+  const Layout grouped = GroupedFsLayout();
+  ASSERT_TRUE(client_->CreateNamespace("hybrid", grouped).ok());
+  int fd = open(M("hybrid").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ptstore_ioc_info info{};
+  info.version = PTSTORE_IOCTL_VERSION;
+  ASSERT_EQ(ioctl(fd, PTSTORE_IOC_INFO, &info), 0) << strerror(errno);
+  close(fd);
+  EXPECT_EQ(info.kind, PTSTORE_KIND_NAMESPACE);
+  EXPECT_EQ(info.layers, 0u);
+  EXPECT_EQ(info.kv_heads, 0u);
+  EXPECT_EQ(info.head_dim, 0u);
+  EXPECT_EQ(info.dtype, 0u);
+  EXPECT_EQ(info.block_tokens, 4u);
+  EXPECT_EQ(info.bytes_per_token, grouped.BytesPerToken());
+  // The groups are in .layout.
+  EXPECT_EQ(Layout::Parse(ReadAll(M("hybrid/.layout"))).value(), grouped);
+  // LoadPath copies the grouped bytes like any others.
+  const std::vector<uint32_t> t = Tokens(8, 9);
+  std::vector<uint8_t> kv(2 * grouped.BytesPerBlock());
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<uint8_t>(i * 13 + 1);
+  ASSERT_TRUE(client_->Save("hybrid", t, kv.data(), kv.size()).ok());
+  auto paths = Paths("hybrid");
+  ASSERT_EQ(paths.size(), 1u);
+  std::vector<uint8_t> out(kv.size());
+  auto n = client_->LoadPath(M(paths.begin()->first), out.data(), out.size());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 8u);
+  EXPECT_EQ(out, kv);
+}
 
 TEST_F(FsIoctlTest, InfoDescribesRootNamespaceAndIncrement) {
   SaveTree();

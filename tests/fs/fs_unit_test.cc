@@ -95,5 +95,27 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
   fuse_opt_free_args(&bad_args);
 }
 
+TEST(Options, TakesAGroupedLayoutWithColonsForSpaces) {
+  const char* argv[] = {"ptstore-fuse", "/mnt", "-o",
+                        "layout=block_tokens=16:group=full:layers=24:kv_heads=8:head_dim=128:dtype=bf16:"
+                        "group=window:layers=24:kv_heads=8:head_dim=128:dtype=bf16:window=1024:"
+                        "group=state:layers=8:bytes=65536,allow_other"};
+  fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
+  auto o = ParseMountOptions(&args);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->layout, Layout::FromGroups({LayoutGroup::Full(24, 8, 128, DType::kBF16),
+                                           LayoutGroup::Window(24, 8, 128, DType::kBF16, 1024),
+                                           LayoutGroup::State(8, 65536)},
+                                          16));
+  fuse_opt_free_args(&args);
+  const char* bad[] = {"ptstore-fuse", "/mnt", "-o", "layout=block_tokens=16:group=full:layers=24"};
+  fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad));
+  auto b = ParseMountOptions(&bad_args);
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("layout group 0 (full) is missing field 'kv_heads'"), std::string::npos)
+      << b.status().message();
+  fuse_opt_free_args(&bad_args);
+}
+
 }  // namespace
 }  // namespace ptstore::fs
