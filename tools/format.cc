@@ -385,6 +385,15 @@ std::string RenderStats(uint32_t node_id, const StoreStats& s, const std::option
     const NamespaceInfo& i = ns->info;
     add("namespace", i.name);
     add("layout", i.layout.ToString());
+    if (i.layout.grouped()) {
+      // One row per group: its text form, where it sits in a block and its
+      // bytes there (the rest of the block is padding).
+      for (size_t g = 0; g < i.layout.groups.size(); ++g) {
+        add("group " + num(g), i.layout.groups[g].ToString() + " (" + num(i.layout.GroupBytesPerBlock(g)) +
+                                   " bytes per block at byte " + num(i.layout.GroupOffset(g)) + ")");
+      }
+      add("bytes per block", HumanBytes(i.layout.BytesPerBlock()) + " (" + num(i.layout.BytesPerBlock()) + ")");
+    }
     add("bytes per token", HumanBytes(i.layout.BytesPerToken()));
     add("owner", num(i.uid) + ":" + num(i.gid));
     add("mode", OctalMode(i.mode) + " (" + SymbolicMode(i.mode) + ")");
@@ -460,14 +469,38 @@ Json KeyJson(const ChainKey& key) {
   return key.ToHex();
 }
 
+Json ToJson(const LayoutGroup& g, uint64_t offset, uint64_t bytes_per_block) {
+  Json j = {{"kind", std::string(GroupKindName(g.kind))}, {"layers", g.layers}};
+  if (g.kind != GroupKind::kState) {
+    j["kv_heads"] = g.kv_heads;
+    j["head_dim"] = g.head_dim;
+    j["dtype"] = std::string(DTypeName(g.dtype));
+  }
+  if (g.kind == GroupKind::kWindow) j["window_tokens"] = g.window_tokens;
+  if (g.kind == GroupKind::kState) j["state_bytes"] = g.state_bytes;
+  j["offset"] = offset;
+  j["bytes_per_block"] = bytes_per_block;
+  return j;
+}
+
 Json ToJson(const Layout& l) {
-  return {{"layers", l.layers},
-          {"kv_heads", l.kv_heads},
-          {"head_dim", l.head_dim},
-          {"dtype", std::string(DTypeName(l.dtype))},
-          {"block_tokens", l.block_tokens},
-          {"bytes_per_token", l.BytesPerToken()},
-          {"bytes_per_block", l.BytesPerBlock()}};
+  // A dense layout keeps the object it always had; a grouped one has its
+  // dense fields 0 (dtype "none") and a "groups" array besides.
+  Json j = {{"layers", l.layers},
+            {"kv_heads", l.kv_heads},
+            {"head_dim", l.head_dim},
+            {"dtype", std::string(DTypeName(l.dtype))},
+            {"block_tokens", l.block_tokens},
+            {"bytes_per_token", l.BytesPerToken()},
+            {"bytes_per_block", l.BytesPerBlock()}};
+  if (l.grouped()) {
+    Json groups = Json::array();
+    for (size_t i = 0; i < l.groups.size(); ++i) {
+      groups.push_back(ToJson(l.groups[i], l.GroupOffset(i), l.GroupBytesPerBlock(i)));
+    }
+    j["groups"] = std::move(groups);
+  }
+  return j;
 }
 
 Json ToJson(const NamespaceInfo& i) {

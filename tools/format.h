@@ -154,7 +154,12 @@ std::string TokenIdsText(const std::vector<uint32_t>& ids, size_t max_shown = 16
 
 Json KeyJson(const ChainKey& key);  // hex, or null for the zero key
 Json RatioJson(std::optional<double> ratio);  // the number, or null for nullopt
+// A layout: {layers, kv_heads, head_dim, dtype, block_tokens, bytes_per_token,
+// bytes_per_block}; a grouped one also "groups": [{kind, layers, kv_heads,
+// head_dim, dtype (not for state), window_tokens (window), state_bytes
+// (state), offset, bytes_per_block}] (its dense fields are 0, dtype "none").
 Json ToJson(const Layout& layout);
+Json ToJson(const LayoutGroup& group, uint64_t offset, uint64_t bytes_per_block);
 Json ToJson(const NamespaceInfo& info);
 Json ToJson(const PrefixNodeInfo& node);
 // {"<key hex>": {"owner": N, "nodes": [...]}, ...}

@@ -20,7 +20,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv", o.kv_file, "its KV bytes, token-major in the namespace's layout")->required();
   app.add_option("-c,--create", layout,
                  "create the namespace first (if missing) with this layout: "
-                 "\"layers=L kv_heads=H head_dim=D dtype=T block_tokens=B\"");
+                 "\"layers=L kv_heads=H head_dim=D dtype=T block_tokens=B\", or a hybrid model's groups: "
+                 "\"block_tokens=B group=full:layers=L:kv_heads=H:head_dim=D:dtype=T "
+                 "group=window:...:window=W group=latent:layers=L:head_dim=D:dtype=T group=state:layers=L:bytes=N\" "
+                 "(ptstore(7), LAYOUTS)");
   app.add_option("-m,--mode", mode, "with --create: the namespace's mode, in octal (default 0755)");
   app.add_flag("--json", o.json, "machine-readable JSON");
   if (auto rc = t::ParseCommandLine(app, "ptstore-put", argc, argv, std::cout, std::cerr)) return *rc;

@@ -7,7 +7,8 @@
 //     that is not a multiple of 4 is an error), or "text", decimal integers
 //     from 0 to 4294967295 separated by white space (written one per line);
 //   - KV bytes: raw, in the namespace's token-major layout
-//     (Layout::BytesPerToken() bytes per token, in token order).
+//     (Layout::BytesPerToken() bytes per token, in token order; for a
+//     grouped layout, whole blocks of its groups' slices and padding).
 //
 // Exit status (commands.h): a file that cannot be opened, read or written is
 // 1, like a failure of the server; a file whose contents are wrong (a token

@@ -252,6 +252,49 @@ TEST_F(FsckTest, CleanDirectoryCountsEverything) {
   }
 }
 
+// Records of a grouped layout (a hybrid model's namespace), compressed and
+// not: fsck reads them, checks every payload and shows the layout's groups.
+TEST_F(FsckTest, GroupedRecordsAreReadAndShowTheirLayout) {
+  const Layout grouped = Layout::FromGroups(
+      {LayoutGroup::Full(2, 2, 64, DType::kBF16), LayoutGroup::Latent(3, 40, DType::kFP16), LayoutGroup::State(2, 1000)},
+      16);
+  ASSERT_TRUE(grouped.Validate().ok());
+  OpenTier(/*compress=*/true);
+  storage::RecordHeader ns = NamespaceRecord("hybrid", 1);
+  ns.layout = grouped;
+  Append(ns, 0, false);
+  storage::RecordHeader a = TensorRecord("hybrid", 1, 2, 0, 64);
+  a.layout = grouped;
+  const SsdLocation la = Append(a, 2, /*compressible=*/true);
+  storage::RecordHeader b = TensorRecord("hybrid", 1, 3, 64, 32);
+  b.layout = grouped;
+  const SsdLocation lb = Append(b, 3, /*compressible=*/false);
+  tier_.reset();
+  EXPECT_TRUE(la.flags & storage::kRecordCompressed);
+  EXPECT_FALSE(lb.flags & storage::kRecordCompressed);
+
+  ToolRun r = RunFsck({"--json", "--list", dir_});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  json j = Json(r);
+  EXPECT_TRUE(j["clean"].get<bool>());
+  EXPECT_EQ(j["summary"]["tensors"], 2);
+  EXPECT_EQ(j["summary"]["payload_bytes"].get<uint64_t>(), 96 * grouped.BytesPerToken());
+  ASSERT_EQ(j["namespaces"].size(), 1u);
+  const json& l = j["namespaces"][0]["layout"];
+  EXPECT_EQ(l["bytes_per_block"].get<uint64_t>(), grouped.BytesPerBlock());
+  ASSERT_EQ(l["groups"].size(), 3u);
+  EXPECT_EQ(l["groups"][1]["kind"], "latent");
+  EXPECT_EQ(l["groups"][2]["state_bytes"], 1000);
+  for (const auto& rec : j["records"]) {
+    if (rec["kind"] != "tensor") continue;
+    EXPECT_TRUE(rec["payload_verified"].get<bool>()) << rec.dump();
+    if (rec["compressed"].get<bool>()) EXPECT_TRUE(rec["decompressed"].get<bool>()) << rec.dump();
+  }
+  r = RunFsck({dir_});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(grouped.ToString()), std::string::npos) << r.out;
+}
+
 TEST_F(FsckTest, FlippedPayloadBitIsReportedWithItsOffset) {
   WriteSample();
   FlipBit(PathOf(t3_), t3_.offset + t3_.header_bytes + 1234);

@@ -165,6 +165,76 @@ TEST_F(ToolsTest, ListsNamespaces) {
   EXPECT_EQ(by_name.at(kNs).bytes, 160u * 1024);  // 64 + 48 + 32 + 16 tokens, 1 KiB each
 }
 
+// A hybrid model's namespace: ls and stat show its groups, in text and JSON.
+TEST_F(ToolsTest, GroupedLayoutsInLsAndStat) {
+  const Layout grouped = Layout::FromGroups(
+      {LayoutGroup::Full(2, 2, 64, DType::kBF16), LayoutGroup::Window(2, 2, 64, DType::kBF16, 64),
+       LayoutGroup::Latent(3, 40, DType::kFP16), LayoutGroup::State(2, 1000)},
+      16);
+  ASSERT_TRUE(grouped.Validate().ok());
+  ASSERT_TRUE(client_->CreateNamespace("hybrid", grouped, "", 0700).ok());
+  std::vector<uint8_t> kv(2 * grouped.BytesPerBlock(), 0x33);
+  ASSERT_TRUE(client_->Save("hybrid", Tokens(100, 32), kv.data(), kv.size()).ok());
+
+  ToolRun r = Ls({"-l"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  EXPECT_EQ(lines[2].rfind("hybrid", 0), 0u) << r.out;
+  EXPECT_EQ(lines[2].substr(lines[2].size() - grouped.ToString().size()), grouped.ToString()) << r.out;
+
+  r = Ls({"--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  json hybrid, dense;
+  for (const auto& n : j["namespaces"]) {
+    if (n["name"] == "hybrid") hybrid = n["layout"];
+    if (n["name"] == kNs) dense = n["layout"];
+  }
+  // The dense layout's object is what it was: no groups.
+  EXPECT_FALSE(dense.contains("groups")) << dense.dump();
+  EXPECT_EQ(dense.size(), 7u) << dense.dump();
+  ASSERT_TRUE(hybrid.contains("groups")) << hybrid.dump();
+  EXPECT_EQ(hybrid["layers"], 0);
+  EXPECT_EQ(hybrid["dtype"], "none");
+  EXPECT_EQ(hybrid["block_tokens"], 16);
+  EXPECT_EQ(hybrid["bytes_per_token"].get<uint64_t>(), grouped.BytesPerToken());
+  EXPECT_EQ(hybrid["bytes_per_block"].get<uint64_t>(), grouped.BytesPerBlock());
+  const json& g = hybrid["groups"];
+  ASSERT_EQ(g.size(), 4u);
+  EXPECT_EQ(g[0], json::parse(R"({"kind": "full", "layers": 2, "kv_heads": 2, "head_dim": 64, "dtype": "bf16",
+                                  "offset": 0, "bytes_per_block": 16384})"));
+  EXPECT_EQ(g[1]["kind"], "window");
+  EXPECT_EQ(g[1]["window_tokens"], 64);
+  EXPECT_EQ(g[1]["offset"], 16384);
+  EXPECT_EQ(g[2]["kind"], "latent");
+  EXPECT_EQ(g[2]["kv_heads"], 1);
+  EXPECT_EQ(g[2]["head_dim"], 40);
+  EXPECT_EQ(g[2]["dtype"], "fp16");
+  EXPECT_EQ(g[2]["offset"], 32768);
+  EXPECT_EQ(g[2]["bytes_per_block"], 16 * 3 * 40 * 2);
+  EXPECT_EQ(g[3], json::parse(R"({"kind": "state", "layers": 2, "state_bytes": 1000, "offset": 36608,
+                                  "bytes_per_block": 2000})"));
+
+  r = Stat({"hybrid"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("layout             " + grouped.ToString() + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("group 0            full:layers=2:kv_heads=2:head_dim=64:dtype=bf16 (16384 bytes per block "
+                       "at byte 0)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("group 3            state:layers=2:bytes=1000 (2000 bytes per block at byte 36608)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("bytes per block    37.8 KiB (38656)\n"), std::string::npos) << r.out;
+  r = Stat({"--json", "hybrid"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  j = json::parse(r.out);
+  EXPECT_EQ(j["namespace"]["layout"]["groups"].size(), 4u);
+  EXPECT_EQ(j["namespace"]["layout"]["groups"][3]["state_bytes"], 1000);
+  EXPECT_EQ(j["namespace"]["bytes"].get<uint64_t>(), kv.size());
+}
+
 TEST_F(ToolsTest, ListsTopIncrements) {
   auto top = Tree();
   ASSERT_EQ(top.size(), 2u);  // [0,32) of A/B/D, and C

@@ -253,6 +253,39 @@ TEST_F(PutGetTest, CreateTheNamespaceFirst) {
   EXPECT_FALSE(client_->GetNamespace("other").ok());
 }
 
+TEST_F(PutGetTest, CreateANamespaceOfAGroupedLayout) {
+  // Blocks of 4 tokens: a full group of 1 layer, 1 head of 8 fp32 (256
+  // bytes), a state group of 3 layers of 10 bytes (30) at byte 256, the
+  // block padded to 320: 80 bytes per token.
+  const std::string layout =
+      "block_tokens=4 group=full:layers=1:kv_heads=1:head_dim=8:dtype=fp32 group=state:layers=3:bytes=10";
+  ASSERT_EQ(Layout::Parse(layout)->BytesPerToken(), 80u);
+  const auto tokens = Tokens(10, 12);
+  const std::string kv = RandomBytes(12 * 80, 6);
+  WriteFile(F("t.bin"), Raw(tokens));
+  WriteFile(F("kv.bin"), kv);
+  ToolRun r = Put({"hybrid", "--create", layout, "--tokens", F("t.bin"), "--kv", F("kv.bin")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "hybrid: matched 0 tokens, stored 12 tokens (960 B new)\n");
+  auto info = client_->GetNamespace("hybrid");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->layout, *Layout::Parse(layout));
+  EXPECT_TRUE(info->layout.grouped());
+  r = Get({"hybrid", "--tokens", F("t.bin"), "-o", F("out.kv")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(testing::ReadFile(F("out.kv")), kv);
+  // The KV file must be the grouped layout's bytes per token.
+  WriteFile(F("short.kv"), kv.substr(0, 12 * 64));
+  r = Put({"hybrid", "--tokens", F("t.bin"), "--kv", F("short.kv")});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.err.find("80 bytes per token"), std::string::npos) << r.err;
+  // A bad group is a usage error naming it, found before the server.
+  r = Put({"other", "--create", "block_tokens=4 group=state:layers=3", "--tokens", F("t.bin"), "--kv", F("kv.bin")});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err, "ptstore-put: --create: layout group 0 (state) is missing field 'bytes' (see --help)\n");
+  EXPECT_FALSE(client_->GetNamespace("other").ok());
+}
+
 TEST_F(PutGetTest, FilesThatDoNotFitAreUsageErrors) {
   const auto tokens = Tokens(1000, 40);
   WriteFile(F("t.bin"), Raw(tokens));
