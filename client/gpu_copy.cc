@@ -535,6 +535,7 @@ Status LoadToDevice(const PinnedPrefix& pin, void* device_dst, uint64_t bytes, S
 Status LoadToPagedKV(const PinnedPrefix& pin, const Layout& layout, const PagedKVCache& dst,
                      std::span<const int32_t> block_ids, Stream stream, const PagedLoadOptions& options) {
   PTS_RETURN_IF_ERROR(layout.Validate());
+  PTS_RETURN_IF_ERROR(detail::RequireDenseLayout(layout, "LoadToPagedKV"));
   const uint64_t bpt = layout.BytesPerToken();
   if (pin.bytes() != pin.tokens() * bpt) {
     return InvalidArgument("LoadToPagedKV: the pinned prefix holds " + std::to_string(pin.bytes()) + " bytes for " +
@@ -587,6 +588,7 @@ Status LoadToPagedKV(const PinnedPrefix& pin, const Layout& layout, const PagedK
 Status GatherToPagedKV(std::span<const TokenMajorSegment> segments, const Layout& layout, const PagedKVCache& dst,
                        std::span<const int32_t> block_ids, uint64_t tokens, Stream stream) {
   PTS_RETURN_IF_ERROR(layout.Validate());
+  PTS_RETURN_IF_ERROR(detail::RequireDenseLayout(layout, "GatherToPagedKV"));
   if (tokens == 0) return Status::OK();
   uint64_t have = 0;
   for (size_t i = 0; i < segments.size(); ++i) {

@@ -66,9 +66,21 @@ namespace {
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+Status RequireDenseLayout(const Layout& layout, const char* what) {
+  if (!layout.grouped()) return Status::OK();
+  // A grouped block is several groups' slices, each with its own shape: the
+  // kernel's one (layers, 2, kv_heads, head_dim) row per token would copy
+  // the wrong bytes, so refuse rather than guess.
+  return InvalidArgument(std::string(what) + ": the layout {" + layout.ToString() + "} has " +
+                         std::to_string(layout.groups.size()) +
+                         " groups; the GPU copy path handles dense layouts only (copy a grouped prefix to "
+                         "host memory with PinnedPrefix::CopyTo, or to device bytes with LoadToDevice)");
+}
+
 Status CheckPagedShape(const Layout& layout, const PagedKVCache& dst, std::span<const int32_t> block_ids,
                        uint64_t dst_tokens) {
   PTS_RETURN_IF_ERROR(layout.Validate());
+  PTS_RETURN_IF_ERROR(RequireDenseLayout(layout, "the paged KV cache"));
   if (dst.layers.empty()) return InvalidArgument("the paged KV cache has no layers");
   if (uint64_t{dst.first_layer} + dst.layers.size() > layout.layers) {
     return InvalidArgument("the paged KV cache has layers " + std::to_string(dst.first_layer) + ".." +

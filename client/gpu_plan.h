@@ -16,8 +16,12 @@
 
 namespace ptstore::gpu::detail {
 
+// The copy plan knows dense layouts only (one K/V tensor per layer): OK for
+// one, InvalidArgument saying so for a grouped layout. `what` names the call.
+Status RequireDenseLayout(const Layout& layout, const char* what);
+
 // Checks a destination for `dst_tokens` tokens written from block_ids[0]'s
-// first slot on: the layout, the layer range, sizes and strides, the number
+// first slot on: the layout (valid and dense), the layer range, sizes and strides, the number
 // and range of block ids, null layer pointers. (Whether the pointers are
 // device memory needs CUDA: gpu_copy.cc checks that.)
 Status CheckPagedShape(const Layout& layout, const PagedKVCache& dst, std::span<const int32_t> block_ids,

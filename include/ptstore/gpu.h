@@ -101,7 +101,9 @@ Status LoadToDevice(const PinnedPrefix& pin, void* device_dst, uint64_t bytes, S
 
 // vLLM's paged KV cache: one tensor per attention layer, addressed as
 // pages[kv][block][slot][head][0..head_dim) with byte strides (head_dim
-// contiguous). The factories fill the strides of vLLM's dense layouts.
+// contiguous). The factories fill the strides of vLLM's dense layouts (a
+// grouped layout has no such shape: its strides come out 0 and every copy
+// refuses it).
 struct PagedKVCache {
   // Device pointers of layers first_layer .. first_layer + layers.size() - 1
   // of the model (of the namespace's layout), in layer order.
@@ -147,7 +149,9 @@ struct PagedLoadOptions {
 // the paged cache `dst`, every layer of dst in one kernel launch (kDirect).
 // block_ids: host array, at least ceil(tokens / block_size) ids, each in
 // [0, num_blocks). InvalidArgument for sizes that do not fit, bad ids, null
-// or non-device layer pointers, a layout that does not match the pin.
+// or non-device layer pointers, a layout that does not match the pin, and a
+// grouped layout (the paged copy knows dense layouts only: a hybrid
+// model's groups are copied by their readers, e.g. with LoadToDevice).
 Status LoadToPagedKV(const PinnedPrefix& pin, const Layout& layout, const PagedKVCache& dst,
                      std::span<const int32_t> block_ids, Stream stream, const PagedLoadOptions& options = {});
 
@@ -159,6 +163,7 @@ struct TokenMajorSegment {
   const void* data = nullptr;
   uint64_t tokens = 0;
 };
+// InvalidArgument for a grouped layout, as LoadToPagedKV.
 Status GatherToPagedKV(std::span<const TokenMajorSegment> segments, const Layout& layout, const PagedKVCache& dst,
                        std::span<const int32_t> block_ids, uint64_t tokens, Stream stream);
 

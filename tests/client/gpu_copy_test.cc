@@ -155,6 +155,14 @@ TEST(GpuNoDevice, ClearErrorsWithoutADevice) {
   EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
   s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 17, nullptr);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();  // sizes first
+  // A grouped layout is refused before anything else, device or not.
+  const Layout grouped = Layout::FromGroups({LayoutGroup::Full(2, 2, 8, DType::kFP16), LayoutGroup::State(2, 64)}, 16);
+  s = gpu::GatherToPagedKV({&seg, 1}, grouped, c, ids, 16, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("dense layouts only"), std::string::npos) << s.ToString();
+  s = gpu::LoadToPagedKV(empty, grouped, c, ids, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("dense layouts only"), std::string::npos) << s.ToString();
 }
 
 // ------------------------------------------------- gather kernel alone

@@ -157,6 +157,26 @@ TEST(GpuPlan, CheckPagedShapeErrors) {
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
 }
 
+TEST(GpuPlan, AGroupedLayoutIsRefusedNeverCopiedWrong) {
+  // A valid grouped layout whose first group has the dense layout's shape:
+  // the plan must still refuse it (its blocks hold other groups too).
+  const Layout grouped = Layout::FromGroups(
+      {LayoutGroup::Full(4, 2, 16, DType::kBF16), LayoutGroup::Window(4, 2, 16, DType::kBF16, 32)}, 16);
+  ASSERT_TRUE(grouped.Validate().ok());
+  int dummy = 0;
+  PagedKVCache c = PagedKVCache::FlashAttention({&dummy, &dummy, &dummy, &dummy}, Layout{4, 2, 16, DType::kBF16, 16},
+                                                8, 16);
+  std::vector<int32_t> ids{0, 1, 2, 3};
+  Status s = gpu::detail::CheckPagedShape(grouped, c, ids, 64);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("has 2 groups; the GPU copy path handles dense layouts only"), std::string::npos)
+      << s.ToString();
+  s = gpu::detail::RequireDenseLayout(grouped, "LoadToPagedKV");
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("LoadToPagedKV: the layout {block_tokens=16 group=full:", 0), 0u) << s.ToString();
+  EXPECT_TRUE(gpu::detail::RequireDenseLayout(Layout{4, 2, 16, DType::kBF16, 16}, "x").ok());
+}
+
 TEST(GpuPlan, ArenaRunsMergeAdjacentExtentsAndClip) {
   using gpu::detail::ArenaRun;
   using gpu::detail::ArenaRuns;
