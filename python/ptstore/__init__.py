@@ -19,24 +19,24 @@ whole API.
 from ._errors import (Aborted, AlreadyExists, Code, Corruption, DeadlineExceeded, Error, IOFailure, Internal,
                       InvalidArgument, NotFound, PermissionDenied, ProtocolError, ResourceExhausted, Unavailable,
                       Unimplemented)
-from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, PathInfo,
-                       PrefixLocation, PrefixNode, RemoveResult, SaveResult, Stats, mistral_layout, path_info)
+from ._ptstore import (CostModel, Extent, Increment, Layout, LayoutGroup, LoadPlan, LookupResult, NamespaceInfo,
+                       PathInfo, PrefixLocation, PrefixNode, RemoveResult, SaveResult, Stats, mistral_layout, path_info)
 from ._arrays import empty_kv, numpy_dtype, torch_dtype
 from ._client import Client, Pin
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Pin", "Layout", "mistral_layout", "NamespaceInfo", "LookupResult", "Extent", "SaveResult",
-    "RemoveResult", "Stats", "PrefixNode", "Increment", "PathInfo", "path_info", "PrefixLocation", "CostModel",
-    "LoadPlan", "empty_kv", "numpy_dtype",
+    "Client", "Pin", "Layout", "LayoutGroup", "mistral_layout", "NamespaceInfo", "LookupResult", "Extent",
+    "SaveResult", "RemoveResult", "Stats", "PrefixNode", "Increment", "PathInfo", "path_info", "PrefixLocation",
+    "CostModel", "LoadPlan", "empty_kv", "numpy_dtype",
     "torch_dtype", "Code", "Error", "NotFound", "InvalidArgument", "AlreadyExists", "PermissionDenied",
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Corruption", "ProtocolError", "IOFailure", "Aborted",
     "Internal", "Unimplemented",
 ]
 
 # The classes of the extension present themselves as ptstore.X.
-for _name in ("CostModel", "Extent", "Increment", "Layout", "LoadPlan", "LookupResult", "NamespaceInfo", "PathInfo",
-              "PrefixLocation", "PrefixNode", "RemoveResult", "SaveResult", "Stats"):
+for _name in ("CostModel", "Extent", "Increment", "Layout", "LayoutGroup", "LoadPlan", "LookupResult", "NamespaceInfo",
+              "PathInfo", "PrefixLocation", "PrefixNode", "RemoveResult", "SaveResult", "Stats"):
     globals()[_name].__module__ = __name__
 del _name

@@ -44,6 +44,7 @@ _TORCH_DTYPES = {
     "fp16": ("float16",),
     "fp32": ("float32",),
     "fp8": ("uint8", "int8", "float8_e4m3fn", "float8_e5m2"),
+    "bytes": ("uint8", "int8"),  # a grouped layout's blocks
 }
 # __cuda_array_interface__ typestrs ('<f2' ...); bf16 has none: its raw bits as '<u2'/'<i2'.
 _CAI_TYPES = {
@@ -51,7 +52,21 @@ _CAI_TYPES = {
     "fp16": ("<f2",),
     "fp32": ("<f4",),
     "fp8": ("|u1", "|i1", "<u1", "<i1", "|V1"),
+    "bytes": ("|u1", "|i1", "<u1", "<i1", "|V1"),
 }
+
+
+def _elements(layout: Any) -> Tuple[str, int, str]:
+    """What a token-major buffer of `layout` holds per token: (dtype key, elements, the shape it takes).
+
+    A grouped layout (a hybrid model's groups) has no element shape: its
+    buffers are its bytes, ``bytes_per_token`` uint8 per token.
+    """
+    if layout.is_grouped:
+        return "bytes", layout.bytes_per_token, f"(tokens, {layout.bytes_per_token}) bytes (uint8)"
+    return (layout.dtype, layout.elements_per_token,
+            f"(tokens, {layout.layers}, 2, {layout.kv_heads}, {layout.head_dim}) or any (tokens, ...) of "
+            f"{layout.elements_per_token} elements per token")
 
 
 def built() -> bool:
@@ -197,7 +212,8 @@ def load_to_device(pin: Any, out: Any, tokens: Optional[int] = None, stream: Any
 
     `out` is token-major like :meth:`Pin.copy_to`'s: C-contiguous, of the
     layout's dtype, shaped ``(tokens, ...)`` with ``layout.elements_per_token``
-    elements per token (``layout.kv_shape(n)``), with room for the tokens.
+    elements per token (``layout.kv_shape(n)``), with room for the tokens; for
+    a grouped layout uint8, ``(tokens, ...)`` of ``layout.bytes_per_token``.
     One cudaMemcpyAsync per run of adjacent extents, on `stream` (default: the
     current torch stream of ``out``'s device).
     """
@@ -206,11 +222,10 @@ def load_to_device(pin: Any, out: Any, tokens: Optional[int] = None, stream: Any
     n = pin.tokens if tokens is None else int(tokens)
     if n < 0 or n > pin.tokens:
         raise InvalidArgument(f"cannot load {n} tokens out of a pin of {pin.tokens}")
-    a = _device_array(out, layout.dtype, "out")
-    if len(a.shape) < 2 or math.prod(a.shape[1:]) != layout.elements_per_token:
-        raise InvalidArgument(f"out has shape {a.shape}, but the namespace's layout ({layout}) needs "
-                              f"(tokens, {layout.layers}, 2, {layout.kv_heads}, {layout.head_dim}) or any "
-                              f"(tokens, ...) of {layout.elements_per_token} elements per token")
+    key, per_token, shape_text = _elements(layout)
+    a = _device_array(out, key, "out")
+    if len(a.shape) < 2 or math.prod(a.shape[1:]) != per_token:
+        raise InvalidArgument(f"out has shape {a.shape}, but the namespace's layout ({layout}) needs {shape_text}")
     acc = a.itemsize
     for d, s in zip(reversed(a.shape), reversed(a.strides)):
         if d > 1 and s != acc:
@@ -218,8 +233,9 @@ def load_to_device(pin: Any, out: Any, tokens: Optional[int] = None, stream: Any
                                   f"out.contiguous()")
         acc *= d
     if a.shape[0] < n:
+        shape = (n, per_token) if layout.is_grouped else layout.kv_shape(n)
         raise InvalidArgument(f"out holds {a.shape[0]} tokens, the load {n}: give an out of at least {n} tokens "
-                              f"(shape {layout.kv_shape(n)})")
+                              f"(shape {shape})")
     h = _stream_handle(stream, a.stream)
     _ptstore.gpu_load_to_device(_low_pin(pin), a.address, n * layout.bytes_per_token, h)
     _finish(h, non_blocking)
@@ -248,6 +264,9 @@ def load_to_paged(pin: Any, kv_caches: Sequence[Any], block_ids: Any, *, start_t
     ``block_ids[i // block_size]``, slot ``i % block_size``; slots past the last
     token of a partial last block are left alone.
 
+    Dense layouts only: a grouped layout (a hybrid model's groups) is
+    InvalidArgument.
+
     ``mode``: "direct" (the kernel reads the registered arena over the bus,
     one launch for every layer), "staged" (copy to a device buffer of at most
     `staging_bytes`, then the kernel), or "auto" (direct when the arena is
@@ -255,6 +274,10 @@ def load_to_paged(pin: Any, kv_caches: Sequence[Any], block_ids: Any, *, start_t
     """
     _require()
     layout = _pin_layout(pin)
+    if layout.is_grouped:
+        raise InvalidArgument(f"load_to_paged copies dense layouts only: {layout} has {len(layout.groups)} groups, "
+                              f"each with its own shape (copy its blocks with load_to_device into uint8 and split "
+                              f"them by layout.group_offset)")
     if isinstance(kv_caches, dict):
         raise TypeError("kv_caches must be a sequence of per-layer tensors in layer order (e.g. "
                         "[kv for kv in PagedKV.layers]), not a dict")

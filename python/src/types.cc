@@ -1,12 +1,13 @@
-// The value types of the public API as Python classes: Layout, NamespaceInfo,
+// The value types of the public API as Python classes: Layout, LayoutGroup, NamespaceInfo,
 // Extent, LookupResult, SaveResult, RemoveResult, Stats, PrefixNode,
 // Increment, PrefixLocation (Client.locate_prefix), and PathInfo (what a
-// mount's PTSTORE_IOC_INFO says about a path). All are read-only values with a repr; Layout is also hashable and
-// picklable.
+// mount's PTSTORE_IOC_INFO says about a path). All are read-only values with a repr; Layout and LayoutGroup are
+// also hashable and picklable.
 #include <fcntl.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,8 +43,28 @@ DType DTypeFrom(const py::handle& obj) {
   return Unwrap(ParseDType(name));
 }
 
+std::string GroupRepr(const LayoutGroup& g) {
+  std::ostringstream os;
+  os << "LayoutGroup('" << GroupKindName(g.kind) << "', layers=" << g.layers;
+  if (g.kind == GroupKind::kState) {
+    os << ", state_bytes=" << g.state_bytes;
+  } else {
+    if (g.kind != GroupKind::kLatent) os << ", kv_heads=" << g.kv_heads;
+    os << ", head_dim=" << g.head_dim << ", dtype='" << DTypeName(g.dtype) << "'";
+    if (g.kind == GroupKind::kWindow) os << ", window=" << g.window_tokens;
+  }
+  os << ")";
+  return os.str();
+}
+
 std::string LayoutRepr(const Layout& l) {
   std::ostringstream os;
+  if (l.grouped()) {
+    os << "Layout.from_groups([";
+    for (size_t i = 0; i < l.groups.size(); ++i) os << (i ? ", " : "") << GroupRepr(l.groups[i]);
+    os << "], block_tokens=" << l.block_tokens << ")";
+    return os.str();
+  }
   os << "Layout(layers=" << l.layers << ", kv_heads=" << l.kv_heads << ", head_dim=" << l.head_dim << ", dtype='"
      << DTypeName(l.dtype) << "', block_tokens=" << l.block_tokens << ")";
   return os.str();
@@ -61,7 +82,51 @@ Layout MakeLayout(uint32_t layers, uint32_t kv_heads, uint32_t head_dim, const p
   return l;
 }
 
+// LayoutGroup(kind, layers, ...): dtype None is bf16 for the kinds that have
+// elements and none for state; a latent group's kv_heads 0 means 1.
+LayoutGroup MakeGroup(const std::string& kind, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+                      const py::handle& dtype, uint32_t window, uint64_t state_bytes) {
+  LayoutGroup g;
+  g.kind = Unwrap(ParseGroupKind(kind));
+  g.layers = layers;
+  g.kv_heads = g.kind == GroupKind::kLatent && kv_heads == 0 ? 1 : kv_heads;
+  g.head_dim = head_dim;
+  if (g.kind == GroupKind::kState) {
+    if (!dtype.is_none()) {
+      ThrowIfError(InvalidArgument("a state group is bytes (state_bytes per layer per block): it takes no dtype"));
+    }
+    g.dtype = DType::kNone;
+  } else {
+    g.dtype = dtype.is_none() ? DType::kBF16 : DTypeFrom(dtype);
+  }
+  g.window_tokens = window;
+  g.state_bytes = state_bytes;
+  ThrowIfError(g.Validate());
+  return g;
+}
+
+// kv_shape and elements_per_token describe one (layers, 2, kv_heads,
+// head_dim) tensor per token: a grouped layout has no such shape.
+void RequireDense(const Layout& l, const char* what) {
+  if (!l.grouped()) return;
+  ThrowIfError(InvalidArgument(std::string(what) + " is for dense layouts: {" + l.ToString() + "} has " +
+                               std::to_string(l.groups.size()) +
+                               " groups, each with its own shape; a grouped block is bytes_per_block bytes "
+                               "(see groups, group_offset and group_bytes_per_block)"));
+}
+
+size_t GroupIndex(const Layout& l, int64_t i) {
+  const int64_t n = static_cast<int64_t>(l.GroupCount());
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) {
+    throw py::index_error("group index out of range: the layout has " + std::to_string(n) + " group" +
+                          (n == 1 ? "" : "s"));
+  }
+  return static_cast<size_t>(i);
+}
+
 py::tuple KvShape(const Layout& l, uint64_t tokens) {
+  RequireDense(l, "kv_shape");
   return py::make_tuple(tokens, l.layers, 2, l.kv_heads, l.head_dim);
 }
 
@@ -147,6 +212,39 @@ std::string KeyHex(const uint8_t* b) {
   return s;
 }
 
+// The layout in the .layout file of the namespace directory at or above the
+// directory `path` of a mount (an increment's directory is below its
+// parent's, the top ones below the namespace's).
+Result<Layout> NamespaceLayoutAbove(const std::string& path) {
+  int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return ErrnoError("open " + path, errno);
+  struct stat mount_st {};
+  if (::fstat(dir, &mount_st) != 0) mount_st.st_dev = 0;
+  for (;;) {
+    struct stat st {};
+    if (::fstat(dir, &st) != 0 || st.st_dev != mount_st.st_dev) break;  // left the mount
+    const int fd = ::openat(dir, ".layout", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string text;
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+      const int err = errno;
+      ::close(fd);
+      ::close(dir);
+      if (n < 0) return ErrnoError("read the .layout above " + path, err);
+      return Layout::Parse(text);
+    }
+    const int up = ::openat(dir, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int err = errno;
+    ::close(dir);
+    if (up < 0) return ErrnoError("open the parent of a directory above " + path, err);
+    dir = up;
+  }
+  ::close(dir);
+  return NotFound("no namespace .layout file above " + path + " on its mount");
+}
+
 Result<PathInfo> QueryPath(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
@@ -183,6 +281,11 @@ Result<PathInfo> QueryPath(const std::string& path) {
     l.head_dim = info.head_dim;
     l.dtype = static_cast<DType>(info.dtype);
     l.block_tokens = info.block_tokens;
+    if (l.layers == 0 && info.dtype == 0) {
+      // A grouped layout: the ioctl's struct has only the dense fields (and
+      // bytes_per_token); its groups are in the namespace's .layout file.
+      PTS_ASSIGN_OR_RETURN(l, NamespaceLayoutAbove(path));
+    }
     p.layout = l;
     p.ns_uid = info.ns_uid;
     p.ns_gid = info.ns_gid;
@@ -209,14 +312,83 @@ Result<PathInfo> QueryPath(const std::string& path) {
 void BindTypes(py::module_& m) {
   using namespace pybind11::literals;
 
+  // -------------------------------------------------------- LayoutGroup
+  py::class_<LayoutGroup>(m, "LayoutGroup", R"doc(
+One KV cache group of a grouped Layout (Layout.from_groups):
+
+- ``"full"``: full attention, per block ``(block_tokens, layers, 2, kv_heads,
+  head_dim)`` of ``dtype``;
+- ``"window"``: sliding-window attention over ``window`` tokens, the same bytes
+  and order; a load needs only the blocks covering the last ``window`` tokens;
+- ``"latent"``: an MLA latent cache, ``(block_tokens, layers, head_dim)`` (no
+  K/V pair, ``kv_heads`` is 1);
+- ``"state"``: Mamba / linear-attention state, ``(layers, state_bytes)`` per
+  block, the state after the block's last token; a load needs only the
+  prefix's last block (no dtype, heads or head_dim).
+
+``dtype`` defaults to ``"bf16"`` for the kinds with elements; a state group
+takes none. An immutable, hashable value. Raises InvalidArgument for a field
+out of range or one its kind does not have.
+)doc")
+      .def(py::init([](const std::string& kind, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+                       py::handle dtype, uint32_t window, uint64_t state_bytes) {
+             return MakeGroup(kind, layers, kv_heads, head_dim, dtype, window, state_bytes);
+           }),
+           "kind"_a, "layers"_a, "kv_heads"_a = 0, "head_dim"_a = 0, "dtype"_a = py::none(), "window"_a = 0,
+           "state_bytes"_a = 0)
+      .def_property_readonly(
+          "kind", [](const LayoutGroup& g) { return std::string(GroupKindName(g.kind)); },
+          "'full', 'window', 'latent' or 'state'.")
+      .def_readonly("layers", &LayoutGroup::layers, "Layers in this group.")
+      .def_readonly("kv_heads", &LayoutGroup::kv_heads, "KV heads per layer (1 for latent, 0 for state).")
+      .def_readonly("head_dim", &LayoutGroup::head_dim, "Dimensions per head (the latent size; 0 for state).")
+      .def_property_readonly(
+          "dtype", [](const LayoutGroup& g) { return std::string(DTypeName(g.dtype)); },
+          "Element type: 'bf16', 'fp16', 'fp32', 'fp8'; 'none' for state.")
+      .def_readonly("window", &LayoutGroup::window_tokens, "Window tokens of a window group (0 otherwise).")
+      .def_readonly("state_bytes", &LayoutGroup::state_bytes, "Bytes per layer per block of a state group (0 otherwise).")
+      .def("bytes_per_block", &LayoutGroup::BytesPerBlock, "block_tokens"_a,
+           "Its bytes in one block of `block_tokens` tokens (without padding).")
+      .def("__str__", &LayoutGroup::ToString)
+      .def("__repr__", &GroupRepr)
+      .def("__eq__", [](const LayoutGroup& a, const LayoutGroup& b) { return a == b; }, py::is_operator())
+      .def("__eq__", [](const LayoutGroup&, py::handle) { return false; })
+      .def("__hash__", [](const LayoutGroup& g) { return std::hash<std::string>()(g.ToString()); })
+      .def(py::pickle(
+          [](const LayoutGroup& g) {
+            return py::make_tuple(std::string(GroupKindName(g.kind)), g.layers, g.kv_heads, g.head_dim,
+                                  static_cast<int>(g.dtype), g.window_tokens, g.state_bytes);
+          },
+          [](const py::tuple& t) {
+            LayoutGroup g;
+            g.kind = Unwrap(ParseGroupKind(t[0].cast<std::string>()));
+            g.layers = t[1].cast<uint32_t>();
+            g.kv_heads = t[2].cast<uint32_t>();
+            g.head_dim = t[3].cast<uint32_t>();
+            g.dtype = static_cast<DType>(t[4].cast<int>());
+            g.window_tokens = t[5].cast<uint32_t>();
+            g.state_bytes = t[6].cast<uint64_t>();
+            ThrowIfError(g.Validate());
+            return g;
+          }));
+
   // ------------------------------------------------------------- Layout
   py::class_<Layout>(m, "Layout", R"doc(
 The geometry of one model's KV cache (include/ptstore/layout.h).
 
+A dense layout (``Layout(layers, kv_heads, head_dim, dtype, block_tokens)``):
 KV bytes are token-major: each token holds ``layers * 2 (K and V) * kv_heads *
 head_dim`` elements of ``dtype``, so the natural array shape of ``n`` tokens is
 ``(n, layers, 2, kv_heads, head_dim)`` (``kv_shape(n)``). Everything is stored
 in whole blocks of ``block_tokens`` tokens; a partial last block is ignored.
+
+A grouped layout (``Layout.from_groups([LayoutGroup(...), ...], block_tokens)``)
+describes a hybrid model's KV cache groups: a block is the groups' slices in
+order, each starting at a multiple of 64 bytes (``group_offset(i)``, zero
+padding between), the block padded to a multiple of lcm(64, block_tokens)
+bytes. Its dense fields are 0 and its dtype ``"none"``; its KV buffers are
+bytes (uint8, ``bytes_per_token`` per token). One full group is the dense
+layout of that group.
 
 ``dtype`` is ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``; the constructor
 also takes ``"bfloat16"``, ``"float16"``, ``"float32"``, a numpy dtype or a
@@ -226,25 +398,52 @@ changed copy. Raises InvalidArgument for a field out of range.
       .def(py::init([](uint32_t layers, uint32_t kv_heads, uint32_t head_dim, py::handle dtype,
                        uint32_t block_tokens) { return MakeLayout(layers, kv_heads, head_dim, dtype, block_tokens); }),
            "layers"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a = "bf16", "block_tokens"_a = 16)
-      .def_readonly("layers", &Layout::layers, "Transformer layers.")
-      .def_readonly("kv_heads", &Layout::kv_heads, "KV heads per layer (grouped-query attention: fewer than query heads).")
-      .def_readonly("head_dim", &Layout::head_dim, "Dimensions per head.")
+      .def_static(
+          "from_groups",
+          [](std::vector<LayoutGroup> groups, uint32_t block_tokens) {
+            Layout l = Layout::FromGroups(std::move(groups), block_tokens);
+            ThrowIfError(l.Validate());
+            return l;
+          },
+          "groups"_a, "block_tokens"_a = 16,
+          "The layout of these groups (1..16, in block order) in blocks of `block_tokens` tokens; exactly one "
+          "full group gives the dense Layout of that group.")
+      .def_readonly("layers", &Layout::layers, "Transformer layers (0 in a grouped layout).")
+      .def_readonly("kv_heads", &Layout::kv_heads,
+                    "KV heads per layer (grouped-query attention: fewer than query heads; 0 in a grouped layout).")
+      .def_readonly("head_dim", &Layout::head_dim, "Dimensions per head (0 in a grouped layout).")
       .def_property_readonly(
           "dtype", [](const Layout& l) { return std::string(DTypeName(l.dtype)); },
-          "Element type: 'bf16', 'fp16', 'fp32' or 'fp8'.")
+          "Element type: 'bf16', 'fp16', 'fp32' or 'fp8'; 'none' for a grouped layout.")
       .def_readonly("block_tokens", &Layout::block_tokens, "Tokens per block (the unit of storage).")
+      .def_property_readonly("is_grouped", &Layout::grouped, "True for a layout of several groups.")
       .def_property_readonly(
-          "dtype_size", [](const Layout& l) { return DTypeSize(l.dtype); }, "Bytes per element.")
+          "groups", [](const Layout& l) { return l.AsGroups(); },
+          "Its LayoutGroups in block order (a dense layout: its one full group).")
+      .def(
+          "group_offset", [](const Layout& l, int64_t i) { return l.GroupOffset(GroupIndex(l, i)); }, "i"_a,
+          "Where group i's slice starts within a block (bytes; 0 for a dense layout's one group).")
+      .def(
+          "group_bytes_per_block", [](const Layout& l, int64_t i) { return l.GroupBytesPerBlock(GroupIndex(l, i)); },
+          "i"_a, "Bytes of group i in one block (without padding).")
       .def_property_readonly(
-          "elements_per_token", [](const Layout& l) { return uint64_t{l.layers} * 2 * l.kv_heads * l.head_dim; },
-          "Elements per token: layers * 2 * kv_heads * head_dim.")
-      .def_property_readonly("bytes_per_token", &Layout::BytesPerToken, "Bytes per token.")
-      .def_property_readonly("bytes_per_block", &Layout::BytesPerBlock, "Bytes per block.")
+          "dtype_size", [](const Layout& l) { return DTypeSize(l.dtype); }, "Bytes per element (0 when grouped).")
+      .def_property_readonly(
+          "elements_per_token",
+          [](const Layout& l) {
+            RequireDense(l, "elements_per_token");
+            return uint64_t{l.layers} * 2 * l.kv_heads * l.head_dim;
+          },
+          "Elements per token: layers * 2 * kv_heads * head_dim (dense layouts only: InvalidArgument otherwise).")
+      .def_property_readonly("bytes_per_token", &Layout::BytesPerToken, "Bytes per token (padding included).")
+      .def_property_readonly("bytes_per_block", &Layout::BytesPerBlock, "Bytes per block (padding included).")
       .def("full_blocks", &Layout::FullBlocks, "tokens"_a, "Whole blocks in `tokens` tokens.")
       .def(
           "whole_tokens", [](const Layout& l, uint64_t tokens) { return l.FullBlocks(tokens) * l.block_tokens; },
           "tokens"_a, "`tokens` rounded down to whole blocks: what a save stores and a load can fill.")
-      .def("kv_shape", &KvShape, "tokens"_a, "Array shape of `tokens` tokens: (tokens, layers, 2, kv_heads, head_dim).")
+      .def("kv_shape", &KvShape, "tokens"_a,
+           "Array shape of `tokens` tokens: (tokens, layers, 2, kv_heads, head_dim) (dense layouts only: "
+           "InvalidArgument otherwise).")
       .def(
           "replace",
           [](const Layout& l, std::optional<uint32_t> layers, std::optional<uint32_t> kv_heads,
@@ -259,11 +458,13 @@ changed copy. Raises InvalidArgument for a field out of range.
             return n;
           },
           py::kw_only(), "layers"_a = py::none(), "kv_heads"_a = py::none(), "head_dim"_a = py::none(),
-          "dtype"_a = py::none(), "block_tokens"_a = py::none(), "A copy with the given fields changed.")
+          "dtype"_a = py::none(), "block_tokens"_a = py::none(),
+          "A copy with the given fields changed (of a grouped layout, only block_tokens).")
       .def_static(
           "parse", [](const std::string& text) { return Unwrap(Layout::Parse(text)); }, "text"_a,
-          "Parses the str() form: 'layers=32 kv_heads=8 head_dim=128 dtype=bf16 block_tokens=16' "
-          "(the .layout file of a mounted namespace).")
+          "Parses the str() form: 'layers=32 kv_heads=8 head_dim=128 dtype=bf16 block_tokens=16', or a grouped "
+          "'block_tokens=16 group=full:layers=24:kv_heads=8:head_dim=128:dtype=bf16 "
+          "group=state:layers=8:bytes=65536' (the .layout file of a mounted namespace).")
       .def_static("mistral", &MistralLayout, "Mistral-7B-Instruct: 32 layers, 8 KV heads, head_dim 128, bf16, "
                                              "blocks of 16 (128 KiB per token).")
       .def("__str__", &Layout::ToString)
