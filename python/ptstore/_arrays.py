@@ -17,6 +17,12 @@ layout     torch                                   numpy
 ``fp8``    ``torch.uint8``/``int8``/``float8_e4m3fn``  ``uint8``/``int8``
 =========  ======================================  ===============================
 
+A namespace whose layout is grouped (``Layout.is_grouped``: several KV cache
+groups, ``Layout.group_offset``) stores blocks of its groups' slices: its KV
+buffers are their bytes, a C-contiguous ``uint8`` array or tensor of a whole
+number of tokens (``tokens * bytes_per_token`` bytes, e.g. shaped
+``(blocks, bytes_per_block)`` or ``(tokens, bytes_per_token)``).
+
 The checks raise ``TypeError`` for a wrong type or dtype and
 ``ptstore.InvalidArgument`` (a ``ValueError``) for a wrong shape, size,
 device, contiguity or a read-only destination, naming what was expected.
@@ -82,6 +88,8 @@ def expected_shape(layout: Any) -> str:
 
 def kv_buffer(x: Any, layout: Any, *, what: str, writable: bool) -> KvBuffer:
     """Checks that `x` is a KV buffer of `layout` (see the module's doc) and returns where it is."""
+    if layout.is_grouped:
+        return _grouped_buffer(x, layout, what=what, writable=writable)
     if is_torch_tensor(x):
         if x.device.type != "cpu":
             raise InvalidArgument(f"{what} is a tensor on {x.device}: ptstore reads and writes host memory, "
@@ -123,6 +131,26 @@ def kv_buffer(x: Any, layout: Any, *, what: str, writable: bool) -> KvBuffer:
     return KvBuffer(address, nbytes, shape[0])
 
 
+def shape_of(layout: Any, tokens: int) -> Tuple[int, ...]:
+    """The natural shape of a KV buffer of `tokens` tokens: ``Layout.kv_shape``, or (tokens, bytes per token)
+    bytes for a grouped layout."""
+    return (tokens, layout.bytes_per_token) if layout.is_grouped else tuple(layout.kv_shape(tokens))
+
+
+def _grouped_buffer(x: Any, layout: Any, *, what: str, writable: bool) -> KvBuffer:
+    """The bytes of a grouped layout's blocks: uint8, C-contiguous, a whole number of tokens."""
+    dt = str(x.dtype).replace("torch.", "") if is_torch_tensor(x) else getattr(getattr(x, "dtype", None), "name", "")
+    if dt != "uint8":
+        raise TypeError(f"{what} has dtype {dt or type(x).__name__}, but the namespace's layout is grouped "
+                        f"({layout}): its KV buffers are the blocks' bytes, uint8")
+    address, nbytes = raw_buffer(x, what=what, writable=writable)
+    bpt = layout.bytes_per_token
+    if nbytes % bpt:
+        raise InvalidArgument(f"{what} holds {nbytes} bytes, not a whole number of tokens of {bpt} bytes "
+                              f"(blocks of {layout.bytes_per_block} bytes, layout {layout})")
+    return KvBuffer(address, nbytes, nbytes // bpt)
+
+
 def as_tokens(tokens: Any) -> np.ndarray:
     """Token ids as a C-contiguous 1-D uint32 array (no copy when they are one already).
 
@@ -155,6 +183,15 @@ def empty_kv(layout: Any, tokens: int, backend: str = "numpy") -> Any:
 
     `backend` is ``"numpy"`` (bf16 as uint16 bits) or ``"torch"``.
     """
+    if layout.is_grouped:  # the blocks' bytes
+        shape = (tokens, layout.bytes_per_token)
+        if backend == "numpy":
+            return np.empty(shape, dtype=np.uint8)
+        if backend == "torch":
+            import torch
+
+            return torch.empty(shape, dtype=torch.uint8)
+        raise InvalidArgument(f"backend must be 'numpy' or 'torch', got {backend!r}")
     shape = layout.kv_shape(tokens)
     if backend == "numpy":
         return np.empty(shape, dtype=numpy_dtype(layout))

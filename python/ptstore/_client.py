@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from . import _ptstore
-from ._arrays import as_tokens, empty_kv, kv_buffer, raw_buffer
+from ._arrays import as_tokens, empty_kv, kv_buffer, raw_buffer, shape_of
 from ._errors import InvalidArgument, NotFound
 from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, PrefixLocation,
                        PrefixNode, RemoveResult, SaveResult, Stats)
@@ -84,7 +84,7 @@ class Pin:
         buf = kv_buffer(out, self._layout, what="out", writable=True)
         if buf.tokens < n:
             raise InvalidArgument(f"out holds {buf.tokens} tokens, the pinned prefix {n}: give an out of at least "
-                                  f"{n} tokens (shape {self._layout.kv_shape(n)})")
+                                  f"{n} tokens (shape {shape_of(self._layout, n)})")
         self._p.copy_to_address(buf.address, n * self._layout.bytes_per_token)
         return n
 
@@ -262,7 +262,7 @@ class Client:
             raise InvalidArgument(
                 f"kv holds {buf.tokens} tokens, but the {len(toks)} tokens given have {whole} tokens of whole "
                 f"blocks ({layout.block_tokens} tokens per block): expected a kv of {whole}"
-                + ("" if whole == len(toks) else f" or {len(toks)}") + f" tokens, shape {layout.kv_shape(whole)}")
+                + ("" if whole == len(toks) else f" or {len(toks)}") + f" tokens, shape {shape_of(layout, whole)}")
         return self._call(ns, self._c.save, ns, toks, buf.address, whole * layout.bytes_per_token)
 
     def lookup(self, ns: str, tokens: TokensLike) -> LookupResult:
@@ -317,7 +317,7 @@ class Client:
             raise InvalidArgument(
                 f"out holds {buf.tokens} tokens, but the {len(toks)} tokens given have {whole} tokens of whole "
                 f"blocks ({layout.block_tokens} tokens per block): give an out of at least {whole} tokens "
-                f"(shape {layout.kv_shape(whole)}), or pass tokens[:{buf.tokens}]")
+                f"(shape {shape_of(layout, whole)}), or pass tokens[:{buf.tokens}]")
         return self._call(ns, self._c.load, ns, toks, buf.address, buf.tokens * layout.bytes_per_token)
 
     def load_path(self, path: PathLike, out: Any) -> int:
@@ -338,7 +338,7 @@ class Client:
         if buf.tokens < info.prefix_tokens:
             raise InvalidArgument(
                 f"the prefix at {p} holds {info.prefix_tokens} tokens, out only {buf.tokens}: give an out of "
-                f"shape {info.layout.kv_shape(info.prefix_tokens)}")
+                f"shape {shape_of(info.layout, info.prefix_tokens)}")
         return self._c.load_path(p, buf.address, buf.tokens * info.layout.bytes_per_token)
 
     def pin(self, ns: str, tokens: TokensLike) -> Pin:

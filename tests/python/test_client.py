@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 import ptstore
 from ptstore import _ptstore
-from conftest import BACKENDS, DTYPES, as_kv, empty, kv_bits, raw, tokens
+from conftest import BACKENDS, BLOCK, DTYPES, as_kv, empty, kv_bits, raw, tokens
 
 
 # ---------------------------------------------------------------- round trips
@@ -256,6 +257,32 @@ def test_copy_from_arena_reads_another_clients_pin(client, make_ns, daemon):
         assert c.arena_id == 0
         with pytest.raises(ptstore.PermissionDenied, match="mapping"):
             c.copy_from_arena([(0, 1, 0)], np.zeros(1, dtype=np.uint8))
+
+
+def test_grouped_layouts_take_the_blocks_bytes(client):
+    """A grouped namespace's KV buffers are its blocks' bytes (uint8, a whole number of tokens)."""
+    layout = ptstore.Layout.from_groups([ptstore.LayoutGroup("full", 2, kv_heads=2, head_dim=16, dtype="bf16"),
+                                         ptstore.LayoutGroup("window", 1, kv_heads=1, head_dim=8, dtype="fp16",
+                                                             window=8)], block_tokens=BLOCK)
+    ns = f"py-{os.getpid()}-grouped"
+    client.create_namespace(ns, layout)
+    try:
+        toks = tokens(24, seed=52)
+        rng = np.random.default_rng(52)
+        kv = rng.integers(0, 256, size=(24 // BLOCK, layout.bytes_per_block), dtype=np.uint8)
+        assert client.save(ns, toks, kv).stored_tokens == 24
+        out = np.zeros((24, layout.bytes_per_token), dtype=np.uint8)  # any shape of a whole number of tokens
+        assert client.load(ns, toks, out) == 24
+        assert np.array_equal(out.reshape(-1), kv.reshape(-1))
+        with client.pin(ns, toks) as p:
+            got = p.to_numpy()
+            assert got.dtype == np.uint8 and np.array_equal(got.reshape(-1), kv.reshape(-1))
+        with pytest.raises(TypeError, match="grouped"):
+            client.load(ns, toks, np.zeros((24, layout.bytes_per_token // 2), dtype=np.uint16))
+        with pytest.raises(ptstore.InvalidArgument, match="whole number of tokens"):
+            client.load(ns, toks, np.zeros(layout.bytes_per_token * 3 + 1, dtype=np.uint8))
+    finally:
+        client.drop_namespace(ns)
 
 
 def test_pin_increment(client, make_ns):
