@@ -109,7 +109,7 @@ def test_miss_then_full_hit(client, ns, engines):
     out_b = run_one(b, Request("b", prompt))
     assert b.scheduled_log[0].num_scheduled_tokens == {"b": 4}  # 96 loaded, 4 computed
     (spec,) = loads_of(b, "b")
-    assert (spec.start, spec.end, len(spec.block_ids)) == (0, 96, 6)
+    assert (spec.start, spec.end, len(spec.block_ids[0])) == (0, 96, 6)
     assert b.worker_conn.worker_side.stats["loaded_tokens"] == 96
     assert b.worker.model.context_errors == []
     assert out_b == out_a
@@ -150,7 +150,7 @@ def test_local_hit_loads_only_the_rest(client, ns, engines):
     meta = sched.build_connector_meta(type("SO", (), {"scheduled_new_reqs": [], "scheduled_cached_reqs": None,
                                                       "num_scheduled_tokens": {}})())
     (spec,) = meta.loads
-    assert (spec.start, spec.end, spec.block_ids) == (32, 80, [9, 11, 2])  # the request's blocks 2..4
+    assert (spec.start, spec.end, spec.block_ids) == (32, 80, [[9, 11, 2]])  # the request's blocks 2..4
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(None)
     for name in e.worker.model.layer_names:
@@ -225,7 +225,7 @@ def test_preempted_request_reloads_into_new_blocks(client, ns, engines):
     e.run()
     l1, l2 = loads_of(e, "p")
     assert (l1.start, l1.end, l2.start, l2.end) == (0, 64, 0, 64)
-    assert set(l2.block_ids).isdisjoint(first_blocks)  # loaded again, into other blocks
+    assert set(l2.block_ids[0]).isdisjoint(first_blocks)  # loaded again, into other blocks
     assert req.num_preemptions == 1
     assert e.worker.model.context_errors == []
 
@@ -276,7 +276,7 @@ def test_two_requests_sharing_a_prefix(client, ns, engines):
     e.run()
     lx, ly = loads_of(e, "x")[0], loads_of(e, "y")[0]
     assert x.num_external_computed_tokens == y.num_external_computed_tokens == 64
-    assert set(lx.block_ids).isdisjoint(ly.block_ids)
+    assert set(lx.block_ids[0]).isdisjoint(ly.block_ids[0])
     assert e.worker.model.context_errors == []
     tree = client.list_tree(ns, recursive=True)
     assert sorted((n.start_token, n.tokens) for n in tree) == [(0, 64), (64, 16), (64, 32)]  # the prefix once

@@ -43,7 +43,7 @@ def test_prefix_removed_between_lookup_and_load(client, ns, engines):
     run_one(engines(), Request("b", p2 + [1]))  # increment [48, 96)
     assert stored(client, ns, p2) == 96
 
-    e = engines()
+    e = engines(extra={"pin_hits": False})  # the worker pins at load time (with pin_hits the hit cannot go)
     req = e.add(Request("c", p2 + tokens(5, seed=3), max_tokens=3))
     so = e.scheduler.schedule()  # looked up 96 tokens, plans to load them
     assert [(s.start, s.end) for s in so.kv_connector_metadata.loads] == [(0, 96)]
@@ -86,7 +86,10 @@ def private_store(tmp_path):
 def test_store_stopped_mid_step_then_back(private_store):
     link, start = private_store
     d = start()
-    extra = {"unavailable_wait_ms": 300, "retry_interval_ms": 100, "lookup_timeout_ms": 500, "rpc_timeout_ms": 2000}
+    # pin_hits false: the worker asks the store at load time (with pin_hits it would copy the hit out of the
+    # stopped server's arena, still mapped: test_vllm_src_store.py)
+    extra = {"unavailable_wait_ms": 300, "retry_interval_ms": 100, "lookup_timeout_ms": 500, "rpc_timeout_ms": 2000,
+             "pin_hits": False}
     made = []
 
     def engine(**kw):
@@ -199,7 +202,7 @@ def test_async_loads(client, ns, engines):
 def test_async_load_error_is_recomputed(client, ns, engines):
     prompt = tokens(70, seed=12)
     run_one(engines(), Request("a", prompt))
-    e = engines(extra={"load_async": True})
+    e = engines(extra={"load_async": True, "pin_hits": False})
     req = e.add(Request("b", prompt + tokens(9, seed=13), max_tokens=2))
     so = e.scheduler.schedule()
     assert so.kv_connector_metadata.loads[0].is_async

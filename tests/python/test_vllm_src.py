@@ -170,7 +170,8 @@ def _drop_between_lookup_and_load(engine, client, ns):
 
 
 def _load_a_removed_prefix(a, b, client, ns):
-    """Engine a saves a prompt; engine b asks for it, and it is removed between b's lookup and load."""
+    """Engine a saves a prompt; engine b (pin_hits false: its worker pins at load time) asks for it, and it is
+    removed between b's lookup and load."""
     doc = prompt(100)
     a.saved(doc + [5], max_tokens=2)
     rb = b.add(doc + [6], max_tokens=3)
@@ -182,7 +183,7 @@ def _load_a_removed_prefix(a, b, client, ns):
 @pytest.mark.parametrize("load_async", [False, True])
 def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, client, load_async):
     a = engines(ns)
-    b = engines(ns, extra={"load_async": load_async})
+    b = engines(ns, extra={"load_async": load_async, "pin_hits": False})
     rb = _load_a_removed_prefix(a, b, client, ns)
     finished_ok(b, rb)  # not FINISHED_ERROR
     w = b.worker.connector.worker_side
@@ -191,9 +192,31 @@ def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, c
     assert b.worker.checked_tokens >= 96  # the recomputed KV is the model's
 
 
+@pytest.mark.parametrize("load_async", [False, True])
+def test_a_hit_the_scheduler_pinned_loads_though_it_is_removed_before_the_load(engines, ns, client, load_async):
+    """pin_hits (default): the scheduler pins what it promises vLLM until the worker copied it, and the worker
+    copies it out of its own arena mapping without asking ptstored: a removal (an eviction, `rm -r`) between
+    lookup and load takes nothing away, and the worker makes no request of its own."""
+    a = engines(ns)
+    b = engines(ns, extra={"load_async": load_async})
+    doc = prompt(100)
+    a.saved(doc + [5], max_tokens=2)
+    rb = b.add(doc + [6], max_tokens=3)
+    _drop_between_lookup_and_load(b, client, ns)
+    b.run()
+    finished_ok(b, rb)
+    w = b.worker.connector.worker_side
+    assert w.stats["pinned_loads"] == 1 and w.stats["loaded_tokens"] == 96 and w.stats["load_failed_blocks"] == 0
+    assert params(b, rb)["loaded_tokens"] == 96
+    assert b.worker.checked_tokens >= 96  # what it loaded is the model's KV
+    assert not [i for i in client.list_namespaces() if i.name == ns]  # the removal went through
+    b.close()
+    assert client.stats().to_dict().get("pinned_bytes", 0) == 0  # no pin left behind
+
+
 def test_with_load_failure_policy_fail_vllm_fails_the_request(engines, ns, client):
     a = engines(ns)
-    b = engines(ns, extra={"load_failure_policy": "fail"})
+    b = engines(ns, extra={"load_failure_policy": "fail", "pin_hits": False})
     assert b.scheduler.recompute_kv_load_failures is False
     rb = _load_a_removed_prefix(a, b, client, ns)
     assert E.status_name(rb.status) == "FINISHED_ERROR"
@@ -364,7 +387,7 @@ def test_vllms_kv_event_stream_shows_the_blocks_ptstore_holds(engines, ns, clien
     from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
     a = engines(ns, kv_events=True)
-    b = engines(ns, kv_events=True)
+    b = engines(ns, kv_events=True, extra={"pin_hits": False})  # (so that a removal fails its load below)
     doc = prompt(100)
     ra = a.saved(doc + [1], max_tokens=40)
 
@@ -504,3 +527,203 @@ def test_requests_preempted_for_blocks_reload_their_prefix_and_finish(engines, n
         finished_ok(b, r)
         assert params(b, r)["loaded_tokens"] >= 96  # loaded at least once (again after a preemption)
     assert b.worker.connector.worker_side.stats["loaded_tokens"] > 3 * 96  # reloads after preemption
+
+
+# ------------------------------------------------------------------------------------------------ hybrid and MLA
+HYBRID = ["full", "window", "window", "full"]  # vLLM's hybrid manager: a full-attention and a sliding-window group
+
+
+def assert_store_holds_every_groups_kv(client, engine, ns, tokens):
+    """Every group's slice of every stored block of `tokens` is the stand-in model's K/V (a sliding window's
+    too, also for blocks vLLM dropped from the window long before the request ended)."""
+    import numpy as np
+    import torch
+
+    layout = client.get_namespace(ns).layout
+    bt = layout.block_tokens
+    n = len(tokens) // bt * bt
+    blocks = torch.empty((n // bt, layout.bytes_per_block), dtype=torch.uint8)
+    assert client.load(ns, np.asarray(tokens[:n], dtype=np.uint32), blocks) == n
+    kv = engine.oracle.kv(tokens[:n])  # (n, layers, parts, heads, dim)
+    index = {name: i for i, name in enumerate(E.layer_names(engine.oracle.layers))}
+    for g, group in enumerate(engine.kcc.kv_cache_groups):
+        layers = sorted(index[name] for name in group.layer_names)
+        off, size = layout.group_offset(g), layout.group_bytes_per_block(g)
+        got = blocks[:, off:off + size].contiguous().view(kv.dtype).view(n // bt, bt, len(layers), *kv.shape[2:])
+        want = kv[:, layers].reshape(n // bt, bt, len(layers), *kv.shape[2:])
+        bad = [i for i in range(n // bt) if not torch.equal(got[i], want[i])]
+        assert not bad, f"group {g} ({layout.groups[g].kind}): stored blocks {bad} are not the model's KV"
+
+
+def test_vllm_keeps_its_hybrid_kv_cache_manager_for_ptstore():
+    """PTStoreConnector subclasses SupportsHMA: vLLM's config keeps the hybrid manager on for it (it turns it
+    off for connectors that do not), and its scheduler calls request_finished_all_groups."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
+
+    from ptstore.vllm import PTStoreConnector
+
+    assert supports_hma(PTStoreConnector)
+    cfg = E.vllm_config(socket="/nonexistent", layers=4, kv_heads=2, head_size=16, block_size=16)
+    assert cfg.scheduler_config.disable_hybrid_kv_cache_manager is False
+
+
+@pytest.mark.parametrize("mode", ["sync", "load_async"])
+def test_a_sliding_window_hybrid_shares_prefixes_and_loads_only_the_window(engines, ns, client, mode):
+    """Full-attention and sliding-window groups in one namespace. Prefill in steps of 64 tokens makes vLLM drop
+    sliding-window blocks between steps: each step saves its new blocks, so the store holds every group's KV of
+    every block; a load writes the full group's blocks and only the window's blocks of the sliding group."""
+    kw = dict(layer_kinds=HYBRID, window=40, max_num_batched_tokens=64, extra={"load_async": mode == "load_async"})
+    a, b = engines(ns, **kw), engines(ns, **kw)
+    assert [type(g.kv_cache_spec).__name__ for g in a.kcc.kv_cache_groups] == ["FullAttentionSpec",
+                                                                                 "SlidingWindowSpec"]
+    doc = prompt(200)
+    ra = a.saved(doc + [1], max_tokens=1)
+    assert params(a, ra)["saved_tokens"] == 192
+    layout = client.get_namespace(ns).layout
+    assert [g.kind for g in layout.groups] == ["full", "window"] and layout.groups[1].window == 40
+    assert a.scheduler.connector.scheduler_side.stats["saves_planned"] == 3  # steps ending at 64, 128, 192
+    assert_store_holds_every_groups_kv(client, a, ns, doc)
+    rb = b.add(doc + [2], max_tokens=3)
+    b.run()
+    finished_ok(b, rb)
+    assert params(b, rb)["loaded_tokens"] == 192
+    w = b.worker.connector.worker_side
+    # vLLM keeps the sliding group's blocks of tokens [192 - 39, 192): blocks 9..11 of 12
+    full, win = layout.group_bytes_per_block(0), layout.group_bytes_per_block(1)
+    assert w.stats["loaded_bytes"] == 12 * full + 3 * win < 12 * layout.bytes_per_block
+    assert b.worker.checked_tokens >= 192  # each layer compared what it attends to with the model's KV
+
+
+def test_a_hybrid_request_finishing_after_the_window_moved_saves_its_history_from_the_store(engines, ns, client):
+    """save_generated at a request's end: vLLM holds only the window's blocks of the sliding group by then;
+    the worker takes the older blocks' slices from the store (saved step by step) and the next turn hits the
+    whole history."""
+    kw = dict(layer_kinds=HYBRID, window=24, max_num_batched_tokens=64)
+    a, b = engines(ns, **kw), engines(ns, **kw)
+    doc = prompt(100)
+    ra = a.saved(doc, max_tokens=40)
+    history = list(ra.all_token_ids)
+    assert params(a, ra)["saved_tokens"] == (len(history) - 1) // 16 * 16 == 128
+    assert_store_holds_every_groups_kv(client, a, ns, history)
+    rb = b.add(history + [5], max_tokens=1)
+    b.run()
+    assert params(b, rb)["loaded_tokens"] == 128
+
+
+def test_with_the_hybrid_manager_off_a_sliding_window_model_is_one_dense_group(engines, ns, client):
+    """--disable-hybrid-kv-cache-manager: vLLM makes every layer full attention (a window recorded on the spec,
+    every block kept): a dense namespace, and failed loads recompute as for any dense model."""
+    a = engines(ns, layer_kinds=HYBRID, window=40, hma=False)
+    b = engines(ns, layer_kinds=HYBRID, window=40, hma=False)
+    assert len(a.kcc.kv_cache_groups) == 1
+    doc = prompt(100)
+    rb = save_then_load(client, ns, a, b, doc, doc + [3])
+    assert not client.get_namespace(ns).layout.is_grouped
+    assert params(b, rb)["loaded_tokens"] == 96
+
+
+def test_vllms_scheduler_cannot_recompute_failed_loads_of_several_groups(engines, ns):
+    """Why a hybrid model's failed load is logged, not reported: vLLM's _update_requests_with_invalid_blocks
+    unpacks one KV cache group and raises for more (the snapshot's TODO), which would stop the engine."""
+    a = engines(ns, layer_kinds=HYBRID, window=40)
+    r = a.add(prompt(40), max_tokens=5)
+    a.step()
+    with pytest.raises(ValueError):
+        a.scheduler._update_requests_with_invalid_blocks([r], {1}, {})
+
+
+@pytest.mark.parametrize("saved_tp,loaded_tp", [(2, 2), (2, 1), (1, 4)])
+def test_an_mla_model_keeps_one_copy_for_every_tensor_parallel_rank(engines, ns, client, saved_tp, loaded_tp):
+    """MLA latent caches (vLLM's MLAAttentionSpec, TRITON_MLA's 3-D [blocks, slot, latent] cache) are the same on
+    every rank: one namespace, written by rank 0, read by every rank of any degree."""
+    kw = dict(layer_kinds=["latent"] * 3, head_size=72)
+    a = engines(ns, tp=saved_tp, **kw)
+    b = engines(ns, tp=loaded_tp, **kw)
+    doc = prompt(100)
+    ra = a.saved(doc + [1], max_tokens=1)
+    assert params(a, ra)["saved_tokens"] == 96
+    assert sorted(i.name for i in client.list_namespaces() if i.name.startswith(ns)) == [ns]
+    layout = client.get_namespace(ns).layout
+    assert [(g.kind, g.layers, g.head_dim) for g in layout.groups] == [("latent", 3, 72)]
+    assert_store_holds_every_groups_kv(client, a, ns, doc)
+    assert [w.connector.worker_side.stats["saves"] for w in a.workers] == [1] + [0] * (saved_tp - 1)
+    rb = b.add(doc + [2], max_tokens=2)
+    b.run()
+    finished_ok(b, rb)
+    assert params(b, rb)["loaded_tokens"] == 96
+    for w in b.workers:
+        assert w.connector.worker_side.stats["loaded_tokens"] == 96 and w.checked_tokens >= 96
+
+
+def test_kv_cache_specs_it_cannot_store_are_refused_at_start_by_name(daemon):
+    import torch
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, MambaSpec
+
+    cfg = E.vllm_config(socket=daemon.socket, layers=2, kv_heads=2, head_size=16, block_size=16)
+    for spec, name in [(MambaSpec(block_size=16, shapes=((4, 8),), dtypes=(torch.float16,)), "MambaSpec"),
+                       (ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=2, head_size=16, dtype=torch.float16,
+                                                  attention_chunk_size=64), "ChunkedLocalAttentionSpec")]:
+        kcc = E.KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
+                              kv_cache_groups=[E.KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)])
+        with pytest.raises(ValueError, match=name):
+            E.KVConnectorFactory.create_connector(config=cfg, role=E.KVConnectorRole.SCHEDULER, kv_cache_config=kcc)
+
+
+# ------------------------------------------------------------------------------------------------ logits proof
+def _reused_logits(engines, ns, model, doc, prefix, chunk):
+    """Engine A (steps of `chunk` tokens) serves doc[:prefix] and saves it; engine B serves all of doc, loads the
+    prefix's whole blocks and computes the rest: (B's logits from the loaded position on, loaded tokens)."""
+    a = engines(ns, model=model, max_num_batched_tokens=chunk)
+    a.saved(doc[:prefix], max_tokens=1)
+    b = engines(ns, model=model)
+    rb = b.add(doc, max_tokens=1)
+    b.run()
+    loaded = params(b, rb)["loaded_tokens"]
+    return b.worker.suffix_logits(rb.request_id, loaded), loaded
+
+
+@pytest.mark.parametrize("kinds", [["full"] * 3, ["window", "full", "window", "window"], ["latent"] * 3],
+                         ids=["dense", "sliding-window", "mla"])
+def test_logits_after_loading_the_prefix_equal_recomputing(engines, ns, kinds):
+    """The reuse proof inside vLLM's code: a small transformer (tiny_model.py) whose full, sliding-window (16
+    tokens, less than the prefix) or MLA-style layers attend over vLLM's pages. B's logits over the loaded
+    prefix equal recomputing everything densely; a prefix saved in steps of 32 tokens (vLLM drops sliding
+    blocks between them) still loads every block the window needs."""
+    from vllm_src.tiny_model import TinyModel
+
+    model = TinyModel(kinds, window=16, seed=1)
+    doc = [int(t) % model.vocab for t in prompt(131, seed=7)]
+    got, loaded = _reused_logits(engines, ns, model, doc, prefix=90, chunk=32)
+    assert loaded == 80
+    torch = pytest.importorskip("torch")
+    full = model.reference_logits(doc)
+    assert got.shape == (len(doc) - loaded, model.vocab)
+    torch.testing.assert_close(got, full[loaded:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kinds", [["full"] * 3, ["window", "full", "window", "window"], ["latent"] * 3],
+                         ids=["dense", "sliding-window", "mla"])
+def test_the_logits_proof_has_teeth(engines, ns, kinds):
+    """KV another model saved (same tokens, so the store hits) gives other logits."""
+    from vllm_src.tiny_model import TinyModel
+
+    model, other = TinyModel(kinds, window=16, seed=1), TinyModel(kinds, window=16, seed=99)
+    doc = [int(t) % model.vocab for t in prompt(100, seed=8)]
+    engines(ns, model=other).saved(doc[:64], max_tokens=1)
+    b = engines(ns, model=model)
+    rb = b.add(doc, max_tokens=1)
+    b.run()
+    assert params(b, rb)["loaded_tokens"] == 64
+    diff = (b.worker.suffix_logits(rb.request_id, 64) - model.reference_logits(doc)[64:]).abs().max()
+    assert diff > 0.1
+
+
+@pytest.mark.parametrize("backend", ["TRITON_MLA", "FLASHMLA"])
+def test_mla_backends_keep_the_latent_cache_the_connector_maps(backend):
+    """vLLM's MLA backends (those that load here) keep [blocks, block_size, latent]: mapped as a latent cache,
+    and refused as a dense K/V cache (a layer whose spec is not MLA)."""
+    cls = E.backend_class(backend)
+    assert backend_dims(cls, 16, 576, latent=True) == ("block", "slot", "dim")
+    assert backend_dims(cls, 64, 16, latent=True) == ("block", "slot", "dim")  # block size > head size
+    with pytest.raises(ValueError, match="not a dense K/V cache"):
+        backend_dims(cls, 16, 576)

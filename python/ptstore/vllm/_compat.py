@@ -15,7 +15,8 @@ import enum
 from abc import ABC, abstractmethod
 from typing import Any, Optional, Tuple
 
-__all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole", "KVConnectorWorkerMetadata"]
+__all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole", "KVConnectorWorkerMetadata",
+           "SupportsHMA"]
 
 try:  # pragma: no cover - exercised only where vLLM is installed
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
@@ -29,6 +30,12 @@ try:  # pragma: no cover - exercised only where vLLM is installed
 
         class KVConnectorWorkerMetadata:  # type: ignore[no-redef]
             """Stand-in for vLLM's KVConnectorWorkerMetadata (a worker's per-step report to the scheduler)."""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA  # type: ignore[import-not-found]
+    except ImportError:  # vLLM before the hybrid memory allocator took connectors
+
+        class SupportsHMA:  # type: ignore[no-redef]
+            """Stand-in for vLLM's SupportsHMA marker (request_finished_all_groups)."""
 except ImportError:
     HAVE_VLLM = False
 
@@ -43,6 +50,9 @@ except ImportError:
 
     class KVConnectorWorkerMetadata:  # type: ignore[no-redef]
         """What a worker-side connector reports to the scheduler-side one each step (vLLM aggregates them)."""
+
+    class SupportsHMA:  # type: ignore[no-redef]
+        """Stand-in for vLLM's SupportsHMA: the connector takes several KV cache groups."""
 
     class KVConnectorBase_V1(ABC):  # type: ignore[no-redef]
         """Stand-in for vLLM's ``KVConnectorBase_V1``: the same constructor, metadata binding and methods."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Set
+from typing import Any, List, Set, Tuple
 
 import numpy as np
 
@@ -18,21 +18,31 @@ class LoadSpec:
 
     ``tokens`` are the prefix's token ids from token 0 (the store matches whole
     prefixes); ``start`` (a multiple of the block size) is where the request's
-    local hit ends; ``block_ids[i]`` receives tokens
-    ``start + i * block_size ...``; ``is_async``: vLLM's ``load_kv_async``
+    local hit ends; ``block_ids[g][i]``, in KV cache group ``g``, receives tokens
+    ``start + i * block_size ...`` (in a sliding-window group vLLM's null block 0:
+    the group does not keep them, nothing is read; one flat list is one group); ``is_async``: vLLM's ``load_kv_async``
     (reported by ``get_finished``) instead of a load during this step;
     ``source_tp``: the prefix was saved by a deployment of another
     tensor-parallel degree: each rank reads its heads from that degree's
-    rank namespaces.
+    rank namespaces. ``arena_id``/``extents``: the scheduler pinned the
+    prefix for this load; a worker mapping the same arena copies it from
+    there without a request of its own.
     """
 
     req_id: str
     namespace: str
     tokens: np.ndarray
     start: int
-    block_ids: List[int]
+    block_ids: List[List[int]]
     is_async: bool = False
     source_tp: int = 0  # the tensor-parallel degree that saved it (0: this deployment's own)
+    # The scheduler's pin of the prefix (pin_hits): its arena (Client.arena_id) and extents (arena offset,
+    # bytes) in prefix order, covering at least tokens [0, end); 0 and empty: none
+    arena_id: int = 0
+    extents: List[Tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.block_ids = by_group(self.block_ids)
 
     @property
     def end(self) -> int:
@@ -42,6 +52,11 @@ class LoadSpec:
 @dataclass
 class SaveSpec:
     """Save the request's prompt ``tokens`` (whole blocks) from its vLLM blocks ``block_ids`` after this step.
+
+    ``block_ids[g]`` are group ``g``'s blocks of all of ``tokens`` (one flat list is one group); where a
+    sliding-window group holds vLLM's null block (KV vLLM dropped), the worker takes that slice from the
+    store's copy of ``tokens[:start]`` (saved by an earlier step of the request), and stores nothing from the
+    first block it has in neither place.
 
     ``salt`` is the PTStore salt of ``namespace`` (made when the namespace is
     first created); ``ack`` how many load-error reports the scheduler had
@@ -55,9 +70,21 @@ class SaveSpec:
     namespace: str
     salt: str
     tokens: np.ndarray
-    block_ids: List[int]
+    block_ids: List[List[int]]
     ack: int = 0
     at_finish: bool = False
+    start: int = 0  # tokens an earlier save of this request stored (read back where the pages lack a slice)
+
+    def __post_init__(self) -> None:
+        self.block_ids = by_group(self.block_ids)
+
+
+def by_group(block_ids: Any) -> List[List[int]]:
+    """Block ids per KV cache group: a flat list of ints is the one group's."""
+    seq = list(block_ids)
+    if seq and not isinstance(seq[0], (list, tuple)):
+        return [[int(b) for b in seq]]
+    return [[int(b) for b in g] for g in seq] if seq else [[]]
 
 
 @dataclass

@@ -26,6 +26,7 @@ Policies (docs/vllm.md):
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
 from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .events import EventLog
+from .groups import GroupSpec, per_group
 from .stats import StatsRecorder
 from .keys import bypass_reason, chain_keys, deepest_shared_block, degree_splits, derived_from, identity_overlay, \
     lora_name, namespace_for, rank_degrees, rank_namespace, request_tokens
@@ -63,14 +65,15 @@ class _Req:
     ext_tokens: int = 0
     load_async: bool = False
     loaded_tokens: int = 0  # tokens this request got from the store (every load, less what failed)
-    block_ids: List[int] = field(default_factory=list)
+    block_ids: List[List[int]] = field(default_factory=lambda: [[]])  # per KV cache group
     load_start: int = 0  # the last load: tokens [load_start, load_end) into load_blocks
     load_end: int = 0
     source_tp: int = 0  # the tensor-parallel degree the last lookup found the prefix in (0: this one's)
-    load_blocks: List[int] = field(default_factory=list)
+    load_blocks: List[int] = field(default_factory=list)  # the first group's blocks of the last load
     save_state: int = _NONE
     saves_emitted: int = 0
     saved_tokens: int = 0
+    pin: Any = None  # the pin of the hit get_num_new_matched_tokens reported (pin_hits), until a load takes it
 
 
 @dataclass
@@ -79,35 +82,30 @@ class _Inflight:
     deadline: float
 
 
-def first_group(block_ids: Any) -> Optional[List[int]]:
-    """Block ids of the (only) KV cache group: vLLM passes tuple[list[int], ...], older versions list[int]."""
-    if block_ids is None:
-        return None
-    if hasattr(block_ids, "get_block_ids"):  # KVCacheBlocks
-        try:
-            block_ids = block_ids.get_block_ids()
-        except TypeError:
-            block_ids = block_ids.get_block_ids(allow_none=False)
-        if block_ids is None:
-            return None
-    seq = list(block_ids)
-    if seq and isinstance(seq[0], (list, tuple)):
-        if len(seq) != 1:
-            raise ValueError(f"PTStoreConnector supports one KV cache group, got {len(seq)}")
-        return [int(b) for b in seq[0]]
-    if not seq:
-        return []
-    return [int(b) for b in seq]
+def _real(ids: Any) -> bool:
+    """True when vLLM passed blocks (MultiConnector passes none to a connector it did not choose)."""
+    return ids is not None and any(len(g) for g in ids)
 
 
 class SchedulerSide:
     """State of the scheduler-side connector (one per vLLM engine core)."""
 
     def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1, link: Optional[StoreLink] = None,
-                 total_kv_heads: int = 0) -> None:
+                 total_kv_heads: int = 0, groups: Optional[List[GroupSpec]] = None) -> None:
         self.cfg = cfg
         self.block = cfg.block_size
+        self.groups = groups
+        if groups and all(g.shared_by_ranks for g in groups):
+            tp_size = 1  # one namespace for every tensor-parallel rank (MLA: they hold the same KV)
         self.tp_size, self.pp_size = tp_size, pp_size
+        # With a sliding-window group vLLM drops the KV of blocks that leave the window: each step's new whole
+        # blocks of a prompt are saved in that step (the worker reads the older ones back from the store).
+        self.stepwise = any(g.kind == "window" for g in groups or ())
+        # pin_hits: one namespace must hold what every worker loads (one rank, or ranks sharing their KV)
+        self.pinning = cfg.pin_hits and self.tp_size == 1 and pp_size == 1
+        self._step_pins: List[Any] = []  # pins of this step's sync loads
+        self._pin_steps: Any = collections.deque()  # those of the last steps: released two steps later
+        self._async_pins: Dict[str, Any] = {}  # req_id -> the pin of its async load, until it is received
         self.total_kv_heads = total_kv_heads  # the model's KV heads (0: unknown; no cross-degree loads)
         self._listing: Tuple[float, List[str]] = (0.0, [])  # (valid until, the store's namespace names)
         self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.lookup_timeout_ms,
@@ -121,7 +119,8 @@ class SchedulerSide:
         self._warned: Set[str] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
                       "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
-                      "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0, "generated_saves_planned": 0}
+                      "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0, "generated_saves_planned": 0,
+                      "hits_pinned": 0}
         self.recorder = StatsRecorder()  # for vLLM's logs and /metrics
         self.events = EventLog(cfg.block_size)  # for vLLM's KV events (take_events)
         self._save_events: Dict[str, List[Tuple[Any, int]]] = {}  # req_id -> (request, whole blocks) per save
@@ -236,6 +235,34 @@ class SchedulerSide:
                      "%.3f ms)", ns, hit, computed, load, plan.load_s * 1e3, plan.compute_s * 1e3)
         return load
 
+    def _pin_hit(self, st: _Req, tokens: np.ndarray, hit: int) -> int:
+        """Pins the `hit` tokens about to be promised to vLLM (pin_hits) until a worker copied them; returns
+        what the pin holds (less when the store lost some since the lookup). Without the arena mapping, or when
+        the pin fails, the worker pins at load time instead (and `hit` stands)."""
+        client = self.link.get()
+        if client is None or not client.mapped:
+            return hit
+        try:
+            pin = client.pin(self._lookup_ns(st.namespace), tokens)
+        except Error as e:
+            if is_link_error(e):
+                self.link.failed(e)
+            elif not isinstance(e, NotFound):
+                self._warn_once(f"pin:{type(e).__name__}", "ptstore: pinning a hit in %s failed: %s", st.namespace, e)
+            return hit if not isinstance(e, NotFound) else 0
+        pinned = int(pin.tokens) // self.block * self.block
+        if pinned <= 0:
+            pin.release()
+            return 0
+        st.pin = pin
+        self.stats["hits_pinned"] += 1
+        return min(hit, pinned)
+
+    def _release(self, st: _Req) -> None:
+        if st.pin is not None:
+            pin, st.pin = st.pin, None
+            _unpin(pin)
+
     def _unreachable(self) -> int:
         down = self.link.down_for()
         if down is not None and down * 1000.0 < self.cfg.unavailable_wait_ms:
@@ -284,6 +311,7 @@ class SchedulerSide:
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         st = self._state(request)
         st.local_tokens, st.ext_tokens, st.load_async = num_computed_tokens, 0, False
+        self._release(st)  # a new lookup: an earlier promise is void
         if st.bypass is not None or not (self.cfg.load or self.cfg.save):
             return 0, False
         b = self.block
@@ -314,9 +342,13 @@ class SchedulerSide:
         if self.cost_model is not None and hit > num_computed_tokens and not st.source_tp:
             hit = self._advise(st.namespace, request_tokens(request, num_tokens, st.overlay), hit,
                                num_computed_tokens)
+        if self.pinning and hit > num_computed_tokens and not st.source_tp:
+            hit = self._pin_hit(st, tokens[:hit], hit)
         ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
         if ext and ext < self.cfg.min_load_tokens:
             ext = 0
+        if not ext:
+            self._release(st)
         st.ext_tokens = ext
         st.load_async = bool(ext) and self.cfg.load_async
         self.stats["hit_tokens"] += ext
@@ -326,24 +358,38 @@ class SchedulerSide:
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         st = self._state(request)
-        ids = first_group(blocks)
-        if ids:  # (MultiConnector passes no blocks to a connector it did not choose)
-            st.block_ids = ids
+        ids = per_group(blocks)
+        if _real(ids):
+            st.block_ids = ids  # type: ignore[assignment]
         if num_external_tokens <= 0 or st.bypass is not None or not self.cfg.load:
             return
         b = self.block
         start = st.local_tokens
         end = start + int(num_external_tokens)
-        if start % b or end % b or end > len(st.block_ids) * b:
+        if start % b or end % b or end > min(len(g) for g in st.block_ids) * b:
             # Never happens with vLLM's allocator; the spec still goes out so that the worker reports its blocks
             # as failed and vLLM recomputes them (silently skipping it would leave them unwritten).
             logger.warning("ptstore: request %s: cannot load tokens [%d, %d) into %d blocks of %d", request.request_id,
                            start, end, len(st.block_ids), b)
-        self._loads.append(LoadSpec(req_id=request.request_id, namespace=st.namespace,
-                                    tokens=request_tokens(request, end, st.overlay), start=start,
-                                    block_ids=st.block_ids[start // b:end // b], is_async=st.load_async,
-                                    source_tp=st.source_tp))
-        st.load_start, st.load_end, st.load_blocks = start, end, self._loads[-1].block_ids
+        spec = LoadSpec(req_id=request.request_id, namespace=st.namespace,
+                        tokens=request_tokens(request, end, st.overlay), start=start,
+                        block_ids=[g[start // b:end // b] for g in st.block_ids],
+                        is_async=st.load_async, source_tp=st.source_tp)
+        pin, st.pin = st.pin, None
+        if pin is not None:  # the worker copies what this pin holds, and it is released once it has
+            client = self.link.get()
+            arena = client.arena_id if client is not None else 0
+            if arena and pin.tokens >= end:
+                spec.arena_id, spec.extents = arena, [(e.arena_offset, e.length) for e in pin.extents]
+                if spec.is_async:
+                    _unpin(self._async_pins.pop(request.request_id, None))
+                    self._async_pins[request.request_id] = pin
+                else:
+                    self._step_pins.append(pin)
+            else:
+                _unpin(pin)
+        self._loads.append(spec)
+        st.load_start, st.load_end, st.load_blocks = start, end, self._loads[-1].block_ids[0]
         st.loaded_tokens += end - start
         self.events.stored(request, 0, end // b)  # the store holds them (what vLLM held locally too)
         self.stats["loads_planned"] += 1
@@ -351,12 +397,13 @@ class SchedulerSide:
     def build_connector_meta(self, scheduler_output: Any) -> PTStoreConnectorMetadata:
         meta = PTStoreConnectorMetadata(block_size=self.block, loads=self._loads, saves=self._finish_saves)
         self._loads, self._finish_saves = [], []
+        self._age_pins()
         scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
         for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
             st = self.reqs.get(new.req_id)
             if st is None:
                 continue
-            ids = first_group(getattr(new, "block_ids", None))
+            ids = per_group(getattr(new, "block_ids", None))
             if ids is not None:
                 st.block_ids = ids
             self._plan_save(meta, st, int(new.num_computed_tokens) + int(scheduled.get(new.req_id, 0)))
@@ -365,12 +412,14 @@ class SchedulerSide:
             st = self.reqs.get(rid)
             if st is None:
                 continue
-            ids = first_group(new_ids)
+            ids = per_group(new_ids)
             if resumed:
                 if ids is not None:
                     st.block_ids = ids
-            elif ids:
-                st.block_ids.extend(ids)
+            elif _real(ids):
+                assert ids is not None
+                for have, more in zip(st.block_ids, ids):
+                    have.extend(more)
             self._plan_save(meta, st, int(computed) + int(scheduled.get(rid, 0)))
         return meta
 
@@ -379,28 +428,54 @@ class SchedulerSide:
             return
         b = self.block
         whole = _prompt_len(st.request) // b * b
-        if whole == 0 or st.store_tokens >= whole:
-            st.save_state = _NOT_NEEDED
-            return
-        if computed_after < whole:
-            return
-        if len(st.block_ids) < whole // b:
+        if self.stepwise:
+            # Every step's new whole blocks while vLLM still has them: the prompt's, and with save_generated
+            # the generated tokens' too (a window drops them as decoding goes on)
+            if self.cfg.save_generated and self.cfg.hold_blocks_until_saved:
+                whole = int(st.request.num_tokens) // b * b
+            done = min(computed_after, whole) // b * b
+            if done <= max(st.saved_tokens, st.store_tokens):
+                return
+        else:
+            if whole == 0 or st.store_tokens >= whole:
+                st.save_state = _NOT_NEEDED
+                return
+            done = whole
+            if computed_after < done:
+                return
+        if min(len(g) for g in st.block_ids) < done // b:
             logger.warning("ptstore: request %s has %d blocks, its prompt %d whole blocks; not saved",
-                           st.request.request_id, len(st.block_ids), whole // b)
+                           st.request.request_id, min(len(g) for g in st.block_ids), done // b)
             st.save_state = _NOT_NEEDED
             return
-        tokens = request_tokens(st.request, whole, st.overlay)
+        tokens = request_tokens(st.request, done, st.overlay)
         meta.saves.append(SaveSpec(req_id=st.request.request_id, namespace=st.namespace, salt=st.salt, tokens=tokens,
-                                   block_ids=list(st.block_ids[:whole // b]), ack=self._invalid_reports))
-        st.save_state = _EMITTED
+                                   block_ids=[list(g[:done // b]) for g in st.block_ids], ack=self._invalid_reports,
+                                   start=max(st.saved_tokens, st.store_tokens)))
+        if done == whole and not self.stepwise:
+            st.save_state = _EMITTED
         st.saves_emitted += 1
-        st.saved_tokens = whole
+        st.saved_tokens = done
         self.stats["saves_planned"] += 1
-        self._save_planned(st.request, whole // b)
+        self._save_planned(st.request, done // b)
         if self.cfg.save_wait_ms > 0:
             self._add_inflight(st.request.request_id, st.namespace, tokens)
 
+    def _age_pins(self) -> None:
+        """At the end of a scheduler step: pins of hits no load took go now; those of this step's sync loads
+        are kept for two more steps (the workers copy them in this step, which vLLM's async scheduling runs
+        after scheduling the next one), then released."""
+        for st in self.reqs.values():
+            self._release(st)
+        self._pin_steps.append(self._step_pins)
+        self._step_pins = []
+        while len(self._pin_steps) > 2:
+            for pin in self._pin_steps.popleft():
+                _unpin(pin)
+
     def update_connector_output(self, output: Any) -> None:
+        for rid in getattr(output, "finished_recving", None) or ():
+            _unpin(self._async_pins.pop(rid, None))
         wmeta = getattr(output, "kv_connector_worker_meta", None)
         failed_saves = getattr(wmeta, "failed_saves", None) or set()
         for rid in failed_saves:
@@ -426,7 +501,7 @@ class SchedulerSide:
                     st.load_blocks = st.load_blocks[:failed[0]]
                     if st.save_state == _NOT_NEEDED:
                         st.save_state = _NONE
-                if st.save_state == _EMITTED and invalid.intersection(st.block_ids[:st.saved_tokens // b]):
+                if st.save_state == _EMITTED and invalid.intersection(st.block_ids[0][:st.saved_tokens // b]):
                     # The worker dropped that save (it read blocks that failed to load); plan it again once
                     # vLLM has recomputed them.
                     st.save_state = _NONE
@@ -434,8 +509,10 @@ class SchedulerSide:
 
     def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
         st = self.reqs.pop(request.request_id, None)
+        _unpin(self._async_pins.pop(request.request_id, None))
         if st is None:
             return False, None
+        self._release(st)
         # Held blocks are freed when get_finished reports the save done; otherwise at once (the worker
         # copied the blocks out during the step) and the in-flight entry expires by itself.
         self._plan_finish_save(st, request, block_ids)
@@ -461,13 +538,17 @@ class SchedulerSide:
         whole = int(getattr(request, "num_computed_tokens", 0)) // b * b
         if whole <= max(st.saved_tokens, st.store_tokens, _prompt_len(request) // b * b):
             return  # nothing past the prompt's blocks (saved or stored already)
-        ids = first_group(block_ids) or st.block_ids
-        if len(ids) < whole // b:
+        ids = per_group(block_ids)
+        if not _real(ids):
+            ids = st.block_ids
+        assert ids is not None
+        if min(len(g) for g in ids) < whole // b:
             return
         tokens = request_tokens(request, whole, st.overlay)
         self._finish_saves.append(SaveSpec(req_id=request.request_id, namespace=st.namespace, salt=st.salt,
-                                           tokens=tokens, block_ids=list(ids[:whole // b]),
-                                           ack=self._invalid_reports, at_finish=True))
+                                           tokens=tokens, block_ids=[list(g[:whole // b]) for g in ids],
+                                           ack=self._invalid_reports, at_finish=True,
+                                           start=max(st.saved_tokens, st.store_tokens)))
         st.saves_emitted += 1
         st.saved_tokens = whole
         self.stats["saves_planned"] += 1
@@ -514,7 +595,26 @@ class SchedulerSide:
         return True
 
     def close(self) -> None:
+        for st in self.reqs.values():
+            self._release(st)
+        for pins in self._pin_steps:
+            for pin in pins:
+                _unpin(pin)
+        for pin in list(self._step_pins) + list(self._async_pins.values()):
+            _unpin(pin)
+        self._pin_steps.clear()
+        self._step_pins, self._async_pins = [], {}
         self.link.close()
+
+
+def _unpin(pin: Any) -> None:
+    """Releases a pin (None: nothing); a store that went away has dropped it already."""
+    if pin is None:
+        return
+    try:
+        pin.release()
+    except Error:
+        pass
 
 
 def _prompt_len(request: Any) -> int:

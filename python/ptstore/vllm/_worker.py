@@ -34,7 +34,8 @@ from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .keys import rank_heads, rank_namespace
 from .stats import StatsRecorder
-from .paged import PagedKV, PagedLayer, TorchCopier, block_rows, resolve_dims
+from .groups import GroupSpec, kept
+from .paged import KVGroup, PagedKV, PagedLayer, TorchCopier, resolve_dims
 
 logger = logging.getLogger("ptstore.vllm")
 
@@ -44,16 +45,17 @@ _TAINT_STEPS = 4
 
 
 class _Staging:
-    """A token-major host buffer from the pool: ``tensor`` is a view of ``flat``."""
+    """A host buffer of whole stored blocks from the pool: ``blocks`` is its ``(n, bytes_per_block)`` uint8 view,
+    ``tensor`` what the client's save/load/pin calls take (dense layouts: ``Layout.kv_shape`` of the dtype)."""
 
-    __slots__ = ("flat", "tensor")
+    __slots__ = ("flat", "tensor", "blocks")
 
-    def __init__(self, flat: Any, tensor: Any) -> None:
-        self.flat, self.tensor = flat, tensor
+    def __init__(self, flat: Any, tensor: Any, blocks: Any) -> None:
+        self.flat, self.tensor, self.blocks = flat, tensor, blocks
 
 
 class StagingPool:
-    """Reuses token-major host buffers (fresh pages and pinned allocations are slow)."""
+    """Reuses host buffers of stored blocks (fresh pages and pinned allocations are slow)."""
 
     def __init__(self, copier: TorchCopier, layout: Any, dtype: Any, max_cached_bytes: int = 1 << 30) -> None:
         self.copier, self.layout, self.dtype = copier, layout, dtype
@@ -64,7 +66,9 @@ class StagingPool:
     def acquire(self, tokens: int) -> _Staging:
         import torch
 
-        need = tokens * self.layout.bytes_per_token
+        bt, bpb = self.layout.block_tokens, self.layout.bytes_per_block
+        n = tokens // bt
+        need = n * bpb
         flat = None
         with self._lock:
             fits = [f for f in self._free if f.numel() >= need]
@@ -74,8 +78,12 @@ class StagingPool:
         if flat is None:
             size = max(need, 1) + (-max(need, 1)) % (1 << 20)
             flat = torch.empty(size, dtype=torch.uint8, pin_memory=not self.copier._is_host)
-        tensor = flat[:need].view(self.dtype).view(self.layout.kv_shape(tokens))
-        return _Staging(flat, tensor)
+        blocks = flat[:need].view(n, bpb)
+        if self.layout.is_grouped:
+            tensor = blocks
+        else:
+            tensor = flat[:need].view(self.dtype).view(self.layout.kv_shape(n * bt))
+        return _Staging(flat, tensor, blocks)
 
     def release(self, s: Optional[_Staging]) -> None:
         if s is None:
@@ -89,12 +97,92 @@ class StagingPool:
                 total -= big.numel()
 
 
+class _GroupPlan:
+    """The copies of one KV cache group for consecutive stored blocks: the positions vLLM keeps (``pos``: an
+    index tensor, None for all of them) and, per kernel block of a vLLM block, the kernel block ids."""
+
+    __slots__ = ("pos", "ids", "count")
+
+    def __init__(self, pos: Any, ids: List[Any], count: int) -> None:
+        self.pos, self.ids, self.count = pos, ids, count
+
+
+def plan_group(kv: PagedKV, copier: TorchCopier, group: int, block_ids: List[int]) -> Optional[_GroupPlan]:
+    """The plan for group `group`'s vLLM blocks `block_ids` (one per stored block); None if it keeps none."""
+    import torch
+
+    kind = kv.groups[group].kind
+    keep = [i for i, b in enumerate(block_ids) if kept(kind, b)]
+    if not keep:
+        return None
+    real = [block_ids[i] for i in keep]
+    r = kv.kernel_per_block
+    ids = [copier.block_index([b * r + j for b in real]) for j in range(r)]
+    pos = None if len(keep) == len(block_ids) else torch.as_tensor(keep, dtype=torch.int64)
+    return _GroupPlan(pos, ids, len(keep))
+
+
+def arena_pieces(extents: List[Tuple[int, int]], ranges: List[Tuple[int, int]]) -> Any:
+    """``(arena offset, bytes, offset in the prefix)`` rows, an (n, 3) uint64 array, that copy the byte
+    `ranges` (``(offset, length)`` in the prefix, in order) of a prefix laid out in the arena as `extents`
+    (``(arena offset, length)``, in prefix order). ValueError when a range lies past the extents."""
+    import numpy as np
+
+    rows: List[Tuple[int, int, int]] = []
+    starts = [0]
+    for _, length in extents:
+        starts.append(starts[-1] + length)
+    e = 0
+    for off, length in ranges:
+        end = off + length
+        while e < len(extents) and starts[e + 1] <= off:
+            e += 1
+        pos = off
+        while pos < end:
+            if e >= len(extents):
+                raise ValueError(f"bytes [{off}, {end}) lie past the pinned prefix's {starts[-1]} bytes")
+            take = min(end, starts[e + 1]) - pos
+            rows.append((extents[e][0] + pos - starts[e], take, pos))
+            pos += take
+            if pos >= starts[e + 1]:
+                e += 1
+    return np.asarray(rows, dtype=np.uint64).reshape(-1, 3)
+
+
+def scatter_layer(kv: PagedKV, copier: TorchCopier, group: KVGroup, layer: PagedLayer, plan: _GroupPlan,
+                  blocks: Any) -> None:
+    """Writes `layer`'s slices of stored `blocks` (one per position of `plan`) into its pages (a load)."""
+    rows = group.rows(blocks, layer.index, kv.block_size)
+    kbs = kv.kernel_block_size
+    for j, ids in enumerate(plan.ids):
+        rj = rows[:, j * kbs:(j + 1) * kbs]
+        copier.scatter(layer, ids, rj if plan.pos is None else rj.index_select(0, plan.pos))
+
+
+def gather_layer(kv: PagedKV, copier: TorchCopier, group: KVGroup, layer: PagedLayer, plan: _GroupPlan,
+                 blocks: Any) -> None:
+    """Copies `layer`'s pages into its slices of stored `blocks` at the positions of `plan` (a save)."""
+    import torch
+
+    rows = group.rows(blocks, layer.index, kv.block_size)
+    kbs = kv.kernel_block_size
+    for j, ids in enumerate(plan.ids):
+        rj = rows[:, j * kbs:(j + 1) * kbs]
+        if plan.pos is None:
+            copier.gather(layer, ids, rj)
+        else:
+            tmp = torch.empty((plan.count,) + tuple(rj.shape[1:]), dtype=rj.dtype)
+            copier.gather(layer, ids, tmp)
+            rj.index_copy_(0, plan.pos, tmp)
+
+
 @dataclass
 class _SaveJob:
     spec: SaveSpec
     staging: Optional[_Staging]
-    index: Any = None
-    layers: Set[int] = field(default_factory=set)
+    plans: List[Optional[_GroupPlan]] = field(default_factory=list)  # per group
+    missing: int = -1  # first stored block a group lacks in the pages (-1: none)
+    layers: Set[str] = field(default_factory=set)
     failed: bool = False
 
 
@@ -108,7 +196,11 @@ class _LoadJob:
         self.events = [threading.Event() for _ in worker.kv.layers]  # type: ignore[union-attr]
         self.done = threading.Event()
         self.failed: Set[int] = set()
+        self.failed_reqs: Set[str] = set()
         self.loaded_tokens = 0
+        self.loaded_bytes = 0  # bytes written into the pages: only the blocks each group keeps
+        self.copied_bytes = 0  # bytes copied out of the store's arena (mapped clients)
+        self.pinned_loads = 0  # loads copied under the scheduler's pin
         self.loads = 0
         self.t0 = time.monotonic()
 
@@ -123,34 +215,39 @@ class _LoadJob:
 
     def run(self) -> None:
         w = self.w
-        fetched: List[Tuple[LoadSpec, _Staging, int, Any]] = []
+        kv = w.kv
+        assert kv is not None
+        b = w.block
+        fetched: List[Tuple[LoadSpec, _Staging, int, List[Optional[_GroupPlan]]]] = []
         try:
             for spec in self.specs:
                 f = self._fetch(spec)
                 if f is not None:
                     fetched.append(f)
             bad: Set[int] = set()
-            for layer in w.kv.layers:  # type: ignore[union-attr]
-                for i, (spec, staging, got, index) in enumerate(fetched):
-                    if i in bad:
+            for pos, layer in enumerate(kv.layers):
+                group = kv.groups[layer.group]
+                for i, (spec, staging, got, plans) in enumerate(fetched):
+                    plan = plans[layer.group]
+                    if i in bad or plan is None:
                         continue
                     try:
-                        w.copier.scatter(layer, index, block_rows(staging.tensor, spec.start, got, layer.index,
-                                                                  w.kv.kernel_block_size))
+                        scatter_layer(kv, w.copier, group, layer, plan, staging.blocks[spec.start // b:got // b])
                     except Exception:  # noqa: BLE001 - a bad request must not stop the others
                         logger.exception("ptstore: load of request %s into layer %s failed", spec.req_id, layer.name)
                         bad.add(i)
-                        self.failed.update(spec.block_ids)
+                        self._fail(spec, 0)
                 w.copier.synchronize()
-                self.events[layer.index].set()
-            for i, (spec, _, got, _) in enumerate(fetched):
+                self.events[pos].set()
+            for i, (spec, _, got, plans) in enumerate(fetched):
                 if i not in bad:
                     self.loaded_tokens += got - spec.start
+                    self.loaded_bytes += sum(p.count * kv.groups[g].block_bytes for g, p in enumerate(plans) if p)
                     self.loads += 1
         except Exception:  # noqa: BLE001
             logger.exception("ptstore: loads failed")
             for spec in self.specs:
-                self.failed.update(spec.block_ids)
+                self._fail(spec, 0)
         finally:
             for _, staging, _, _ in fetched:
                 w.pool.release(staging)
@@ -186,18 +283,22 @@ class _LoadJob:
             out[:g, :, :, lo - mine.start:hi - mine.start] = tmp[:g, :, :, lo - theirs.start:hi - theirs.start]
         return got
 
-    def _fetch(self, spec: LoadSpec) -> Optional[Tuple[LoadSpec, _Staging, int, Any]]:
+    def _fetch(self, spec: LoadSpec) -> Optional[Tuple[LoadSpec, _Staging, int, List[Optional[_GroupPlan]]]]:
         w = self.w
+        kv = w.kv
+        assert kv is not None
         b = w.block
         start, end = spec.start, spec.end
-        if (end - start) // b != len(spec.block_ids) or start % b or end % b or end <= start:
-            logger.warning("ptstore: malformed load for request %s (tokens [%d, %d), %d blocks)", spec.req_id, start,
-                           end, len(spec.block_ids))
-            self.failed.update(spec.block_ids)
+        n = (end - start) // b
+        if start % b or end % b or end <= start or len(spec.block_ids) != len(kv.groups) or \
+                any(len(g) != n for g in spec.block_ids):
+            logger.warning("ptstore: malformed load for request %s (tokens [%d, %d), blocks %s for %d groups)",
+                           spec.req_id, start, end, [len(g) for g in spec.block_ids], len(kv.groups))
+            self._fail(spec, 0)
             return None
         client = w.link.get()
         if client is None:
-            self.failed.update(spec.block_ids)
+            self._fail(spec, 0)
             return None
         ns = w.rank_ns(spec.namespace)
         staging: Optional[_Staging] = None
@@ -206,12 +307,19 @@ class _LoadJob:
                 ns = f"{spec.namespace} (tensor-parallel degree {spec.source_tp})"
                 staging = w.pool.acquire(end)
                 got = self._read_across(client, spec, staging.tensor)
+            elif client.mapped and spec.arena_id and spec.arena_id == client.arena_id:
+                # the scheduler pinned it for this load (pin_hits): no request to ptstored, nothing to miss
+                got = end
+                staging = w.pool.acquire(got)
+                self.copied_bytes += self._copy_needed(client, spec, spec.extents, staging, got)
+                self.pinned_loads += 1
             elif client.mapped:
                 with client.pin(ns, spec.tokens) as pin:
                     got = min(pin.tokens, end) // b * b
                     if got > start:
                         staging = w.pool.acquire(got)
-                        pin.copy_to(staging.tensor, got)
+                        extents = [(e.arena_offset, e.length) for e in pin.extents]
+                        self.copied_bytes += self._copy_needed(client, spec, extents, staging, got)
             else:  # the server copies for clients it does not trust with its arena
                 staging = w.pool.acquire(end)
                 got = min(client.load(ns, spec.tokens, staging.tensor), end) // b * b
@@ -227,23 +335,49 @@ class _LoadJob:
             got = 0
         if got <= start:
             w.pool.release(staging)
-            self.failed.update(spec.block_ids)
+            self._fail(spec, 0)
             return None
         good = (got - start) // b
-        self.failed.update(spec.block_ids[good:])
+        self._fail(spec, good)
         assert staging is not None
-        return spec, staging, got, w.copier.block_index(w.kv.kernel_blocks(spec.block_ids[:good]))
+        plans = [plan_group(kv, w.copier, g, ids[:good]) for g, ids in enumerate(spec.block_ids)]
+        return spec, staging, got, plans
+
+    def _copy_needed(self, client: Any, spec: LoadSpec, extents: List[Tuple[int, int]], staging: _Staging,
+                     got: int) -> int:
+        """Copies from the arena what the load of tokens [spec.start, got) writes into the pages (each group's
+        kept blocks only) to the same place in `staging`; returns the bytes copied."""
+        kv = self.w.kv
+        assert kv is not None
+        b = self.w.block
+        n = (got - spec.start) // b
+        ranges = kv.needed_ranges(spec.start // b, [ids[:n] for ids in spec.block_ids])
+        pieces = arena_pieces(extents, ranges)
+        client.copy_from_arena(pieces, staging.flat)
+        return int(pieces[:, 1].sum()) if len(pieces) else 0
+
+    def _fail(self, spec: LoadSpec, good: int) -> None:
+        """The blocks of `spec` past its first `good` did not load."""
+        kinds = [g.kind for g in self.w.kv.groups]  # type: ignore[union-attr]
+        lost = {blk for kind, ids in zip(kinds, spec.block_ids) for blk in ids[good:] if kept(kind, blk)}
+        if lost:
+            self.failed.update(lost)
+            self.failed_reqs.add(spec.req_id)
 
 
 class WorkerSide:
     """State of one worker's connector (one per GPU)."""
 
     def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1,
-                 link: Optional[StoreLink] = None, total_kv_heads: int = 0) -> None:
+                 link: Optional[StoreLink] = None, total_kv_heads: int = 0,
+                 groups: Optional[List[GroupSpec]] = None) -> None:
         self.cfg = cfg
         self.block = cfg.block_size
         self.tp_size, self.pp_size = tp_size, pp_size
         self.tp_rank = self.pp_rank = 0
+        self.groups = groups  # vLLM's KV cache groups (None: one group of every layer)
+        # MLA latent caches are the same on every tensor-parallel rank: one namespace, written by rank 0
+        self.tp_shared = bool(groups) and all(g.shared_by_ranks for g in groups)  # type: ignore[union-attr]
         self.total_kv_heads = total_kv_heads
         self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.rpc_timeout_ms,
                                       retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-worker")
@@ -281,7 +415,14 @@ class WorkerSide:
         self.tp_rank, self.pp_rank = tp_rank, pp_rank
 
     def rank_ns(self, ns: str) -> str:
+        if self.tp_shared:
+            return rank_namespace(ns, 0, 1, self.pp_rank, self.pp_size)
         return rank_namespace(ns, self.tp_rank, self.tp_size, self.pp_rank, self.pp_size)
+
+    @property
+    def writer(self) -> bool:
+        """False on the tensor-parallel ranks that do not save (all but rank 0 when the ranks share the KV)."""
+        return not self.tp_shared or self.tp_rank == 0
 
     def register_kv_caches(self, kv_caches: Dict[str, Any], specs: Optional[Dict[str, Any]] = None,
                            backends: Optional[Dict[str, Any]] = None) -> None:
@@ -292,12 +433,14 @@ class WorkerSide:
             if name in kv_caches and int(getattr(spec, "block_size", self.block)) != self.block:
                 raise ValueError(f"layer {name!r} has blocks of {spec.block_size} tokens, vLLM's block_size is "
                                  f"{self.block}")
+        groups = self.groups
+        if groups is not None:  # the layers of the groups (vLLM may register more: e.g. a drafter's)
+            kv_caches = {n: kv_caches[n] for g in groups for n in g.layer_names if n in kv_caches}
         kv = PagedKV(kv_caches, lambda name, t: resolve_dims(name, t, spec=specs.get(name), backend=backends.get(name),
-                                                             named=self.cfg.kv_cache_layout), self.block)
+                                                             named=self.cfg.kv_cache_layout), self.block, groups)
         layout = kv.layout()
         want = self.cfg.layout
-        if want is not None and (want.layers, want.kv_heads, want.head_dim, want.dtype) != \
-                (layout.layers, layout.kv_heads, layout.head_dim, layout.dtype):
+        if want is not None and not _same_geometry(want, layout):
             raise ValueError(f"kv_connector_extra_config layout {want} does not match the KV caches vLLM registered "
                              f"({layout}; per worker: KV heads of this tensor-parallel rank, layers of this "
                              f"pipeline stage)")
@@ -365,9 +508,8 @@ class WorkerSide:
         job, kv = self._sync_job, self.kv
         if job is None or kv is None:
             return
-        layer = kv.by_name.get(layer_name)
-        if layer is not None:
-            job.wait_layer(layer.index)
+        if layer_name in kv.by_name:
+            job.wait_layer(kv.event_index(layer_name))
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any) -> None:
         meta, kv = self._meta, self.kv
@@ -379,34 +521,43 @@ class WorkerSide:
         registered = self._tensors.get(layer_name)
         if kv_layer is not None and registered is not None and kv_layer is not registered and \
                 kv_layer.data_ptr() != registered.data_ptr():
-            layer = PagedLayer.from_tensor(layer_name, layer.index, kv_layer, layer.dims)
+            layer = PagedLayer.from_tensor(layer_name, layer.index, kv_layer, layer.dims, layer.group)
         job = self._sync_job
         if job is not None:
-            job.wait_layer(layer.index)  # its blocks may be loaded in this step
+            job.wait_layer(kv.event_index(layer_name))  # its blocks may be loaded in this step
         for spec in meta.saves:
             if not spec.at_finish:
                 self._gather(spec, layer)
 
     def _gather(self, spec: SaveSpec, layer: PagedLayer) -> None:
-        """Copies `layer` of the save's blocks out of the pages into its token-major staging buffer."""
+        """Copies `layer` of the save's blocks out of the pages into its staging buffer of stored blocks."""
         kv = self.kv
         assert kv is not None
+        if not self.writer:
+            return
         sj = self._step_saves.get(spec.req_id)
         if sj is None:
             sj = _SaveJob(spec, None)
             try:
+                n = len(spec.tokens) // self.block
+                if len(spec.block_ids) != len(kv.groups) or any(len(g) < n for g in spec.block_ids):
+                    raise ValueError(f"blocks {[len(g) for g in spec.block_ids]} for {n} blocks of "
+                                     f"{len(kv.groups)} groups")
                 sj.staging = self.pool.acquire(len(spec.tokens))
-                sj.index = self.copier.block_index(kv.kernel_blocks(spec.block_ids))
-            except Exception:  # noqa: BLE001 - out of host memory: drop this save
-                logger.exception("ptstore: no staging buffer for the save of request %s", spec.req_id)
+                sj.plans = [plan_group(kv, self.copier, g, ids[:n]) for g, ids in enumerate(spec.block_ids)]
+                lacking = self._lacking(spec, n)
+                sj.missing = lacking[0] if lacking else -1
+            except Exception:  # noqa: BLE001 - out of host memory, a malformed plan: drop this save
+                logger.exception("ptstore: cannot stage the save of request %s", spec.req_id)
                 sj.failed = True
             self._step_saves[spec.req_id] = sj
         if sj.failed:
             return
+        plan = sj.plans[layer.group]
         try:
-            self.copier.gather(layer, sj.index, block_rows(sj.staging.tensor, 0, len(spec.tokens), layer.index,
-                                                           kv.kernel_block_size))
-            sj.layers.add(layer.index)
+            if plan is not None:
+                gather_layer(kv, self.copier, kv.groups[layer.group], layer, plan, sj.staging.blocks)
+            sj.layers.add(layer.name)
         except Exception:  # noqa: BLE001
             logger.exception("ptstore: gathering layer %s of request %s failed", layer.name, spec.req_id)
             sj.failed = True
@@ -422,7 +573,7 @@ class WorkerSide:
         for spec in meta.saves:
             if spec.at_finish == at_finish:
                 for layer in kv.layers:
-                    if layer.index not in getattr(self._step_saves.get(spec.req_id), "layers", ()):
+                    if layer.name not in getattr(self._step_saves.get(spec.req_id), "layers", ()):
                         self._gather(spec, layer)
 
     def wait_for_save(self) -> None:
@@ -446,13 +597,27 @@ class WorkerSide:
         if job.loads:
             r.add("loads", job.loads)
             r.add("loaded_tokens", job.loaded_tokens)
-            r.add("loaded_bytes", job.loaded_tokens * self.layout.bytes_per_token)
+            r.add("loaded_bytes", job.loaded_bytes)
             r.observe("load_seconds", time.monotonic() - job.t0)
         if job.failed:
             r.add("load_errors", len(job.failed))
+        unreportable = len(self.kv.groups) > 1 if self.kv is not None else False
+        if job.failed and unreportable:
+            # vLLM's scheduler (this version) recomputes failed blocks of one KV cache group only: its
+            # _update_requests_with_invalid_blocks unpacks a single group, and fails on more. Reporting them
+            # would stop the engine; the requests go on over what did load.
+            self.stats["load_errors_unreported"] += len(job.failed)
+            logger.error("ptstore: loads of requests %s failed in part (%d blocks) with the hybrid KV cache "
+                         "manager, which cannot recompute them in this vLLM: their KV is incomplete. Serve hybrid "
+                         "models with --disable-hybrid-kv-cache-manager for recompute on failure",
+                         sorted(job.failed_reqs), len(job.failed))
         with self._cv:
-            self._load_errors.update(job.failed)
+            if not unreportable:
+                self._load_errors.update(job.failed)
             self.stats["loaded_tokens"] += job.loaded_tokens
+            self.stats["loaded_bytes"] += job.loaded_bytes
+            self.stats["copied_bytes"] += job.copied_bytes
+            self.stats["pinned_loads"] += job.pinned_loads
             self.stats["load_failed_blocks"] += len(job.failed)
             if job.is_async:
                 for s in job.specs:
@@ -471,9 +636,15 @@ class WorkerSide:
         nlayers = len(self.kv.layers) if self.kv is not None else -1
         jobs = [(s, self._step_saves.get(s.req_id)) for s in meta.saves]
         complete = [sj is not None and not sj.failed and len(sj.layers) == nlayers for _, sj in jobs]
+        if not self.writer:
+            complete = [True] * len(jobs)
         if not final and not all(complete):
             return  # layers still to come (a deferred finalize)
         self._finalized = True
+        if not self.writer:  # another rank saves these (the ranks share their KV)
+            for spec, _ in jobs:
+                self._save_done(spec.req_id)
+            return
         for (spec, sj), ok in zip(jobs, complete):
             if ok and self._tainted(spec):
                 ok = False
@@ -490,7 +661,7 @@ class WorkerSide:
         with self._cv:
             if not self._taint:
                 return False
-            for blk in spec.block_ids:
+            for blk in {b for ids in spec.block_ids for b in ids}:
                 t = self._taint.get(blk)
                 if t is not None and t[0] > spec.ack and self._step_no - t[1] < _TAINT_STEPS:
                     return True
@@ -530,10 +701,16 @@ class WorkerSide:
             if client is None:
                 self._save_failed(spec.req_id, "saves_dropped")
                 return
+            tokens, staging = spec.tokens, sj.staging
+            if sj.missing >= 0:  # slices vLLM no longer keeps: from the store's copy, else stop before them
+                tokens, staging = self._fill_from_store(client, ns, spec, sj)
+                if staging is None:
+                    self.stats["saves_cut_to_nothing"] += 1
+                    return
             for attempt in (0, 1):
                 try:
                     self._ensure_namespace(client, ns, spec.salt)
-                    r = client.save(ns, spec.tokens, sj.staging.tensor)
+                    r = client.save(ns, tokens, staging.tensor)
                     break
                 except NotFound:  # the namespace was dropped meanwhile: make it again, once
                     self._ns_ready.discard(ns)
@@ -559,6 +736,52 @@ class WorkerSide:
             self.pool.release(sj.staging)
             self._save_done(spec.req_id)
 
+    def _fill_from_store(self, client: Any, ns: str, spec: SaveSpec, sj: _SaveJob) -> Tuple[Any, Any]:
+        """(tokens, staging) to save when a group lacked blocks in the pages (vLLM's null block: a sliding
+        window's KV it dropped): the blocks the store holds of the prefix are taken from it; the save stops at
+        the first block that is in neither place. (None, None) when nothing is left to save."""
+        b, bpb = self.block, self.layout.bytes_per_block
+        held = 0
+        if sj.missing > 0 or spec.start > 0:
+            whole = len(spec.tokens)
+            try:
+                if client.mapped:
+                    with client.pin(ns, spec.tokens) as pin:
+                        held = min(pin.tokens, whole) // b * b
+                        if held:
+                            head = self.pool.acquire(held)
+                            try:
+                                extents = [(e.arena_offset, e.length) for e in pin.extents]
+                                client.copy_from_arena(arena_pieces(extents, [(0, held // b * bpb)]), head.flat)
+                                sj.staging.blocks[:held // b] = head.blocks
+                            finally:
+                                self.pool.release(head)
+                else:
+                    head = self.pool.acquire(whole)
+                    try:
+                        held = min(client.load(ns, spec.tokens, head.tensor), whole) // b * b
+                        sj.staging.blocks[:held // b] = head.blocks[:held // b]
+                    finally:
+                        self.pool.release(head)
+            except NotFound:
+                held = 0
+        lacking = [i for i in self._lacking(spec, len(spec.tokens) // b) if i >= held // b]
+        cut = lacking[0] * b if lacking else len(spec.tokens)
+        if cut <= held:
+            return None, None  # the store has all the pages can give (or nothing usable)
+        if cut < len(spec.tokens):
+            self.stats["saves_cut"] += 1
+        n = cut // b
+        if self.layout.is_grouped:
+            return spec.tokens[:cut], _Staging(sj.staging.flat, sj.staging.blocks[:n], sj.staging.blocks[:n])
+        return spec.tokens[:cut], _Staging(sj.staging.flat, sj.staging.tensor[:cut], sj.staging.blocks[:n])
+
+    def _lacking(self, spec: SaveSpec, n: int) -> List[int]:
+        """The first `n` stored blocks of a save whose slice some group no longer holds in the pages, in order."""
+        kinds = [g.kind for g in self.kv.groups]  # type: ignore[union-attr]
+        return sorted({i for kind, ids in zip(kinds, spec.block_ids) for i, blk in enumerate(ids[:n])
+                       if not kept(kind, blk)})
+
     def _ensure_namespace(self, client: Any, ns: str, salt: str) -> None:
         if ns in self._ns_ready:
             return
@@ -567,8 +790,7 @@ class WorkerSide:
         except AlreadyExists:
             have = client.get_namespace(ns).layout
             mine = self.layout
-            if (have.layers, have.kv_heads, have.head_dim, have.dtype) != \
-                    (mine.layers, mine.kv_heads, mine.head_dim, mine.dtype):
+            if not _same_geometry(have, mine):
                 self._ns_bad.add(ns)
                 logger.error("ptstore: namespace %s holds %s, this model's KV caches are %s: not saving to it (set "
                              "kv_connector_extra_config 'namespace')", ns, have, mine)
@@ -626,3 +848,11 @@ class WorkerSide:
         self._saver.shutdown(wait=False)
         self._loader.shutdown(wait=False)
         self.link.close()
+
+
+def _same_geometry(want: Any, layout: Any) -> bool:
+    """The ``layout`` option against the caches' layout (block_tokens not compared: the option may omit it)."""
+    if want.is_grouped or layout.is_grouped:
+        return bool(want == layout)
+    return (want.layers, want.kv_heads, want.head_dim, want.dtype) == \
+        (layout.layers, layout.kv_heads, layout.head_dim, layout.dtype)

@@ -40,6 +40,11 @@ Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them)
                             (``wait_for_save``), so vLLM may keep FULL CUDA graphs; a hit then costs a
                             scheduler step of latency, and a save's copy no longer overlaps the layers
 ``save_threads``            background threads that write saves to the store (default 1)
+``pin_hits``                true (default): the scheduler pins each hit it reports to vLLM until the
+                            worker has copied it, so nothing (eviction, a removal) can take it away
+                            between lookup and load, and the worker copies it out of its own arena
+                            mapping without a request to ptstored (both need the arena mapping; without
+                            it the worker loads as with false). false: the worker pins it when it loads
 ``cost_model``              load or recompute? A dict ``{"gpu": "h100-80g", "model": "mistral-7b",
                             "profiles": None, "remote_path": "rma"}`` (every key optional; these are the
                             defaults; ``profiles`` None: the shipped sched/profiles.toml): after a hit the
@@ -170,6 +175,7 @@ class ConnectorConfig:
     kv_cache_layout: str = "auto"
     load_failure_policy: str = "recompute"
     save_threads: int = 1
+    pin_hits: bool = True
     cost_model: Optional[CostModelConfig] = None
     block_size: int = 16
 
@@ -206,7 +212,7 @@ class ConnectorConfig:
         c.layout = _parse_layout(extra.get("layout"))
         c.load = _flag(extra.get("load", role in ("kv_both", "kv_consumer")), "load")
         c.save = _flag(extra.get("save", role in ("kv_both", "kv_producer")), "save")
-        for key in ("load_async", "hold_blocks_until_saved", "save_generated", "layerwise"):
+        for key in ("load_async", "hold_blocks_until_saved", "save_generated", "layerwise", "pin_hits"):
             if key in extra:
                 setattr(c, key, _flag(extra[key], key))
         if not c.layerwise:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ._compat import HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata
+from ._compat import HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata, SupportsHMA
 from ._meta import PTStoreConnectorMetadata
 from ._scheduler import SchedulerSide
 from ._worker import WorkerSide
 from .config import ConnectorConfig, needs_layer_calls
+from .groups import group_specs
 from .stats import PTStoreConnectorStats, build_prom_metrics
 
 __all__ = ["PTStoreConnector"]
@@ -78,7 +79,7 @@ def _attention_backends(vllm_config: Any, kv_caches: Dict[str, Any]) -> Dict[str
     return out
 
 
-class PTStoreConnector(KVConnectorBase_V1):
+class PTStoreConnector(KVConnectorBase_V1, SupportsHMA):
     """A vLLM v1 KV connector that loads prompt prefixes from PTStore and saves prompts to it.
 
     Args (as vLLM's KVConnectorFactory passes them):
@@ -86,8 +87,9 @@ class PTStoreConnector(KVConnectorBase_V1):
             holds this connector's options (:mod:`ptstore.vllm.config`),
             ``cache_config.block_size`` the block size.
         role: ``KVConnectorRole.SCHEDULER`` or ``KVConnectorRole.WORKER``.
-        kv_cache_config: vLLM's KVCacheConfig (newer vLLM); one KV cache group
-            is supported.
+        kv_cache_config: vLLM's KVCacheConfig (newer vLLM): its KV cache groups
+            (full attention, sliding window, MLA; groups.py) are the namespace
+            layout's groups.
     """
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
@@ -97,20 +99,18 @@ class PTStoreConnector(KVConnectorBase_V1):
         else:  # vLLM before kv_cache_config was passed to connectors
             super().__init__(vllm_config=vllm_config, role=role)
         self.config = ConnectorConfig.from_vllm(vllm_config)
-        groups = getattr(kv_cache_config, "kv_cache_groups", None)
-        if groups is not None and len(groups) > 1:
-            raise ValueError(f"PTStoreConnector supports models with one KV cache group, this one has {len(groups)} "
-                             f"(hybrid models: disable the hybrid KV cache manager)")
+        groups = group_specs(kv_cache_config)  # (refuses the KV cache specs it cannot store, naming them)
         tp, pp = _parallel_sizes(vllm_config)
+        # Cross-degree loads split dense K/V heads; grouped layouts load at their own degree (MLA: every degree)
+        heads = _total_kv_heads(vllm_config) if groups is None or len(groups) == 1 and groups[0].kind == "full" else 0
         self._kv_cache_config = kv_cache_config
         self._scheduler: Optional[SchedulerSide] = None
         self._worker: Optional[WorkerSide] = None
         if _role_is(role, "SCHEDULER"):
             _apply_failure_policy(vllm_config, self.config.load_failure_policy)
-            self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp,
-                                            total_kv_heads=_total_kv_heads(vllm_config))
+            self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=heads, groups=groups)
         else:
-            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=_total_kv_heads(vllm_config))
+            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=heads, groups=groups)
         logger.info("ptstore: PTStoreConnector (%s) namespace %s, load=%s save=%s load_async=%s%s",
                     getattr(role, "name", role), self.config.namespace, self.config.load, self.config.save,
                     self.config.load_async, "" if HAVE_VLLM else " (vLLM not installed: stand-in base classes)")
@@ -238,6 +238,11 @@ class PTStoreConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
         """(hold the blocks until get_finished reports the request's save written, kv_transfer_params)."""
+        return self.scheduler_side.request_finished(request, block_ids)
+
+    def request_finished_all_groups(self, request: Any,
+                                    block_ids: Tuple[List[int], ...]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """SupportsHMA: request_finished with the blocks of every KV cache group."""
         return self.scheduler_side.request_finished(request, block_ids)
 
     def reset_cache(self) -> Optional[bool]:

@@ -41,7 +41,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PagedLayer", "PagedKV", "TorchCopier", "backend_dims", "layer_index", "layout_dtype", "resolve_dims"]
+from .groups import GroupSpec
+
+__all__ = ["KVGroup", "PagedLayer", "PagedKV", "TorchCopier", "backend_dims", "layer_index", "layout_dtype", "resolve_dims"]
 
 _INT = re.compile(r"\d+")
 
@@ -72,6 +74,8 @@ def layout_dtype(torch_dtype: Any) -> Tuple[str, Any]:
 
 # The dimensions of a dense K/V cache, in the order of PagedLayer.pages.
 PAGE_DIMS = ("block", "kv", "slot", "head", "dim")
+# The dimensions of an MLA latent cache (vLLM's MLA backends: [blocks, block_size, kv_lora_rank + rope dim]).
+LATENT_DIMS = ("block", "slot", "dim")
 # Named layouts (the ``kv_cache_layout`` option): a backend's get_kv_cache_shape, dimension by dimension.
 NAMED_LAYOUTS = {
     "flash_attn": ("kv", "block", "slot", "head", "dim"),  # FlashAttention, FlexAttention, ROCm
@@ -87,34 +91,40 @@ def backend_name(backend: Any) -> str:
         return getattr(backend, "__name__", repr(backend))
 
 
-def backend_dims(backend: Any, block_size: int, head_size: int) -> Tuple[str, ...]:
+def backend_dims(backend: Any, block_size: int, head_size: int, latent: bool = False) -> Tuple[str, ...]:
     """The meaning of each dimension of `backend`'s KV cache, told by vLLM's own ``get_kv_cache_shape``.
 
     The shape is asked twice with different block counts, block sizes and head counts; the dimension that
-    follows each is that one, the unchanged 2 is K/V and the unchanged `head_size` the head dimension. A
-    backend whose cache is not a dense 5-D K/V cache (MLA's latent cache, state caches) is refused with an
-    error naming it.
+    follows each is that one, the unchanged 2 is K/V and the unchanged `head_size` the head dimension. With
+    `latent` (an MLA layer), the backend's cache must be the 3-D latent cache ``(blocks, slot, dim)`` in some
+    order. A backend whose cache is neither (state caches, packed formats) is refused with an error naming it.
     """
     name = backend_name(backend)
     try:
-        a = tuple(backend.get_kv_cache_shape(11, block_size, 3, head_size, cache_dtype_str="auto"))
-        b = tuple(backend.get_kv_cache_shape(13, block_size * 2, 5, head_size, cache_dtype_str="auto"))
+        a = tuple(backend.get_kv_cache_shape(11, block_size, 1 if latent else 3, head_size, cache_dtype_str="auto"))
+        b = tuple(backend.get_kv_cache_shape(13, block_size * 2, 1 if latent else 5, head_size,
+                                             cache_dtype_str="auto"))
     except Exception as e:  # noqa: BLE001 - the backend's own checks
         raise ValueError(f"attention backend {name}: cannot tell its KV cache layout ({e})") from e
+    want = LATENT_DIMS if latent else PAGE_DIMS
     dims: List[Optional[str]] = [None] * len(a)
-    if len(a) == 5 and len(b) == 5:
+    if len(a) == len(want) and len(b) == len(want):
         for i, (x, y) in enumerate(zip(a, b)):
             if (x, y) == (11, 13):
                 dims[i] = "block"
             elif (x, y) == (block_size, block_size * 2):
                 dims[i] = "slot"
-            elif (x, y) == (3, 5):
+            elif (x, y) == (3, 5) and not latent:
                 dims[i] = "head"
-            elif (x, y) == (2, 2) and "kv" not in dims:
+            elif (x, y) == (2, 2) and "kv" not in dims and not latent:
                 dims[i] = "kv"
             elif (x, y) == (head_size, head_size) and "dim" not in dims:
                 dims[i] = "dim"
-    if None in dims or sorted(d for d in dims if d) != sorted(PAGE_DIMS):
+    if None in dims or sorted(d for d in dims if d) != sorted(want):
+        if latent:
+            raise ValueError(f"attention backend {name} keeps its MLA cache as {a} (for 11 blocks of {block_size} "
+                             f"tokens, latent size {head_size}): not the 3-D latent cache [blocks, block_size, dim] "
+                             f"PTStoreConnector maps")
         raise ValueError(f"attention backend {name} keeps its KV cache as {a} (for 11 blocks of {block_size} "
                          f"tokens, 3 KV heads of {head_size}): not a dense K/V cache PTStoreConnector can map "
                          f"(supported: [2, blocks, block_size, heads, dim] and its permutations)")
@@ -154,17 +164,24 @@ def resolve_dims(name: str, kv: Any, *, spec: Any = None, backend: Any = None, n
     what its attention `backend` says (:func:`backend_dims`) for the sizes of its KV cache `spec` (vLLM's
     ``kv_cache_config``), else the spec's sizes alone; with neither (vLLM before kv_cache_config), 2 in
     dimension 0 is FlashAttention's layout, in dimension 1 FlashInfer's."""
+    from .groups import spec_kind
+
+    latent = spec is not None and spec_kind(name, spec)[0] == "latent"  # (raises for the specs it refuses)
     if named != "auto":
         if named not in NAMED_LAYOUTS:
             raise ValueError(f"unknown kv_cache_layout {named!r}: auto, {', '.join(NAMED_LAYOUTS)}")
+        if latent:
+            raise ValueError(f"kv_cache_layout {named!r} names a dense K/V layout, but layer {name!r} keeps an MLA "
+                             f"latent cache: leave kv_cache_layout at auto")
         return NAMED_LAYOUTS[named]
     if spec is not None:
-        kind = type(spec).__name__
-        if "MLA" in kind or not hasattr(spec, "num_kv_heads") or not hasattr(spec, "head_size"):
-            raise ValueError(f"layer {name!r} has a {kind} KV cache: PTStoreConnector stores dense K/V caches "
-                             f"(FullAttentionSpec) only; MLA and state (Mamba, linear attention) caches are refused")
         if backend is not None:
-            return backend_dims(backend, int(spec.block_size), int(spec.head_size))
+            return backend_dims(backend, int(spec.block_size), int(spec.head_size), latent=latent)
+        if latent:
+            if kv.dim() != 3 or kv.shape[-1] != int(spec.head_size):
+                raise ValueError(f"layer {name!r}: MLA cache of shape {tuple(kv.shape)} is not [blocks, block_size, "
+                                 f"{spec.head_size}]")
+            return LATENT_DIMS
         return dims_from_sizes(tuple(kv.shape), int(spec.num_kv_heads), int(spec.head_size), int(spec.block_size))
     if kv.dim() == 5 and kv.shape[0] == 2:
         return NAMED_LAYOUTS["flash_attn"]
@@ -177,40 +194,52 @@ def resolve_dims(name: str, kv: Any, *, spec: Any = None, backend: Any = None, n
 
 @dataclass
 class PagedLayer:
-    """One attention layer's paged KV cache, seen as ``pages[kernel block, k, slot, head, dim]``.
+    """One attention layer's paged KV cache, seen as ``pages[kernel block, part, slot, head, dim]``.
 
-    ``dims`` names the dimensions of vLLM's tensor (``backend_dims``); a vLLM block of ``block_size``
-    tokens is ``block_size // kernel_block_size`` consecutive kernel blocks (FlashInfer with
-    ``--block-size 128`` keeps 64-token kernel blocks).
+    ``dims`` names the dimensions of vLLM's tensor (``backend_dims``); ``part`` is K and V (2) of a K/V
+    cache, or the one latent vector (1) of an MLA cache, whose ``head`` dimension is 1 too. A vLLM block of
+    ``block_size`` tokens is ``block_size // kernel_block_size`` consecutive kernel blocks (FlashInfer with
+    ``--block-size 128`` keeps 64-token kernel blocks). ``index`` is the layer's place in its group.
     """
 
     name: str
     index: int
-    pages: Any  # torch.Tensor view (kernel blocks, 2, kernel block size, heads, dim)
+    pages: Any  # torch.Tensor view (kernel blocks, parts, kernel block size, heads, dim)
     dims: Tuple[str, ...]
+    group: int = 0
 
     @classmethod
-    def from_tensor(cls, name: str, index: int, kv: Any, dims: Tuple[str, ...]) -> "PagedLayer":
+    def from_tensor(cls, name: str, index: int, kv: Any, dims: Tuple[str, ...], group: int = 0) -> "PagedLayer":
         if kv.dim() != len(dims):
             raise ValueError(f"KV cache of layer {name!r} has shape {tuple(kv.shape)}, its backend's layout has "
                              f"{len(dims)} dimensions {dims}")
-        pages = kv.permute(*[dims.index(d) for d in PAGE_DIMS])
-        if pages.shape[1] != 2:
-            raise ValueError(f"layer {name!r}: the K/V dimension of its cache {tuple(kv.shape)} (layout {dims}) is "
-                             f"{pages.shape[1]}, not 2")
+        if sorted(dims) == sorted(LATENT_DIMS):
+            pages = kv.permute(*[dims.index(d) for d in LATENT_DIMS])[:, None, :, None, :]
+        else:
+            pages = kv.permute(*[dims.index(d) for d in PAGE_DIMS])
+            if pages.shape[1] != 2:
+                raise ValueError(f"layer {name!r}: the K/V dimension of its cache {tuple(kv.shape)} (layout {dims}) "
+                                 f"is {pages.shape[1]}, not 2")
         _, copy_dtype = layout_dtype(kv.dtype)
         if pages.dtype != copy_dtype:
             pages = pages.view(copy_dtype)
-        return cls(name=name, index=index, pages=pages, dims=dims)
+        return cls(name=name, index=index, pages=pages, dims=dims, group=group)
 
     @property
     def backend(self) -> str:
-        """The named layout of this cache (flash_attn, flashinfer, cpu_attn), or "custom"."""
+        """The named layout of this cache (flash_attn, flashinfer, cpu_attn, latent), or "custom"."""
+        if self.dims == LATENT_DIMS:
+            return "latent"
         return next((n for n, d in NAMED_LAYOUTS.items() if d == self.dims), "custom")
 
     @property
     def num_blocks(self) -> int:
         return int(self.pages.shape[0])
+
+    @property
+    def parts(self) -> int:
+        """2 (K and V) or 1 (an MLA latent vector)."""
+        return int(self.pages.shape[1])
 
     @property
     def block_size(self) -> int:
@@ -226,46 +255,123 @@ class PagedLayer:
         return int(self.pages.shape[4])
 
 
+@dataclass
+class KVGroup:
+    """The layers of one vLLM KV cache group and where a stored block keeps them.
+
+    ``offset`` and ``block_bytes``: the group's slice of a stored block (``Layout.group_offset``); the slice
+    is token-major, ``(block_size, layers, parts, kv_heads, head_dim)``.
+    """
+
+    spec: GroupSpec
+    layers: List[PagedLayer]
+    dtype_name: str
+    copy_dtype: Any
+    offset: int = 0
+    block_bytes: int = 0
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def first(self) -> PagedLayer:
+        return self.layers[0]
+
+    def layout_group(self) -> Any:
+        from .._ptstore import LayoutGroup
+
+        f = self.first
+        if self.kind == "latent":
+            return LayoutGroup("latent", len(self.layers), head_dim=f.head_dim, dtype=self.dtype_name)
+        return LayoutGroup(self.kind, len(self.layers), kv_heads=f.kv_heads, head_dim=f.head_dim,
+                           dtype=self.dtype_name, window=self.spec.window)
+
+    def rows(self, blocks: Any, layer: int, block_size: int) -> Any:
+        """Layer `layer` (its place in the group) of the group's slices of `blocks`, a ``(n, bytes_per_block)``
+        uint8 view of stored blocks, as ``(n, block_size, parts, heads, dim)``."""
+        f = self.first
+        g = blocks[:, self.offset:self.offset + self.block_bytes].view(self.copy_dtype)
+        return g.unflatten(1, (block_size, len(self.layers), f.parts, f.kv_heads, f.head_dim))[:, :, layer]
+
+
 class PagedKV:
-    """Every layer of a model's paged KV cache, in layer order, and the PTStore layout of one token.
+    """Every layer of a model's paged KV caches, by KV cache group, and the PTStore layout of one block.
 
     `dims_of(name, tensor)` gives each layer's dimension names; `block_size` is vLLM's block size (a
-    multiple of the caches' kernel block size).
+    multiple of the caches' kernel block size); `groups` vLLM's KV cache groups (``groups.group_specs``;
+    None: one full-attention group of every layer, as vLLM before kv_cache_config).
     """
 
     def __init__(self, kv_caches: Dict[str, Any], dims_of: Callable[[str, Any], Tuple[str, ...]],
-                 block_size: int) -> None:
+                 block_size: int, groups: Optional[Sequence[GroupSpec]] = None) -> None:
         if not kv_caches:
             raise ValueError("register_kv_caches got no KV caches")
-        names = list(kv_caches)
-        idx = [layer_index(n) for n in names]
-        if all(i is not None for i in idx) and len(set(idx)) == len(idx):
-            order = sorted(range(len(names)), key=lambda i: idx[i])  # type: ignore[arg-type,return-value]
-        else:
-            order = list(range(len(names)))  # vLLM's registration order (model order)
-        self.layers: List[PagedLayer] = [
-            PagedLayer.from_tensor(names[i], pos, kv_caches[names[i]], dims_of(names[i], kv_caches[names[i]]))
-            for pos, i in enumerate(order)]
+        if groups is None:
+            groups = [GroupSpec(index=0, kind="full", window=0, layer_names=tuple(kv_caches))]
+        missing = [n for g in groups for n in g.layer_names if n not in kv_caches]
+        if missing:
+            raise ValueError(f"vLLM's KV cache groups name layers {missing} that register_kv_caches did not get")
+        self.groups: List[KVGroup] = []
+        self.layers: List[PagedLayer] = []  # every layer, group by group (a load's per-layer events)
+        for gs in groups:
+            names = list(gs.layer_names)
+            idx = [layer_index(n) for n in names]
+            if all(i is not None for i in idx) and len(set(idx)) == len(idx):
+                order = sorted(range(len(names)), key=lambda i: idx[i])  # type: ignore[arg-type,return-value]
+            else:
+                order = list(range(len(names)))  # vLLM's order (model order)
+            layers = [PagedLayer.from_tensor(names[i], pos, kv_caches[names[i]], dims_of(names[i], kv_caches[names[i]]),
+                                             group=gs.index) for pos, i in enumerate(order)]
+            first = layers[0]
+            for layer in layers[1:]:
+                if (layer.pages.shape[1:], layer.pages.dtype, layer.pages.device) != \
+                        (first.pages.shape[1:], first.pages.dtype, first.pages.device):
+                    raise ValueError(f"KV caches of {first.name!r} {tuple(first.pages.shape)} {first.pages.dtype} and "
+                                     f"{layer.name!r} {tuple(layer.pages.shape)} {layer.pages.dtype} differ: "
+                                     f"PTStoreConnector needs one geometry per KV cache group")
+            if (gs.kind == "latent") != (first.parts == 1):
+                raise ValueError(f"layer {first.name!r}: a {gs.kind} group with a cache of {first.parts} part(s) "
+                                 f"({first.dims})")
+            dtype_name, copy_dtype = layout_dtype(kv_caches[first.name].dtype)
+            self.groups.append(KVGroup(spec=gs, layers=layers, dtype_name=dtype_name, copy_dtype=copy_dtype))
+            self.layers.extend(layers)
         self.by_name: Dict[str, PagedLayer] = {layer.name: layer for layer in self.layers}
+        self._event_index: Dict[str, int] = {layer.name: pos for pos, layer in enumerate(self.layers)}
         first = self.layers[0]
-        for layer in self.layers[1:]:
-            if (layer.pages.shape[1:], layer.pages.dtype, layer.pages.device) != \
-                    (first.pages.shape[1:], first.pages.dtype, first.pages.device):
-                raise ValueError(f"KV caches of {first.name!r} {tuple(first.pages.shape)} {first.pages.dtype} and "
-                                 f"{layer.name!r} {tuple(layer.pages.shape)} {layer.pages.dtype} differ: "
-                                 f"PTStoreConnector needs one uniform KV cache group")
-        self.dtype_name, self.copy_dtype = layout_dtype(next(iter(kv_caches.values())).dtype)
         self.device = first.pages.device
         self.block_size = block_size
+        kbs = {layer.block_size for layer in self.layers}
         kb = first.block_size
-        if kb <= 0 or block_size % kb:
-            raise ValueError(f"the KV caches have kernel blocks of {kb} tokens, which do not divide vLLM's "
-                             f"block_size {block_size}")
+        if len(kbs) != 1 or kb <= 0 or block_size % kb:
+            raise ValueError(f"the KV caches have kernel blocks of {sorted(kbs)} tokens: PTStoreConnector needs one "
+                             f"kernel block size dividing vLLM's block_size {block_size}")
         self.kernel_per_block = block_size // kb
+        self._layout = self._make_layout()
+        for i, g in enumerate(self.groups):
+            g.offset = self._layout.group_offset(i) if self.grouped else 0
+            g.block_bytes = self._layout.group_bytes_per_block(i) if self.grouped else self._layout.bytes_per_block
+
+    @property
+    def grouped(self) -> bool:
+        """False for one full-attention group: today's dense layout, byte for byte."""
+        return not (len(self.groups) == 1 and self.groups[0].kind == "full")
 
     @property
     def kernel_block_size(self) -> int:
         return self.layers[0].block_size
+
+    @property
+    def dtype_name(self) -> str:
+        return self.groups[0].dtype_name
+
+    @property
+    def copy_dtype(self) -> Any:
+        return self.groups[0].copy_dtype
+
+    def event_index(self, name: str) -> int:
+        """The layer's position in :attr:`layers` (the per-layer load events)."""
+        return self._event_index[name]
 
     def kernel_blocks(self, block_ids: Sequence[int]) -> List[int]:
         """The kernel blocks of vLLM blocks `block_ids`, in token order."""
@@ -276,10 +382,35 @@ class PagedKV:
 
     def layout(self) -> Any:
         """The PTStore Layout of these caches (block_tokens = vLLM's block size)."""
+        return self._layout
+
+    def needed_ranges(self, first_block: int, block_ids: Sequence[Sequence[int]]) -> List[Tuple[int, int]]:
+        """The byte ranges ``(offset, length)`` of a stored prefix a load of its blocks ``first_block, ...``
+        into vLLM blocks ``block_ids[g]`` (per group) must read: each group's slice of each block the group
+        keeps (a sliding window's: only the window's), merged where they touch. Dense: one range."""
+        from .groups import kept
+
+        bpb = self._layout.bytes_per_block
+        n = len(block_ids[0]) if block_ids else 0
+        if not self.grouped:
+            return [(first_block * bpb, n * bpb)] if n else []
+        pieces = sorted(((first_block + i) * bpb + g.offset, g.block_bytes)
+                        for g, ids in zip(self.groups, block_ids) for i, b in enumerate(ids) if kept(g.kind, b))
+        out: List[Tuple[int, int]] = []
+        for off, length in pieces:
+            if out and out[-1][0] + out[-1][1] == off:
+                out[-1] = (out[-1][0], out[-1][1] + length)
+            else:
+                out.append((off, length))
+        return out
+
+    def _make_layout(self) -> Any:
         from .. import Layout
 
-        f = self.layers[0]
-        return Layout(len(self.layers), f.kv_heads, f.head_dim, self.dtype_name, self.block_size)
+        if not self.grouped:
+            f = self.groups[0].first
+            return Layout(len(self.groups[0].layers), f.kv_heads, f.head_dim, self.dtype_name, self.block_size)
+        return Layout.from_groups([g.layout_group() for g in self.groups], block_tokens=self.block_size)
 
 
 class TorchCopier:

@@ -59,6 +59,7 @@ V = standins.import_vllm(extra=(
     "vllm.v1.attention.backends.triton_attn", "vllm.v1.attention.backends.flex_attention",
     "vllm.v1.attention.backends.cpu_attn", "vllm.v1.attention.backends.rocm_attn",
     "vllm.v1.attention.backends.rocm_aiter_fa", "vllm.v1.attention.backends.rocm_aiter_unified_attn",
+    "vllm.v1.attention.backends.mla.triton_mla", "vllm.v1.attention.backends.mla.flashmla",
 ))
 
 import torch  # noqa: E402
@@ -78,7 +79,9 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: E4
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
+from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor,  # noqa: E402
+                                        MLAAttentionSpec, SlidingWindowSpec)
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
@@ -102,6 +105,11 @@ BACKEND_DIMS: Dict[str, Tuple[str, ...]] = {
     "ROCM_ATTN": ("kv", "block", "slot", "head", "dim"),
     "ROCM_AITER_FA": ("kv", "block", "slot", "head", "dim"),
     "ROCM_AITER_UNIFIED_ATTN": ("kv", "block", "slot", "head", "dim"),
+}
+# MLA backends that load here: their latent cache [blocks, block_size, kv_lora_rank + rope dim]
+MLA_BACKEND_DIMS: Dict[str, Tuple[str, ...]] = {
+    "TRITON_MLA": ("block", "slot", "dim"),
+    "FLASHMLA": ("block", "slot", "dim"),
 }
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -165,12 +173,34 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
                 extra: Optional[Dict[str, Any]] = None, kv_role: str = "kv_both",
                 kv_load_failure_policy: Optional[str] = None, async_scheduling: bool = False,
                 max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN",
-                kv_events: bool = False, tp: int = 1) -> Any:
-    """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it."""
+                kv_events: bool = False, tp: int = 1, hma: Optional[bool] = None) -> Any:
+    """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it.
+
+    `hma`: None, vLLM decides whether its hybrid KV cache manager runs (on a platform that supports it, as
+    CUDA and CPU do, and only for a connector that subclasses SupportsHMA); False:
+    ``--disable-hybrid-kv-cache-manager``."""
     ktc: Dict[str, Any] = dict(kv_connector="PTStoreConnector", kv_connector_module_path="ptstore.vllm",
                                kv_role=kv_role, kv_connector_extra_config={"socket": socket, **(extra or {})})
     if kv_load_failure_policy is not None:
         ktc["kv_load_failure_policy"] = kv_load_failure_policy
+    from vllm.platforms import current_platform
+
+    # The stand-ins' platform is vLLM's UnspecifiedPlatform, whose support_hybrid_kv_cache() is False; CUDA's
+    # and CPU's are True: vLLM's own decision then runs as it does there.
+    saved = current_platform.support_hybrid_kv_cache
+    current_platform.support_hybrid_kv_cache = lambda: True  # type: ignore[method-assign]
+    try:
+        return _vllm_config(ktc, layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
+                            dtype=dtype, async_scheduling=async_scheduling,
+                            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, backend=backend,
+                            kv_events=kv_events, tp=tp, hma=hma)
+    finally:
+        current_platform.support_hybrid_kv_cache = saved  # type: ignore[method-assign]
+
+
+def _vllm_config(ktc: Dict[str, Any], *, layers: int, kv_heads: int, head_size: int, block_size: int, dtype: str,
+                 async_scheduling: bool, max_num_batched_tokens: int, max_num_seqs: int, backend: str,
+                 kv_events: bool, tp: int, hma: Optional[bool]) -> Any:
     from vllm.config import AttentionConfig, KVEventsConfig, ParallelConfig
 
     return VllmConfig(
@@ -179,7 +209,8 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
         model_config=model_config(layers=layers, kv_heads=kv_heads, head_size=head_size, dtype=dtype),
         scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                          max_model_len=8192, enable_chunked_prefill=True, is_encoder_decoder=False,
-                                         async_scheduling=async_scheduling),
+                                         async_scheduling=async_scheduling,
+                                         disable_hybrid_kv_cache_manager=None if hma is None else not hma),
         cache_config=CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
                                  enable_prefix_caching=True),
         kv_transfer_config=KVTransferConfig(**ktc),
@@ -200,6 +231,34 @@ def kv_cache_config(*, layers: int, kv_heads: int, head_size: int, block_size: i
                          kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * num_blocks, shared_by=[n])
                                            for n in names],
                          kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+
+
+def layer_spec(kind: str, *, block_size: int, kv_heads: int, head_size: int, dtype: str, window: int) -> Any:
+    """The KV cache spec vLLM's attention layer of `kind` gives (Attention.get_kv_cache_spec)."""
+    if kind == "full":
+        return FullAttentionSpec(block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
+                                 dtype=_DTYPES[dtype])
+    if kind == "window":
+        return SlidingWindowSpec(block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
+                                 dtype=_DTYPES[dtype], sliding_window=window)
+    if kind == "latent":  # MLA: one latent vector (kv_lora_rank + rope dims) per token, num_kv_heads 1
+        return MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=_DTYPES[dtype])
+    raise ValueError(kind)
+
+
+def grouped_kv_cache_config(cfg: Any, kinds: Sequence[str], *, kv_heads: int, head_size: int, block_size: int,
+                            dtype: str, window: int, num_blocks: int) -> Any:
+    """The KVCacheConfig vLLM makes for a model whose layers have these kinds: vLLM's own get_kv_cache_groups
+    (hybrid models: one group per kind and equal group sizes, when its hybrid manager runs; else every layer
+    unified to full attention) and get_kv_cache_config_from_groups, with `num_blocks` as
+    ``--num-gpu-blocks-override``."""
+    specs = {name: layer_spec(k, block_size=block_size, kv_heads=kv_heads, head_size=head_size, dtype=dtype,
+                              window=window) for name, k in zip(layer_names(len(kinds)), kinds)}
+    groups = get_kv_cache_groups(cfg, specs)
+    cfg.cache_config.num_gpu_blocks_override = num_blocks
+    page = max(g.kv_cache_spec.page_size_bytes for g in groups)
+    per = max(len(g.layer_names) for g in groups)
+    return get_kv_cache_config_from_groups(cfg, groups, available_memory=page * num_blocks * per * len(groups))
 
 
 # vLLM's KV events of an engine, published through vLLM's EventPublisherFactory (a publisher plugin that keeps the
@@ -230,10 +289,11 @@ EventPublisherFactory.register_publisher(RECORDER, RecordingPublisher)
 
 # ---------------------------------------------------------------------------------------------- the stand-in model
 class Oracle:
-    """K and V of every token and layer as a function of the prefix up to it: (2, heads, dim) per token."""
+    """K and V of every token and layer as a function of the prefix up to it: (2, heads, dim) per token; an MLA
+    model's (`parts` 1, one head): its latent vector."""
 
-    def __init__(self, layers: int, kv_heads: int, head_size: int, dtype: str) -> None:
-        self.layers, self.kv_heads, self.head_size = layers, kv_heads, head_size
+    def __init__(self, layers: int, kv_heads: int, head_size: int, dtype: str, parts: int = 2) -> None:
+        self.layers, self.kv_heads, self.head_size, self.parts = layers, kv_heads, head_size, parts
         self.dtype = _DTYPES[dtype]
         self._cache: Dict[bytes, torch.Tensor] = {}
 
@@ -246,7 +306,7 @@ class Oracle:
         return out
 
     def kv(self, tokens: Sequence[int], isolation: str = "") -> torch.Tensor:
-        """(tokens, layers, 2, heads, dim) of the prefix `tokens`."""
+        """(tokens, layers, parts, heads, dim) of the prefix `tokens`."""
         rows = []
         for key in self._prefix_keys(tokens, isolation):
             row = self._cache.get(key)
@@ -254,11 +314,11 @@ class Oracle:
                 seed = int.from_bytes(key[:8], "little")
                 rng = np.random.default_rng(seed)
                 row = torch.from_numpy(rng.standard_normal(
-                    (self.layers, 2, self.kv_heads, self.head_size)).astype(np.float32)).to(self.dtype)
+                    (self.layers, self.parts, self.kv_heads, self.head_size)).astype(np.float32)).to(self.dtype)
                 self._cache[key] = row
             rows.append(row)
         if not rows:
-            return torch.empty((0, self.layers, 2, self.kv_heads, self.head_size), dtype=self.dtype)
+            return torch.empty((0, self.layers, self.parts, self.kv_heads, self.head_size), dtype=self.dtype)
         return torch.stack(rows)
 
     def next_token(self, tokens: Sequence[int], isolation: str = "") -> int:
@@ -282,8 +342,11 @@ class Pages:
 
     def __init__(self, kv: torch.Tensor, dims: Tuple[str, ...]) -> None:
         self.kv = kv
-        order = [dims.index(d) for d in ("block", "slot", "kv", "head", "dim")]
-        self.view = kv.permute(*order)  # (block, slot, 2, head, dim), a view of the cache
+        if "kv" not in dims:  # an MLA latent cache (block, slot, dim)
+            self.view = kv.permute(*[dims.index(d) for d in ("block", "slot", "dim")])[:, :, None, None, :]
+        else:
+            order = [dims.index(d) for d in ("block", "slot", "kv", "head", "dim")]
+            self.view = kv.permute(*order)  # (block, slot, 2, head, dim), a view of the cache
 
     def write(self, blocks: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
         self.view[blocks, slots] = values
@@ -304,9 +367,10 @@ class StandInAttention(torch.nn.Module):
     """An attention layer as vLLM's Attention appears to the connector: in static_forward_context under its
     layer name, with ``kv_cache`` bound, and its forward wrapped in maybe_transfer_kv_layer."""
 
-    def __init__(self, name: str, index: int, backend: Any) -> None:
+    def __init__(self, name: str, index: int, backend: Any, group: int = 0, window: int = 0) -> None:
         super().__init__()
         self.layer_name, self.index = name, index
+        self.group, self.window = group, window  # its KV cache group; a sliding window's tokens (0: all)
         self.attn_backend = backend
         self.kv_cache: Any = None
         self.pages: Optional[Pages] = None
@@ -325,7 +389,7 @@ def attention_forward(step: "_Step", layer_name: str) -> None:
 class _WorkerReq:
     req_id: str
     tokens: List[int]
-    block_ids: List[int]
+    block_ids: List[List[int]]  # per KV cache group
     num_computed: int
     isolation: str
     num_prompt: int = 0
@@ -336,30 +400,55 @@ class _Step:
     worker: "Worker"
     scheduled: List[Tuple[_WorkerReq, int, int]]  # (request, first new position, tokens this step)
     mismatches: Dict[str, Set[int]] = field(default_factory=dict)  # req_id -> vLLM blocks whose KV was wrong
+    hidden: Dict[str, torch.Tensor] = field(default_factory=dict)  # req_id -> the step's hidden states (model)
 
     def attend(self, layer_name: str) -> None:
         w = self.worker
         layer = w.layers[layer_name]
         pages = layer.pages
+        if w.model is not None:
+            return self._model_layer(layer)
         assert pages is not None
+        heads = w.heads if w.oracle.parts == 2 else [0]
         for req, start, n in self.scheduled:
             end = start + n
-            kv = w.oracle.kv(req.tokens[:end], req.isolation)[:, layer.index][:, :, w.heads]  # (end, 2, heads, dim)
-            blocks, slots = w.kernel_slots(req.block_ids, 0, end)
-            pages.write(blocks[start:end], slots[start:end], kv[start:end])
-            if start:
-                got = pages.read(blocks[:start], slots[:start])
-                bad = (got != kv[:start]).flatten(1).any(dim=1).nonzero().flatten().tolist()
+            ids = req.block_ids[layer.group]
+            kv = w.oracle.kv(req.tokens[:end], req.isolation)[:, layer.index][:, :, heads]  # (end, parts, heads, dim)
+            # what the layer attends to: every token before, or a sliding window's last window - 1 of them
+            lo = max(0, start - layer.window + 1) if layer.window else 0
+            blocks, slots = w.kernel_slots(ids, lo, end)
+            pages.write(blocks[start - lo:], slots[start - lo:], kv[start:end])
+            if start > lo:
+                got = pages.read(blocks[:start - lo], slots[:start - lo])
+                bad = (got != kv[lo:start]).flatten(1).any(dim=1).nonzero().flatten().tolist()
                 if bad:
                     vb = w.block_size
-                    self.mismatches.setdefault(req.req_id, set()).update(req.block_ids[p // vb] for p in bad)
+                    self.mismatches.setdefault(req.req_id, set()).update(ids[(lo + p) // vb] for p in bad)
+
+    def _model_layer(self, layer: "StandInAttention") -> None:
+        """A whole layer of the worker's TinyModel for each request: its new tokens' cache entries go into the
+        pages, and what it attends to is read back out of them (loaded or computed)."""
+        w = self.worker
+        model, pages = w.model, layer.pages
+        assert model is not None and pages is not None
+        for req, start, n in self.scheduled:
+            end = start + n
+            x = self.hidden[req.req_id]
+            pos = torch.arange(start, end)
+            h = model.rmsnorm(x, model.layers[layer.index]["attn_norm"])
+            ids = req.block_ids[layer.group]
+            lo = max(0, start - layer.window + 1) if layer.window else 0
+            blocks, slots = w.kernel_slots(ids, lo, end)
+            pages.write(blocks[start - lo:], slots[start - lo:], model.new_entries(layer.index, h, pos))
+            ctx = pages.read(blocks, slots)
+            self.hidden[req.req_id] = model.layer(layer.index, x, pos, h, ctx, torch.arange(lo, end))
 
 
 class Worker:
     """One GPU worker of an engine: its paged KV caches, the worker-side connector, the stand-in model."""
 
     def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str, tp_rank: int = 0,
-                 graph_replay: bool = False) -> None:
+                 graph_replay: bool = False, mla_backend: str = "TRITON_MLA", model: Any = None) -> None:
         tp = cfg.parallel_config.tensor_parallel_size
         if tp > 1:  # a process of its own in vLLM: its own copy of the config and its static forward context
             cfg = copy.copy(cfg)
@@ -370,22 +459,30 @@ class Worker:
         self.heads = list(rank_heads(tp_rank, tp, oracle.kv_heads))
         self.backend_name = backend_name
         self.backend = backend_class(backend_name)
-        spec = kcc.kv_cache_groups[0].kv_cache_spec
-        self.block_size = spec.block_size
-        self.kernel_block_size = select_common_block_size(spec.block_size, [self.backend])
+        self.mla_backend_name = mla_backend
+        groups = kcc.kv_cache_groups
+        self.block_size = groups[0].kv_cache_spec.block_size
+        backends = {self._backend_name_of(g.kv_cache_spec) for g in groups}
+        self.kernel_block_size = select_common_block_size(self.block_size, [backend_class(b) for b in backends])
         self.connector = KVConnectorFactory.create_connector(config=cfg, role=KVConnectorRole.WORKER,
                                                              kv_cache_config=kcc)
         self.layers: Dict[str, StandInAttention] = {}
-        kv_caches: Dict[str, torch.Tensor] = {}
         fwd = cfg.compilation_config.static_forward_context
-        for i, name in enumerate(kcc.kv_cache_groups[0].layer_names):
-            layer = StandInAttention(name, i, self.backend)
-            kv = self._allocate(spec, kcc.num_blocks)
+        index = {name: i for i, name in enumerate(layer_names(oracle.layers))}
+        group_of = {name: (gi, g.kv_cache_spec) for gi, g in enumerate(groups) for name in g.layer_names}
+        kv_caches = self._allocate(kcc, group_of)
+        for name in sorted(kv_caches, key=index.__getitem__):  # the model's layer order (its forward runs them so)
+            kv = kv_caches[name]
+            gi, spec = group_of[name]
+            backend = backend_class(self._backend_name_of(spec))
+            window = int(getattr(spec, "sliding_window", 0) or 0) if type(spec).__name__ == "SlidingWindowSpec" else 0
+            if type(spec).__name__ == "FullAttentionSpec" and getattr(spec, "sliding_window", None):
+                window = int(spec.sliding_window)  # (hybrid manager off: vLLM keeps every block, attends a window)
+            layer = StandInAttention(name, index[name], backend, group=gi, window=window)
             layer.kv_cache = kv
-            layer.pages = Pages(kv, BACKEND_DIMS[backend_name])
+            layer.pages = Pages(kv, {**BACKEND_DIMS, **MLA_BACKEND_DIMS}[self._backend_name_of(spec)])
             self.layers[name] = layer
             fwd[name] = layer
-            kv_caches[name] = kv
         self.kv_caches = kv_caches
         with self.active(), self._parallel_ranks():
             self.connector.register_kv_caches(kv_caches)
@@ -395,26 +492,53 @@ class Worker:
         self.graph_replay = graph_replay  # run the layers as a captured FULL CUDA graph: no per-layer calls
         self.engine_isolation: Dict[str, str] = {}  # req_id -> its cache salt (the model's input differs)
         self.image_inputs: Dict[str, List[Tuple[str, int, int]]] = {}  # req_id -> (identifier, offset, length)
+        # A TinyModel (tiny_model.py) computing real logits over the pages instead of the stand-in model's checks
+        self.model = model
+        self.logits: Dict[str, Dict[int, torch.Tensor]] = {}  # req_id -> position -> its logits (model)
 
-    def _allocate(self, spec: Any, num_blocks: int) -> torch.Tensor:
-        """As GPUModelRunner._reshape_kv_cache_tensors: the backend's shape at the kernel block size, allocated
-        in its stride order, viewed back in its logical order (NaN-filled: an unwritten page is never equal)."""
-        per = spec.block_size // self.kernel_block_size
-        shape = self.backend.get_kv_cache_shape(num_blocks * per, self.kernel_block_size, spec.num_kv_heads,
-                                                spec.head_size, cache_dtype_str="auto")
-        try:
-            order = tuple(self.backend.get_kv_cache_stride_order())
-            assert len(order) == len(shape)
-        except (AttributeError, NotImplementedError):
-            order = tuple(range(len(shape)))
-        physical = torch.full(tuple(shape[i] for i in order), float("nan"), dtype=spec.dtype)
-        return physical.permute(*[order.index(i) for i in range(len(order))])
+    def suffix_logits(self, rid: str, start: int) -> torch.Tensor:
+        """The logits the model computed for positions start, start + 1, ... of a request (model only)."""
+        rows = self.logits[rid]
+        return torch.stack([rows[p] for p in range(start, max(rows) + 1)])
+
+    def _backend_name_of(self, spec: Any) -> str:
+        return self.mla_backend_name if type(spec).__name__ == "MLAAttentionSpec" else self.backend_name
+
+    def _allocate(self, kcc: Any, group_of: Dict[str, Tuple[int, Any]]) -> Dict[str, torch.Tensor]:
+        """As GPUModelRunner._reshape_kv_cache_tensors: one raw buffer per KVCacheTensor (shared by one layer of
+        each group in a hybrid model), viewed by each layer that shares it as its backend's shape at the kernel
+        block size, laid out in the backend's stride order, seen in its logical order (NaN-filled: an unwritten
+        page is never equal)."""
+        out: Dict[str, torch.Tensor] = {}
+        for t in kcc.kv_cache_tensors:
+            dtype = group_of[t.shared_by[0]][1].dtype
+            esize = torch.empty((), dtype=dtype).element_size()
+            raw = torch.full((t.size // esize,), float("nan"), dtype=dtype)
+            for name in t.shared_by:
+                spec = group_of[name][1]
+                backend = backend_class(self._backend_name_of(spec))
+                per = spec.block_size // self.kernel_block_size
+                num_blocks = t.size // spec.page_size_bytes
+                shape = backend.get_kv_cache_shape(num_blocks * per, self.kernel_block_size, spec.num_kv_heads,
+                                                   spec.head_size, cache_dtype_str="auto")
+                try:
+                    order = tuple(backend.get_kv_cache_stride_order())
+                    assert len(order) == len(shape)
+                except (AttributeError, NotImplementedError, AssertionError):
+                    order = tuple(range(len(shape)))
+                n = 1
+                for d in shape:
+                    n *= d
+                physical = raw[:n].view(tuple(shape[i] for i in order))
+                out[name] = physical.permute(*[order.index(i) for i in range(len(order))])
+        return out
 
     def kernel_slots(self, block_ids: Sequence[int], start: int, end: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """(kernel block, slot) of positions [start, end) of a request with vLLM blocks `block_ids`."""
         pos = torch.arange(start, end)
         vb, kb = self.block_size, self.kernel_block_size
         vblocks = torch.as_tensor(list(block_ids), dtype=torch.int64)[pos // vb]
+        assert not (vblocks == 0).any(), f"positions [{start}, {end}) include vLLM's null block: {list(block_ids)}"
         return vblocks * (vb // kb) + (pos % vb) // kb, pos % kb
 
     @contextlib.contextmanager
@@ -459,7 +583,7 @@ class Worker:
             for ident, off, n in self.image_inputs.get(new.req_id, ()):
                 for i in range(off, off + n):
                     tokens[i] = image_input(ident, i - off)
-            self.reqs[new.req_id] = _WorkerReq(new.req_id, tokens, list(new.block_ids[0]),
+            self.reqs[new.req_id] = _WorkerReq(new.req_id, tokens, [list(g) for g in new.block_ids],
                                                int(new.num_computed_tokens), iso, len(tokens))
         c = so.scheduled_cached_reqs
         for i, rid in enumerate(c.req_ids):
@@ -467,13 +591,15 @@ class Worker:
             ids = c.new_block_ids[i]
             if rid in c.resumed_req_ids:
                 prompt_len = self.reqs[rid].num_prompt if rid in self.reqs else 0
-                r = self.reqs[rid] = _WorkerReq(rid, list(c.all_token_ids[rid]), list(ids[0]) if ids else [],
+                r = self.reqs[rid] = _WorkerReq(rid, list(c.all_token_ids[rid]),
+                                                [list(g) for g in ids] if ids else [[] for _ in self.kcc.kv_cache_groups],
                                                 int(c.num_computed_tokens[i]), self.engine_isolation.get(rid, ""),
                                                 prompt_len)
                 continue
             assert r is not None, rid
             if ids is not None:
-                r.block_ids.extend(ids[0])
+                for have, more in zip(r.block_ids, ids):
+                    have.extend(more)
             r.num_computed = int(c.num_computed_tokens[i])
             # vLLM discarded outputs (a failed load's step): drop the tokens it did not keep, as its runner does
             del r.tokens[r.num_prompt + int(c.num_output_tokens[i]):]
@@ -492,10 +618,14 @@ class Worker:
                     r.tokens.append(self.oracle.next_token(r.tokens, r.isolation))
                 scheduled.append((r, r.num_computed, n))
             step = _Step(self, scheduled)
-            slots = torch.cat([self._slot_mapping(r, s, n) for r, s, n in scheduled])
-            meta = StandInAttnMetadata(int(slots.numel()), slots)
-            attn_metadata = {name: meta for name in self.layers}
-            with set_forward_context(attn_metadata, self.cfg, slot_mapping={n: slots for n in self.layers}):
+            if self.model is not None:
+                step.hidden = {r.req_id: self.model.embed[torch.tensor(r.tokens[s:s + n])] for r, s, n in scheduled}
+            slots = [torch.cat([self._slot_mapping(r.block_ids[g], s, n) for r, s, n in scheduled])
+                     for g in range(len(self.kcc.kv_cache_groups))]  # per KV cache group, as vLLM's runner
+            attn_metadata = {name: StandInAttnMetadata(int(slots[a.group].numel()), slots[a.group])
+                             for name, a in self.layers.items()}
+            with set_forward_context(attn_metadata, self.cfg,
+                                     slot_mapping={n: slots[a.group] for n, a in self.layers.items()}):
                 with KVConnectorModelRunnerMixin._get_kv_connector_output(so) as kvo:
                     for name in self.layers:
                         if self.graph_replay:  # a captured FULL CUDA graph: no Python around the layers
@@ -513,8 +643,14 @@ class Worker:
         for r, start, n in scheduled:
             req_ids.append(r.req_id)
             end = start + n
+            if self.model is not None:
+                logits = self.model.logits(step.hidden[r.req_id])
+                rows = self.logits.setdefault(r.req_id, {})
+                for i in range(n):
+                    rows[start + i] = logits[i]
             if end >= len(r.tokens):  # the last token of the request so far was computed: sample one
-                t = self.oracle.next_token(r.tokens, r.isolation)
+                t = (self.oracle.next_token(r.tokens, r.isolation) if self.model is None
+                     else int(rows[end - 1].argmax()))
                 r.tokens.append(t)
                 sampled.append([t])
             else:
@@ -525,9 +661,9 @@ class Worker:
                                  pooler_output=[], kv_connector_output=kvo)
 
 
-    def _slot_mapping(self, r: _WorkerReq, start: int, n: int) -> torch.Tensor:
+    def _slot_mapping(self, block_ids: List[int], start: int, n: int) -> torch.Tensor:
         pos = torch.arange(start, start + n)
-        ids = torch.as_tensor(r.block_ids, dtype=torch.int64)
+        ids = torch.as_tensor(block_ids, dtype=torch.int64)
         return ids[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
@@ -543,26 +679,48 @@ class Engine:
                  extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
                  kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
                  max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
-                 encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1) -> None:
+                 encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1,
+                 layer_kinds: Optional[Sequence[str]] = None, window: int = 0, hma: Optional[bool] = None,
+                 mla_backend: str = "TRITON_MLA", model: Any = None) -> None:
+        """`layer_kinds`: each layer's attention, "full", "window" (a sliding window of `window` tokens) or
+        "latent" (MLA: a latent vector of `head_size`), for hybrid and MLA models; None: every layer full, one
+        KV cache group as before vLLM's hybrid manager. `hma`: see vllm_config. `model`: a TinyModel
+        (tiny_model.py) the worker runs instead of the stand-in model (its kinds, window and cache geometry)."""
+        if model is not None:
+            assert tp == 1 and not async_scheduling, "the TinyModel runs on one worker, synchronously scheduled"
+            layer_kinds, window = model.kinds, model.window
+            kv_heads, head_size = model.kv_heads, model.cache_head_size
+            dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[model.kv_dtype]
+        if layer_kinds is not None:
+            layers = len(layer_kinds)
         self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
                                max_num_batched_tokens=max_num_batched_tokens, backend=backend, kv_events=kv_events,
-                               tp=tp)
+                               tp=tp, hma=hma)
+        latent = layer_kinds is not None and "latent" in layer_kinds
+        if latent and set(layer_kinds or ()) != {"latent"}:
+            raise ValueError("an MLA model's layers are all latent")
         # kv_heads: the model's; each tensor-parallel rank's spec has its share (as vLLM's get_num_kv_heads)
-        self.kcc = kv_cache_config(layers=layers, kv_heads=max(1, kv_heads // tp), head_size=head_size,
-                                   block_size=block_size, dtype=dtype, num_blocks=num_blocks)
-        self.cfg.cache_config.num_gpu_blocks = num_blocks
+        if layer_kinds is None:
+            self.kcc = kv_cache_config(layers=layers, kv_heads=max(1, kv_heads // tp), head_size=head_size,
+                                       block_size=block_size, dtype=dtype, num_blocks=num_blocks)
+        else:
+            self.kcc = grouped_kv_cache_config(self.cfg, layer_kinds, kv_heads=max(1, kv_heads // tp),
+                                               head_size=head_size, block_size=block_size, dtype=dtype,
+                                               window=window, num_blocks=num_blocks)
+        self.cfg.cache_config.num_gpu_blocks = self.kcc.num_blocks
         self.block_size = block_size
-        self.oracle = oracle or Oracle(layers, kv_heads, head_size, dtype)
+        self.oracle = oracle or (Oracle(layers, 1, head_size, dtype, parts=1) if latent
+                                 else Oracle(layers, kv_heads, head_size, dtype))
         cls = AsyncScheduler if async_scheduling else Scheduler
         self.scheduler = cls(vllm_config=self.cfg, kv_cache_config=self.kcc, log_stats=True,
                              structured_output_manager=StructuredOutputManager(self.cfg), block_size=block_size)
         from vllm.config import set_current_vllm_config
 
         with set_current_vllm_config(self.cfg):  # as vLLM's worker while it loads the model and its KV caches
-            self.workers = [Worker(self.cfg, self.kcc, self.oracle, backend, tp_rank=q, graph_replay=graph_replay)
-                            for q in range(tp)]
+            self.workers = [Worker(self.cfg, self.kcc, self.oracle, backend, tp_rank=q, graph_replay=graph_replay,
+                                   mla_backend=mla_backend, model=model) for q in range(tp)]
             self.worker = self.workers[0]
         self.publisher = RecordingPublisher.last if kv_events else None
         self.aggregator = KVOutputAggregator(expected_finished_count=tp)

@@ -1,0 +1,135 @@
+"""vLLM's KV cache groups as PTStore stores them: one namespace, one layout group per vLLM group.
+
+vLLM's hybrid KV cache manager (``SupportsHMA``) gives a model several KV cache
+groups, each with its own block table and its own ``KVCacheSpec``:
+
+================================  ============  ===================================================
+vLLM spec                         layout group  what a load needs of a prefix of ``n`` blocks
+================================  ============  ===================================================
+``FullAttentionSpec``             ``full``      every block
+``SlidingWindowSpec``             ``window``    the blocks vLLM gives real ids to: those covering the
+                                                last ``sliding_window - 1`` tokens (vLLM's block
+                                                table holds its null block for the others)
+``MLAAttentionSpec``              ``latent``    every block; one copy serves every tensor-parallel
+                                                rank (MLA caches are the same on all of them)
+``MambaSpec``, others             refused at start-up, with an error naming the layer and spec
+================================  ============  ===================================================
+
+A stored block is the groups' slices one after the other (``Layout.group_offset``); each slice is
+token-major, ``(block_tokens, layers, 2, kv_heads, head_dim)`` (latent: ``(block_tokens, layers,
+head_dim)``). A model with one full-attention group is today's dense layout, byte for byte.
+
+vLLM's null block (id 0) marks positions a group does not keep; the connector never reads or writes
+it, and those slices of a stored block are what the writer had (a save sends only real blocks, so a
+window slice is never stored for a block whose KV vLLM had already dropped: see ``save_start``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["GroupSpec", "NULL_BLOCK", "group_specs", "kept", "spec_kind"]
+
+# vLLM's BlockPool takes its first block as the null block: a sliding-window group's block table holds it
+# where the window has moved on (full-attention and MLA groups always hold real blocks).
+NULL_BLOCK = 0
+
+
+def kept(kind: str, block_id: int) -> bool:
+    """True when a group of `kind` holds the KV of its block `block_id` (not vLLM's null block of a window)."""
+    return kind != "window" or block_id != NULL_BLOCK
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One vLLM KV cache group: its layout kind, window (tokens; 0 for full and latent) and layers."""
+
+    index: int
+    kind: str  # "full", "window", "latent"
+    window: int
+    layer_names: Tuple[str, ...]
+    spec: Any = None
+
+    @property
+    def shared_by_ranks(self) -> bool:
+        """True when every tensor-parallel rank holds the same bytes (MLA's latent cache)."""
+        return self.kind == "latent"
+
+
+def spec_kind(name: str, spec: Any) -> Tuple[str, int]:
+    """(layout kind, window tokens) of a layer's vLLM KV cache spec; ValueError naming what is refused.
+
+    Exact types only: a subclass of these (packed or quantized MLA, attention sinks, hidden-state caches,
+    sliding-window MLA) stores other bytes under the same fields, so it is refused by name."""
+    kind = type(spec).__name__
+    hs = int(getattr(spec, "head_size", 0) or 0)
+    hs_v = int(getattr(spec, "head_size_v", None) or hs)
+    if kind == "MLAAttentionSpec":
+        if getattr(spec, "cache_dtype_str", None) not in (None, "auto") or int(getattr(spec, "compress_ratio", 1)) != 1:
+            raise ValueError(f"layer {name!r}: MLAAttentionSpec with cache dtype {spec.cache_dtype_str!r} and "
+                             f"compress ratio {getattr(spec, 'compress_ratio', 1)} (a packed MLA format) is not "
+                             f"supported; plain MLA latent caches are")
+        return "latent", 0
+    if kind in ("FullAttentionSpec", "SlidingWindowSpec") and hs_v != hs:
+        raise ValueError(f"layer {name!r}: {kind} with K head size {hs} and V head size {hs_v}: not supported "
+                         f"(PTStore stores K and V of one head size)")
+    if kind == "SlidingWindowSpec":
+        return "window", int(spec.sliding_window)
+    if kind == "FullAttentionSpec":
+        # (with the hybrid manager off, vLLM gives sliding-window layers this spec and keeps every block)
+        return "full", 0
+    raise ValueError(f"layer {name!r} has a {kind} KV cache: PTStoreConnector stores full-attention "
+                     f"(FullAttentionSpec), sliding-window (SlidingWindowSpec) and MLA (MLAAttentionSpec) caches; "
+                     f"{kind} is refused (Mamba and linear-attention state, chunked local, cross-attention, sinks, "
+                     f"packed or quantized variants)")
+
+
+def group_specs(kv_cache_config: Any) -> Optional[List[GroupSpec]]:
+    """The groups of vLLM's KVCacheConfig (None when vLLM passed none: older vLLM, one group of every layer).
+
+    A group whose spec is vLLM's ``UniformTypeKVCacheSpecs`` (layers of one type with different sizes) is
+    refused: the store keeps one geometry per group."""
+    groups = getattr(kv_cache_config, "kv_cache_groups", None)
+    if groups is None:
+        return None
+    out: List[GroupSpec] = []
+    for i, g in enumerate(groups):
+        spec = g.kv_cache_spec
+        names = tuple(g.layer_names)
+        if type(spec).__name__ == "UniformTypeKVCacheSpecs":
+            kinds = {spec_kind(n, s)[0] for n, s in spec.kv_cache_specs.items()}
+            raise ValueError(f"KV cache group {i} holds {kinds} layers of different sizes (UniformTypeKVCacheSpecs): "
+                             f"PTStoreConnector needs one geometry per group")
+        kind, window = spec_kind(names[0] if names else f"group {i}", spec)
+        out.append(GroupSpec(index=i, kind=kind, window=window, layer_names=names, spec=spec))
+    if not out:
+        raise ValueError("the model has no KV cache (attention-free): nothing for PTStoreConnector to store")
+    sizes = {int(g.spec.block_size) for g in out}
+    if len(sizes) != 1:
+        raise ValueError(f"the KV cache groups have blocks of {sorted(sizes)} tokens: PTStoreConnector needs one "
+                         f"block size for all groups")
+    return out
+
+
+def layer_groups(groups: Optional[Sequence[GroupSpec]]) -> Dict[str, int]:
+    """Layer name -> index of its group."""
+    return {name: g.index for g in groups or () for name in g.layer_names}
+
+
+def per_group(block_ids: Any) -> Optional[List[List[int]]]:
+    """Block ids per KV cache group from what vLLM passes: ``KVCacheBlocks``, ``tuple[list[int], ...]``, or (older
+    vLLM) one ``list[int]``; None when it passed none."""
+    if block_ids is None:
+        return None
+    if hasattr(block_ids, "get_block_ids"):  # KVCacheBlocks
+        try:
+            block_ids = block_ids.get_block_ids()
+        except TypeError:
+            block_ids = block_ids.get_block_ids(allow_none=False)
+        if block_ids is None:
+            return None
+    seq = list(block_ids)
+    if seq and isinstance(seq[0], (list, tuple)):
+        return [[int(b) for b in g] for g in seq]
+    return [[int(b) for b in seq]]
