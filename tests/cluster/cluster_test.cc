@@ -99,6 +99,32 @@ TEST_P(ClusterTest, SaveOnOneNodeLoadsByteExactOnTheOthers) {
   EXPECT_NE(text.find("ptstore_member_up{node=\"0\",state=\"alive\"} 1"), std::string::npos) << text;
 }
 
+// A hybrid model's namespace (a grouped layout) across nodes: the layout
+// travels in the peer messages' namespace definitions, and the blocks (its
+// groups' slices and padding) are fetched like any others, byte for byte.
+TEST_P(ClusterTest, GroupedNamespaceLoadsByteExactOnTheOtherNodes) {
+  StartCluster(3);
+  const Layout grouped = Layout::FromGroups(
+      {LayoutGroup::Full(2, 2, 16, DType::kBF16), LayoutGroup::Window(2, 2, 16, DType::kBF16, 8),
+       LayoutGroup::Latent(2, 24, DType::kFP16), LayoutGroup::State(2, 100)},
+      SmallLayout().block_tokens);
+  ASSERT_TRUE(grouped.Validate().ok());
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(client(i).CreateNamespace("hybrid", grouped).ok()) << i;
+  const auto prompt = Gen(7, 64);
+  std::vector<uint8_t> kv(prompt.size() * grouped.BytesPerToken());
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<uint8_t>(storage::testkv::Mix(i ^ prompt[i % 64]));
+  ASSERT_TRUE(client(0).Save("hybrid", prompt, kv.data(), kv.size()).ok());
+  for (size_t i : {1, 2}) {
+    std::vector<uint8_t> out(kv.size(), 0);
+    auto n = client(i).Load("hybrid", prompt, out.data(), out.size());
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, 64u) << "node " << i;
+    EXPECT_EQ(out, kv) << "node " << i;
+    EXPECT_EQ(client(i).GetNamespace("hybrid")->layout, grouped);
+  }
+  EXPECT_GE(client(1).Stats()->remote_fetch_bytes, kv.size());
+}
+
 TEST_P(ClusterTest, ManyPromptsFromManyNodesAllLoadEverywhere) {
   StartCluster(3);
   std::vector<std::vector<uint32_t>> prompts;

@@ -35,7 +35,7 @@ using namespace testmsg;  // NOLINT: the shared samples and RoundTrip
 NamespaceDef SampleDef(int i) {
   NamespaceDef d;
   d.info.name = "llama-3-70b#" + std::to_string(i);
-  d.info.layout = i % 2 ? MistralLayout() : OddLayout();
+  d.info.layout = i == 2 ? GroupedLayout() : i % 2 ? MistralLayout() : OddLayout();
   d.info.salted = true;
   d.info.uid = 1000 + i;
   d.info.gid = 0xfffffffe - i;
@@ -149,7 +149,7 @@ TEST(PeerMessagesTest, PeerPingReply) {
 }
 
 TEST(PeerMessagesTest, ShardLookupCarriesTheNamespaceDefinition) {
-  for (int i : {0, 1}) {
+  for (int i : {0, 1, 2}) {
     ShardLookup m;
     m.ns = SampleDef(i);
     m.tokens = SampleTokens(37, i);
