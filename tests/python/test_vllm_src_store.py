@@ -14,77 +14,21 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 import time
 import types
 
 import pytest
 
-from vllm_src import standins
+from vllm_src.testing import require_vllm_src
 
-if standins.vllm_src() is None:
-    if os.environ.get("PTSTORE_VLLM_REQUIRED") == "1":
-        raise RuntimeError(f"PTSTORE_VLLM_REQUIRED=1 but there is no vLLM source at ${standins.ENV} "
-                           f"(or ../shared/vllm-src beside the repository)")
-    pytest.skip(f"no vLLM source: set ${standins.ENV} to a vLLM checkout (default ../shared/vllm-src)",
-                allow_module_level=True)
+require_vllm_src()
 
 from vllm_src import engine as E  # noqa: E402
 
 import ptstore  # noqa: E402
+from vllm_src.testing import engines, finished_ok, no_stand_ins, ns, params, prompt  # noqa: E402,F401
 import ptstore.testing  # noqa: E402
-
-_ns = itertools.count()
-
-
-@pytest.fixture(autouse=True)
-def no_stand_ins():
-    with standins.watch():
-        yield
-
-
-@pytest.fixture()
-def ns(client):
-    name = f"vsrcstore-{os.getpid()}-{next(_ns)}"
-    yield name
-    for info in client.list_namespaces():
-        if info.name == name or info.name.startswith(name + "."):
-            try:
-                client.drop_namespace(info.name)
-            except ptstore.Error:
-                pass
-
-
-@pytest.fixture()
-def engines(daemon):
-    made = []
-
-    def make(ns: str, **kw):
-        extra = dict(kw.pop("extra", {}) or {})
-        extra.setdefault("namespace", ns)
-        e = E.Engine(daemon.socket, extra=extra, **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
-
-
-def prompt(n: int, seed: int = 1):
-    return [1 + (seed * 7919 + i * 104729) % 31000 for i in range(n)]
-
-
-def params(engine, req):
-    _, out = engine.result(req.request_id)
-    return (out.kv_transfer_params or {}).get("ptstore", {})
-
-
-def finished_ok(engine, req):
-    r, out = engine.result(req.request_id)
-    assert E.status_name(r.status) == "FINISHED_LENGTH_CAPPED", (r.status, out)
-    return out
 
 
 def stored(client, ns, tokens):
