@@ -108,7 +108,8 @@ struct Layout {
   static constexpr uint64_t kGroupAlignment = 64;  // each group's slice starts at a multiple of this
 
   // The layout of `groups` in blocks of `block_tokens` tokens: grouped, or
-  // the dense layout when `groups` is exactly one full group. Not validated.
+  // the dense layout when `groups` is exactly one full group. Not validated
+  // (no groups give an invalid dense layout of 0 layers).
   static Layout FromGroups(std::vector<LayoutGroup> groups, uint32_t block_tokens = 16);
 
   bool grouped() const { return !groups.empty(); }

@@ -401,6 +401,7 @@ changed copy. Raises InvalidArgument for a field out of range.
       .def_static(
           "from_groups",
           [](std::vector<LayoutGroup> groups, uint32_t block_tokens) {
+            if (groups.empty()) ThrowIfError(InvalidArgument("Layout.from_groups needs 1 to 16 groups, got none"));
             Layout l = Layout::FromGroups(std::move(groups), block_tokens);
             ThrowIfError(l.Validate());
             return l;

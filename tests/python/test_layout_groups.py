@@ -160,6 +160,8 @@ def test_dense_only_shapes_refuse_a_grouped_layout():
             call()
     with pytest.raises(ptstore.InvalidArgument, match="has 17 groups, at most 16"):
         ptstore.Layout.from_groups([G("state", 1, state_bytes=1)] * 17)
+    with pytest.raises(ptstore.InvalidArgument, match="needs 1 to 16 groups, got none"):
+        ptstore.Layout.from_groups([])
     with pytest.raises(ptstore.InvalidArgument, match="4 GiB"):
         ptstore.Layout.from_groups([G("state", 1024, state_bytes=1 << 30)] * 2)
 
