@@ -175,6 +175,49 @@ TEST_F(ClientTest, PinsAreRaiiAndReleasedWhenDropped) {
   EXPECT_EQ(client_->Stats()->active_leases, 0u);
 }
 
+TEST_F(ClientTest, CopyFromArenaReadsRangesOfAnotherClientsPin) {
+  const Layout l = SmallLayout();
+  auto toks = Tokens(32, 6);
+  auto kv = Kv(toks, l);
+  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  auto other = Client::Connect(Options());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_NE(client_->arena_id(), 0u);
+  EXPECT_EQ((*other)->arena_id(), client_->arena_id());  // one ptstored, one arena
+  auto pin = client_->Pin("ns", toks);
+  ASSERT_TRUE(pin.ok());
+  // The whole prefix, extent by extent, then two ranges of the first extent elsewhere.
+  std::vector<ArenaPiece> pieces;
+  uint64_t pos = 0;
+  for (const Extent& e : pin->extents()) {
+    pieces.push_back({e.arena_offset, e.length, pos});
+    pos += e.length;
+  }
+  ASSERT_EQ(pos, kv.size());
+  std::vector<uint8_t> out(kv.size());
+  ASSERT_TRUE((*other)->CopyFromArena(pieces, out.data(), out.size()).ok());
+  EXPECT_EQ(out, kv);
+  const uint64_t base = pin->extents()[0].arena_offset;
+  std::vector<uint8_t> small(64, 0x5a);
+  std::vector<ArenaPiece> two = {{base + 3, 5, 0}, {base + 40, 2, 60}};
+  ASSERT_TRUE((*other)->CopyFromArena(two, small.data(), small.size()).ok());
+  EXPECT_TRUE(std::equal(small.begin(), small.begin() + 5, kv.begin() + 3));
+  EXPECT_TRUE(std::equal(small.begin() + 60, small.begin() + 62, kv.begin() + 40));
+  EXPECT_EQ(small[5], 0x5a);
+  EXPECT_EQ(small[63], 0x5a);
+  // Outside the arena or the destination: nothing copied, the piece named.
+  std::vector<uint8_t> before = small;
+  std::vector<ArenaPiece> bad_src = {{base, 8, 0}, {uint64_t{1} << 50, 1, 0}};
+  Status s = (*other)->CopyFromArena(bad_src, small.data(), small.size());
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("piece 1"), std::string::npos) << s.ToString();
+  std::vector<ArenaPiece> bad_dst = {{base, 8, 60}};
+  s = (*other)->CopyFromArena(bad_dst, small.data(), small.size());
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("destination"), std::string::npos) << s.ToString();
+  EXPECT_EQ(small, before);
+}
+
 TEST_F(ClientTest, RegisteredBufferSaveAndLoad) {
   const Layout l = SmallLayout();
   auto toks = Tokens(24, 6);
@@ -300,6 +343,9 @@ TEST_F(ClientTest, UntrustedClientsLoadByCopyAndRespectModes) {
     auto got = (*c)->Load("ns", toks, out.data(), out.size());
     if (!got.ok() || *got != 32 || out != kv) return 4;
     if ((*c)->Pin("ns", toks).status().code() != Code::kPermissionDenied) return 5;
+    if ((*c)->arena_id() != 0) return 14;
+    std::vector<ArenaPiece> one = {{0, 1, 0}};
+    if ((*c)->CopyFromArena(one, out.data(), out.size()).code() != Code::kPermissionDenied) return 15;
     // Readable but not writable by others.
     if ((*c)->Save("ns", toks, kv.data(), kv.size()).status().code() != Code::kPermissionDenied) return 6;
     // Not readable at all.
