@@ -135,24 +135,34 @@ def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, c
     assert b.worker.checked_tokens >= 96  # the recomputed KV is the model's
 
 
-@pytest.mark.parametrize("load_async", [False, True])
-def test_a_hit_the_scheduler_pinned_loads_though_it_is_removed_before_the_load(engines, ns, client, load_async):
-    """pin_hits (default): the scheduler pins what it promises vLLM until the worker copied it, and the worker
-    copies it out of its own arena mapping without asking ptstored: a removal (an eviction, `rm -r`) between
-    lookup and load takes nothing away, and the worker makes no request of its own."""
-    a = engines(ns)
-    b = engines(ns, extra={"load_async": load_async})
+@pytest.mark.parametrize("load_async,tp,kinds", [(False, 1, None), (True, 1, None), (False, 2, None),
+                                                  (True, 2, ["full", "window", "window", "full"])],
+                         ids=["sync", "async", "tp2", "tp2-hybrid-async"])
+def test_a_hit_the_scheduler_pinned_loads_though_it_is_removed_before_the_load(engines, ns, client, load_async, tp,
+                                                                               kinds):
+    """pin_hits (default): the scheduler pins what it promises vLLM, in every tensor-parallel rank's namespace,
+    until the workers copied it, and each worker copies its rank's out of its own arena mapping without asking
+    ptstored: a removal (an eviction, `rm -r`) between lookup and load takes nothing away, and no worker makes
+    a request of its own (a hybrid model's failed load could not even be reported to vLLM)."""
+    kw = dict(tp=tp, kv_heads=4, layer_kinds=kinds, window=40)
+    a = engines(ns, **kw)
+    b = engines(ns, extra={"load_async": load_async}, **kw)
     doc = prompt(100)
     a.saved(doc + [5], max_tokens=2)
     rb = b.add(doc + [6], max_tokens=3)
-    _drop_between_lookup_and_load(b, client, ns)
+    so = b.scheduler.schedule()
+    for info in client.list_namespaces():
+        if info.name == ns or info.name.startswith(ns + "."):
+            client.drop_namespace(info.name)
+    b.scheduler.update_from_output(so, b.execute(so))
     b.run()
     finished_ok(b, rb)
-    w = b.worker.connector.worker_side
-    assert w.stats["pinned_loads"] == 1 and w.stats["loaded_tokens"] == 96 and w.stats["load_failed_blocks"] == 0
     assert params(b, rb)["loaded_tokens"] == 96
-    assert b.worker.checked_tokens >= 96  # what it loaded is the model's KV
-    assert not [i for i in client.list_namespaces() if i.name == ns]  # the removal went through
+    for w in b.workers:
+        st = w.connector.worker_side.stats
+        assert st["pinned_loads"] == 1 and st["loaded_tokens"] == 96 and st["load_failed_blocks"] == 0
+        assert w.checked_tokens >= 96  # what it loaded is the model's KV (its heads)
+    assert not [i for i in client.list_namespaces() if i.name.startswith(ns)]  # the removals went through
     b.close()
     assert client.stats().to_dict().get("pinned_bytes", 0) == 0  # no pin left behind
 

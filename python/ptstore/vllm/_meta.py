@@ -25,8 +25,9 @@ class LoadSpec:
     ``source_tp``: the prefix was saved by a deployment of another
     tensor-parallel degree: each rank reads its heads from that degree's
     rank namespaces. ``arena_id``/``extents``: the scheduler pinned the
-    prefix for this load; a worker mapping the same arena copies it from
-    there without a request of its own.
+    prefix for this load (``extents[r]``: tensor-parallel rank r's
+    namespace, one entry when the ranks share one); a worker mapping the
+    same arena copies it from there without a request of its own.
     """
 
     req_id: str
@@ -36,10 +37,10 @@ class LoadSpec:
     block_ids: List[List[int]]
     is_async: bool = False
     source_tp: int = 0  # the tensor-parallel degree that saved it (0: this deployment's own)
-    # The scheduler's pin of the prefix (pin_hits): its arena (Client.arena_id) and extents (arena offset,
-    # bytes) in prefix order, covering at least tokens [0, end); 0 and empty: none
+    # The scheduler's pins of the prefix (pin_hits): their arena (Client.arena_id) and, per rank namespace, the
+    # extents (arena offset, bytes) in prefix order, covering at least tokens [0, end); 0 and empty: none
     arena_id: int = 0
-    extents: List[Tuple[int, int]] = field(default_factory=list)
+    extents: List[List[Tuple[int, int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.block_ids = by_group(self.block_ids)

@@ -101,8 +101,8 @@ class SchedulerSide:
         # With a sliding-window group vLLM drops the KV of blocks that leave the window: each step's new whole
         # blocks of a prompt are saved in that step (the worker reads the older ones back from the store).
         self.stepwise = any(g.kind == "window" for g in groups or ())
-        # pin_hits: one namespace must hold what every worker loads (one rank, or ranks sharing their KV)
-        self.pinning = cfg.pin_hits and self.tp_size == 1 and pp_size == 1
+        # pin_hits: the scheduler pins the hit in every tensor-parallel rank's namespace (one when they share it)
+        self.pinning = cfg.pin_hits and pp_size == 1
         self._step_pins: List[Any] = []  # pins of this step's sync loads
         self._pin_steps: Any = collections.deque()  # those of the last steps: released two steps later
         self._async_pins: Dict[str, Any] = {}  # req_id -> the pin of its async load, until it is received
@@ -236,25 +236,29 @@ class SchedulerSide:
         return load
 
     def _pin_hit(self, st: _Req, tokens: np.ndarray, hit: int) -> int:
-        """Pins the `hit` tokens about to be promised to vLLM (pin_hits) until a worker copied them; returns
-        what the pin holds (less when the store lost some since the lookup). Without the arena mapping, or when
-        the pin fails, the worker pins at load time instead (and `hit` stands)."""
+        """Pins the `hit` tokens about to be promised to vLLM (pin_hits), in every tensor-parallel rank's
+        namespace, until the workers copied them; returns what all the pins hold (less when the store lost some
+        since the lookup). Without the arena mapping, or when a pin fails, the workers pin at load time instead
+        (and `hit` stands)."""
         client = self.link.get()
         if client is None or not client.mapped:
             return hit
+        pins: List[Any] = []
         try:
-            pin = client.pin(self._lookup_ns(st.namespace), tokens)
+            for r in range(self.tp_size):
+                pins.append(client.pin(rank_namespace(st.namespace, r, self.tp_size, 0, self.pp_size), tokens))
         except Error as e:
+            _unpin(pins)
             if is_link_error(e):
                 self.link.failed(e)
             elif not isinstance(e, NotFound):
                 self._warn_once(f"pin:{type(e).__name__}", "ptstore: pinning a hit in %s failed: %s", st.namespace, e)
             return hit if not isinstance(e, NotFound) else 0
-        pinned = int(pin.tokens) // self.block * self.block
+        pinned = min(int(p.tokens) for p in pins) // self.block * self.block
         if pinned <= 0:
-            pin.release()
+            _unpin(pins)
             return 0
-        st.pin = pin
+        st.pin = pins
         self.stats["hits_pinned"] += 1
         return min(hit, pinned)
 
@@ -376,11 +380,12 @@ class SchedulerSide:
                         block_ids=[g[start // b:end // b] for g in st.block_ids],
                         is_async=st.load_async, source_tp=st.source_tp)
         pin, st.pin = st.pin, None
-        if pin is not None:  # the worker copies what this pin holds, and it is released once it has
+        if pin is not None:  # the workers copy what these pins hold, and they are released once they have
             client = self.link.get()
             arena = client.arena_id if client is not None else 0
-            if arena and pin.tokens >= end:
-                spec.arena_id, spec.extents = arena, [(e.arena_offset, e.length) for e in pin.extents]
+            if arena and min(p.tokens for p in pin) >= end:
+                spec.arena_id = arena
+                spec.extents = [[(e.arena_offset, e.length) for e in p.extents] for p in pin]
                 if spec.is_async:
                     _unpin(self._async_pins.pop(request.request_id, None))
                     self._async_pins[request.request_id] = pin
@@ -608,13 +613,14 @@ class SchedulerSide:
 
 
 def _unpin(pin: Any) -> None:
-    """Releases a pin (None: nothing); a store that went away has dropped it already."""
+    """Releases a pin or a list of pins (None: nothing); a store that went away has dropped them already."""
     if pin is None:
         return
-    try:
-        pin.release()
-    except Error:
-        pass
+    for p in pin if isinstance(pin, list) else (pin,):
+        try:
+            p.release()
+        except Error:
+            pass
 
 
 def _prompt_len(request: Any) -> int:

@@ -307,11 +307,13 @@ class _LoadJob:
                 ns = f"{spec.namespace} (tensor-parallel degree {spec.source_tp})"
                 staging = w.pool.acquire(end)
                 got = self._read_across(client, spec, staging.tensor)
-            elif client.mapped and spec.arena_id and spec.arena_id == client.arena_id:
+            elif client.mapped and spec.arena_id and spec.arena_id == client.arena_id and \
+                    len(spec.extents) == (1 if w.tp_shared else w.tp_size):
                 # the scheduler pinned it for this load (pin_hits): no request to ptstored, nothing to miss
                 got = end
                 staging = w.pool.acquire(got)
-                self.copied_bytes += self._copy_needed(client, spec, spec.extents, staging, got)
+                extents = spec.extents[0 if w.tp_shared else w.tp_rank]
+                self.copied_bytes += self._copy_needed(client, spec, extents, staging, got)
                 self.pinned_loads += 1
             elif client.mapped:
                 with client.pin(ns, spec.tokens) as pin:
