@@ -21,7 +21,11 @@ Policies (docs/vllm.md):
   the advice fails, the whole hit loads, as without the option.
 * **Saves** are planned once per request, in the step that completes the KV
   of its prompt's last whole block, unless the store held all of it at
-  lookup time.
+  lookup time; with a sliding-window group (whose blocks vLLM drops as the
+  window moves), in every step that completes new whole blocks.
+* **Pinned hits** (``pin_hits``): a hit reported to vLLM is pinned in every
+  rank namespace until the workers copied it (two steps later, or when an
+  async load is received); the workers copy it from their arena mapping.
 """
 
 from __future__ import annotations

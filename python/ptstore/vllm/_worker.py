@@ -1,19 +1,24 @@
 """The worker side of PTStoreConnector: loads into vLLM's paged KV caches, saves out of them.
 
-Loads (``start_load_kv``): one background job per step. It first fetches every
-request's prefix out of the store (pin, one copy of the pinned token-major
-extents into a host staging buffer, release), then writes the pages layer by
-layer (one indexed copy per layer and request), setting an event per layer;
-``wait_for_layer_load(layer)`` waits for that layer's event only, so the
-copies of later layers overlap the model's work on earlier ones. Blocks the
-store could not supply (evicted, a shorter prefix, the store unreachable) are
-reported by ``get_block_ids_with_load_errors`` and vLLM recomputes them.
+Loads (``start_load_kv``): one background job per step. It first copies what
+every request's load needs out of the arena into a host staging buffer of
+stored blocks (the tokens past vLLM's own cache, each KV cache group's kept
+blocks only; from the scheduler's pin when it took one, ``pin_hits``, else
+under a pin of its own; by the server's copy without the arena mapping), then
+writes the pages layer by layer (one indexed copy per layer and request),
+setting an event per layer; ``wait_for_layer_load(layer)`` waits for that
+layer's event only, so the copies of later layers overlap the model's work on
+earlier ones. Blocks the store could not supply (evicted, a shorter prefix,
+the store unreachable) are reported by ``get_block_ids_with_load_errors`` and
+vLLM recomputes them (one KV cache group; with more, vLLM cannot: logged).
 
-Saves (``save_kv_layer``): for each request whose prompt's last whole block
-was computed in this step, each layer is gathered out of the pages into a
-token-major staging buffer right after its attention (so the pages may be
-reused as soon as the step ends, preemption included); ``wait_for_save``
-hands complete buffers to a background thread that writes them to the store.
+Saves (``save_kv_layer``): for each save the scheduler planned in this step
+(a prompt's last whole block computed; with a sliding-window group every
+step's new whole blocks), each layer is gathered out of the pages into a
+staging buffer of stored blocks right after its attention (so the pages may
+be reused as soon as the step ends, preemption included); ``wait_for_save``
+hands complete buffers to a background thread that writes them to the store
+(taking slices the pages no longer hold from the store's copy).
 ``get_finished`` reports a finished request once its saves are written (only
 when the scheduler side held its blocks for it: ``hold_blocks_until_saved``).
 """

@@ -1,5 +1,9 @@
 """The one mapping between vLLM's paged KV caches and PTStore's token-major bytes.
 
+(This describes one full-attention group, a dense layout. A hybrid or MLA model's stored block is its
+groups' slices one after the other, each token-major over its group's layers in the same way, an MLA
+layer's part ``k`` and head ``h`` being 0 of 1: see groups.py and :class:`KVGroup`.)
+
 PTStore stores a prefix token-major (``Layout.kv_shape(n)`` =
 ``(tokens, layers, 2, kv_heads, head_dim)``): the element for token *t*,
 layer *l*, *k* (0: K, 1: V), head *h*, dimension *d* is at::
