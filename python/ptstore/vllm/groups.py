@@ -27,9 +27,9 @@ window slice is never stored for a block whose KV vLLM had already dropped: see 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
-__all__ = ["GroupSpec", "NULL_BLOCK", "group_specs", "kept", "spec_kind"]
+__all__ = ["GroupSpec", "NULL_BLOCK", "group_specs", "kept", "per_group", "spec_kind"]
 
 # vLLM's BlockPool takes its first block as the null block: a sliding-window group's block table holds it
 # where the window has moved on (full-attention and MLA groups always hold real blocks).
@@ -110,11 +110,6 @@ def group_specs(kv_cache_config: Any) -> Optional[List[GroupSpec]]:
         raise ValueError(f"the KV cache groups have blocks of {sorted(sizes)} tokens: PTStoreConnector needs one "
                          f"block size for all groups")
     return out
-
-
-def layer_groups(groups: Optional[Sequence[GroupSpec]]) -> Dict[str, int]:
-    """Layer name -> index of its group."""
-    return {name: g.index for g in groups or () for name in g.layer_names}
 
 
 def per_group(block_ids: Any) -> Optional[List[List[int]]]:

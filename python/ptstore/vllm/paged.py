@@ -47,7 +47,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .groups import GroupSpec
 
-__all__ = ["KVGroup", "PagedLayer", "PagedKV", "TorchCopier", "backend_dims", "layer_index", "layout_dtype", "resolve_dims"]
+__all__ = ["KVGroup", "PagedLayer", "PagedKV", "TorchCopier", "backend_dims", "layer_index", "layout_dtype",
+           "resolve_dims"]
 
 _INT = re.compile(r"\d+")
 
@@ -420,9 +421,9 @@ class PagedKV:
 class TorchCopier:
     """Block copies between the logical pages and token-major buffers, with torch.
 
-    ``rows`` is one layer of a token-major buffer for whole blocks,
-    ``buf[a:b, l]`` viewed as ``(blocks, block_size, 2, heads, dim)``;
-    ``block_ids`` a 1-D int64 tensor of vLLM block ids, one per block of rows.
+    ``rows`` is one layer's slices of stored blocks (``KVGroup.rows``), as
+    ``(kernel blocks, kernel block size, parts, heads, dim)``; ``block_ids`` a
+    1-D int64 tensor of kernel block ids, one per kernel block of rows.
     """
 
     def __init__(self, device: Any) -> None:
@@ -453,13 +454,3 @@ class TorchCopier:
 
             torch.cuda.synchronize(self.device)
 
-    def staging(self, tokens: int, layout: Any, dtype: Any) -> Any:
-        """A token-major host buffer of `tokens` tokens (pinned when the caches are on a GPU)."""
-        import torch
-
-        return torch.empty(layout.kv_shape(tokens), dtype=dtype, pin_memory=not self._is_host)
-
-
-def block_rows(buf: Any, start: int, end: int, layer: int, block_size: int) -> Any:
-    """Rows [start, end) of layer `layer` of a token-major buffer, as (blocks, block_size, 2, heads, dim)."""
-    return buf[start:end, layer].unflatten(0, ((end - start) // block_size, block_size))

@@ -591,8 +591,8 @@ class Worker:
             ids = c.new_block_ids[i]
             if rid in c.resumed_req_ids:
                 prompt_len = self.reqs[rid].num_prompt if rid in self.reqs else 0
-                r = self.reqs[rid] = _WorkerReq(rid, list(c.all_token_ids[rid]),
-                                                [list(g) for g in ids] if ids else [[] for _ in self.kcc.kv_cache_groups],
+                groups = [list(g) for g in ids] if ids else [[] for _ in self.kcc.kv_cache_groups]
+                r = self.reqs[rid] = _WorkerReq(rid, list(c.all_token_ids[rid]), groups,
                                                 int(c.num_computed_tokens[i]), self.engine_isolation.get(rid, ""),
                                                 prompt_len)
                 continue
