@@ -25,6 +25,14 @@ Requests are vLLM's ``Request`` with vLLM's block hasher; outputs go back
 through ``Scheduler.update_from_output`` as ``ModelRunnerOutput`` with the
 connector's ``KVConnectorOutput``.
 
+Hybrid and MLA models (``layer_kinds``): each layer's KV cache spec is the one vLLM's attention layer gives
+(FullAttentionSpec, SlidingWindowSpec, MLAAttentionSpec), grouped and sized by vLLM's own
+get_kv_cache_groups / get_kv_cache_config_from_groups with its hybrid manager on (as on CUDA or CPU
+platforms: the connector is SupportsHMA) or off (``hma=False``); the caches of a group share vLLM's tensors
+as its runner allocates them, a sliding-window layer attends (and is checked) over its window only, and an
+MLA layer's cache is the backend's 3-D latent cache. With ``model`` (a TinyModel, tiny_model.py) the
+worker runs a small transformer over the pages instead of the stand-in model and keeps its logits.
+
 Only the model's configuration is given as data: ``ModelConfig`` is built as
 vLLM builds it after reading a config.json (transformers, which reads that file,
 is not here), with the derived fields vLLM computes from it, and vLLM's own
