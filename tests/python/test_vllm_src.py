@@ -107,9 +107,7 @@ def _drop_between_lookup_and_load(engine, client, ns):
     removed between lookup and load, as an eviction, `rm -r` or a restart without it would)."""
     so = engine.scheduler.schedule()
     client.drop_namespace(ns)
-    mro = engine.worker.execute_model(so)
-    engine.scheduler.update_from_output(so, mro)
-    return mro
+    return engine.finish_step(so)
 
 
 def _load_a_removed_prefix(a, b, client, ns):
@@ -154,7 +152,7 @@ def test_a_hit_the_scheduler_pinned_loads_though_it_is_removed_before_the_load(e
     for info in client.list_namespaces():
         if info.name == ns or info.name.startswith(ns + "."):
             client.drop_namespace(info.name)
-    b.scheduler.update_from_output(so, b.execute(so))
+    b.finish_step(so)
     b.run()
     finished_ok(b, rb)
     assert params(b, rb)["loaded_tokens"] == 96

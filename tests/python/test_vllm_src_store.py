@@ -57,20 +57,7 @@ def step_parts(engine):
     update_from_output): between the two the test may change the world (the scheduler planned, the worker has
     not loaded yet). Returns (scheduler output, finish); finish() returns the workers' ModelRunnerOutput."""
     so = engine.scheduler.schedule()
-
-    def finish():
-        mro = engine.execute(so)
-        outputs = engine.scheduler.update_from_output(so, mro)
-        for eco in outputs.values():  # what Engine.step keeps of them
-            stats = getattr(eco, "scheduler_stats", None)
-            if stats is not None and stats.kv_connector_stats:
-                engine.connector_stats.append(stats.kv_connector_stats)
-            for o in eco.outputs:
-                if o.finish_reason is not None:
-                    engine.finished[o.request_id] = o
-        return mro
-
-    return so, finish
+    return so, lambda: engine.finish_step(so)
 
 
 # ------------------------------------------------------------------------------------------------ a private ptstored

@@ -77,7 +77,6 @@ class _Req:
     save_state: int = _NONE
     saves_emitted: int = 0
     saved_tokens: int = 0
-    pin: Any = None  # the pin of the hit get_num_new_matched_tokens reported (pin_hits), until a load takes it
 
 
 @dataclass
@@ -107,6 +106,7 @@ class SchedulerSide:
         self.stepwise = any(g.kind == "window" for g in groups or ())
         # pin_hits: the scheduler pins the hit in every tensor-parallel rank's namespace (one when they share it)
         self.pinning = cfg.pin_hits and pp_size == 1
+        self._hit_pins: Dict[str, Any] = {}  # req_id -> the pins of the hit it was told of, until a load takes them
         self._step_pins: List[Any] = []  # pins of this step's sync loads
         self._pin_steps: Any = collections.deque()  # those of the last steps: released two steps later
         self._async_pins: Dict[str, Any] = {}  # req_id -> the pin of its async load, until it is received
@@ -262,14 +262,13 @@ class SchedulerSide:
         if pinned <= 0:
             _unpin(pins)
             return 0
-        st.pin = pins
+        self._hit_pins[st.request.request_id] = pins
         self.stats["hits_pinned"] += 1
         return min(hit, pinned)
 
     def _release(self, st: _Req) -> None:
-        if st.pin is not None:
-            pin, st.pin = st.pin, None
-            _unpin(pin)
+        """Releases the pins of the hit `st` was last told of, if no load took them."""
+        _unpin(self._hit_pins.pop(st.request.request_id, None))
 
     def _unreachable(self) -> int:
         down = self.link.down_for()
@@ -383,7 +382,7 @@ class SchedulerSide:
                         tokens=request_tokens(request, end, st.overlay), start=start,
                         block_ids=[g[start // b:end // b] for g in st.block_ids],
                         is_async=st.load_async, source_tp=st.source_tp)
-        pin, st.pin = st.pin, None
+        pin = self._hit_pins.pop(request.request_id, None)
         if pin is not None:  # the workers copy what these pins hold, and they are released once they have
             client = self.link.get()
             arena = client.arena_id if client is not None else 0
@@ -474,13 +473,13 @@ class SchedulerSide:
         """At the end of a scheduler step: pins of hits no load took go now; those of this step's sync loads
         are kept for two more steps (the workers copy them in this step, which vLLM's async scheduling runs
         after scheduling the next one), then released."""
-        for st in self.reqs.values():
-            self._release(st)
+        for pins in self._hit_pins.values():
+            _unpin(pins)
+        self._hit_pins.clear()
         self._pin_steps.append(self._step_pins)
         self._step_pins = []
         while len(self._pin_steps) > 2:
-            for pin in self._pin_steps.popleft():
-                _unpin(pin)
+            _unpin(self._pin_steps.popleft())
 
     def update_connector_output(self, output: Any) -> None:
         for rid in getattr(output, "finished_recving", None) or ():
@@ -604,27 +603,26 @@ class SchedulerSide:
         return True
 
     def close(self) -> None:
-        for st in self.reqs.values():
-            self._release(st)
-        for pins in self._pin_steps:
-            for pin in pins:
-                _unpin(pin)
-        for pin in list(self._step_pins) + list(self._async_pins.values()):
-            _unpin(pin)
+        for pins in [*self._hit_pins.values(), *self._pin_steps, self._step_pins, *self._async_pins.values()]:
+            _unpin(pins)
         self._pin_steps.clear()
-        self._step_pins, self._async_pins = [], {}
+        self._hit_pins, self._step_pins, self._async_pins = {}, [], {}
         self.link.close()
 
 
 def _unpin(pin: Any) -> None:
-    """Releases a pin or a list of pins (None: nothing); a store that went away has dropped them already."""
+    """Releases a pin, or the pins of a (nested) list of them (None: nothing); a store that went away has
+    dropped them already."""
     if pin is None:
         return
-    for p in pin if isinstance(pin, list) else (pin,):
-        try:
-            p.release()
-        except Error:
-            pass
+    if isinstance(pin, list):
+        for p in pin:
+            _unpin(p)
+        return
+    try:
+        pin.release()
+    except Error:
+        pass
 
 
 def _prompt_len(request: Any) -> int:

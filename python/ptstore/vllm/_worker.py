@@ -154,13 +154,18 @@ def arena_pieces(extents: List[Tuple[int, int]], ranges: List[Tuple[int, int]]) 
     return np.asarray(rows, dtype=np.uint64).reshape(-1, 3)
 
 
-def scatter_layer(kv: PagedKV, copier: TorchCopier, group: KVGroup, layer: PagedLayer, plan: _GroupPlan,
-                  blocks: Any) -> None:
-    """Writes `layer`'s slices of stored `blocks` (one per position of `plan`) into its pages (a load)."""
+def _kernel_rows(kv: PagedKV, group: KVGroup, layer: PagedLayer, plan: _GroupPlan, blocks: Any) -> Any:
+    """(kernel block ids, rows) for each kernel block of a vLLM block: `layer`'s slices of stored `blocks`."""
     rows = group.rows(blocks, layer.index, kv.block_size)
     kbs = kv.kernel_block_size
     for j, ids in enumerate(plan.ids):
-        rj = rows[:, j * kbs:(j + 1) * kbs]
+        yield ids, rows[:, j * kbs:(j + 1) * kbs]
+
+
+def scatter_layer(kv: PagedKV, copier: TorchCopier, group: KVGroup, layer: PagedLayer, plan: _GroupPlan,
+                  blocks: Any) -> None:
+    """Writes `layer`'s slices of stored `blocks` (one per position of `plan`) into its pages (a load)."""
+    for ids, rj in _kernel_rows(kv, group, layer, plan, blocks):
         copier.scatter(layer, ids, rj if plan.pos is None else rj.index_select(0, plan.pos))
 
 
@@ -169,10 +174,7 @@ def gather_layer(kv: PagedKV, copier: TorchCopier, group: KVGroup, layer: PagedL
     """Copies `layer`'s pages into its slices of stored `blocks` at the positions of `plan` (a save)."""
     import torch
 
-    rows = group.rows(blocks, layer.index, kv.block_size)
-    kbs = kv.kernel_block_size
-    for j, ids in enumerate(plan.ids):
-        rj = rows[:, j * kbs:(j + 1) * kbs]
+    for ids, rj in _kernel_rows(kv, group, layer, plan, blocks):
         if plan.pos is None:
             copier.gather(layer, ids, rj)
         else:
@@ -186,7 +188,7 @@ class _SaveJob:
     spec: SaveSpec
     staging: Optional[_Staging]
     plans: List[Optional[_GroupPlan]] = field(default_factory=list)  # per group
-    missing: int = -1  # first stored block a group lacks in the pages (-1: none)
+    lacking: List[int] = field(default_factory=list)  # stored blocks a group lacks in the pages, in order
     layers: Set[str] = field(default_factory=set)
     failed: bool = False
 
@@ -552,8 +554,7 @@ class WorkerSide:
                                      f"{len(kv.groups)} groups")
                 sj.staging = self.pool.acquire(len(spec.tokens))
                 sj.plans = [plan_group(kv, self.copier, g, ids[:n]) for g, ids in enumerate(spec.block_ids)]
-                lacking = self._lacking(spec, n)
-                sj.missing = lacking[0] if lacking else -1
+                sj.lacking = self._lacking(spec, n)
             except Exception:  # noqa: BLE001 - out of host memory, a malformed plan: drop this save
                 logger.exception("ptstore: cannot stage the save of request %s", spec.req_id)
                 sj.failed = True
@@ -709,7 +710,7 @@ class WorkerSide:
                 self._save_failed(spec.req_id, "saves_dropped")
                 return
             tokens, staging = spec.tokens, sj.staging
-            if sj.missing >= 0:  # slices vLLM no longer keeps: from the store's copy, else stop before them
+            if sj.lacking:  # slices vLLM no longer keeps: from the store's copy, else stop before them
                 tokens, staging = self._fill_from_store(client, ns, spec, sj)
                 if staging is None:
                     self.stats["saves_cut_to_nothing"] += 1
@@ -749,39 +750,28 @@ class WorkerSide:
         the first block that is in neither place. (None, None) when nothing is left to save."""
         b, bpb = self.block, self.layout.bytes_per_block
         held = 0
-        if sj.missing > 0 or spec.start > 0:
+        if sj.lacking[0] > 0 or spec.start > 0:  # the store's copy of the head, over what the pages gave
             whole = len(spec.tokens)
             try:
                 if client.mapped:
                     with client.pin(ns, spec.tokens) as pin:
                         held = min(pin.tokens, whole) // b * b
                         if held:
-                            head = self.pool.acquire(held)
-                            try:
-                                extents = [(e.arena_offset, e.length) for e in pin.extents]
-                                client.copy_from_arena(arena_pieces(extents, [(0, held // b * bpb)]), head.flat)
-                                sj.staging.blocks[:held // b] = head.blocks
-                            finally:
-                                self.pool.release(head)
-                else:
-                    head = self.pool.acquire(whole)
-                    try:
-                        held = min(client.load(ns, spec.tokens, head.tensor), whole) // b * b
-                        sj.staging.blocks[:held // b] = head.blocks[:held // b]
-                    finally:
-                        self.pool.release(head)
+                            extents = [(e.arena_offset, e.length) for e in pin.extents]
+                            client.copy_from_arena(arena_pieces(extents, [(0, held // b * bpb)]), sj.staging.flat)
+                else:  # (fills the head it holds, leaves the rest as it was)
+                    held = min(client.load(ns, spec.tokens, sj.staging.tensor), whole) // b * b
             except NotFound:
                 held = 0
-        lacking = [i for i in self._lacking(spec, len(spec.tokens) // b) if i >= held // b]
+        lacking = [i for i in sj.lacking if i >= held // b]
         cut = lacking[0] * b if lacking else len(spec.tokens)
         if cut <= held:
             return None, None  # the store has all the pages can give (or nothing usable)
         if cut < len(spec.tokens):
             self.stats["saves_cut"] += 1
         n = cut // b
-        if self.layout.is_grouped:
-            return spec.tokens[:cut], _Staging(sj.staging.flat, sj.staging.blocks[:n], sj.staging.blocks[:n])
-        return spec.tokens[:cut], _Staging(sj.staging.flat, sj.staging.tensor[:cut], sj.staging.blocks[:n])
+        tensor = sj.staging.tensor[:n if self.layout.is_grouped else cut]  # (blocks, or tokens of a dense layout)
+        return spec.tokens[:cut], _Staging(sj.staging.flat, tensor, sj.staging.blocks[:n])
 
     def _lacking(self, spec: SaveSpec, n: int) -> List[int]:
         """The first `n` stored blocks of a save whose slice some group no longer holds in the pages, in order."""

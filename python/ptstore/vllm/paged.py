@@ -353,9 +353,9 @@ class PagedKV:
                              f"kernel block size dividing vLLM's block_size {block_size}")
         self.kernel_per_block = block_size // kb
         self._layout = self._make_layout()
-        for i, g in enumerate(self.groups):
-            g.offset = self._layout.group_offset(i) if self.grouped else 0
-            g.block_bytes = self._layout.group_bytes_per_block(i) if self.grouped else self._layout.bytes_per_block
+        for i, g in enumerate(self.groups):  # (a dense layout is its one group)
+            g.offset = self._layout.group_offset(i)
+            g.block_bytes = self._layout.group_bytes_per_block(i)
 
     @property
     def grouped(self) -> bool:
@@ -377,13 +377,6 @@ class PagedKV:
     def event_index(self, name: str) -> int:
         """The layer's position in :attr:`layers` (the per-layer load events)."""
         return self._event_index[name]
-
-    def kernel_blocks(self, block_ids: Sequence[int]) -> List[int]:
-        """The kernel blocks of vLLM blocks `block_ids`, in token order."""
-        r = self.kernel_per_block
-        if r == 1:
-            return list(block_ids)
-        return [b * r + j for b in block_ids for j in range(r)]
 
     def layout(self) -> Any:
         """The PTStore Layout of these caches (block_tokens = vLLM's block size)."""

@@ -780,6 +780,13 @@ class Engine:
 
     def step(self) -> Any:
         so = self.scheduler.schedule()
+        self.finish_step(so)
+        return so
+
+    def finish_step(self, so: Any) -> Any:
+        """The rest of a step after vLLM's schedule() gave `so` (a test may act in between: the scheduler has
+        planned, the workers have not loaded yet): the workers' execute_model and vLLM's update_from_output.
+        Returns the workers' ModelRunnerOutput."""
         mro = self.execute(so)
         outputs = self.scheduler.update_from_output(so, mro)
         for rid, req in self.requests.items():
@@ -791,7 +798,7 @@ class Engine:
             for o in eco.outputs:
                 if o.finish_reason is not None:
                     self.finished[o.request_id] = o
-        return so
+        return mro
 
     def execute(self, so: Any) -> Any:
         """Every worker runs the step; vLLM's KVOutputAggregator merges their outputs (a request's save is done
