@@ -19,6 +19,18 @@ DTYPES = ["bf16", "fp16", "fp32"]
 BACKENDS = ["numpy", "torch"]
 
 
+def mount_skip_reason() -> str:
+    """Why a test cannot mount the store here ('' when it can: root, /dev/fuse and $PTSTORE_FUSE)."""
+    if os.geteuid() != 0:
+        return "mounting needs root"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "no /dev/fuse"
+    fuse = os.environ.get("PTSTORE_FUSE", "")
+    if not fuse or not os.access(fuse, os.X_OK):
+        return "no ptstore-fuse ($PTSTORE_FUSE)"
+    return ""
+
+
 @pytest.fixture(scope="session")
 def daemon():
     with ptstore.testing.Daemon(arena_size="256MiB") as d:

@@ -1,5 +1,6 @@
 """A minimal valid cost-model profiles file for the tests (the format of sched/profiles.toml; the same
-numbers as tests/sched/cost_model_test.cc's), with every path's bandwidth (GB/s) and rtt (us) chosen."""
+numbers as tests/sched/cost_model_test.cc's), with every path's bandwidth (GB/s) and rtt (us) chosen; and
+AdviceProxy, a client whose load-or-recompute advice a test chooses."""
 
 from __future__ import annotations
 
@@ -31,3 +32,23 @@ def write_profiles(tmp_path, name="profiles.toml", **kw):
     p = tmp_path / name
     p.write_text(profile_text(**kw))
     return str(p)
+
+
+class AdviceProxy:
+    """A Client that forwards everything to the real one, except advise when `plan` or `error` is set; counts
+    the advise calls and keeps the last one's keywords."""
+
+    def __init__(self, real, plan=None, error=None):
+        self._real, self.plan, self.error, self.calls, self.last_kw = real, plan, error, 0, None
+
+    def advise(self, *args, **kw):
+        self.calls += 1
+        self.last_kw = kw
+        if self.error is not None:
+            raise self.error
+        if self.plan is not None:
+            return self.plan
+        return self._real.advise(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ptstore
-from conftest import tokens
+from conftest import mount_skip_reason, tokens
 
 G = ptstore.LayoutGroup
 
@@ -273,18 +273,7 @@ def test_gpu_paged_copy_refuses_a_grouped_layout_and_device_copy_takes_its_bytes
 
 # ------------------------------------------------------------- path_info on a mount
 
-def _mount_skip_reason() -> str:
-    if os.geteuid() != 0:
-        return "mounting needs root"
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        return "no /dev/fuse"
-    fuse = os.environ.get("PTSTORE_FUSE", "")
-    if not fuse or not os.access(fuse, os.X_OK):
-        return "no ptstore-fuse ($PTSTORE_FUSE)"
-    return ""
-
-
-@pytest.mark.skipif(bool(_mount_skip_reason()), reason=_mount_skip_reason() or "ok")
+@pytest.mark.skipif(bool(mount_skip_reason()), reason=mount_skip_reason() or "ok")
 def test_path_info_of_a_grouped_namespace_reads_its_groups(daemon, client, hybrid_ns):
     name, layout, _ = hybrid_ns
     toks = tokens(8, 21)

@@ -17,23 +17,12 @@ import numpy as np
 import pytest
 
 import ptstore
-from conftest import as_kv, empty, kv_bits, raw, tokens
+from conftest import as_kv, empty, kv_bits, mount_skip_reason, raw, tokens
 
 KEY = re.compile(r"^[0-9a-f]{32}$")
 
 
-def _skip_reason():
-    if os.geteuid() != 0:
-        return "mounting needs root"
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        return "no /dev/fuse"
-    fuse = os.environ.get("PTSTORE_FUSE", "")
-    if not fuse or not os.access(fuse, os.X_OK):
-        return "no ptstore-fuse ($PTSTORE_FUSE)"
-    return ""
-
-
-pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "ok")
+pytestmark = pytest.mark.skipif(bool(mount_skip_reason()), reason=mount_skip_reason() or "ok")
 
 
 def _unmount(path: str) -> None:

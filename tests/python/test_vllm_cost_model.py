@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import ptstore
 from ptstore.vllm import ConnectorConfig, CostModelConfig, KVConnectorRole, PTStoreConnector
-from profiles_helper import write_profiles
+from profiles_helper import AdviceProxy, write_profiles
 from vllm_harness import Request, make_vllm_config, run_one, tokens
 
 
@@ -31,26 +31,6 @@ def loads_of(engine, rid):
 def store(engines, prompt):
     """Runs `prompt` through an engine without a cost model: its whole blocks end up in the store."""
     run_one(engines(), Request("seed", prompt))
-
-
-class AdviceProxy:
-    """A Client that forwards everything to the real one, except advise when `plan` or `error` is set;
-    counts the advise calls."""
-
-    def __init__(self, real, plan=None, error=None):
-        self._real, self.plan, self.error, self.calls = real, plan, error, 0
-
-    def advise(self, *args, **kw):
-        self.calls += 1
-        self.last_kw = kw
-        if self.error is not None:
-            raise self.error
-        if self.plan is not None:
-            return self.plan
-        return self._real.advise(*args, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
 
 
 def proxy(engine, **kw):

@@ -330,27 +330,9 @@ def slow_profiles(tmp_path):
                           source="test: paths at 1 KB/s with a second of latency")
 
 
-class AdviceProxy:
-    """A Client that forwards everything to the real one, except advise when `plan` or `error` is set; counts
-    the advise calls and keeps the last one's keywords."""
-
-    def __init__(self, real, plan=None, error=None):
-        self._real, self.plan, self.error, self.calls, self.last_kw = real, plan, error, 0, None
-
-    def advise(self, *args, **kw):
-        self.calls += 1
-        self.last_kw = kw
-        if self.error is not None:
-            raise self.error
-        if self.plan is not None:
-            return self.plan
-        return self._real.advise(*args, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-
 def proxy(engine, **kw):
+    from profiles_helper import AdviceProxy
+
     side = engine.connector.scheduler_side
     p = AdviceProxy(side.link.get(), **kw)
     side.link.get = lambda: p
