@@ -221,10 +221,10 @@ std::vector<LayoutGroup> Layout::AsGroups() const {
 // Slices in group order, each at a multiple of 64 bytes; the block padded
 // to a multiple of lcm(64, block_tokens) so that bytes per token is whole.
 uint64_t Layout::GroupedBytesPerBlock() const {
-  if (block_tokens == 0) return 0;
-  uint64_t end = 0;
-  for (const LayoutGroup& g : groups) end = AlignUp(end, kGroupAlignment) + g.BytesPerBlock(block_tokens);
-  return AlignUp(end, std::lcm(kGroupAlignment, uint64_t{block_tokens}));
+  if (block_tokens == 0 || groups.empty()) return 0;
+  const size_t last = groups.size() - 1;
+  return AlignUp(GroupOffset(last) + groups[last].BytesPerBlock(block_tokens),
+                 std::lcm(kGroupAlignment, uint64_t{block_tokens}));
 }
 
 uint64_t Layout::GroupOffset(size_t g) const {
