@@ -28,6 +28,9 @@ class LoadSpec:
     prefix for this load (``extents[r]``: tensor-parallel rank r's
     namespace, one entry when the ranks share one); a worker mapping the
     same arena copies it from there without a request of its own.
+    ``state_to[g]``: a block of state group ``g`` (vLLM's running-state block
+    in mamba_cache_mode ``align``) that gets the loaded last block's state
+    too (0 or absent: none).
     """
 
     req_id: str
@@ -41,6 +44,7 @@ class LoadSpec:
     # extents (arena offset, bytes) in prefix order, covering at least tokens [0, end); 0 and empty: none
     arena_id: int = 0
     extents: List[List[Tuple[int, int]]] = field(default_factory=list)
+    state_to: List[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.block_ids = by_group(self.block_ids)

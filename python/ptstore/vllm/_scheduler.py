@@ -26,6 +26,14 @@ Policies (docs/vllm.md):
 * **Pinned hits** (``pin_hits``): a hit reported to vLLM is pinned in every
   rank namespace until the workers copied it (two steps later, or when an
   async load is received); the workers copy it from their arena mapping.
+* **State groups** (Mamba / linear attention): a hit ends at a block whose
+  state is stored valid (its tag, read out of the pins: so a model with a
+  state group needs ``pin_hits`` and the arena mapping, else it only saves);
+  saves are stepwise, and tag as valid only the blocks vLLM holds a state
+  for (mode ``all``: every whole block; ``align``: a block where a step
+  ended). In ``align`` mode no hit is offered while vLLM's scheduler refuses
+  external tokens for Mamba models (this snapshot asserts in
+  ``_mamba_block_aligned_split``: :func:`vllm_takes_external_state`).
 """
 
 from __future__ import annotations
@@ -40,10 +48,10 @@ import numpy as np
 
 from .._errors import Error, NotFound
 from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
-from ._store import StoreLink, is_link_error
+from ._store import StoreLink, arena_pieces, is_link_error
 from .config import ConnectorConfig
 from .events import EventLog
-from .groups import GroupSpec, per_group
+from .groups import STATE_TAG_BYTES, GroupSpec, per_group, state_tag
 from .stats import StatsRecorder
 from .keys import bypass_reason, chain_keys, deepest_shared_block, degree_splits, derived_from, identity_overlay, \
     lora_name, namespace_for, rank_degrees, rank_namespace, request_tokens
@@ -77,6 +85,7 @@ class _Req:
     save_state: int = _NONE
     saves_emitted: int = 0
     saved_tokens: int = 0
+    state_ends: Set[int] = field(default_factory=set)  # (align) blocks where a step of it ended: their state
 
 
 @dataclass
@@ -103,7 +112,19 @@ class SchedulerSide:
         self.tp_size, self.pp_size = tp_size, pp_size
         # With a sliding-window group vLLM drops the KV of blocks that leave the window: each step's new whole
         # blocks of a prompt are saved in that step (the worker reads the older ones back from the store).
-        self.stepwise = any(g.kind == "window" for g in groups or ())
+        # So does a Mamba group: it keeps a block's state only while the request runs there.
+        self.state_groups = [g for g in groups or () if g.kind == "state"]
+        self.state_mode = self.state_groups[0].mode if self.state_groups else ""
+        self.stepwise = any(g.kind in ("window", "state") for g in groups or ())
+        self.state_loads = bool(self.state_groups) and (self.state_mode != "align" or vllm_takes_external_state())
+        if self.state_mode == "align" and cfg.load_async:
+            logger.info("ptstore: load_async is off for a Mamba model in mamba_cache_mode 'align' (vLLM's block-"
+                        "aligned split stops scheduling a request whose async load leaves nothing to compute)")
+        if self.state_groups and not self.state_loads:
+            logger.warning("ptstore: this vLLM's scheduler refuses KV from a connector for Mamba models in "
+                           "mamba_cache_mode 'align' (Scheduler._mamba_block_aligned_split asserts); PTStore saves "
+                           "their prefixes and offers no hit until a vLLM takes them")
+        self._layouts: Dict[str, Any] = {}  # namespace -> its Layout (the state groups' tag offsets)
         # pin_hits: the scheduler pins the hit in every tensor-parallel rank's namespace (one when they share it)
         self.pinning = cfg.pin_hits and pp_size == 1
         self._hit_pins: Dict[str, Any] = {}  # req_id -> the pins of the hit it was told of, until a load takes them
@@ -124,7 +145,7 @@ class SchedulerSide:
         self.stats = {"lookups": 0, "hit_tokens": 0, "ask_later_inflight": 0, "ask_later_unavailable": 0,
                       "loads_planned": 0, "saves_planned": 0, "advised": 0, "advised_recompute": 0,
                       "advised_skipped_tokens": 0, "advice_failures": 0, "resets": 0, "generated_saves_planned": 0,
-                      "hits_pinned": 0}
+                      "hits_pinned": 0, "state_hits_trimmed": 0}
         self.recorder = StatsRecorder()  # for vLLM's logs and /metrics
         self.events = EventLog(cfg.block_size)  # for vLLM's KV events (take_events)
         self._save_events: Dict[str, List[Tuple[Any, int]]] = {}  # req_id -> (request, whole blocks) per save
@@ -158,7 +179,8 @@ class SchedulerSide:
         every rank must hold the prefix (each of this deployment's ranks reads its heads from them)."""
         own = self._lookup_in(self._lookup_ns(ns), tokens)
         best, source = own, 0
-        if self.pp_size == 1 and self.total_kv_heads and own < len(tokens):
+        # (a Mamba state is split over the ranks in ways that a load does not regroup: same degree only)
+        if self.pp_size == 1 and self.total_kv_heads and own < len(tokens) and not self.state_groups:
             for n in self._other_degrees(ns):
                 hit = len(tokens)
                 for r in range(n):
@@ -266,6 +288,51 @@ class SchedulerSide:
         self.stats["hits_pinned"] += 1
         return min(hit, pinned)
 
+    def _state_hit(self, st: _Req, hit: int, computed: int) -> int:
+        """The longest part of a pinned `hit` that ends at a block whose state is stored valid in every rank
+        namespace and every state group (the tags after each group's first layer state); `computed` (no
+        external tokens) when none past vLLM's own cache does, or without pins to read them from."""
+        pins = self._hit_pins.get(st.request.request_id)
+        client = self.link.get()
+        b = self.block
+        if not pins or client is None or not client.mapped or hit <= computed:
+            self._warn_once("state-unpinned", "ptstore: a model with Mamba state loads only hits the scheduler "
+                            "pinned (pin_hits, and ptstored's arena mapped into the scheduler's process): this "
+                            "one is not; no hit")
+            return computed
+        try:
+            layout = self._layout_of(client, rank_namespace(st.namespace, 0, self.tp_size, 0, self.pp_size))
+            groups = [i for i, g in enumerate(layout.groups) if g.kind == "state"]
+            tag = np.empty(STATE_TAG_BYTES, dtype=np.uint8)
+            for j in range(hit // b - 1, computed // b - 1, -1):
+                want = np.frombuffer(state_tag(j), dtype=np.uint8)
+                ok = True
+                for pin in pins:
+                    extents = [(e.arena_offset, e.length) for e in pin.extents]
+                    for i in groups:
+                        at = j * layout.bytes_per_block + layout.group_offset(i) + \
+                            layout.groups[i].state_bytes - STATE_TAG_BYTES
+                        pieces = arena_pieces(extents, [(at, STATE_TAG_BYTES)])
+                        pieces[:, 2] -= np.uint64(at)
+                        client.copy_from_arena(pieces, tag)
+                        ok = ok and bool((tag == want).all())
+                if ok:
+                    if (j + 1) * b < hit:
+                        self.stats["state_hits_trimmed"] += 1
+                    return (j + 1) * b
+        except (Error, ValueError) as e:
+            if isinstance(e, Error) and is_link_error(e):
+                self.link.failed(e)
+            self._warn_once(f"state-tags:{type(e).__name__}", "ptstore: reading the stored states of a hit in %s "
+                            "failed: %s", st.namespace, e)
+        return computed
+
+    def _layout_of(self, client: Any, name: str) -> Any:
+        layout = self._layouts.get(name)
+        if layout is None:
+            layout = self._layouts[name] = client.get_namespace(name).layout
+        return layout
+
     def _release(self, st: _Req) -> None:
         """Releases the pins of the hit `st` was last told of, if no load took them."""
         _unpin(self._hit_pins.pop(st.request.request_id, None))
@@ -349,15 +416,21 @@ class SchedulerSide:
         if self.cost_model is not None and hit > num_computed_tokens and not st.source_tp:
             hit = self._advise(st.namespace, request_tokens(request, num_tokens, st.overlay), hit,
                                num_computed_tokens)
+        if self.state_groups and not self.state_loads:
+            hit = 0  # (this vLLM cannot take it: see __init__)
         if self.pinning and hit > num_computed_tokens and not st.source_tp:
             hit = self._pin_hit(st, tokens[:hit], hit)
+        if self.state_groups and hit > num_computed_tokens:
+            hit = self._state_hit(st, hit, num_computed_tokens)
         ext = hit - num_computed_tokens if hit > num_computed_tokens else 0
         if ext and ext < self.cfg.min_load_tokens:
             ext = 0
         if not ext:
             self._release(st)
         st.ext_tokens = ext
-        st.load_async = bool(ext) and self.cfg.load_async
+        # (align mode: vLLM's scheduler splits an async load's zero new tokens to zero and stops scheduling the
+        # request, as its _mamba_block_aligned_split returns them: those loads run in the step that computes)
+        st.load_async = bool(ext) and self.cfg.load_async and self.state_mode != "align"
         self.stats["hit_tokens"] += ext
         if ext:
             self.recorder.add("hit_tokens", ext)
@@ -382,6 +455,11 @@ class SchedulerSide:
                         tokens=request_tokens(request, end, st.overlay), start=start,
                         block_ids=[g[start // b:end // b] for g in st.block_ids],
                         is_async=st.load_async, source_tp=st.source_tp)
+        if self.state_mode == "align" and not st.load_async:
+            # vLLM copied the state of block end/b - 1 into its running-state block (the request's last) before
+            # this step's forward, i.e. before the load: that block gets the loaded state too
+            spec.state_to = [g[-1] if gs.kind == "state" and len(g) > end // b else 0
+                             for g, gs in zip(st.block_ids, self.groups or ())]
         pin = self._hit_pins.pop(request.request_id, None)
         if pin is not None:  # the workers copy what these pins hold, and they are released once they have
             client = self.link.get()
@@ -424,6 +502,7 @@ class SchedulerSide:
             if resumed:
                 if ids is not None:
                     st.block_ids = ids
+                st.state_ends.clear()  # (its blocks are new)
             elif _real(ids):
                 assert ids is not None
                 for have, more in zip(st.block_ids, ids):
@@ -431,10 +510,22 @@ class SchedulerSide:
             self._plan_save(meta, st, int(computed) + int(scheduled.get(rid, 0)))
         return meta
 
+    def _save_ids(self, st: _Req, ids: List[List[int]], n: int) -> List[List[int]]:
+        """The first `n` blocks of each group for a save; in a state group vLLM's null block where vLLM holds no
+        valid state of the block (mode align: no step ended there), so that the worker tags it invalid."""
+        out = [list(g[:n]) for g in ids]
+        if self.state_mode == "align":
+            for g, gs in zip(out, self.groups or ()):
+                if gs.kind == "state":
+                    g[:] = [blk if i in st.state_ends else 0 for i, blk in enumerate(g)]
+        return out
+
     def _plan_save(self, meta: PTStoreConnectorMetadata, st: _Req, computed_after: int) -> None:
+        b = self.block
+        if self.state_mode == "align" and computed_after % b == 0 and computed_after:
+            st.state_ends.add(computed_after // b - 1)  # this step's running state is that block's
         if st.save_state != _NONE or not self.cfg.save or st.bypass is not None:
             return
-        b = self.block
         whole = _prompt_len(st.request) // b * b
         if self.stepwise:
             # Every step's new whole blocks while vLLM still has them: the prompt's, and with save_generated
@@ -458,7 +549,7 @@ class SchedulerSide:
             return
         tokens = request_tokens(st.request, done, st.overlay)
         meta.saves.append(SaveSpec(req_id=st.request.request_id, namespace=st.namespace, salt=st.salt, tokens=tokens,
-                                   block_ids=[list(g[:done // b]) for g in st.block_ids], ack=self._invalid_reports,
+                                   block_ids=self._save_ids(st, st.block_ids, done // b), ack=self._invalid_reports,
                                    start=max(st.saved_tokens, st.store_tokens)))
         if done == whole and not self.stepwise:
             st.save_state = _EMITTED
@@ -554,7 +645,7 @@ class SchedulerSide:
             return
         tokens = request_tokens(request, whole, st.overlay)
         self._finish_saves.append(SaveSpec(req_id=request.request_id, namespace=st.namespace, salt=st.salt,
-                                           tokens=tokens, block_ids=[list(g[:whole // b]) for g in ids],
+                                           tokens=tokens, block_ids=self._save_ids(st, ids, whole // b),
                                            ack=self._invalid_reports, at_finish=True,
                                            start=max(st.saved_tokens, st.store_tokens)))
         st.saves_emitted += 1
@@ -608,6 +699,35 @@ class SchedulerSide:
         self._pin_steps.clear()
         self._hit_pins, self._step_pins, self._async_pins = {}, [], {}
         self.link.close()
+
+
+def vllm_takes_external_state() -> bool:
+    """True when vLLM's scheduler takes tokens from a connector for a Mamba model in mamba_cache_mode align.
+
+    vLLM's ``Scheduler._mamba_block_aligned_split`` (main of 2026-05, the snapshot the tests run) asserts
+    ``num_external_computed_tokens == 0`` ("External KV connector is not verified yet"): a hit would stop the
+    engine. Asked of vLLM's own function with a request of 4 blocks, 2 of them from the connector."""
+    import types
+
+    try:
+        from vllm.v1.core.sched.scheduler import Scheduler
+    except Exception:  # noqa: BLE001 - no vLLM scheduler here (the connector's own tests): nothing refuses
+        return True
+    split = getattr(Scheduler, "_mamba_block_aligned_split", None)
+    if split is None:
+        return True
+    me = types.SimpleNamespace(cache_config=types.SimpleNamespace(block_size=16), use_eagle=False,
+                               connector=types.SimpleNamespace(supports_mamba_external_kv=True))
+    req = types.SimpleNamespace(num_computed_tokens=0, num_prompt_tokens=64, num_tokens=64, request_id="probe")
+    try:
+        split(me, req, 32, 0, 32)
+    except AssertionError:
+        return False
+    except Exception as e:  # noqa: BLE001 - a vLLM whose split reads more: do not risk the engine
+        logger.warning("ptstore: cannot tell whether vLLM's scheduler takes external KV for Mamba models (%s); "
+                       "offering none", e)
+        return False
+    return True
 
 
 def _unpin(pin: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from .._errors import Aborted, DeadlineExceeded, Error, IOFailure, ProtocolError, Unavailable
 
@@ -102,3 +102,30 @@ class StoreLink:
 
 def is_link_error(exc: BaseException) -> bool:
     return isinstance(exc, LINK_ERRORS) and not isinstance(exc, Aborted)
+
+
+def arena_pieces(extents: List[Tuple[int, int]], ranges: List[Tuple[int, int]]) -> Any:
+    """``(arena offset, bytes, offset in the prefix)`` rows, an (n, 3) uint64 array, that copy the byte
+    `ranges` (``(offset, length)`` in the prefix, in order) of a prefix laid out in the arena as `extents`
+    (``(arena offset, length)``, in prefix order). ValueError when a range lies past the extents."""
+    import numpy as np
+
+    rows: List[Tuple[int, int, int]] = []
+    starts = [0]
+    for _, length in extents:
+        starts.append(starts[-1] + length)
+    e = 0
+    for off, length in ranges:
+        end = off + length
+        while e < len(extents) and starts[e + 1] <= off:
+            e += 1
+        pos = off
+        while pos < end:
+            if e >= len(extents):
+                raise ValueError(f"bytes [{off}, {end}) lie past the pinned prefix's {starts[-1]} bytes")
+            take = min(end, starts[e + 1]) - pos
+            rows.append((extents[e][0] + pos - starts[e], take, pos))
+            pos += take
+            if pos >= starts[e + 1]:
+                e += 1
+    return np.asarray(rows, dtype=np.uint64).reshape(-1, 3)

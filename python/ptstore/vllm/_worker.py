@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .._errors import AlreadyExists, Error, NotFound
 from ._meta import LoadSpec, PTStoreConnectorMetadata, PTStoreWorkerMetadata, SaveSpec
-from ._store import StoreLink, is_link_error
+from ._store import StoreLink, arena_pieces, is_link_error
 from .config import ConnectorConfig
 from .keys import rank_heads, rank_namespace
 from .stats import StatsRecorder
@@ -121,42 +121,18 @@ def plan_group(kv: PagedKV, copier: TorchCopier, group: int, block_ids: List[int
     if not keep:
         return None
     real = [block_ids[i] for i in keep]
-    r = kv.kernel_per_block
+    r = 1 if kind == "state" else kv.kernel_per_block  # (a state page is one per vLLM block)
     ids = [copier.block_index([b * r + j for b in real]) for j in range(r)]
     pos = None if len(keep) == len(block_ids) else torch.as_tensor(keep, dtype=torch.int64)
     return _GroupPlan(pos, ids, len(keep))
 
 
-def arena_pieces(extents: List[Tuple[int, int]], ranges: List[Tuple[int, int]]) -> Any:
-    """``(arena offset, bytes, offset in the prefix)`` rows, an (n, 3) uint64 array, that copy the byte
-    `ranges` (``(offset, length)`` in the prefix, in order) of a prefix laid out in the arena as `extents`
-    (``(arena offset, length)``, in prefix order). ValueError when a range lies past the extents."""
-    import numpy as np
-
-    rows: List[Tuple[int, int, int]] = []
-    starts = [0]
-    for _, length in extents:
-        starts.append(starts[-1] + length)
-    e = 0
-    for off, length in ranges:
-        end = off + length
-        while e < len(extents) and starts[e + 1] <= off:
-            e += 1
-        pos = off
-        while pos < end:
-            if e >= len(extents):
-                raise ValueError(f"bytes [{off}, {end}) lie past the pinned prefix's {starts[-1]} bytes")
-            take = min(end, starts[e + 1]) - pos
-            rows.append((extents[e][0] + pos - starts[e], take, pos))
-            pos += take
-            if pos >= starts[e + 1]:
-                e += 1
-    return np.asarray(rows, dtype=np.uint64).reshape(-1, 3)
-
-
 def _kernel_rows(kv: PagedKV, group: KVGroup, layer: PagedLayer, plan: _GroupPlan, blocks: Any) -> Any:
     """(kernel block ids, rows) for each kernel block of a vLLM block: `layer`'s slices of stored `blocks`."""
     rows = group.rows(blocks, layer.index, kv.block_size)
+    if group.kind == "state":
+        yield plan.ids[0], rows
+        return
     kbs = kv.kernel_block_size
     for j, ids in enumerate(plan.ids):
         yield ids, rows[:, j * kbs:(j + 1) * kbs]
@@ -232,7 +208,8 @@ class _LoadJob:
                 if f is not None:
                     fetched.append(f)
             bad: Set[int] = set()
-            for pos, layer in enumerate(kv.layers):
+            # State layers first: vLLM runs Mamba layers without a per-layer call (start_load_kv waits for them)
+            for layer in sorted(kv.layers, key=lambda x: not x.is_state):
                 group = kv.groups[layer.group]
                 for i, (spec, staging, got, plans) in enumerate(fetched):
                     plan = plans[layer.group]
@@ -240,12 +217,16 @@ class _LoadJob:
                         continue
                     try:
                         scatter_layer(kv, w.copier, group, layer, plan, staging.blocks[spec.start // b:got // b])
+                        to = spec.state_to[layer.group] if layer.group < len(spec.state_to) else 0
+                        if layer.is_state and to:
+                            last = [blk for blk in spec.block_ids[layer.group][:(got - spec.start) // b] if blk][-1]
+                            layer.pages[to].copy_(layer.pages[last])
                     except Exception:  # noqa: BLE001 - a bad request must not stop the others
                         logger.exception("ptstore: load of request %s into layer %s failed", spec.req_id, layer.name)
                         bad.add(i)
                         self._fail(spec, 0)
                 w.copier.synchronize()
-                self.events[pos].set()
+                self.events[kv.event_index(layer.name)].set()
             for i, (spec, _, got, plans) in enumerate(fetched):
                 if i not in bad:
                     self.loaded_tokens += got - spec.start
@@ -347,10 +328,33 @@ class _LoadJob:
             self._fail(spec, 0)
             return None
         good = (got - start) // b
-        self._fail(spec, good)
         assert staging is not None
+        if kv.state_groups and not self._state_valid(spec, staging, start // b + good - 1):
+            good = 0  # (the scheduler checked the tags of what it pinned: never seen)
+        if good == 0:
+            w.pool.release(staging)
+            self._fail(spec, 0)
+            return None
+        self._fail(spec, good)
         plans = [plan_group(kv, w.copier, g, ids[:good]) for g, ids in enumerate(spec.block_ids)]
         return spec, staging, got, plans
+
+    def _state_valid(self, spec: LoadSpec, staging: _Staging, last: int) -> bool:
+        """True when every state group holds a valid state (its tag) for stored block `last`, the load's last."""
+        import torch
+
+        from .groups import state_tag
+
+        kv = self.w.kv
+        assert kv is not None
+        want = torch.frombuffer(bytearray(state_tag(last)), dtype=torch.uint8)
+        for g in kv.state_groups:
+            tags = g.tags(staging.blocks[last:last + 1])[0]
+            if not bool((tags == want).all()):
+                logger.error("ptstore: request %s: the stored state of block %d (group %d) is not valid; not "
+                             "loading it", spec.req_id, last, g.spec.index)
+                return False
+        return True
 
     def _copy_needed(self, client: Any, spec: LoadSpec, extents: List[Tuple[int, int]], staging: _Staging,
                      got: int) -> int:
@@ -507,6 +511,9 @@ class WorkerSide:
         if sync:
             self._sync_job = _LoadJob(self, sync, is_async=False)
             self._sync_job.start()
+            for layer in self.kv.layers:  # vLLM calls no wait_for_layer_load before a Mamba layer
+                if layer.is_state:
+                    self._sync_job.wait_layer(self.kv.event_index(layer.name))
         for s in meta.loads:
             if s.is_async:
                 with self._cv:
@@ -565,12 +572,32 @@ class WorkerSide:
         try:
             if plan is not None:
                 gather_layer(kv, self.copier, kv.groups[layer.group], layer, plan, sj.staging.blocks)
+            if layer.is_state:
+                self._tag_states(kv.groups[layer.group], layer, plan, sj.staging.blocks)
             sj.layers.add(layer.name)
         except Exception:  # noqa: BLE001
             logger.exception("ptstore: gathering layer %s of request %s failed", layer.name, spec.req_id)
             sj.failed = True
 
-    def _gather_all(self, at_finish: bool) -> None:
+    @staticmethod
+    def _tag_states(group: KVGroup, layer: PagedLayer, plan: Optional[_GroupPlan], blocks: Any) -> None:
+        """Tags `layer`'s state in each stored block of a save: valid where the plan copied one (vLLM held a
+        state for the block), zeros elsewhere (the store then never offers a hit ending there)."""
+        import torch
+
+        from .groups import STATE_TAG, STATE_TAG_BYTES
+
+        n = int(blocks.shape[0])
+        tags = torch.zeros((n, STATE_TAG_BYTES), dtype=torch.uint8)
+        valid = torch.arange(n) if plan is not None and plan.pos is None else \
+            (plan.pos if plan is not None else torch.empty(0, dtype=torch.int64))
+        if valid.numel():
+            tags[valid, :len(STATE_TAG)] = torch.frombuffer(bytearray(STATE_TAG), dtype=torch.uint8)
+            index = valid.to(torch.int64).numpy().astype("<u8").view("u1").reshape(-1, 8)
+            tags[valid, len(STATE_TAG):] = torch.from_numpy(index.copy())
+        group.tags(blocks)[:, layer.index] = tags
+
+    def _gather_all(self, at_finish: bool, state_only: bool = False) -> None:
         """Every layer of this step's saves with this `at_finish` not gathered yet. at_finish True, at the
         step's start: finished requests' histories, whose blocks vLLM holds and runs no layer for (before this
         step's loads can touch other blocks); False: at its end, when no per-layer call came (layerwise
@@ -581,12 +608,15 @@ class WorkerSide:
         for spec in meta.saves:
             if spec.at_finish == at_finish:
                 for layer in kv.layers:
+                    if state_only and not layer.is_state:
+                        continue
                     if layer.name not in getattr(self._step_saves.get(spec.req_id), "layers", ()):
                         self._gather(spec, layer)
 
     def wait_for_save(self) -> None:
-        if not self.cfg.layerwise:  # no per-layer calls (full CUDA graphs): every layer of the step's saves now
-            self._gather_all(at_finish=False)
+        # No per-layer calls (layerwise false: full CUDA graphs): every layer of the step's saves now; else the
+        # state layers (vLLM calls no save_kv_layer after a Mamba layer; their states are final now)
+        self._gather_all(at_finish=False, state_only=self.cfg.layerwise)
         self._finalize_step(final=True)
 
     def clear(self) -> None:
@@ -776,8 +806,9 @@ class WorkerSide:
     def _lacking(self, spec: SaveSpec, n: int) -> List[int]:
         """The first `n` stored blocks of a save whose slice some group no longer holds in the pages, in order."""
         kinds = [g.kind for g in self.kv.groups]  # type: ignore[union-attr]
+        # (a state group lacks most blocks' states by design: their tags say so, the save goes on)
         return sorted({i for kind, ids in zip(kinds, spec.block_ids) for i, blk in enumerate(ids[:n])
-                       if not kept(kind, blk)})
+                       if kind != "state" and not kept(kind, blk)})
 
     def _ensure_namespace(self, client: Any, ns: str, salt: str) -> None:
         if ns in self._ns_ready:

@@ -12,7 +12,10 @@ vLLM spec                         layout group  what a load needs of a prefix of
                                                 table holds its null block for the others)
 ``MLAAttentionSpec``              ``latent``    every block; one copy serves every tensor-parallel
                                                 rank (MLA caches are the same on all of them)
-``MambaSpec``, others             refused at start-up, with an error naming the layer and spec
+``MambaSpec`` (prefix caching's   ``state``     the state of its last block only (a Mamba or
+``all`` or ``align`` mode)                      linear-attention layer's state after the block's
+                                                last token): see "State groups" below
+others                            refused at start-up, with an error naming the layer and spec
 ================================  ============  ===================================================
 
 A stored block is the groups' slices one after the other (``Layout.group_offset``); each slice is
@@ -22,6 +25,15 @@ head_dim)``). A model with one full-attention group is today's dense layout, byt
 vLLM's null block (id 0) marks positions a group does not keep; the connector never reads or writes
 it, and those slices of a stored block are what the writer had (a save sends only real blocks, so a
 window slice is never stored for a block whose KV vLLM had already dropped: see ``save_start``).
+
+State groups. vLLM keeps a Mamba layer's state (its conv and SSM/temporal state tensors) once per block:
+the state after the block's last token, where vLLM computed one. In mode ``all`` (Mamba2 models: Nemotron-H,
+Bamba, Jamba, Falcon-H1, Granite 4.0-H) its kernels write every whole block's; in mode ``align`` (gated delta
+nets: Qwen3-Next, Qwen3.5) only a block where a scheduler step ended. A stored block's state slice is, per
+layer, the state tensors' bytes of one vLLM page (``state_bytes``) followed by a 16-byte tag:
+:data:`STATE_TAG` and the block's index (little-endian), or zeros where the saver had no valid state for
+that block. A hit of a model with a state group ends at a block whose tag is valid in every rank's namespace
+(the scheduler reads the tags out of its pins), and a load writes the state of that last block only.
 """
 
 from __future__ import annotations
@@ -29,16 +41,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-__all__ = ["GroupSpec", "NULL_BLOCK", "group_specs", "kept", "per_group", "spec_kind"]
+__all__ = ["GroupSpec", "NULL_BLOCK", "STATE_TAG", "STATE_TAG_BYTES", "group_specs", "kept", "per_group",
+           "spec_kind", "state_bytes", "state_tag"]
 
 # vLLM's BlockPool takes its first block as the null block: a sliding-window group's block table holds it
 # where the window has moved on (full-attention and MLA groups always hold real blocks).
 NULL_BLOCK = 0
 
+# The tag after each layer's state in a stored block's state slice: these 8 bytes, then the block's index.
+STATE_TAG = b"PTSstate"
+STATE_TAG_BYTES = 16
+
+
+def state_tag(block_index: int) -> bytes:
+    """The tag of a valid state of stored block `block_index` (its position in the prefix)."""
+    return STATE_TAG + int(block_index).to_bytes(8, "little")
+
 
 def kept(kind: str, block_id: int) -> bool:
-    """True when a group of `kind` holds the KV of its block `block_id` (not vLLM's null block of a window)."""
-    return kind != "window" or block_id != NULL_BLOCK
+    """True when a group of `kind` holds the KV of its block `block_id` (not vLLM's null block of a window or
+    a state group)."""
+    return kind not in ("window", "state") or block_id != NULL_BLOCK
+
+
+def state_bytes(spec: Any) -> int:
+    """The bytes of a MambaSpec's state tensors in one block (vLLM's page, without its padding)."""
+    from math import prod
+
+    import torch
+
+    return sum(prod(shape) * torch.empty((), dtype=dtype).element_size()
+               for shape, dtype in zip(spec.shapes, spec.dtypes))
 
 
 @dataclass(frozen=True)
@@ -46,7 +79,7 @@ class GroupSpec:
     """One vLLM KV cache group: its layout kind, window (tokens; 0 for full and latent) and layers."""
 
     index: int
-    kind: str  # "full", "window", "latent"
+    kind: str  # "full", "window", "latent", "state"
     window: int
     layer_names: Tuple[str, ...]
     spec: Any = None
@@ -55,6 +88,11 @@ class GroupSpec:
     def shared_by_ranks(self) -> bool:
         """True when every tensor-parallel rank holds the same bytes (MLA's latent cache)."""
         return self.kind == "latent"
+
+    @property
+    def mode(self) -> str:
+        """A state group's vLLM mamba_cache_mode ("all" or "align"); "" for the others."""
+        return str(getattr(self.spec, "mamba_cache_mode", "")) if self.kind == "state" else ""
 
 
 def spec_kind(name: str, spec: Any) -> Tuple[str, int]:
@@ -79,10 +117,21 @@ def spec_kind(name: str, spec: Any) -> Tuple[str, int]:
     if kind == "FullAttentionSpec":
         # (with the hybrid manager off, vLLM gives sliding-window layers this spec and keeps every block)
         return "full", 0
+    if kind == "MambaSpec":
+        mode = str(getattr(spec, "mamba_cache_mode", "none"))
+        if mode not in ("all", "align"):
+            raise ValueError(f"layer {name!r}: MambaSpec with mamba_cache_mode {mode!r}: PTStoreConnector stores "
+                             f"Mamba and linear-attention state with vLLM's prefix caching on (mode 'all' or "
+                             f"'align'), where vLLM keeps a state per block")
+        if int(getattr(spec, "num_speculative_blocks", 0) or 0):
+            raise ValueError(f"layer {name!r}: MambaSpec with {spec.num_speculative_blocks} speculative blocks "
+                             f"(speculative decoding): its block states hold draft tokens PTStoreConnector cannot "
+                             f"tell from accepted ones; serve without a speculative config")
+        return "state", 0
     raise ValueError(f"layer {name!r} has a {kind} KV cache: PTStoreConnector stores full-attention "
-                     f"(FullAttentionSpec), sliding-window (SlidingWindowSpec) and MLA (MLAAttentionSpec) caches; "
-                     f"{kind} is refused (Mamba and linear-attention state, chunked local, cross-attention, sinks, "
-                     f"packed or quantized variants)")
+                     f"(FullAttentionSpec), sliding-window (SlidingWindowSpec), MLA (MLAAttentionSpec) and Mamba "
+                     f"or linear-attention state (MambaSpec) caches; {kind} is refused (chunked local, "
+                     f"cross-attention, sinks, packed or quantized variants)")
 
 
 def group_specs(kv_cache_config: Any) -> Optional[List[GroupSpec]]:

@@ -81,6 +81,8 @@ def layout_dtype(torch_dtype: Any) -> Tuple[str, Any]:
 PAGE_DIMS = ("block", "kv", "slot", "head", "dim")
 # The dimensions of an MLA latent cache (vLLM's MLA backends: [blocks, block_size, kv_lora_rank + rope dim]).
 LATENT_DIMS = ("block", "slot", "dim")
+# A Mamba / linear-attention layer's state (vLLM's MambaSpec): its state tensors' bytes per block.
+STATE_DIMS = ("block", "bytes")
 # Named layouts (the ``kv_cache_layout`` option): a backend's get_kv_cache_shape, dimension by dimension.
 NAMED_LAYOUTS = {
     "flash_attn": ("kv", "block", "slot", "head", "dim"),  # FlashAttention, FlexAttention, ROCm
@@ -171,7 +173,10 @@ def resolve_dims(name: str, kv: Any, *, spec: Any = None, backend: Any = None, n
     dimension 0 is FlashAttention's layout, in dimension 1 FlashInfer's."""
     from .groups import spec_kind
 
-    latent = spec is not None and spec_kind(name, spec)[0] == "latent"  # (raises for the specs it refuses)
+    kind = spec_kind(name, spec)[0] if spec is not None else "full"  # (raises for the specs it refuses)
+    if kind == "state":  # a list of state tensors, one page per block (vLLM's _reshape_kv_cache_tensors)
+        return STATE_DIMS
+    latent = kind == "latent"
     if named != "auto":
         if named not in NAMED_LAYOUTS:
             raise ValueError(f"unknown kv_cache_layout {named!r}: auto, {', '.join(NAMED_LAYOUTS)}")
@@ -197,6 +202,30 @@ def resolve_dims(name: str, kv: Any, *, spec: Any = None, backend: Any = None, n
                      f"set kv_cache_layout")
 
 
+def state_pages(name: str, states: Any) -> Any:
+    """A Mamba layer's state tensors (vLLM's list for a MambaSpec layer: ``(num_blocks, *shape)`` each, laid
+    one after the other in each block's page) as one ``(num_blocks, bytes)`` uint8 view of their bytes."""
+    import torch
+
+    tensors = list(states) if isinstance(states, (list, tuple)) else [states]
+    if not tensors:
+        raise ValueError(f"layer {name!r}: no state tensors")
+    raw = [t.view(torch.uint8) if t.element_size() != 1 else t for t in tensors]  # (the last dim is contiguous)
+    first = raw[0]
+    blocks, page = int(first.shape[0]), int(first.stride(0))
+    offset = first.storage_offset()
+    for t, r in zip(tensors, raw):
+        if int(r.shape[0]) != blocks or int(r.stride(0)) != page or \
+                (r[0].numel() and not r[0].is_contiguous()) or r.storage_offset() != offset:
+            raise ValueError(f"layer {name!r}: state tensors {[tuple(x.shape) for x in tensors]} are not laid out "
+                             f"one after the other in each block's page, as vLLM's model runner allocates them")
+        offset += r[0].numel()
+    used = offset - first.storage_offset()
+    if used > page:
+        raise ValueError(f"layer {name!r}: state tensors of {used} bytes in pages of {page}")
+    return torch.as_strided(first, size=(blocks, used), stride=(page, 1), storage_offset=first.storage_offset())
+
+
 @dataclass
 class PagedLayer:
     """One attention layer's paged KV cache, seen as ``pages[kernel block, part, slot, head, dim]``.
@@ -215,6 +244,9 @@ class PagedLayer:
 
     @classmethod
     def from_tensor(cls, name: str, index: int, kv: Any, dims: Tuple[str, ...], group: int = 0) -> "PagedLayer":
+        if dims == STATE_DIMS:
+            return cls(name=name, index=index, pages=state_pages(name, kv)[:, None, None, None, :], dims=dims,
+                       group=group)
         if kv.dim() != len(dims):
             raise ValueError(f"KV cache of layer {name!r} has shape {tuple(kv.shape)}, its backend's layout has "
                              f"{len(dims)} dimensions {dims}")
@@ -231,10 +263,17 @@ class PagedLayer:
         return cls(name=name, index=index, pages=pages, dims=dims, group=group)
 
     @property
+    def is_state(self) -> bool:
+        """A Mamba / linear-attention layer's state pages: ``pages[block, 0, 0, 0, byte]``."""
+        return self.dims == STATE_DIMS
+
+    @property
     def backend(self) -> str:
-        """The named layout of this cache (flash_attn, flashinfer, cpu_attn, latent), or "custom"."""
+        """The named layout of this cache (flash_attn, flashinfer, cpu_attn, latent, state), or "custom"."""
         if self.dims == LATENT_DIMS:
             return "latent"
+        if self.dims == STATE_DIMS:
+            return "state"
         return next((n for n, d in NAMED_LAYOUTS.items() if d == self.dims), "custom")
 
     @property
@@ -283,10 +322,19 @@ class KVGroup:
     def first(self) -> PagedLayer:
         return self.layers[0]
 
+    @property
+    def state_bytes(self) -> int:
+        """A state group's bytes of one layer's state per block (its slice of a stored block has a tag after
+        each: groups.STATE_TAG_BYTES)."""
+        return self.first.head_dim
+
     def layout_group(self) -> Any:
         from .._ptstore import LayoutGroup
+        from .groups import STATE_TAG_BYTES
 
         f = self.first
+        if self.kind == "state":
+            return LayoutGroup("state", len(self.layers), state_bytes=self.state_bytes + STATE_TAG_BYTES)
         if self.kind == "latent":
             return LayoutGroup("latent", len(self.layers), head_dim=f.head_dim, dtype=self.dtype_name)
         return LayoutGroup(self.kind, len(self.layers), kv_heads=f.kv_heads, head_dim=f.head_dim,
@@ -294,10 +342,21 @@ class KVGroup:
 
     def rows(self, blocks: Any, layer: int, block_size: int) -> Any:
         """Layer `layer` (its place in the group) of the group's slices of `blocks`, a ``(n, bytes_per_block)``
-        uint8 view of stored blocks, as ``(n, block_size, parts, heads, dim)``."""
+        uint8 view of stored blocks, as ``(n, block_size, parts, heads, dim)``; a state group's as ``(n, 1, 1, 1,
+        state bytes)``."""
         f = self.first
+        if self.kind == "state":
+            return self.layer_slices(blocks)[:, layer, None, None, None, :self.state_bytes]
         g = blocks[:, self.offset:self.offset + self.block_bytes].view(self.copy_dtype)
         return g.unflatten(1, (block_size, len(self.layers), f.parts, f.kv_heads, f.head_dim))[:, :, layer]
+
+    def layer_slices(self, blocks: Any) -> Any:
+        """A state group's slices of stored `blocks` as ``(n, layers, state bytes + tag)`` uint8."""
+        return blocks[:, self.offset:self.offset + self.block_bytes].unflatten(1, (len(self.layers), -1))
+
+    def tags(self, blocks: Any) -> Any:
+        """A state group's tags in stored `blocks`: ``(n, layers, STATE_TAG_BYTES)`` uint8."""
+        return self.layer_slices(blocks)[:, :, self.state_bytes:]
 
 
 class PagedKV:
@@ -335,19 +394,27 @@ class PagedKV:
                     raise ValueError(f"KV caches of {first.name!r} {tuple(first.pages.shape)} {first.pages.dtype} and "
                                      f"{layer.name!r} {tuple(layer.pages.shape)} {layer.pages.dtype} differ: "
                                      f"PTStoreConnector needs one geometry per KV cache group")
-            if (gs.kind == "latent") != (first.parts == 1):
+            if gs.kind == "state" and not all(layer.is_state for layer in layers):
+                raise ValueError(f"layer {first.name!r}: a state group of caches that are not state pages")
+            if gs.kind != "state" and (gs.kind == "latent") != (first.parts == 1):
                 raise ValueError(f"layer {first.name!r}: a {gs.kind} group with a cache of {first.parts} part(s) "
                                  f"({first.dims})")
-            dtype_name, copy_dtype = layout_dtype(kv_caches[first.name].dtype)
+            if gs.kind == "state":
+                import torch
+
+                dtype_name, copy_dtype = "none", torch.uint8
+            else:
+                dtype_name, copy_dtype = layout_dtype(kv_caches[first.name].dtype)
             self.groups.append(KVGroup(spec=gs, layers=layers, dtype_name=dtype_name, copy_dtype=copy_dtype))
             self.layers.extend(layers)
         self.by_name: Dict[str, PagedLayer] = {layer.name: layer for layer in self.layers}
         self._event_index: Dict[str, int] = {layer.name: pos for pos, layer in enumerate(self.layers)}
-        first = self.layers[0]
+        attn = [layer for layer in self.layers if not layer.is_state]
+        first = attn[0] if attn else self.layers[0]
         self.device = first.pages.device
         self.block_size = block_size
-        kbs = {layer.block_size for layer in self.layers}
-        kb = first.block_size
+        kbs = {layer.block_size for layer in attn} or {block_size}  # (a state page is one per vLLM block)
+        kb = first.block_size if attn else block_size
         if len(kbs) != 1 or kb <= 0 or block_size % kb:
             raise ValueError(f"the KV caches have kernel blocks of {sorted(kbs)} tokens: PTStoreConnector needs one "
                              f"kernel block size dividing vLLM's block_size {block_size}")
@@ -364,15 +431,23 @@ class PagedKV:
 
     @property
     def kernel_block_size(self) -> int:
-        return self.layers[0].block_size
+        return self.block_size // self.kernel_per_block
 
     @property
     def dtype_name(self) -> str:
-        return self.groups[0].dtype_name
+        return self._attn_group.dtype_name
 
     @property
     def copy_dtype(self) -> Any:
-        return self.groups[0].copy_dtype
+        return self._attn_group.copy_dtype
+
+    @property
+    def _attn_group(self) -> KVGroup:
+        return next((g for g in self.groups if g.kind != "state"), self.groups[0])
+
+    @property
+    def state_groups(self) -> List[KVGroup]:
+        return [g for g in self.groups if g.kind == "state"]
 
     def event_index(self, name: str) -> int:
         """The layer's position in :attr:`layers` (the per-layer load events)."""

@@ -68,6 +68,8 @@ V = standins.import_vllm(extra=(
     "vllm.v1.attention.backends.cpu_attn", "vllm.v1.attention.backends.rocm_attn",
     "vllm.v1.attention.backends.rocm_aiter_fa", "vllm.v1.attention.backends.rocm_aiter_unified_attn",
     "vllm.v1.attention.backends.mla.triton_mla", "vllm.v1.attention.backends.mla.flashmla",
+    # Mamba state: the model runner's align-mode copies and the state copy functions of vLLM's Mamba2 layers
+    "vllm.v1.worker.mamba_utils", "vllm.model_executor.layers.mamba.mamba_utils", "vllm.v1.utils",
 ))
 
 import torch  # noqa: E402
@@ -89,7 +91,10 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
 from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor,  # noqa: E402
-                                        MLAAttentionSpec, SlidingWindowSpec)
+                                        MambaSpec, MLAAttentionSpec, SlidingWindowSpec)
+from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator  # noqa: E402
+from vllm.v1.utils import CpuGpuBuffer  # noqa: E402
+from vllm.v1.worker import mamba_utils  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
@@ -181,12 +186,14 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
                 extra: Optional[Dict[str, Any]] = None, kv_role: str = "kv_both",
                 kv_load_failure_policy: Optional[str] = None, async_scheduling: bool = False,
                 max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN",
-                kv_events: bool = False, tp: int = 1, hma: Optional[bool] = None) -> Any:
+                kv_events: bool = False, tp: int = 1, hma: Optional[bool] = None, mamba_mode: str = "") -> Any:
     """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it.
 
     `hma`: None, vLLM decides whether its hybrid KV cache manager runs (on a platform that supports it, as
     CUDA and CPU do, and only for a connector that subclasses SupportsHMA); False:
-    ``--disable-hybrid-kv-cache-manager``."""
+    ``--disable-hybrid-kv-cache-manager``. `mamba_mode`: a model with Mamba layers, vLLM's mamba_cache_mode
+    ("all" or "align", as MambaModelConfig sets it with prefix caching on) and mamba_block_size (the block
+    size)."""
     ktc: Dict[str, Any] = dict(kv_connector="PTStoreConnector", kv_connector_module_path="ptstore.vllm",
                                kv_role=kv_role, kv_connector_extra_config={"socket": socket, **(extra or {})})
     if kv_load_failure_policy is not None:
@@ -198,10 +205,14 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
     saved = current_platform.support_hybrid_kv_cache
     current_platform.support_hybrid_kv_cache = lambda: True  # type: ignore[method-assign]
     try:
-        return _vllm_config(ktc, layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
-                            dtype=dtype, async_scheduling=async_scheduling,
-                            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, backend=backend,
-                            kv_events=kv_events, tp=tp, hma=hma)
+        cfg = _vllm_config(ktc, layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
+                           dtype=dtype, async_scheduling=async_scheduling,
+                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, backend=backend,
+                           kv_events=kv_events, tp=tp, hma=hma)
+        if mamba_mode:
+            cfg.cache_config.mamba_cache_mode = mamba_mode
+            cfg.cache_config.mamba_block_size = block_size
+        return cfg
     finally:
         current_platform.support_hybrid_kv_cache = saved  # type: ignore[method-assign]
 
@@ -241,8 +252,22 @@ def kv_cache_config(*, layers: int, kv_heads: int, head_size: int, block_size: i
                          kv_cache_groups=[KVCacheGroupSpec(names, spec)])
 
 
-def layer_spec(kind: str, *, block_size: int, kv_heads: int, head_size: int, dtype: str, window: int) -> Any:
-    """The KV cache spec vLLM's attention layer of `kind` gives (Attention.get_kv_cache_spec)."""
+def state_shapes(kv_heads: int) -> Tuple[Tuple[Tuple[int, ...], ...], Tuple[Any, ...]]:
+    """(shapes, dtypes) of a stand-in Mamba2 layer's state on one tensor-parallel rank, as vLLM's
+    MambaStateShapeCalculator.mamba2_state_shape gives them: the conv state (conv kernel - 1, conv dim) and the
+    SSM state (heads, head dim, state size), both split over the ranks like the KV heads."""
+    return ((3, 12 * kv_heads), (kv_heads, 8, 8)), (torch.float16, torch.float32)
+
+
+def layer_spec(kind: str, *, block_size: int, kv_heads: int, head_size: int, dtype: str, window: int,
+               mamba_mode: str = "all", page: int = 0) -> Any:
+    """The KV cache spec vLLM's attention layer of `kind` gives (Attention.get_kv_cache_spec); "state": a Mamba2
+    layer's (MambaMixer2.get_kv_cache_spec) with its page padded to `page`, the attention layers' page, as
+    vLLM's HybridAttentionMambaModelConfig pads it."""
+    if kind == "state":
+        shapes, dtypes = state_shapes(kv_heads)
+        return MambaSpec(block_size=block_size, shapes=shapes, dtypes=dtypes, page_size_padded=page or None,
+                         mamba_cache_mode=mamba_mode)
     if kind == "full":
         return FullAttentionSpec(block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
                                  dtype=_DTYPES[dtype])
@@ -255,13 +280,16 @@ def layer_spec(kind: str, *, block_size: int, kv_heads: int, head_size: int, dty
 
 
 def grouped_kv_cache_config(cfg: Any, kinds: Sequence[str], *, kv_heads: int, head_size: int, block_size: int,
-                            dtype: str, window: int, num_blocks: int) -> Any:
+                            dtype: str, window: int, num_blocks: int, mamba_mode: str = "all") -> Any:
     """The KVCacheConfig vLLM makes for a model whose layers have these kinds: vLLM's own get_kv_cache_groups
     (hybrid models: one group per kind and equal group sizes, when its hybrid manager runs; else every layer
     unified to full attention) and get_kv_cache_config_from_groups, with `num_blocks` as
     ``--num-gpu-blocks-override``."""
+    page = FullAttentionSpec(block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
+                             dtype=_DTYPES[dtype]).page_size_bytes
     specs = {name: layer_spec(k, block_size=block_size, kv_heads=kv_heads, head_size=head_size, dtype=dtype,
-                              window=window) for name, k in zip(layer_names(len(kinds)), kinds)}
+                              window=window, mamba_mode=mamba_mode, page=page)
+             for name, k in zip(layer_names(len(kinds)), kinds)}
     groups = get_kv_cache_groups(cfg, specs)
     cfg.cache_config.num_gpu_blocks_override = num_blocks
     page = max(g.kv_cache_spec.page_size_bytes for g in groups)
@@ -304,6 +332,7 @@ class Oracle:
         self.layers, self.kv_heads, self.head_size, self.parts = layers, kv_heads, head_size, parts
         self.dtype = _DTYPES[dtype]
         self._cache: Dict[bytes, torch.Tensor] = {}
+        self._states: Dict[bytes, List[torch.Tensor]] = {}
 
     def _prefix_keys(self, tokens: Sequence[int], isolation: str) -> List[bytes]:
         h = hashlib.blake2b(isolation.encode(), digest_size=16).digest()
@@ -328,6 +357,19 @@ class Oracle:
         if not rows:
             return torch.empty((0, self.layers, self.parts, self.kv_heads, self.head_size), dtype=self.dtype)
         return torch.stack(rows)
+
+    def state(self, tokens: Sequence[int], layer: int, shapes: Any, dtypes: Any, rank: int = 0,
+              isolation: str = "") -> List[torch.Tensor]:
+        """A Mamba layer's state tensors after the prefix `tokens` (on tensor-parallel rank `rank`)."""
+        keys = self._prefix_keys(tokens, isolation)
+        key = (keys[-1] if keys else b"") + bytes([layer, rank])
+        got = self._states.get(key)
+        if got is None:
+            rng = np.random.default_rng(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
+            got = [torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dt)
+                   for shape, dt in zip(shapes, dtypes)]
+            self._states[key] = got
+        return got
 
     def next_token(self, tokens: Sequence[int], isolation: str = "") -> int:
         key = self._prefix_keys(tokens[-1:], isolation + repr(len(tokens)) + repr(list(tokens[-8:])))[-1]
@@ -387,6 +429,17 @@ class StandInAttention(torch.nn.Module):
         return self.attn_backend
 
 
+class StandInMamba(torch.nn.Module):
+    """A Mamba2 layer as vLLM's MambaMixer2 appears to the model runner and the connector: in
+    static_forward_context under its layer name with ``kv_cache`` bound to its state tensors (vLLM runs it
+    without maybe_transfer_kv_layer: no per-layer connector call)."""
+
+    def __init__(self, name: str, index: int, group: int, spec: Any) -> None:
+        super().__init__()
+        self.layer_name, self.index, self.group, self.spec = name, index, group, spec
+        self.kv_cache: Any = None
+
+
 @maybe_transfer_kv_layer
 def attention_forward(step: "_Step", layer_name: str) -> None:
     """Writes the step's new K/V into the pages, then checks every context token's K/V against the oracle."""
@@ -401,6 +454,10 @@ class _WorkerReq:
     num_computed: int
     isolation: str
     num_prompt: int = 0
+
+    @property
+    def num_computed_tokens(self) -> int:  # (vLLM's CachedRequestState, which preprocess_mamba reads)
+        return self.num_computed
 
 
 @dataclass
@@ -432,6 +489,40 @@ class _Step:
                 if bad:
                     vb = w.block_size
                     self.mismatches.setdefault(req.req_id, set()).update(ids[(lo + p) // vb] for p in bad)
+
+    def mamba(self, layer_name: str) -> None:
+        """A stand-in Mamba layer: reads each request's initial state where vLLM's kernels read it (mode all:
+        the block of its last computed token; align: the running-state block vLLM's preprocess_mamba filled),
+        checks it is the model's state after the computed prefix, and writes its states where vLLM's kernels
+        write them (all: every whole block's and the last; align: the running-state block)."""
+        w = self.worker
+        layer = w.mamba_layers[layer_name]
+        spec = layer.spec
+        bs, mode = w.block_size, spec.mamba_cache_mode
+        states = layer.kv_cache
+        for req, start, n in self.scheduled:
+            end = start + n
+            ids = req.block_ids[layer.group]
+
+            def model(t: int) -> List[torch.Tensor]:
+                return w.oracle.state(req.tokens[:t], layer.index, spec.shapes, spec.dtypes, w.tp_rank,
+                                      req.isolation)
+
+            running = -(-end // bs) - 1
+            read_at = (-(-start // bs) - 1) if mode == "all" else running
+            if start > 0:
+                blk = ids[read_at]
+                assert blk != 0, f"{req.req_id}: the state block {read_at} is vLLM's null block: {ids}"
+                want = model(start)
+                if any(not torch.equal(t[blk], v) for t, v in zip(states, want)):
+                    self.mismatches.setdefault(req.req_id, set()).add(blk)
+            writes = [running] if mode == "align" else \
+                sorted({p // bs - 1 for p in range(start + 1, end + 1) if p % bs == 0} | {running})
+            for i in writes:
+                t_end = min(end, (i + 1) * bs)
+                assert ids[i] != 0, f"{req.req_id}: state block {i} is vLLM's null block: {ids}"
+                for t, v in zip(states, model(t_end)):
+                    t[ids[i]] = v
 
     def _model_layer(self, layer: "StandInAttention") -> None:
         """A whole layer of the worker's TinyModel for each request: its new tokens' cache entries go into the
@@ -475,13 +566,20 @@ class Worker:
         self.connector = KVConnectorFactory.create_connector(config=cfg, role=KVConnectorRole.WORKER,
                                                              kv_cache_config=kcc)
         self.layers: Dict[str, StandInAttention] = {}
+        self.mamba_layers: Dict[str, StandInMamba] = {}
         fwd = cfg.compilation_config.static_forward_context
         index = {name: i for i, name in enumerate(layer_names(oracle.layers))}
         group_of = {name: (gi, g.kv_cache_spec) for gi, g in enumerate(groups) for name in g.layer_names}
         kv_caches = self._allocate(kcc, group_of)
-        for name in sorted(kv_caches, key=index.__getitem__):  # the model's layer order (its forward runs them so)
+        self.order = sorted(kv_caches, key=index.__getitem__)  # the model's layer order (its forward runs them so)
+        for name in self.order:
             kv = kv_caches[name]
             gi, spec = group_of[name]
+            if isinstance(spec, MambaSpec):
+                m = StandInMamba(name, index[name], gi, spec)
+                m.kv_cache = kv
+                self.mamba_layers[name] = fwd[name] = m
+                continue
             backend = backend_class(self._backend_name_of(spec))
             window = int(getattr(spec, "sliding_window", 0) or 0) if type(spec).__name__ == "SlidingWindowSpec" else 0
             if type(spec).__name__ == "FullAttentionSpec" and getattr(spec, "sliding_window", None):
@@ -492,6 +590,13 @@ class Worker:
             self.layers[name] = layer
             fwd[name] = layer
         self.kv_caches = kv_caches
+        # vLLM's model runner in mamba_cache_mode align: the running state's block of each request, the copies
+        self.mamba_state_idx: Dict[str, int] = {}
+        self.mamba_copy_bufs = None
+        if any(isinstance(g.kv_cache_spec, MambaSpec) for g in groups):
+            self.mamba_copy_bufs = mamba_utils.MambaCopyBuffers.create(
+                64, kcc, MambaStateCopyFuncCalculator.mamba2_state_copy_func(),
+                lambda n, dtype: CpuGpuBuffer(n, dtype=dtype, device=torch.device("cpu"), pin_memory=False))
         with self.active(), self._parallel_ranks():
             self.connector.register_kv_caches(kv_caches)
         self.reqs: Dict[str, _WorkerReq] = {}
@@ -512,21 +617,33 @@ class Worker:
     def _backend_name_of(self, spec: Any) -> str:
         return self.mla_backend_name if type(spec).__name__ == "MLAAttentionSpec" else self.backend_name
 
-    def _allocate(self, kcc: Any, group_of: Dict[str, Tuple[int, Any]]) -> Dict[str, torch.Tensor]:
+    def _allocate(self, kcc: Any, group_of: Dict[str, Tuple[int, Any]]) -> Dict[str, Any]:
         """As GPUModelRunner._reshape_kv_cache_tensors: one raw buffer per KVCacheTensor (shared by one layer of
         each group in a hybrid model), viewed by each layer that shares it as its backend's shape at the kernel
-        block size, laid out in the backend's stride order, seen in its logical order (NaN-filled: an unwritten
-        page is never equal)."""
-        out: Dict[str, torch.Tensor] = {}
+        block size, laid out in the backend's stride order, seen in its logical order; a Mamba layer's as its
+        state tensors, one after the other in each block's page; with both, the attention caches laid out
+        block-first (_update_hybrid_attention_mamba_layout). Filled with 0xff bytes (NaN in fp16 and fp32: an
+        unwritten page is never equal)."""
+        out: Dict[str, Any] = {}
         for t in kcc.kv_cache_tensors:
-            dtype = group_of[t.shared_by[0]][1].dtype
-            esize = torch.empty((), dtype=dtype).element_size()
-            raw = torch.full((t.size // esize,), float("nan"), dtype=dtype)
+            raw = torch.full((t.size,), 255, dtype=torch.uint8)
             for name in t.shared_by:
                 spec = group_of[name][1]
+                num_blocks = t.size // spec.page_size_bytes
+                if isinstance(spec, MambaSpec):
+                    states, offset = [], 0
+                    for shape, dtype in zip(spec.shapes, spec.dtypes):
+                        esize = torch.empty((), dtype=dtype).element_size()
+                        target = (num_blocks, *shape)
+                        stride = torch.empty(target).stride()
+                        states.append(torch.as_strided(raw.view(dtype), size=target,
+                                                       stride=(spec.page_size_bytes // esize, *stride[1:]),
+                                                       storage_offset=offset // esize))
+                        offset += stride[0] * esize
+                    out[name] = states
+                    continue
                 backend = backend_class(self._backend_name_of(spec))
                 per = spec.block_size // self.kernel_block_size
-                num_blocks = t.size // spec.page_size_bytes
                 shape = backend.get_kv_cache_shape(num_blocks * per, self.kernel_block_size, spec.num_kv_heads,
                                                    spec.head_size, cache_dtype_str="auto")
                 try:
@@ -537,8 +654,18 @@ class Worker:
                 n = 1
                 for d in shape:
                     n *= d
-                physical = raw[:n].view(tuple(shape[i] for i in order))
+                physical = raw.view(spec.dtype)[:n].view(tuple(shape[i] for i in order))
                 out[name] = physical.permute(*[order.index(i) for i in range(len(order))])
+        if any(isinstance(s, MambaSpec) for _, s in group_of.values()):
+            for name, (_, spec) in group_of.items():
+                if isinstance(spec, MambaSpec):
+                    continue
+                backend = backend_class(self._backend_name_of(spec))
+                if backend.get_kv_cache_block_dim(self.kernel_block_size, spec.num_kv_heads, spec.head_size,
+                                                  cache_dtype_str="auto") == 1:  # (2, blocks, ...) -> block-first
+                    kv = out[name]
+                    hidden = kv.shape[2:].numel()
+                    kv.as_strided_(size=kv.shape, stride=(hidden, 2 * hidden, *kv.stride()[2:]))
         return out
 
     def kernel_slots(self, block_ids: Sequence[int], start: int, end: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -619,6 +746,8 @@ class Worker:
         with self.active():
             if so.total_num_scheduled_tokens == 0:
                 return KVConnectorModelRunnerMixin.kv_connector_no_forward(so, self.cfg)
+            if self.mamba_copy_bufs is not None and self.cfg.cache_config.mamba_cache_mode == "align":
+                self._preprocess_mamba(so)
             scheduled = []
             for rid, n in so.num_scheduled_tokens.items():
                 r = self.reqs[rid]
@@ -635,8 +764,10 @@ class Worker:
             with set_forward_context(attn_metadata, self.cfg,
                                      slot_mapping={n: slots[a.group] for n, a in self.layers.items()}):
                 with KVConnectorModelRunnerMixin._get_kv_connector_output(so) as kvo:
-                    for name in self.layers:
-                        if self.graph_replay:  # a captured FULL CUDA graph: no Python around the layers
+                    for name in self.order:
+                        if name in self.mamba_layers:  # (vLLM's Mamba layers: no per-layer connector call)
+                            step.mamba(name)
+                        elif self.graph_replay:  # a captured FULL CUDA graph: no Python around the layers
                             step.attend(name)
                         else:
                             attention_forward(step, name)
@@ -669,6 +800,27 @@ class Worker:
                                  pooler_output=[], kv_connector_output=kvo)
 
 
+    def _preprocess_mamba(self, so: Any) -> None:
+        """vLLM's preprocess_mamba (align mode, before the forward): each request's previous running state into
+        this step's running-state block. Its copy kernel (Triton's batch_memcpy, not here) is done on the host
+        with the addresses vLLM's code computed."""
+        import ctypes
+
+        def host_memcpy(src: Any, dst: Any, sizes: Any) -> None:
+            for a, b, n in zip(src.tolist(), dst.tolist(), sizes.tolist()):
+                ctypes.memmove(int(b), int(a), int(n))
+
+        batch = types.SimpleNamespace(req_ids=list(so.num_scheduled_tokens),
+                                      num_accepted_tokens_cpu=np.ones(len(so.num_scheduled_tokens), dtype=np.int32))
+        saved = mamba_utils.batch_memcpy
+        mamba_utils.batch_memcpy = host_memcpy
+        try:
+            mamba_utils.preprocess_mamba(so, self.kcc, self.cfg.cache_config, self.mamba_state_idx, batch, self.reqs,
+                                         self.cfg.compilation_config.static_forward_context,
+                                         MambaStateCopyFuncCalculator.mamba2_state_copy_func(), self.mamba_copy_bufs)
+        finally:
+            mamba_utils.batch_memcpy = saved
+
     def _slot_mapping(self, block_ids: List[int], start: int, n: int) -> torch.Tensor:
         pos = torch.arange(start, start + n)
         ids = torch.as_tensor(block_ids, dtype=torch.int64)
@@ -689,11 +841,12 @@ class Engine:
                  max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
                  encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1,
                  layer_kinds: Optional[Sequence[str]] = None, window: int = 0, hma: Optional[bool] = None,
-                 mla_backend: str = "TRITON_MLA", model: Any = None) -> None:
+                 mla_backend: str = "TRITON_MLA", model: Any = None, mamba_mode: str = "all") -> None:
         """`layer_kinds`: each layer's attention, "full", "window" (a sliding window of `window` tokens) or
         "latent" (MLA: a latent vector of `head_size`), for hybrid and MLA models; None: every layer full, one
         KV cache group as before vLLM's hybrid manager. `hma`: see vllm_config. `model`: a TinyModel
-        (tiny_model.py) the worker runs instead of the stand-in model (its kinds, window and cache geometry)."""
+        (tiny_model.py) the worker runs instead of the stand-in model (its kinds, window and cache geometry).
+        A "state" layer is a Mamba2 layer (MambaSpec) in vLLM's `mamba_mode` ("all" or "align")."""
         if model is not None:
             assert tp == 1 and not async_scheduling, "the TinyModel runs on one worker, synchronously scheduled"
             layer_kinds, window = model.kinds, model.window
@@ -701,11 +854,12 @@ class Engine:
             dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[model.kv_dtype]
         if layer_kinds is not None:
             layers = len(layer_kinds)
+        has_state = layer_kinds is not None and "state" in layer_kinds
         self.cfg = vllm_config(socket=socket, layers=layers, kv_heads=kv_heads, head_size=head_size,
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
                                max_num_batched_tokens=max_num_batched_tokens, backend=backend, kv_events=kv_events,
-                               tp=tp, hma=hma)
+                               tp=tp, hma=hma, mamba_mode=mamba_mode if has_state else "")
         latent = layer_kinds is not None and "latent" in layer_kinds
         if latent and set(layer_kinds or ()) != {"latent"}:
             raise ValueError("an MLA model's layers are all latent")
@@ -716,7 +870,7 @@ class Engine:
         else:
             self.kcc = grouped_kv_cache_config(self.cfg, layer_kinds, kv_heads=max(1, kv_heads // tp),
                                                head_size=head_size, block_size=block_size, dtype=dtype,
-                                               window=window, num_blocks=num_blocks)
+                                               window=window, num_blocks=num_blocks, mamba_mode=mamba_mode)
         self.cfg.cache_config.num_gpu_blocks = self.kcc.num_blocks
         self.block_size = block_size
         self.oracle = oracle or (Oracle(layers, 1, head_size, dtype, parts=1) if latent
@@ -837,7 +991,7 @@ class Engine:
     def close(self) -> None:
         for w in self.workers:
             w.connector.shutdown()
-            for name in w.layers:
+            for name in [*w.layers, *w.mamba_layers]:
                 w.cfg.compilation_config.static_forward_context.pop(name, None)
         self.scheduler.connector.shutdown()
 
