@@ -234,3 +234,22 @@ def test_mamba_specs_it_cannot_store_are_refused_at_start_by_name(daemon):
                               kv_cache_groups=[E.KVCacheGroupSpec(["model.layers.0.mixer"], spec)])
         with pytest.raises(ValueError, match=what):
             E.KVConnectorFactory.create_connector(config=cfg, role=E.KVConnectorRole.SCHEDULER, kv_cache_config=kcc)
+
+
+@pytest.mark.parametrize("mamba_mode", ["all", "align"])
+def test_a_chats_next_turn_hits_its_history_with_the_state_after_it(engines, ns, client, mamba_mode,
+                                                                      lifted_assertion):
+    """Generated tokens (save_generated): the blocks decoding completes are saved in the step that completes
+    them, with the state vLLM holds there, so the next turn of a conversation loads its whole history and
+    its Mamba layers start from the state after it."""
+    kw = dict(layer_kinds=MAMBA, mamba_mode=mamba_mode, max_num_batched_tokens=64)
+    a, b = engines(ns, **kw), engines(ns, **kw)
+    ra = a.saved(prompt(70), max_tokens=40)
+    history = list(ra.all_token_ids)  # 110 tokens: 6 whole blocks computed (the last sampled token has no KV)
+    assert params(a, ra)["saved_tokens"] == 96
+    assert 5 in valid_state_blocks(client, ns, history)  # block 5 completed by a decode step
+    assert_stored_states_are_the_models(client, a, ns, history)
+    rb = b.add(history + [7, 8], max_tokens=2)
+    b.run()
+    finished_ok(b, rb)
+    assert params(b, rb)["loaded_tokens"] == 96

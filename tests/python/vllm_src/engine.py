@@ -30,7 +30,12 @@ Hybrid and MLA models (``layer_kinds``): each layer's KV cache spec is the one v
 get_kv_cache_groups / get_kv_cache_config_from_groups with its hybrid manager on (as on CUDA or CPU
 platforms: the connector is SupportsHMA) or off (``hma=False``); the caches of a group share vLLM's tensors
 as its runner allocates them, a sliding-window layer attends (and is checked) over its window only, and an
-MLA layer's cache is the backend's 3-D latent cache. With ``model`` (a TinyModel, tiny_model.py) the
+MLA layer's cache is the backend's 3-D latent cache. A "state" layer is a stand-in Mamba2 layer (vLLM's
+MambaSpec, conv and SSM state tensors in each block's page as its runner allocates them, the attention
+caches then laid out block-first): it runs without a per-layer connector call, as vLLM's Mamba layers
+do, reads its initial state where vLLM's kernels read it (mamba_cache_mode all: the block of the last
+computed token; align: the running-state block, after vLLM's own preprocess_mamba) and checks it against
+the model's state after the computed prefix. With ``model`` (a TinyModel, tiny_model.py) the
 worker runs a small transformer over the pages instead of the stand-in model and keeps its logits.
 
 Only the model's configuration is given as data: ``ModelConfig`` is built as
@@ -260,12 +265,12 @@ def state_shapes(kv_heads: int) -> Tuple[Tuple[Tuple[int, ...], ...], Tuple[Any,
 
 
 def layer_spec(kind: str, *, block_size: int, kv_heads: int, head_size: int, dtype: str, window: int,
-               mamba_mode: str = "all", page: int = 0) -> Any:
+               mamba_mode: str = "all", page: int = 0, states: Any = None) -> Any:
     """The KV cache spec vLLM's attention layer of `kind` gives (Attention.get_kv_cache_spec); "state": a Mamba2
     layer's (MambaMixer2.get_kv_cache_spec) with its page padded to `page`, the attention layers' page, as
-    vLLM's HybridAttentionMambaModelConfig pads it."""
+    vLLM's HybridAttentionMambaModelConfig pads it; `states`: its (shapes, dtypes), default state_shapes."""
     if kind == "state":
-        shapes, dtypes = state_shapes(kv_heads)
+        shapes, dtypes = states or state_shapes(kv_heads)
         return MambaSpec(block_size=block_size, shapes=shapes, dtypes=dtypes, page_size_padded=page or None,
                          mamba_cache_mode=mamba_mode)
     if kind == "full":
@@ -280,7 +285,8 @@ def layer_spec(kind: str, *, block_size: int, kv_heads: int, head_size: int, dty
 
 
 def grouped_kv_cache_config(cfg: Any, kinds: Sequence[str], *, kv_heads: int, head_size: int, block_size: int,
-                            dtype: str, window: int, num_blocks: int, mamba_mode: str = "all") -> Any:
+                            dtype: str, window: int, num_blocks: int, mamba_mode: str = "all",
+                            states: Any = None) -> Any:
     """The KVCacheConfig vLLM makes for a model whose layers have these kinds: vLLM's own get_kv_cache_groups
     (hybrid models: one group per kind and equal group sizes, when its hybrid manager runs; else every layer
     unified to full attention) and get_kv_cache_config_from_groups, with `num_blocks` as
@@ -288,7 +294,7 @@ def grouped_kv_cache_config(cfg: Any, kinds: Sequence[str], *, kv_heads: int, he
     page = FullAttentionSpec(block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
                              dtype=_DTYPES[dtype]).page_size_bytes
     specs = {name: layer_spec(k, block_size=block_size, kv_heads=kv_heads, head_size=head_size, dtype=dtype,
-                              window=window, mamba_mode=mamba_mode, page=page)
+                              window=window, mamba_mode=mamba_mode, page=page, states=states)
              for name, k in zip(layer_names(len(kinds)), kinds)}
     groups = get_kv_cache_groups(cfg, specs)
     cfg.cache_config.num_gpu_blocks_override = num_blocks
@@ -841,12 +847,14 @@ class Engine:
                  max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
                  encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1,
                  layer_kinds: Optional[Sequence[str]] = None, window: int = 0, hma: Optional[bool] = None,
-                 mla_backend: str = "TRITON_MLA", model: Any = None, mamba_mode: str = "all") -> None:
+                 mla_backend: str = "TRITON_MLA", model: Any = None, mamba_mode: str = "all",
+                 states: Any = None) -> None:
         """`layer_kinds`: each layer's attention, "full", "window" (a sliding window of `window` tokens) or
         "latent" (MLA: a latent vector of `head_size`), for hybrid and MLA models; None: every layer full, one
         KV cache group as before vLLM's hybrid manager. `hma`: see vllm_config. `model`: a TinyModel
         (tiny_model.py) the worker runs instead of the stand-in model (its kinds, window and cache geometry).
-        A "state" layer is a Mamba2 layer (MambaSpec) in vLLM's `mamba_mode` ("all" or "align")."""
+        A "state" layer is a Mamba2 layer (MambaSpec) in vLLM's `mamba_mode` ("all" or "align"), its state
+        tensors' (shapes, dtypes) `states` (default: state_shapes of the rank's KV heads)."""
         if model is not None:
             assert tp == 1 and not async_scheduling, "the TinyModel runs on one worker, synchronously scheduled"
             layer_kinds, window = model.kinds, model.window
@@ -870,7 +878,8 @@ class Engine:
         else:
             self.kcc = grouped_kv_cache_config(self.cfg, layer_kinds, kv_heads=max(1, kv_heads // tp),
                                                head_size=head_size, block_size=block_size, dtype=dtype,
-                                               window=window, num_blocks=num_blocks, mamba_mode=mamba_mode)
+                                               window=window, num_blocks=num_blocks, mamba_mode=mamba_mode,
+                                               states=states)
         self.cfg.cache_config.num_gpu_blocks = self.kcc.num_blocks
         self.block_size = block_size
         self.oracle = oracle or (Oracle(layers, 1, head_size, dtype, parts=1) if latent
