@@ -109,8 +109,8 @@ struct PeerFetchReply {
     uint64_t length = 0;
   };
   struct Segment {
-    uint64_t blocks = 0;        // blocks the owner has, from start_block
-    bool gone = false;          // it holds none of them any more
+    uint64_t blocks = 0;        // blocks the owner sends, from start_block
+    bool gone = false;          // it does not hold the segment's blocks past those (along the prompt)
     std::vector<Piece> pieces;  // rma only
   };
   std::vector<Segment> segments;

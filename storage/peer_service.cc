@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 
 #include "core/logging.h"
@@ -225,12 +226,18 @@ Status Cluster::ServeFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const
     }
     const uint64_t got_end = pin->matched_tokens / bt;
     if (pin->lease_id) leases.push_back(pin->lease_id);
-    if (got_end <= seg.start_block) {
-      // Nothing to send: gone when this node's index no longer has them.
-      Result<Ownership> o = store_->Resolve(ns, prompt);
-      rep.segments[i].gone = !o.ok() || o->blocks <= seg.start_block;
-      continue;
+    if (got_end < end) {
+      // Short: the blocks past what was pinned are gone when this node does
+      // not hold them along `prompt` (its index stops, or names another
+      // owner there), not when the pin was only cut (DRAM full of pins).
+      // The requester's run of this node's blocks may go on along a branch
+      // this node lost (killed before it reached SSD, unannounced): it then
+      // keeps the head sent here and drops the tail, where a reply of no
+      // use to it would fail every load through the head.
+      Result<bool> held = store_->Holds(ns, prompt, std::max(got_end, seg.start_block));
+      rep.segments[i].gone = !held.ok() || !*held;
     }
+    if (got_end <= seg.start_block) continue;  // nothing to send
     rep.segments[i].blocks = got_end - seg.start_block;
     extents[i] = std::move(pin->extents);
     if (rma) {

@@ -54,7 +54,7 @@ struct FetchSegment {
   uint64_t end_block = 0;
   uint64_t arena_offset = 0;   // destination of block start_block
   uint64_t fetched_blocks = 0; // set by the fetcher: blocks that arrived, from start_block
-  bool gone = false;           // set by the fetcher: the owner does not hold them any more
+  bool gone = false;           // set by the fetcher: the owner does not hold the blocks past fetched_blocks
 };
 
 // Everything one load needs from one owner: one request carries it all.
@@ -70,7 +70,8 @@ class RemoteFetcher {
   // up to the last segment's end) in namespace `ns`, all owners in
   // parallel, writing block bytes into this node's arena. Returns when
   // every request has finished or failed; failures only leave
-  // fetched_blocks short (a dead owner, a deadline) or set `gone`.
+  // fetched_blocks short (a dead owner, a deadline), or set `gone` (the
+  // owner does not hold the blocks past fetched_blocks, which may be 0).
   // Called without the store's lock, from any thread.
   virtual void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens,
                      std::vector<FetchRequest>& requests) = 0;

@@ -316,6 +316,10 @@ class Store {
   // Takes `t` (and what hangs below it) out of the index; `t` itself stays
   // allocated for the caller, who frees it with MaybeDestroyLocked.
   void DropFromIndexLocked(Tensor* t);
+  // Keeps the first `blocks` blocks of `t`'s nodes in the index and takes
+  // the rest (and what hangs below it) out; `keys` are the chain keys of
+  // `t`'s prefix up to its last block.
+  void KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey> keys);
   // Rebuilds namespaces and the index from the segments (store_recovery.cc).
   Status RecoverLocked();
   void RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result);

@@ -166,6 +166,25 @@ Result<bool> Store::Holds(const std::string& ns_name, std::span<const uint32_t> 
   return true;
 }
 
+void Store::KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey> keys) {
+  if (t->nodes.empty() || blocks == 0) return;
+  const uint64_t end = t->nodes.front()->start_block + blocks;
+  if (keys.size() < end) return;
+  RadixTree& tree = *t->ns->tree;
+  for (RadixNode* n : std::vector<RadixNode*>(t->nodes)) {
+    const uint64_t n_blocks = tree.blocks_of(n);
+    if (n->start_block + n_blocks <= end) continue;
+    // `n` holds block `end`: cut it there (its upper part stays), and the
+    // rest of the chain, below it, goes with it.
+    if (n->start_block < end) tree.Split(n, end - n->start_block, keys[end - 1]);
+    t->holds++;  // the caller still uses it
+    RemoveResult ignored;
+    RemoveSubtreeLocked(t->ns, n, &ignored);
+    t->holds--;
+    return;
+  }
+}
+
 Result<HeldIncrement> Store::PrefixOf(const std::string& ns_name, const ChainKey& key) const {
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
@@ -228,6 +247,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     bool keep;
     std::vector<uint32_t> names;  // the tensor's own prefix, up to its last block
     size_t group = 0, request = 0, segment = 0;
+    std::vector<ChainKey> keys;   // of `names`, when only a head of it came (KeepHeadLocked)
   };
   // One fetch names its segments by one prompt, and an owner matches each
   // segment's blocks along that prompt. The tensors of a pin need not lie
@@ -268,7 +288,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     const uint64_t first = t->nodes.front()->start_block;
     std::vector<uint32_t> names = PrefixTokensLocked(t->nodes.back());
     names.resize(std::min<uint64_t>(names.size(), (first + blocks) * bt));
-    jobs.push_back(Job{t, *off, blocks, keep, std::move(names)});
+    jobs.push_back(Job{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
   }
   // The groups' names: the longest prefixes first, each shorter one a
   // group of its own only if no longer one begins with it. Then every job,
@@ -302,23 +322,41 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     j.segment = req.segments.size() - 1;
   }
   RemoteFetcher* fetcher = fetcher_;
+  const ChainKey root = ns.root_key;
   if (!jobs.empty() && fetcher != nullptr) {
     lk.unlock();
     for (Group& g : groups) fetcher->Fetch(def, g.names, g.requests);
+    for (Job& j : jobs) {
+      const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
+      if (seg.gone && seg.fetched_blocks > 0 && seg.fetched_blocks < j.blocks) j.keys = ChainKeys(root, j.names, bt);
+    }
     lk.lock();
   }
   for (const Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
     const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
-    const bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
-    if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
+    bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
+    if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
+      // The owner sent the head of the run and holds no more of it along
+      // the tensor's prefix: this node's remote tensor goes on where the
+      // owner's data does not (a branch the owner lost without a removal,
+      // killed before it reached SSD, while this node had learnt the run
+      // as one). The tail leaves this node's index; the head is served.
+      PTS_INFO("cluster", "node " << t->owner << " holds only blocks [" << seg.start_block << ", "
+                                  << seg.start_block + seg.fetched_blocks << ") of its run [" << seg.start_block
+                                  << ", " << seg.end_block << ") in '" << def.info.name
+                                  << "' known here: dropping the rest from the index");
+      KeepHeadLocked(t, seg.fetched_blocks, j.keys);
+      complete = LiveTokens(*t) / bt == seg.fetched_blocks;
+    }
+    if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == seg.fetched_blocks) {
       t->in_dram = true;
       t->arena_offset = j.off;
       t->allocated = alloc_.AllocatedSize(j.off);
       stats_.replica_bytes += t->allocated;
       stats_.remote_fetches++;
-      stats_.remote_fetch_bytes += j.blocks * bb;
+      stats_.remote_fetch_bytes += seg.fetched_blocks * bb;
       if (j.keep) {
         t->priority = std::max(t->priority, gdsf_.Priority(*t));
         queue_[static_cast<int>(CacheClass::kReplica)].Add(t);
@@ -332,7 +370,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
       alloc_.Free(j.off);
       if (!complete) {
         stats_.remote_fetch_failures++;
-        if (seg.gone && t->in_index) {
+        if (seg.gone && seg.fetched_blocks == 0 && t->in_index) {
           PTS_INFO("cluster", "node " << t->owner << " no longer holds blocks [" << seg.start_block << ", "
                                       << seg.end_block << ") of a prefix in '" << def.info.name
                                       << "': dropping them from the index");

@@ -227,6 +227,53 @@ TEST_P(ClusterTest, ASaveOverDataItsOwnerLostStoresItAgain) {
   EXPECT_EQ(LoadAndCheck(**c1, question), question.size());
 }
 
+// Node 1 learns a document and a question on it, both node 0's, from one
+// shard answer: one remote increment, one run of node 0's blocks. Node 0 is
+// killed with the document on its SSD tier and the question in DRAM only: it
+// comes back with the document alone, and nobody tells node 1 that the
+// question is gone. Node 0 saves another question on the document; node 1
+// files it below the document, splitting its remote increment, which keeps
+// the first question as its tail. Node 1's load of the new question fetches
+// the document as that increment, named by the first question's tokens, of
+// which the owner holds only the document: before the fix it got none of
+// it, load after load, and its own save of the prompt stored nothing (the
+// owner does hold the document). The soak's final check met this
+// (docs/soak.md).
+TEST_P(ClusterTest, ARunWhoseBranchItsRestartedOwnerLostStillLoads) {
+  StartTwoWithSsdOnNode0();
+  if (HasFatalFailure()) return;
+  const auto doc = PromptShardedTo(0, {0, 1}, 128, 9000);  // indexed by node 0
+  Save(client(0), doc);
+  clients_[0].reset();
+  ASSERT_EQ(cluster_->Stop(0), 0);  // SIGTERM: the document goes to SSD
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  auto c0 = cluster_->Connect(0);
+  ASSERT_TRUE(c0.ok());
+  const auto q1 = Cat(doc, Gen(9001, 32));
+  Save(**c0, q1);  // the question in DRAM only
+  ASSERT_EQ(client(1).Lookup(kNs, q1)->matched_tokens, q1.size());
+  ASSERT_EQ(client(1).Stats()->remote_tensors, 1u);  // the document and the question as one
+  c0->reset();
+  cluster_->Kill(0);
+  ASSERT_TRUE(cluster_->WaitState(1, 0, MemberState::kDead).ok());
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitConverged().ok());
+  c0 = cluster_->Connect(0);
+  ASSERT_TRUE(c0.ok());
+  ASSERT_EQ((*c0)->Lookup(kNs, q1)->matched_tokens, doc.size());  // the question is gone
+
+  const auto q2 = Cat(doc, Gen(9002, 32));
+  Save(**c0, q2);
+  EXPECT_EQ(LoadAndCheck(client(1), q2), q2.size());
+  auto kv = Kv(q2, 0, q2.size());
+  auto r = client(1).Save(kNs, q2, kv.data(), kv.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(LoadAndCheck(client(1), q2), q2.size());
+  EXPECT_EQ(LoadAndCheck(client(1), q1), doc.size());  // the document, not the lost question
+  EXPECT_EQ(LoadAndCheck(client(1), q2), q2.size());
+}
+
 // An owner frozen (SIGSTOP) while another node loads from it, then woken:
 // the loads after it get its data again, whatever the data path. (Frozen
 // means every thread stopped: kill() returns before that, and an owner
