@@ -22,12 +22,13 @@ class LoadSpec:
     ``start + i * block_size ...`` (in a sliding-window group vLLM's null block 0:
     the group does not keep them, nothing is read; one flat list is one group); ``is_async``: vLLM's ``load_kv_async``
     (reported by ``get_finished``) instead of a load during this step;
-    ``source_tp``: the prefix was saved by a deployment of another
-    tensor-parallel degree: each rank reads its heads from that degree's
-    rank namespaces. ``arena_id``/``extents``: the scheduler pinned the
-    prefix for this load (``extents[r]``: tensor-parallel rank r's
-    namespace, one entry when the ranks share one); a worker mapping the
-    same arena copies it from there without a request of its own.
+    ``source_tp``/``source_pp``: the prefix was saved by a deployment of
+    other tensor/pipeline-parallel degrees: each worker reads its heads of
+    its layers from those degrees' rank namespaces. ``arena_id``/``extents``:
+    the scheduler pinned the prefix for this load (``extents[k]``: worker
+    k's namespace in vLLM's rank order, stage by stage; one per stage when
+    the tensor-parallel ranks share one); a worker mapping the same arena
+    copies it from there without a request of its own.
     ``state_to[g]``: a block of state group ``g`` (vLLM's running-state block
     in mamba_cache_mode ``align``) that gets the loaded last block's state
     too (0 or absent: none).
@@ -40,7 +41,8 @@ class LoadSpec:
     block_ids: List[List[int]]
     is_async: bool = False
     source_tp: int = 0  # the tensor-parallel degree that saved it (0: this deployment's own)
-    # The scheduler's pins of the prefix (pin_hits): their arena (Client.arena_id) and, per rank namespace, the
+    source_pp: int = 0  # and its pipeline-parallel degree (0: this deployment's own)
+    # The scheduler's pins of the prefix (pin_hits): their arena (Client.arena_id) and, per worker namespace, the
     # extents (arena offset, bytes) in prefix order, covering at least tokens [0, end); 0 and empty: none
     arena_id: int = 0
     extents: List[List[Tuple[int, int]]] = field(default_factory=list)

@@ -80,7 +80,8 @@ class _Req:
     block_ids: List[List[int]] = field(default_factory=lambda: [[]])  # per KV cache group
     load_start: int = 0  # the last load: tokens [load_start, load_end) into load_blocks
     load_end: int = 0
-    source_tp: int = 0  # the tensor-parallel degree the last lookup found the prefix in (0: this one's)
+    # the (tensor, pipeline)-parallel degrees the last lookup found the prefix at ((0, 0): this deployment's own)
+    source: Tuple[int, int] = (0, 0)
     load_blocks: List[int] = field(default_factory=list)  # the first group's blocks of the last load
     save_state: int = _NONE
     saves_emitted: int = 0
@@ -126,7 +127,7 @@ class SchedulerSide:
                            "their prefixes and offers no hit until a vLLM takes them")
         self._layouts: Dict[str, Any] = {}  # namespace -> its Layout (the state groups' tag offsets)
         # pin_hits: the scheduler pins the hit in every tensor-parallel rank's namespace (one when they share it)
-        self.pinning = cfg.pin_hits and pp_size == 1
+        self.pinning = cfg.pin_hits
         self._hit_pins: Dict[str, Any] = {}  # req_id -> the pins of the hit it was told of, until a load takes them
         self._step_pins: List[Any] = []  # pins of this step's sync loads
         self._pin_steps: Any = collections.deque()  # those of the last steps: released two steps later
@@ -170,32 +171,40 @@ class SchedulerSide:
     def _lookup_ns(self, ns: str) -> str:
         return rank_namespace(ns, 0, self.tp_size, 0, self.pp_size)
 
-    def _lookup(self, ns: str, tokens: np.ndarray) -> Tuple[int, int]:
-        """(tokens of `tokens` the store holds, the tensor-parallel degree that holds them: 0 for this
-        deployment's own); (0, 0) on a miss. Raises _AskLater while the store is briefly away.
+    def _rank_names(self, ns: str) -> List[str]:
+        """Every worker's namespace of `ns`, in vLLM's rank order (pipeline stage, then tensor-parallel rank)."""
+        return [rank_namespace(ns, r, self.tp_size, p, self.pp_size)
+                for p in range(self.pp_size) for r in range(self.tp_size)]
 
-        This deployment's own rank namespaces first (rank 0's answer stands for all: they save alike); then,
-        without pipeline parallelism, those of other degrees of the same model found in the store, where
-        every rank must hold the prefix (each of this deployment's ranks reads its heads from them)."""
+    def _lookup(self, ns: str, tokens: np.ndarray) -> Tuple[int, Tuple[int, int]]:
+        """(tokens of `tokens` the store holds, the (tensor, pipeline)-parallel degrees that hold them: (0, 0)
+        for this deployment's own); (0, (0, 0)) on a miss. Raises _AskLater while the store is briefly away.
+
+        This deployment's own first (its first worker's namespace stands for all: they save alike); then, for a
+        dense model, the namespaces of other degrees of the same model found in the store, where every one of
+        their workers' namespaces must hold the prefix (each of this deployment's workers reads its heads of
+        its layers from those that hold some)."""
         own = self._lookup_in(self._lookup_ns(ns), tokens)
-        best, source = own, 0
-        # (a Mamba state is split over the ranks in ways that a load does not regroup: same degree only)
-        if self.pp_size == 1 and self.total_kv_heads and own < len(tokens) and not self.state_groups:
-            for n in self._other_degrees(ns):
+        best, source = own, (0, 0)
+        if self.total_kv_heads and own < len(tokens):
+            for n_tp, n_pp in self._other_degrees(ns):
                 hit = len(tokens)
-                for r in range(n):
-                    hit = min(hit, self._lookup_in(rank_namespace(ns, r, n, 0, 1), tokens))
+                for p in range(n_pp):
+                    for r in range(n_tp):
+                        hit = min(hit, self._lookup_in(rank_namespace(ns, r, n_tp, p, n_pp), tokens))
+                        if hit <= best:
+                            break
                     if hit <= best:
                         break
                 if hit > best:
-                    best, source = hit, n
+                    best, source = hit, (n_tp, n_pp)
         return best, source
 
-    def _other_degrees(self, ns: str) -> List[int]:
-        """Tensor-parallel degrees other than this one's (without pipeline parallelism) that have namespaces of
-        `ns` in the store and that split this model's KV heads."""
-        found = {d[0] for d in (rank_degrees(ns, name) for name in self._namespace_names()) if d and d[1] == 1}
-        return sorted(n for n in found if n != self.tp_size and degree_splits(n, self.total_kv_heads))
+    def _other_degrees(self, ns: str) -> List[Tuple[int, int]]:
+        """(tensor, pipeline)-parallel degrees other than this deployment's that have namespaces of `ns` in the
+        store and whose tensor-parallel degree splits this model's KV heads."""
+        found = {d for d in (rank_degrees(ns, name) for name in self._namespace_names()) if d}
+        return sorted(d for d in found if d != (self.tp_size, self.pp_size) and degree_splits(d[0], self.total_kv_heads))
 
     def _namespace_names(self) -> List[str]:
         """The store's namespace names, listed at most once per 5 s (for every namespace of this engine)."""
@@ -262,17 +271,17 @@ class SchedulerSide:
         return load
 
     def _pin_hit(self, st: _Req, tokens: np.ndarray, hit: int) -> int:
-        """Pins the `hit` tokens about to be promised to vLLM (pin_hits), in every tensor-parallel rank's
-        namespace, until the workers copied them; returns what all the pins hold (less when the store lost some
-        since the lookup). Without the arena mapping, or when a pin fails, the workers pin at load time instead
-        (and `hit` stands)."""
+        """Pins the `hit` tokens about to be promised to vLLM (pin_hits), in every worker's namespace (each
+        tensor-parallel rank's of each pipeline stage; one per stage when the ranks share it), until they
+        copied them; returns what all the pins hold (less when the store lost some since the lookup). Without
+        the arena mapping, or when a pin fails, the workers pin at load time instead (and `hit` stands)."""
         client = self.link.get()
         if client is None or not client.mapped:
             return hit
         pins: List[Any] = []
         try:
-            for r in range(self.tp_size):
-                pins.append(client.pin(rank_namespace(st.namespace, r, self.tp_size, 0, self.pp_size), tokens))
+            for name in self._rank_names(st.namespace):
+                pins.append(client.pin(name, tokens))
         except Error as e:
             _unpin(pins)
             if is_link_error(e):
@@ -301,15 +310,14 @@ class SchedulerSide:
                             "one is not; no hit")
             return computed
         try:
-            layout = self._layout_of(client, rank_namespace(st.namespace, 0, self.tp_size, 0, self.pp_size))
-            groups = [i for i, g in enumerate(layout.groups) if g.kind == "state"]
+            layouts = [self._layout_of(client, name) for name in self._rank_names(st.namespace)]
             tag = np.empty(STATE_TAG_BYTES, dtype=np.uint8)
             for j in range(hit // b - 1, computed // b - 1, -1):
                 want = np.frombuffer(state_tag(j), dtype=np.uint8)
                 ok = True
-                for pin in pins:
+                for pin, layout in zip(pins, layouts):
                     extents = [(e.arena_offset, e.length) for e in pin.extents]
-                    for i in groups:
+                    for i in [i for i, g in enumerate(layout.groups) if g.kind == "state"]:
                         at = j * layout.bytes_per_block + layout.group_offset(i) + \
                             layout.groups[i].state_bytes - STATE_TAG_BYTES
                         pieces = arena_pieces(extents, [(at, STATE_TAG_BYTES)])
@@ -399,7 +407,7 @@ class SchedulerSide:
         self.stats["lookups"] += 1
         self.recorder.add("lookups")
         try:
-            stored, st.source_tp = self._lookup(st.namespace, tokens)
+            stored, st.source = self._lookup(st.namespace, tokens)
             stored = stored // b * b
         except _AskLater:
             return None, False
@@ -413,12 +421,12 @@ class SchedulerSide:
                 self.stats["ask_later_inflight"] += 1
                 self.recorder.add("ask_later")
                 return None, False
-        if self.cost_model is not None and hit > num_computed_tokens and not st.source_tp:
+        if self.cost_model is not None and hit > num_computed_tokens and st.source == (0, 0):
             hit = self._advise(st.namespace, request_tokens(request, num_tokens, st.overlay), hit,
                                num_computed_tokens)
         if self.state_groups and not self.state_loads:
             hit = 0  # (this vLLM cannot take it: see __init__)
-        if self.pinning and hit > num_computed_tokens and not st.source_tp:
+        if self.pinning and hit > num_computed_tokens and st.source == (0, 0):
             hit = self._pin_hit(st, tokens[:hit], hit)
         if self.state_groups and hit > num_computed_tokens:
             hit = self._state_hit(st, hit, num_computed_tokens)
@@ -454,7 +462,7 @@ class SchedulerSide:
         spec = LoadSpec(req_id=request.request_id, namespace=st.namespace,
                         tokens=request_tokens(request, end, st.overlay), start=start,
                         block_ids=[g[start // b:end // b] for g in st.block_ids],
-                        is_async=st.load_async, source_tp=st.source_tp)
+                        is_async=st.load_async, source_tp=st.source[0], source_pp=st.source[1])
         if self.state_mode == "align" and not st.load_async:
             # vLLM copied the state of block end/b - 1 into its running-state block (the request's last) before
             # this step's forward, i.e. before the load: that block gets the loaded state too

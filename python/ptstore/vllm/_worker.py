@@ -245,30 +245,47 @@ class _LoadJob:
             self.done.set()
 
     def _read_across(self, client: Any, spec: LoadSpec, out: Any) -> int:
-        """Reads this rank's KV heads of a prefix saved at another tensor-parallel degree into `out` (token-major,
-        this rank's heads): from each rank namespace of that degree holding some of them, the part they hold.
-        Returns the whole-block tokens every one of them supplied."""
+        """Reads this worker's KV heads of its layers of a prefix saved at other tensor/pipeline-parallel degrees
+        into `out` (token-major, this worker's layers and heads): from each worker namespace of those degrees
+        that holds some of them, the part it holds. Returns the whole-block tokens every one of them supplied."""
         import torch
 
         w = self.w
-        b, n, total = w.block, spec.source_tp, w.total_kv_heads
+        b, total = w.block, w.total_kv_heads
+        n_tp, n_pp = spec.source_tp or w.tp_size, spec.source_pp or w.pp_size
         mine = rank_heads(w.tp_rank, w.tp_size, total)
+        layers = w.layer_indices()  # the model's index of each of this worker's layers
         got = spec.end
-        for s in range(n):
-            theirs = rank_heads(s, n, total)
-            lo, hi = max(mine.start, theirs.start), min(mine.stop, theirs.stop)
-            if lo >= hi:
+        covered = torch.zeros((len(layers), len(mine)), dtype=torch.bool)
+        for p in range(n_pp):
+            first, stop = stage_layers(w.total_layers, p, n_pp)
+            take = [(i, g - first) for i, g in enumerate(layers) if first <= g < stop]  # (mine, theirs)
+            if not take:
                 continue
-            name = rank_namespace(spec.namespace, s, n, 0, 1)
-            layout = client.get_namespace(name).layout
-            if layout.kv_heads != len(theirs) or layout.layers != out.shape[1] or layout.head_dim != out.shape[4]:
-                raise ValueError(f"namespace {name} holds {layout}, not rank {s} of {n} of this model")
-            tmp = torch.empty(layout.kv_shape(spec.end), dtype=out.dtype)
-            g = min(client.load(name, spec.tokens, tmp), spec.end) // b * b
-            got = min(got, g)
-            if got <= spec.start:
-                return 0
-            out[:g, :, :, lo - mine.start:hi - mine.start] = tmp[:g, :, :, lo - theirs.start:hi - theirs.start]
+            dst = torch.as_tensor([i for i, _ in take])
+            src = torch.as_tensor([j for _, j in take])
+            for r in range(n_tp):
+                theirs = rank_heads(r, n_tp, total)
+                lo, hi = max(mine.start, theirs.start), min(mine.stop, theirs.stop)
+                if lo >= hi:
+                    continue
+                name = rank_namespace(spec.namespace, r, n_tp, p, n_pp)
+                layout = client.get_namespace(name).layout
+                if layout.kv_heads != len(theirs) or layout.layers != stop - first or \
+                        layout.head_dim != out.shape[4]:
+                    raise ValueError(f"namespace {name} holds {layout}, not rank {r} of {n_tp} of stage {p} of "
+                                     f"{n_pp} (layers [{first}, {stop})) of this model")
+                tmp = torch.empty(layout.kv_shape(spec.end), dtype=out.dtype)
+                g = min(client.load(name, spec.tokens, tmp), spec.end) // b * b
+                got = min(got, g)
+                if got <= spec.start:
+                    return 0
+                out[:g, dst, :, lo - mine.start:hi - mine.start] = \
+                    tmp[:g, src][:, :, :, lo - theirs.start:hi - theirs.start]
+                covered[dst, lo - mine.start:hi - mine.start] = True
+        if not bool(covered.all()):
+            raise ValueError(f"the namespaces of degrees TP {n_tp} PP {n_pp} do not hold every layer and head of "
+                             f"this worker")
         return got
 
     def _fetch(self, spec: LoadSpec) -> Optional[Tuple[LoadSpec, _Staging, int, List[Optional[_GroupPlan]]]]:
@@ -291,16 +308,17 @@ class _LoadJob:
         ns = w.rank_ns(spec.namespace)
         staging: Optional[_Staging] = None
         try:
-            if spec.source_tp and spec.source_tp != w.tp_size:
-                ns = f"{spec.namespace} (tensor-parallel degree {spec.source_tp})"
+            if (spec.source_tp or spec.source_pp) and \
+                    (spec.source_tp or w.tp_size, spec.source_pp or w.pp_size) != (w.tp_size, w.pp_size):
+                ns = f"{spec.namespace} (TP {spec.source_tp or w.tp_size}, PP {spec.source_pp or w.pp_size})"
                 staging = w.pool.acquire(end)
                 got = self._read_across(client, spec, staging.tensor)
             elif client.mapped and spec.arena_id and spec.arena_id == client.arena_id and \
-                    len(spec.extents) == (1 if w.tp_shared else w.tp_size):
+                    len(spec.extents) == w.workers_namespaces:
                 # the scheduler pinned it for this load (pin_hits): no request to ptstored, nothing to miss
                 got = end
                 staging = w.pool.acquire(got)
-                extents = spec.extents[0 if w.tp_shared else w.tp_rank]
+                extents = spec.extents[w.namespace_rank]
                 self.copied_bytes += self._copy_needed(client, spec, extents, staging, got)
                 self.pinned_loads += 1
             elif client.mapped:
@@ -382,7 +400,7 @@ class WorkerSide:
     """State of one worker's connector (one per GPU)."""
 
     def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1,
-                 link: Optional[StoreLink] = None, total_kv_heads: int = 0,
+                 link: Optional[StoreLink] = None, total_kv_heads: int = 0, total_layers: int = 0,
                  groups: Optional[List[GroupSpec]] = None) -> None:
         self.cfg = cfg
         self.block = cfg.block_size
@@ -392,6 +410,7 @@ class WorkerSide:
         # MLA latent caches are the same on every tensor-parallel rank: one namespace, written by rank 0
         self.tp_shared = bool(groups) and all(g.shared_by_ranks for g in groups)  # type: ignore[union-attr]
         self.total_kv_heads = total_kv_heads
+        self.total_layers = total_layers  # the model's (all stages'); 0: unknown, no loads across PP degrees
         self.link = link or StoreLink(cfg.socket, rpc_timeout_ms=cfg.rpc_timeout_ms,
                                       retry_interval_ms=cfg.retry_interval_ms, client_name="vllm-worker")
         self.kv: Optional[PagedKV] = None
@@ -431,6 +450,26 @@ class WorkerSide:
         if self.tp_shared:
             return rank_namespace(ns, 0, 1, self.pp_rank, self.pp_size)
         return rank_namespace(ns, self.tp_rank, self.tp_size, self.pp_rank, self.pp_size)
+
+    @property
+    def workers_namespaces(self) -> int:
+        """How many worker namespaces the deployment has (the scheduler's pins: one per namespace)."""
+        return (1 if self.tp_shared else self.tp_size) * self.pp_size
+
+    @property
+    def namespace_rank(self) -> int:
+        """This worker's namespace's place among them (vLLM's rank order: stage, then tensor-parallel rank)."""
+        return self.pp_rank * (1 if self.tp_shared else self.tp_size) + (0 if self.tp_shared else self.tp_rank)
+
+    def layer_indices(self) -> List[int]:
+        """The model's index of each of this worker's layers (a dense layout's order)."""
+        from .paged import layer_index
+
+        assert self.kv is not None
+        out = [layer_index(layer.name) for layer in self.kv.groups[0].layers]
+        if any(i is None for i in out):
+            raise ValueError("layer names without a layer number: cannot tell the model's layers of this stage")
+        return out  # type: ignore[return-value]
 
     @property
     def writer(self) -> bool:
@@ -876,6 +915,21 @@ class WorkerSide:
         self._saver.shutdown(wait=False)
         self._loader.shutdown(wait=False)
         self.link.close()
+
+
+def stage_layers(total_layers: int, stage: int, stages: int) -> Tuple[int, int]:
+    """[first, stop) of the model's layers pipeline stage `stage` of `stages` holds, as vLLM splits them
+    (``get_pp_indices``, with its VLLM_PP_LAYER_PARTITION); ValueError without vLLM or the layer count."""
+    if stages <= 1:
+        return 0, total_layers
+    if total_layers <= 0:
+        raise ValueError("the model's layer count is unknown: cannot tell the layers of another PP degree")
+    try:
+        from vllm.distributed.utils import get_pp_indices
+    except ImportError as e:
+        raise ValueError(f"vLLM's get_pp_indices is not importable ({e}): cannot tell the layers of a stage") from e
+    first, stop = get_pp_indices(total_layers, stage, stages)
+    return int(first), int(stop)
 
 
 def _same_geometry(want: Any, layout: Any) -> bool:

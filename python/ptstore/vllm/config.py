@@ -43,9 +43,9 @@ Every key of ``kv_connector_extra_config`` is optional (docs/vllm.md lists them)
 ``pin_hits``                true (default): the scheduler pins each hit it reports to vLLM until the
                             worker has copied it, so nothing (eviction, a removal) can take it away
                             between lookup and load, and the worker copies it out of its own arena
-                            mapping without a request to ptstored (with tensor parallelism: in every
-                            rank's namespace; needs the arena mapping and no pipeline parallelism, else
-                            the worker loads as with false). false: the worker pins it when it loads
+                            mapping without a request to ptstored (with tensor or pipeline parallelism:
+                            in every worker's namespace; needs the arena mapping, else the worker loads
+                            as with false). false: the worker pins it when it loads
 ``cost_model``              load or recompute? A dict ``{"gpu": "h100-80g", "model": "mistral-7b",
                             "profiles": None, "remote_path": "rma"}`` (every key optional; these are the
                             defaults; ``profiles`` None: the shipped sched/profiles.toml): after a hit the

@@ -58,6 +58,14 @@ def _apply_failure_policy(vllm_config: Any, policy: str) -> None:
                 "kv_connector_extra_config load_failure_policy 'fail': a failed load fails its request")
 
 
+def _total_layers(vllm_config: Any) -> int:
+    """The model's layers over all pipeline stages (0 when vLLM's config does not tell)."""
+    try:
+        return int(vllm_config.model_config.get_total_num_hidden_layers())
+    except Exception:  # noqa: BLE001 - an older or partial config
+        return 0
+
+
 def _total_kv_heads(vllm_config: Any) -> int:
     """The model's KV heads over all tensor-parallel ranks (0 when vLLM's config does not tell)."""
     try:
@@ -110,7 +118,8 @@ class PTStoreConnector(KVConnectorBase_V1, SupportsHMA):
             _apply_failure_policy(vllm_config, self.config.load_failure_policy)
             self._scheduler = SchedulerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=heads, groups=groups)
         else:
-            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=heads, groups=groups)
+            self._worker = WorkerSide(self.config, tp_size=tp, pp_size=pp, total_kv_heads=heads,
+                                      total_layers=_total_layers(vllm_config), groups=groups)
         logger.info("ptstore: PTStoreConnector (%s) namespace %s, load=%s save=%s load_async=%s%s",
                     getattr(role, "name", role), self.config.namespace, self.config.load, self.config.save,
                     self.config.load_async, "" if HAVE_VLLM else " (vLLM not installed: stand-in base classes)")

@@ -191,7 +191,8 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
                 extra: Optional[Dict[str, Any]] = None, kv_role: str = "kv_both",
                 kv_load_failure_policy: Optional[str] = None, async_scheduling: bool = False,
                 max_num_batched_tokens: int = 512, max_num_seqs: int = 16, backend: str = "FLASH_ATTN",
-                kv_events: bool = False, tp: int = 1, hma: Optional[bool] = None, mamba_mode: str = "") -> Any:
+                kv_events: bool = False, tp: int = 1, hma: Optional[bool] = None, mamba_mode: str = "",
+                pp: int = 1) -> Any:
     """vLLM's VllmConfig with ``--kv-transfer-config`` naming PTStoreConnector as docs/vllm.md shows it.
 
     `hma`: None, vLLM decides whether its hybrid KV cache manager runs (on a platform that supports it, as
@@ -213,7 +214,7 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
         cfg = _vllm_config(ktc, layers=layers, kv_heads=kv_heads, head_size=head_size, block_size=block_size,
                            dtype=dtype, async_scheduling=async_scheduling,
                            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, backend=backend,
-                           kv_events=kv_events, tp=tp, hma=hma)
+                           kv_events=kv_events, tp=tp, hma=hma, pp=pp)
         if mamba_mode:
             cfg.cache_config.mamba_cache_mode = mamba_mode
             cfg.cache_config.mamba_block_size = block_size
@@ -224,10 +225,12 @@ def vllm_config(*, socket: str, layers: int, kv_heads: int, head_size: int, bloc
 
 def _vllm_config(ktc: Dict[str, Any], *, layers: int, kv_heads: int, head_size: int, block_size: int, dtype: str,
                  async_scheduling: bool, max_num_batched_tokens: int, max_num_seqs: int, backend: str,
-                 kv_events: bool, tp: int, hma: Optional[bool]) -> Any:
+                 kv_events: bool, tp: int, hma: Optional[bool], pp: int = 1) -> Any:
     from vllm.config import AttentionConfig, KVEventsConfig, ParallelConfig
 
-    return VllmConfig(
+    # vLLM checks that the model supports pipeline parallelism by inspecting its class in a subprocess (its
+    # registry), which cannot import vLLM here; Llama does (SupportsPP): the degree is set once it has checked.
+    cfg = VllmConfig(
         parallel_config=ParallelConfig(tensor_parallel_size=tp),
         kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher=RECORDER) if kv_events else None,
         model_config=model_config(layers=layers, kv_heads=kv_heads, head_size=head_size, dtype=dtype),
@@ -241,6 +244,10 @@ def _vllm_config(ktc: Dict[str, Any], *, layers: int, kv_heads: int, head_size: 
         device_config=DeviceConfig("cpu"),
         attention_config=AttentionConfig(backend=AttentionBackendEnum[backend]),
     )
+    if pp > 1:
+        cfg.parallel_config.pipeline_parallel_size = pp
+        cfg.parallel_config.world_size = pp * tp
+    return cfg
 
 
 def layer_names(layers: int) -> List[str]:
@@ -301,6 +308,23 @@ def grouped_kv_cache_config(cfg: Any, kinds: Sequence[str], *, kv_heads: int, he
     page = max(g.kv_cache_spec.page_size_bytes for g in groups)
     per = max(len(g.layer_names) for g in groups)
     return get_kv_cache_config_from_groups(cfg, groups, available_memory=page * num_blocks * per * len(groups))
+
+
+def stage_kv_cache_config(kcc: Any, stage: int, pp: int) -> Any:
+    """The KVCacheConfig of pipeline stage `stage` of `pp`: the layers vLLM's get_pp_indices gives it (each
+    stage's workers allocate and register only theirs)."""
+    if pp <= 1:
+        return kcc
+    from vllm.distributed.utils import get_pp_indices
+
+    names = [n for g in kcc.kv_cache_groups for n in g.layer_names]
+    lo, hi = get_pp_indices(len(names), stage, pp)
+    mine = set(layer_names(len(names))[lo:hi])
+    return KVCacheConfig(num_blocks=kcc.num_blocks,
+                         kv_cache_tensors=[KVCacheTensor(size=t.size, shared_by=[n for n in t.shared_by if n in mine])
+                                           for t in kcc.kv_cache_tensors if set(t.shared_by) & mine],
+                         kv_cache_groups=[KVCacheGroupSpec([n for n in g.layer_names if n in mine], g.kv_cache_spec)
+                                          for g in kcc.kv_cache_groups])
 
 
 # vLLM's KV events of an engine, published through vLLM's EventPublisherFactory (a publisher plugin that keeps the
@@ -552,15 +576,16 @@ class _Step:
 class Worker:
     """One GPU worker of an engine: its paged KV caches, the worker-side connector, the stand-in model."""
 
-    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str, tp_rank: int = 0,
+    def __init__(self, cfg: Any, kcc: Any, oracle: Oracle, backend_name: str, tp_rank: int = 0, pp_rank: int = 0,
                  graph_replay: bool = False, mla_backend: str = "TRITON_MLA", model: Any = None) -> None:
         tp = cfg.parallel_config.tensor_parallel_size
-        if tp > 1:  # a process of its own in vLLM: its own copy of the config and its static forward context
+        if tp * cfg.parallel_config.pipeline_parallel_size > 1:
+            # a process of its own in vLLM: its own copy of the config and its static forward context
             cfg = copy.copy(cfg)
             cfg.compilation_config = copy.copy(cfg.compilation_config)
             cfg.compilation_config.static_forward_context = {}
         self.cfg, self.kcc, self.oracle = cfg, kcc, oracle
-        self.tp_rank = tp_rank
+        self.tp_rank, self.pp_rank = tp_rank, pp_rank
         self.heads = list(rank_heads(tp_rank, tp, oracle.kv_heads))
         self.backend_name = backend_name
         self.backend = backend_class(backend_name)
@@ -690,7 +715,7 @@ class Worker:
 
         saved = ps.get_tensor_model_parallel_rank, ps.get_pp_group
         ps.get_tensor_model_parallel_rank = lambda: self.tp_rank
-        ps.get_pp_group = lambda: types.SimpleNamespace(rank_in_group=0)
+        ps.get_pp_group = lambda: types.SimpleNamespace(rank_in_group=self.pp_rank)
         try:
             yield
         finally:
@@ -845,7 +870,7 @@ class Engine:
                  extra: Optional[Dict[str, Any]] = None, async_scheduling: bool = False,
                  kv_load_failure_policy: Optional[str] = None, kv_role: str = "kv_both",
                  max_num_batched_tokens: int = 512, oracle: Optional[Oracle] = None, kv_events: bool = False,
-                 encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1,
+                 encoder_budget: int = 0, graph_replay: bool = False, tp: int = 1, pp: int = 1,
                  layer_kinds: Optional[Sequence[str]] = None, window: int = 0, hma: Optional[bool] = None,
                  mla_backend: str = "TRITON_MLA", model: Any = None, mamba_mode: str = "all",
                  states: Any = None) -> None:
@@ -867,7 +892,7 @@ class Engine:
                                block_size=block_size, dtype=dtype, extra=extra, kv_role=kv_role,
                                kv_load_failure_policy=kv_load_failure_policy, async_scheduling=async_scheduling,
                                max_num_batched_tokens=max_num_batched_tokens, backend=backend, kv_events=kv_events,
-                               tp=tp, hma=hma, mamba_mode=mamba_mode if has_state else "")
+                               tp=tp, hma=hma, mamba_mode=mamba_mode if has_state else "", pp=pp)
         latent = layer_kinds is not None and "latent" in layer_kinds
         if latent and set(layer_kinds or ()) != {"latent"}:
             raise ValueError("an MLA model's layers are all latent")
@@ -890,11 +915,14 @@ class Engine:
         from vllm.config import set_current_vllm_config
 
         with set_current_vllm_config(self.cfg):  # as vLLM's worker while it loads the model and its KV caches
-            self.workers = [Worker(self.cfg, self.kcc, self.oracle, backend, tp_rank=q, graph_replay=graph_replay,
-                                   mla_backend=mla_backend, model=model) for q in range(tp)]
+            # (pipeline stage, tensor-parallel rank) in vLLM's rank order; each stage's workers get its layers
+            self.workers = [Worker(self.cfg, stage_kv_cache_config(self.kcc, s, pp), self.oracle, backend, tp_rank=q,
+                                   pp_rank=s, graph_replay=graph_replay, mla_backend=mla_backend, model=model)
+                            for s in range(pp) for q in range(tp)]
             self.worker = self.workers[0]
         self.publisher = RecordingPublisher.last if kv_events else None
-        self.aggregator = KVOutputAggregator(expected_finished_count=tp)
+        self.aggregator = KVOutputAggregator(expected_finished_count=tp * pp)
+        self.output_rank = (pp - 1) * tp  # vLLM's executor takes the sampled tokens from the last stage
         if encoder_budget:
             # The encoder budget and cache vLLM's Scheduler takes from MultiModalBudget, which reads them from a
             # multimodal model's processor (not here): the same two fields, set as its __init__ sets them.
@@ -971,7 +999,7 @@ class Engine:
             return outs[0]
         # Each worker's output reaches vLLM's executor as its own object (over IPC); the aggregator writes the
         # merged result into rank 0's, which may be vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT here: copy them.
-        return self.aggregator.aggregate([copy.copy(o) for o in outs])
+        return self.aggregator.aggregate([copy.copy(o) for o in outs], output_rank=self.output_rank)
 
     def run(self, max_steps: int = 2000) -> None:
         """Steps as vLLM's EngineCore does until the scheduler holds no request: finished ones stay until their
