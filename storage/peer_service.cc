@@ -231,9 +231,10 @@ Status Cluster::ServeFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const
       // not hold them along `prompt` (its index stops, or names another
       // owner there), not when the pin was only cut (DRAM full of pins).
       // The requester's run of this node's blocks may go on along a branch
-      // this node lost (killed before it reached SSD, unannounced): it then
-      // keeps the head sent here and drops the tail, where a reply of no
-      // use to it would fail every load through the head.
+      // this node lost without the requester hearing of it (e.g. killed
+      // before the branch reached SSD): it then keeps the head sent here and
+      // drops the tail, where a reply of no use to it would fail every load
+      // through the head.
       Result<bool> held = store_->Holds(ns, prompt, std::max(got_end, seg.start_block));
       rep.segments[i].gone = !held.ok() || !*held;
     }

@@ -340,9 +340,10 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
       // The owner sent the head of the run and holds no more of it along
       // the tensor's prefix: this node's remote tensor goes on where the
-      // owner's data does not (a branch the owner lost without a removal,
-      // killed before it reached SSD, while this node had learnt the run
-      // as one). The tail leaves this node's index; the head is served.
+      // owner's data does not (a branch the owner lost without a removal
+      // reaching this node, e.g. killed before it reached SSD, while this
+      // node had learnt the run as one). The tail leaves this node's index;
+      // the head is served.
       PTS_INFO("cluster", "node " << t->owner << " holds only blocks [" << seg.start_block << ", "
                                   << seg.start_block + seg.fetched_blocks << ") of its run [" << seg.start_block
                                   << ", " << seg.end_block << ") in '" << def.info.name
