@@ -126,7 +126,7 @@ class SchedulerSide:
                            "mamba_cache_mode 'align' (Scheduler._mamba_block_aligned_split asserts); PTStore saves "
                            "their prefixes and offers no hit until a vLLM takes them")
         self._layouts: Dict[str, Any] = {}  # namespace -> its Layout (the state groups' tag offsets)
-        # pin_hits: the scheduler pins the hit in every tensor-parallel rank's namespace (one when they share it)
+        # pin_hits: the scheduler pins the hit in every worker's namespace (_rank_names)
         self.pinning = cfg.pin_hits
         self._hit_pins: Dict[str, Any] = {}  # req_id -> the pins of the hit it was told of, until a load takes them
         self._step_pins: List[Any] = []  # pins of this step's sync loads
@@ -204,7 +204,8 @@ class SchedulerSide:
         """(tensor, pipeline)-parallel degrees other than this deployment's that have namespaces of `ns` in the
         store and whose tensor-parallel degree splits this model's KV heads."""
         found = {d for d in (rank_degrees(ns, name) for name in self._namespace_names()) if d}
-        return sorted(d for d in found if d != (self.tp_size, self.pp_size) and degree_splits(d[0], self.total_kv_heads))
+        return sorted(d for d in found
+                      if d != (self.tp_size, self.pp_size) and degree_splits(d[0], self.total_kv_heads))
 
     def _namespace_names(self) -> List[str]:
         """The store's namespace names, listed at most once per 5 s (for every namespace of this engine)."""
