@@ -455,8 +455,9 @@ Layout MistralLayout() {
 }
 
 Status ValidateNamespaceName(std::string_view name) {
-  if (name.empty() || name.size() > 128) {
-    return InvalidArgument("namespace name must be 1..128 characters, got " + std::to_string(name.size()));
+  if (name.empty() || name.size() > kMaxNamespaceNameBytes) {
+    return InvalidArgument("namespace name must be 1.." + std::to_string(kMaxNamespaceNameBytes) +
+                           " characters, got " + std::to_string(name.size()));
   }
   if (name[0] == '.') return InvalidArgument("namespace name '" + std::string(name) + "' must not start with '.'");
   for (char c : name) {

@@ -109,7 +109,16 @@ void Init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 }
 
+// POSIX's ENAMETOOLONG for a name component longer than any name on the mount (its NAME_MAX, statfs'
+// f_namemax); the kernel checks only its own 255.
+bool TooLong(fuse_req_t req, const char* name) {
+  if (std::strlen(name) <= kMaxNamespaceNameBytes) return false;
+  fuse_reply_err(req, ENAMETOOLONG);
+  return true;
+}
+
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (TooLong(req, name)) return;
   NodeRef dir;
   if (!Resolve(req, parent, &dir)) return;
   auto found = Fs(req)->tree().Lookup(dir, name);
@@ -159,6 +168,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 }
 
 void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  if (TooLong(req, name)) return;
   NodeRef dir;
   if (!Resolve(req, parent, &dir)) return;
   if (dir.kind != NodeKind::kRoot) return (void)fuse_reply_err(req, EPERM);  // increments are made by saves
@@ -168,12 +178,14 @@ void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (TooLong(req, name)) return;
   NodeRef dir;
   if (!Resolve(req, parent, &dir)) return;
   fuse_reply_err(req, Fs(req)->tree().HideFile(dir, name));
 }
 
 void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (TooLong(req, name)) return;
   NodeRef dir;
   if (!Resolve(req, parent, &dir)) return;
   fuse_reply_err(req, Fs(req)->tree().RemoveDir(dir, name));
@@ -384,7 +396,7 @@ void StatFs(fuse_req_t req, fuse_ino_t ino) {
   st.f_files = s->prefix_nodes + s->namespaces;
   st.f_ffree = 0;
   st.f_favail = 0;
-  st.f_namemax = 255;
+  st.f_namemax = kMaxNamespaceNameBytes;
   fuse_reply_statfs(req, &st);
 }
 

@@ -160,6 +160,8 @@ struct Layout {
 Layout MistralLayout();
 
 // Namespace names: 1..128 chars of [A-Za-z0-9._-], not starting with '.'.
+// The longest namespace name (bytes); also the longest name of anything on the mount (NAME_MAX there).
+inline constexpr size_t kMaxNamespaceNameBytes = 128;
 Status ValidateNamespaceName(std::string_view name);
 
 }  // namespace ptstore

@@ -413,6 +413,26 @@ TEST_F(FsTest, MkdirCreatesANamespaceAndRmdirDropsIt) {
   EXPECT_EQ(ErrnoOf([&] { return rmdir(M("ns").c_str()); }), ENOTEMPTY);
 }
 
+// NAME_MAX of the mount is the longest namespace name; a longer name is POSIX's ENAMETOOLONG wherever a name
+// is looked up or made (pjdfstest mkdir/02.t, rmdir/02.t), not EINVAL.
+TEST_F(FsTest, NamesLongerThanNameMaxAreENameTooLong) {
+  struct statvfs sv {};
+  ASSERT_EQ(statvfs(M("").c_str(), &sv), 0);
+  EXPECT_EQ(sv.f_namemax, kMaxNamespaceNameBytes);
+  EXPECT_EQ(pathconf(M("").c_str(), _PC_NAME_MAX), static_cast<long>(kMaxNamespaceNameBytes));
+  const std::string longest(kMaxNamespaceNameBytes, 'n');
+  ASSERT_EQ(mkdir(M(longest).c_str(), 0755), 0);
+  EXPECT_EQ(rmdir(M(longest).c_str()), 0);
+  const std::string too_long = longest + "x";
+  EXPECT_EQ(ErrnoOf([&] { return mkdir(M(too_long).c_str(), 0755); }), ENAMETOOLONG);
+  EXPECT_EQ(ErrnoOf([&] { return rmdir(M(too_long).c_str()); }), ENAMETOOLONG);
+  struct stat st {};
+  EXPECT_EQ(ErrnoOf([&] { return stat(M(too_long).c_str(), &st); }), ENAMETOOLONG);
+  Save("ns", Tokens(8, 3));
+  EXPECT_EQ(ErrnoOf([&] { return open(M("ns/" + too_long).c_str(), O_RDONLY); }), ENAMETOOLONG);
+  EXPECT_EQ(ErrnoOf([&] { return unlink(M("ns/" + too_long).c_str()); }), ENAMETOOLONG);
+}
+
 // A hybrid model's layout (full + window + state groups) in 4-token blocks.
 Layout GroupedFsLayout() {
   return Layout::FromGroups({LayoutGroup::Full(2, 2, 16, DType::kBF16), LayoutGroup::Window(2, 2, 16, DType::kBF16, 8),
