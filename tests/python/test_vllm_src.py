@@ -133,16 +133,18 @@ def test_a_load_that_fails_is_recomputed_and_the_request_succeeds(engines, ns, c
     assert b.worker.checked_tokens >= 96  # the recomputed KV is the model's
 
 
-@pytest.mark.parametrize("load_async,tp,kinds", [(False, 1, None), (True, 1, None), (False, 2, None),
-                                                  (True, 2, ["full", "window", "window", "full"])],
-                         ids=["sync", "async", "tp2", "tp2-hybrid-async"])
+@pytest.mark.parametrize("load_async,tp,pp,kinds", [(False, 1, 1, None), (True, 1, 1, None), (False, 2, 1, None),
+                                                     (True, 2, 1, ["full", "window", "window", "full"]),
+                                                     (False, 2, 2, None)],
+                         ids=["sync", "async", "tp2", "tp2-hybrid-async", "tp2-pp2"])
 def test_a_hit_the_scheduler_pinned_loads_though_it_is_removed_before_the_load(engines, ns, client, load_async, tp,
-                                                                               kinds):
-    """pin_hits (default): the scheduler pins what it promises vLLM, in every tensor-parallel rank's namespace,
-    until the workers copied it, and each worker copies its rank's out of its own arena mapping without asking
-    ptstored: a removal (an eviction, `rm -r`) between lookup and load takes nothing away, and no worker makes
-    a request of its own (a hybrid model's failed load could not even be reported to vLLM)."""
-    kw = dict(tp=tp, kv_heads=4, layer_kinds=kinds, window=40)
+                                                                               pp, kinds):
+    """pin_hits (default): the scheduler pins what it promises vLLM, in every worker's namespace (each
+    tensor-parallel rank's of each pipeline stage), until the workers copied it, and each worker copies its own
+    out of its arena mapping without asking ptstored: a removal (an eviction, `rm -r`) between lookup and load
+    takes nothing away, and no worker makes a request of its own (a hybrid model's failed load could not even
+    be reported to vLLM)."""
+    kw = dict(tp=tp, pp=pp, kv_heads=4, layer_kinds=kinds, window=40)
     a = engines(ns, **kw)
     b = engines(ns, extra={"load_async": load_async}, **kw)
     doc = prompt(100)
