@@ -624,16 +624,15 @@ class WorkerSide:
         state for the block), zeros elsewhere (the store then never offers a hit ending there)."""
         import torch
 
-        from .groups import STATE_TAG, STATE_TAG_BYTES
+        from .groups import STATE_TAG_BYTES, state_tag
 
         n = int(blocks.shape[0])
         tags = torch.zeros((n, STATE_TAG_BYTES), dtype=torch.uint8)
-        valid = torch.arange(n) if plan is not None and plan.pos is None else \
-            (plan.pos if plan is not None else torch.empty(0, dtype=torch.int64))
-        if valid.numel():
-            tags[valid, :len(STATE_TAG)] = torch.frombuffer(bytearray(STATE_TAG), dtype=torch.uint8)
-            index = valid.to(torch.int64).numpy().astype("<u8").view("u1").reshape(-1, 8)
-            tags[valid, len(STATE_TAG):] = torch.from_numpy(index.copy())
+        valid = list(range(n)) if plan is not None and plan.pos is None else \
+            (plan.pos.tolist() if plan is not None else [])
+        if valid:
+            tags[valid] = torch.frombuffer(bytearray(b"".join(state_tag(i) for i in valid)),
+                                           dtype=torch.uint8).view(-1, STATE_TAG_BYTES)
         group.tags(blocks)[:, layer.index] = tags
 
     def _gather_all(self, at_finish: bool, state_only: bool = False) -> None:

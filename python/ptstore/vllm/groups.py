@@ -30,7 +30,7 @@ State groups. vLLM keeps a Mamba layer's state (its conv and SSM/temporal state 
 the state after the block's last token, where vLLM computed one. In mode ``all`` (Mamba2 models: Nemotron-H,
 Bamba, Jamba, Falcon-H1, Granite 4.0-H) its kernels write every whole block's; in mode ``align`` (gated delta
 nets: Qwen3-Next, Qwen3.5) only a block where a scheduler step ended. A stored block's state slice is, per
-layer, the state tensors' bytes of one vLLM page (``state_bytes``) followed by a 16-byte tag:
+layer, the state tensors' bytes of one vLLM page (``KVGroup.state_bytes``) followed by a 16-byte tag:
 :data:`STATE_TAG` and the block's index (little-endian), or zeros where the saver had no valid state for
 that block. A hit of a model with a state group ends at a block whose tag is valid in every rank's namespace
 (the scheduler reads the tags out of its pins), and a load writes the state of that last block only.
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 __all__ = ["GroupSpec", "NULL_BLOCK", "STATE_TAG", "STATE_TAG_BYTES", "group_specs", "kept", "per_group",
-           "spec_kind", "state_bytes", "state_tag"]
+           "spec_kind", "state_tag"]
 
 # vLLM's BlockPool takes its first block as the null block: a sliding-window group's block table holds it
 # where the window has moved on (full-attention and MLA groups always hold real blocks).
@@ -62,16 +62,6 @@ def kept(kind: str, block_id: int) -> bool:
     """True when a group of `kind` holds the KV of its block `block_id` (not vLLM's null block of a window or
     a state group)."""
     return kind not in ("window", "state") or block_id != NULL_BLOCK
-
-
-def state_bytes(spec: Any) -> int:
-    """The bytes of a MambaSpec's state tensors in one block (vLLM's page, without its padding)."""
-    from math import prod
-
-    import torch
-
-    return sum(prod(shape) * torch.empty((), dtype=dtype).element_size()
-               for shape, dtype in zip(spec.shapes, spec.dtypes))
 
 
 @dataclass(frozen=True)
