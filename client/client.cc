@@ -379,6 +379,15 @@ Result<IncrementInfo> Client::GetIncrement(const std::string& ns, const ChainKey
   return IncrementInfo{rep.node, std::move(rep.tokens)};
 }
 
+Result<PrefixNodeInfo> Client::SetTimes(const std::string& ns, const ChainKey& key, uint64_t atime_ns,
+                                        uint64_t mtime_ns) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::SetTimesRequest req{ns, key, atime_ns, mtime_ns};
+  core::SetTimesReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kSetTimes, req, MsgType::kSetTimesReply, &rep));
+  return rep.node;
+}
+
 Result<PinnedPrefix> Client::PinIncrement(const std::string& ns, const ChainKey& key, bool whole_prefix) {
   if (!mapped()) {
     return PermissionDenied("this client has no arena mapping (not trusted with every namespace): it cannot pin");

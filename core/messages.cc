@@ -64,6 +64,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kLocateReply: return "LocateReply";
     case MsgType::kLocatePrefix: return "LocatePrefix";
     case MsgType::kLocatePrefixReply: return "LocatePrefixReply";
+    case MsgType::kSetTimes: return "SetTimes";
+    case MsgType::kSetTimesReply: return "SetTimesReply";
   }
   return "Unknown";
 }
@@ -241,6 +243,7 @@ void PutNode(Encoder& e, const PrefixNodeInfo& n) {
   e.PutU32(n.children);
   e.PutU32(n.pins);
   e.PutU8(n.tier);
+  PutTimes(e, n.times);
 }
 Status GetNode(Decoder& d, PrefixNodeInfo* x) {
   uint8_t cls;
@@ -256,7 +259,8 @@ Status GetNode(Decoder& d, PrefixNodeInfo* x) {
   x->cache_class = static_cast<CacheClass>(cls);
   PTS_RETURN_IF_ERROR(d.GetU32("node.children", &x->children));
   PTS_RETURN_IF_ERROR(d.GetU32("node.pins", &x->pins));
-  return d.GetU8("node.tier", &x->tier);
+  PTS_RETURN_IF_ERROR(d.GetU8("node.tier", &x->tier));
+  return GetTimes(d, &x->times);
 }
 }  // namespace
 
@@ -394,6 +398,25 @@ Status IncrementReply::Decode(Decoder& d) {
   return d.Finish("IncrementReply");
 }
 
+void SetTimesRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  PutKey(e, key);
+  e.PutU64(atime_ns);
+  e.PutU64(mtime_ns);
+}
+Status SetTimesRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(GetKey(d, "key", &key));
+  PTS_RETURN_IF_ERROR(d.GetU64("atime", &atime_ns));
+  PTS_RETURN_IF_ERROR(d.GetU64("mtime", &mtime_ns));
+  return d.Finish("SetTimes");
+}
+void SetTimesReply::Encode(Encoder& e) const { PutNode(e, node); }
+Status SetTimesReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(GetNode(d, &node));
+  return d.Finish("SetTimesReply");
+}
+
 void AuthHello::Encode(Encoder& e) const {
   e.PutU32(node_id);
   e.PutRaw(nonce.data(), nonce.size());
@@ -491,6 +514,8 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kLocateReply: return DecodeAs<LocateReply>(body);
     case MsgType::kLocatePrefix: return DecodeAs<LocatePrefixRequest>(body);
     case MsgType::kLocatePrefixReply: return DecodeAs<LocatePrefixReply>(body);
+    case MsgType::kSetTimes: return DecodeAs<SetTimesRequest>(body);
+    case MsgType::kSetTimesReply: return DecodeAs<SetTimesReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -52,9 +52,11 @@ enum class MsgType : uint16_t {
   kLocate = 54, kLocateReply = 55,
   // Client -> local ptstored: where is each run of this prompt's longest match?
   kLocatePrefix = 56, kLocatePrefixReply = 57,
+  // Client -> local ptstored: set an increment's atime and mtime (touch(1)).
+  kSetTimes = 58, kSetTimesReply = 59,
 };
 // The highest type in use (fuzzers and registry tests walk 0..kLastMsgType).
-inline constexpr MsgType kLastMsgType = MsgType::kLocatePrefixReply;
+inline constexpr MsgType kLastMsgType = MsgType::kSetTimesReply;
 const char* MsgTypeName(uint16_t type);
 
 struct ErrorReply {
@@ -240,6 +242,24 @@ struct IncrementReply {
   std::vector<uint32_t> tokens;  // the increment's own token ids
   uint64_t lease_id = 0;         // pin only
   std::vector<Extent> extents;   // pin only, with arena offsets
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// Sets the times of increment `key` (0: leave that time as it is); its
+// ctime becomes now. Needs the write bit, as a removal does.
+struct SetTimesRequest {
+  static constexpr MsgType kType = MsgType::kSetTimes;
+  std::string ns;
+  ChainKey key;
+  uint64_t atime_ns = 0;
+  uint64_t mtime_ns = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct SetTimesReply {
+  static constexpr MsgType kType = MsgType::kSetTimesReply;
+  PrefixNodeInfo node;  // as it is afterwards
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

@@ -1,8 +1,21 @@
 #include "ptstore/types.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace ptstore {
+
+void Times::Merge(const Times& o) {
+  mtime_ns = std::max(mtime_ns, o.mtime_ns);
+  atime_ns = std::max(atime_ns, o.atime_ns);
+  ctime_ns = std::max(ctime_ns, o.ctime_ns);
+}
+
+uint64_t WallClockNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
 
 const char* CacheClassName(CacheClass c) { return c == CacheClass::kReplica ? "replica" : "owned"; }
 

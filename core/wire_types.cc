@@ -72,6 +72,17 @@ Status GetLayout(Decoder& d, Layout* l) {
   return Status::OK();
 }
 
+void PutTimes(Encoder& e, const Times& t) {
+  e.PutU64(t.mtime_ns);
+  e.PutU64(t.atime_ns);
+  e.PutU64(t.ctime_ns);
+}
+Status GetTimes(Decoder& d, Times* t) {
+  PTS_RETURN_IF_ERROR(d.GetU64("times.mtime", &t->mtime_ns));
+  PTS_RETURN_IF_ERROR(d.GetU64("times.atime", &t->atime_ns));
+  return d.GetU64("times.ctime", &t->ctime_ns);
+}
+
 void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n) {
   e.PutString(n.name);
   PutLayout(e, n.layout);
@@ -81,6 +92,7 @@ void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n) {
   e.PutU32(n.mode);
   e.PutU64(n.bytes);
   e.PutU64(n.prefixes);
+  PutTimes(e, n.times);
 }
 Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n) {
   PTS_RETURN_IF_ERROR(d.GetString("namespace.name", &n->name, 4096));
@@ -90,7 +102,8 @@ Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n) {
   PTS_RETURN_IF_ERROR(d.GetU32("namespace.gid", &n->gid));
   PTS_RETURN_IF_ERROR(d.GetU32("namespace.mode", &n->mode));
   PTS_RETURN_IF_ERROR(d.GetU64("namespace.bytes", &n->bytes));
-  return d.GetU64("namespace.prefixes", &n->prefixes);
+  PTS_RETURN_IF_ERROR(d.GetU64("namespace.prefixes", &n->prefixes));
+  return GetTimes(d, &n->times);
 }
 
 // Bounds the element counts of lists so a hostile count cannot make us

@@ -33,6 +33,8 @@ inline constexpr size_t kLayoutGroupBytes = 26;
 Status GetLayout(Decoder& d, Layout* l);
 
 // name, layout, salted, uid, gid, mode, bytes, prefixes.
+void PutTimes(Encoder& e, const Times& t);
+Status GetTimes(Decoder& d, Times* t);
 void PutNamespaceInfo(Encoder& e, const NamespaceInfo& n);
 Status GetNamespaceInfo(Decoder& d, NamespaceInfo* n);
 

@@ -155,8 +155,30 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     return GetAttr(req, ino, fi);
   }
   if (to_set & FUSE_SET_ATTR_SIZE) return (void)fuse_reply_err(req, EROFS);
-  if (to_set != 0) return (void)fuse_reply_err(req, EPERM);  // mode, owner, times: the store has none to set
-  GetAttr(req, ino, fi);
+  constexpr int kTimes = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+                         FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+  if (to_set & ~kTimes) return (void)fuse_reply_err(req, EPERM);  // mode, owner: the namespace's
+  const int times = to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME);
+  if (times == 0) return GetAttr(req, ino, fi);
+  // touch(1): the increment's times (the kernel checked the caller may set them).
+  auto ns_of = [](const timespec& t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+  };
+  if (((to_set & FUSE_SET_ATTR_ATIME) && !(to_set & FUSE_SET_ATTR_ATIME_NOW) && attr->st_atim.tv_sec < 0) ||
+      ((to_set & FUSE_SET_ATTR_MTIME) && !(to_set & FUSE_SET_ATTR_MTIME_NOW) && attr->st_mtim.tv_sec < 0)) {
+    return (void)fuse_reply_err(req, EINVAL);  // the store keeps times after the epoch
+  }
+  const uint64_t now = WallClockNs();
+  uint64_t atime = 0, mtime = 0;
+  if (to_set & FUSE_SET_ATTR_ATIME) atime = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? now : ns_of(attr->st_atim);
+  if (to_set & FUSE_SET_ATTR_MTIME) mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? now : ns_of(attr->st_mtim);
+  // 0 means "leave it" to the store: a time at the epoch itself is one nanosecond after it.
+  if ((to_set & FUSE_SET_ATTR_ATIME) && atime == 0) atime = 1;
+  if ((to_set & FUSE_SET_ATTR_MTIME) && mtime == 0) mtime = 1;
+  auto st = Fs(req)->tree().SetTimes(ref, atime, mtime);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  st->st_ino = ino;
+  fuse_reply_attr(req, &*st, Fs(req)->options().attr_timeout);
 }
 
 void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {

@@ -12,9 +12,14 @@ constexpr blksize_t kBlockSize = 1 << 20;  // st_blksize: big reads for cat/cp
 
 bool IsHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
-timespec ToTimespec(std::chrono::system_clock::time_point t) {
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+timespec ToTimespec(uint64_t ns) {
   return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+void StampTimes(struct stat* st, const Times& t) {
+  st->st_atim = ToTimespec(t.atime_ns);
+  st->st_mtim = ToTimespec(t.mtime_ns);
+  st->st_ctim = ToTimespec(t.ctime_ns);
 }
 
 }  // namespace
@@ -31,10 +36,12 @@ bool ParseKeyName(const std::string& name, ChainKey* key) {
 }
 
 TreeView::TreeView(Client* client, TreeOptions options)
-    : client_(client), options_(std::move(options)), mounted_at_(std::chrono::system_clock::now()) {}
+    : client_(client), options_(std::move(options)), mounted_at_(WallClockNs()) {}
 
-// Times: the store keeps none, so every inode shows the mount time.
-struct stat TreeView::DirStat(const NamespaceInfo& ns, uint64_t nlink) const {
+// Times (ptstore(7) "Times"): an increment's own, on its directory and its
+// files; a namespace's (the newest of its increments'), on its directory and
+// .layout; the root's are the newest of every namespace's, or the mount's.
+struct stat TreeView::DirStat(const NamespaceInfo& ns, uint64_t nlink, const Times& times) const {
   struct stat st {};
   uint32_t perm = ns.mode & 07777;
   perm |= (perm & 0444) >> 2;  // read means "may look up": search with it
@@ -43,11 +50,11 @@ struct stat TreeView::DirStat(const NamespaceInfo& ns, uint64_t nlink) const {
   st.st_uid = ns.uid;
   st.st_gid = ns.gid;
   st.st_blksize = kBlockSize;
-  st.st_atim = st.st_mtim = st.st_ctim = ToTimespec(mounted_at_);
+  StampTimes(&st, times);
   return st;
 }
 
-struct stat TreeView::FileStat(const NamespaceInfo& ns, uint64_t size) const {
+struct stat TreeView::FileStat(const NamespaceInfo& ns, uint64_t size, const Times& times) const {
   struct stat st {};
   st.st_mode = S_IFREG | (ns.mode & 0444);
   st.st_nlink = 1;
@@ -56,7 +63,7 @@ struct stat TreeView::FileStat(const NamespaceInfo& ns, uint64_t size) const {
   st.st_size = static_cast<off_t>(size);
   st.st_blocks = static_cast<blkcnt_t>((size + 511) / 512);  // du: the real bytes
   st.st_blksize = kBlockSize;
-  st.st_atim = st.st_mtim = st.st_ctim = ToTimespec(mounted_at_);
+  StampTimes(&st, times);
   return st;
 }
 
@@ -90,17 +97,22 @@ Result<struct stat> TreeView::Stat(const NodeRef& ref) {
     root.uid = options_.root_uid;
     root.gid = options_.root_gid;
     root.mode = 0755;
-    return DirStat(root, 2 + all.size());
+    Times times{mounted_at_, mounted_at_, mounted_at_};
+    if (!all.empty()) {
+      times = {};
+      for (const NamespaceInfo& ns : all) times.Merge(ns.times);
+    }
+    return DirStat(root, 2 + all.size(), times);
   }
   if (!ref.IsDir() && Hidden(ref)) return NotFound(ref.ToString() + " was unlinked in this mount");
   PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, client_->GetNamespace(ref.ns));
   switch (ref.kind) {
     case NodeKind::kNamespace:
-      return DirStat(ns, 1);  // 1: subdirectories not counted (as btrfs does)
+      return DirStat(ns, 1, ns.times);  // 1: subdirectories not counted (as btrfs does)
     case NodeKind::kLayoutFile: {
       // Writable by the namespace's owner when its directory is: writing a
       // layout into it is what setting user.ptstore.layout does.
-      struct stat st = FileStat(ns, LayoutText(ns.layout).size());
+      struct stat st = FileStat(ns, LayoutText(ns.layout).size(), ns.times);
       st.st_mode |= ns.mode & 0200;
       return st;
     }
@@ -109,9 +121,9 @@ Result<struct stat> TreeView::Stat(const NodeRef& ref) {
   }
   PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(ref.ns, ref.key));
   switch (ref.kind) {
-    case NodeKind::kIncrement: return DirStat(ns, 2 + inc.node.children);
-    case NodeKind::kKvFile: return FileStat(ns, inc.node.bytes);
-    case NodeKind::kTokensFile: return FileStat(ns, 4 * inc.node.tokens);
+    case NodeKind::kIncrement: return DirStat(ns, 2 + inc.node.children, inc.node.times);
+    case NodeKind::kKvFile: return FileStat(ns, inc.node.bytes, inc.node.times);
+    case NodeKind::kTokensFile: return FileStat(ns, 4 * inc.node.tokens, inc.node.times);
     default: return Internal("unhandled node kind");
   }
 }
@@ -140,7 +152,7 @@ Result<Found> TreeView::Lookup(const NodeRef& dir, const std::string& name) {
         if (inc.node.parent != parent) return NotFound(name + " is not a child of " + dir.ToString());
         PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, client_->GetNamespace(dir.ns));
         f.ref = NodeRef{NodeKind::kIncrement, dir.ns, key};
-        f.st = DirStat(ns, 2 + inc.node.children);
+        f.st = DirStat(ns, 2 + inc.node.children, inc.node.times);
         return f;
       } else {
         return NotFound("no '" + name + "' in " + dir.ToString());
@@ -193,7 +205,7 @@ Result<Found> TreeView::MakeNamespace(const std::string& name, uint32_t mode) {
   Unhide(name, nullptr);
   Found f;
   f.ref = NodeRef{NodeKind::kNamespace, name, {}};
-  f.st = DirStat(ns, 1);
+  f.st = DirStat(ns, 1, ns.times);
   return f;
 }
 
@@ -234,6 +246,15 @@ int TreeView::HideFile(const NodeRef& dir, const std::string& name) {
   std::lock_guard lock(mu_);
   whiteouts_[found->ref] = std::chrono::steady_clock::now() + options_.whiteout_ttl;
   return 0;
+}
+
+Result<struct stat> TreeView::SetTimes(const NodeRef& ref, uint64_t atime_ns, uint64_t mtime_ns) {
+  if (ref.kind != NodeKind::kIncrement && ref.kind != NodeKind::kKvFile && ref.kind != NodeKind::kTokensFile) {
+    return PermissionDenied(ref.ToString() + ": only an increment's times can be set");
+  }
+  if (ref.kind != NodeKind::kIncrement && Hidden(ref)) return NotFound(ref.ToString() + " was unlinked in this mount");
+  PTS_RETURN_IF_ERROR(client_->SetTimes(ref.ns, ref.key, atime_ns, mtime_ns).status());
+  return Stat(ref);
 }
 
 int TreeView::SetLayout(const std::string& name, const Layout& layout) {

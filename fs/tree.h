@@ -18,7 +18,8 @@
 // increment with no continuations (or drops a namespace with no
 // increments); unlink of kv, tokens or .layout hides the file from this
 // mount (a "whiteout", so that `rm -r` works) without touching the store.
-// Everything else that would change the tree is refused (fuse_ops.cc).
+// touch(1) of an increment sets its times (SetTimes). Everything else that
+// would change the tree is refused (filesystem.cc).
 //
 // Every call asks the store (one or two RPCs): the kernel caches the answers
 // for the mount's short entry/attr timeouts only.
@@ -89,6 +90,11 @@ class TreeView {
   // Returns 0 or an errno: EISDIR (a directory), ENOENT.
   int HideFile(const NodeRef& dir, const std::string& name);
 
+  // touch(1) on an increment's directory, kv or tokens: sets the
+  // increment's atime and/or mtime (0: leave it; Client::SetTimes) and
+  // returns its attributes afterwards. PermissionDenied for anything else.
+  Result<struct stat> SetTimes(const NodeRef& ref, uint64_t atime_ns, uint64_t mtime_ns);
+
   // The store's view of a namespace / an increment.
   Result<NamespaceInfo> Namespace(const std::string& ns);
   Result<IncrementInfo> Increment(const std::string& ns, const ChainKey& key);
@@ -103,8 +109,8 @@ class TreeView {
   Client* client() const { return client_; }
 
  private:
-  struct stat DirStat(const NamespaceInfo& ns, uint64_t nlink) const;
-  struct stat FileStat(const NamespaceInfo& ns, uint64_t size) const;
+  struct stat DirStat(const NamespaceInfo& ns, uint64_t nlink, const Times& times) const;
+  struct stat FileStat(const NamespaceInfo& ns, uint64_t size, const Times& times) const;
   bool Hidden(const NodeRef& file);
   void Unhide(const std::string& ns, const ChainKey* key);
 
@@ -112,7 +118,7 @@ class TreeView {
   const TreeOptions options_;
   std::mutex mu_;  // guards whiteouts_
   std::unordered_map<NodeRef, std::chrono::steady_clock::time_point, NodeRefHash> whiteouts_;
-  const std::chrono::system_clock::time_point mounted_at_;
+  const uint64_t mounted_at_;  // WallClockNs()
 };
 
 // "ab12..." (32 hex digits) -> key; nullopt for anything else.

@@ -107,7 +107,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(CheckKeys(*ssd, "ssd",
                                   {"dir", "capacity", "segment_size", "compress", "compress_level", "direct_io",
                                    "sync", "io_threads", "compact_dead_ratio", "verify_on_recovery",
-                                   "persist_on_shutdown"}));
+                                   "persist_on_shutdown", "times_sync_ms"}));
     SsdOptions& o = config->store.ssd;
     PTS_RETURN_IF_ERROR(Field(*ssd, "dir", &o.dir));
     PTS_RETURN_IF_ERROR(SizeField(*ssd, "capacity", &o.capacity));
@@ -125,6 +125,10 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     }
     PTS_RETURN_IF_ERROR(Field(*ssd, "verify_on_recovery", &o.verify_on_recovery));
     PTS_RETURN_IF_ERROR(Field(*ssd, "persist_on_shutdown", &config->persist_on_shutdown));
+    int64_t times_sync = static_cast<int64_t>(config->store.times_sync_ms);
+    PTS_RETURN_IF_ERROR(Field(*ssd, "times_sync_ms", &times_sync));
+    if (times_sync < 0) return InvalidArgument("config: ssd.times_sync_ms must not be negative");
+    config->store.times_sync_ms = static_cast<uint64_t>(times_sync);
   }
   if (auto* server = root["server"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*server, "server", {"socket", "group", "lease_ms", "max_sessions"}));

@@ -178,6 +178,8 @@ int main(int argc, char** argv) {
   if (cfg.persist_on_shutdown && !cfg.store.ssd.dir.empty()) {
     Result<uint64_t> n = (*store)->PersistAll();
     if (!n.ok()) PTS_WARN("main", "persisting to SSD at shutdown: " << n.status().ToString());
+  } else {
+    (*store)->SyncTimes();  // what is on SSD comes back with the times it has now
   }
   StoreStats s = (*store)->Stats();
   PTS_INFO("main", "served " << s.hits << " hits, " << s.misses << " misses, " << s.saves << " saves; bye");

@@ -37,7 +37,7 @@ Match RadixTree::Longest(std::span<const uint32_t> tokens, std::span<const Chain
   return m;
 }
 
-RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key) {
+RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key, uint64_t ctime_ns) {
   RadixNode* parent = node->parent;
   auto self = std::move(parent->children[node->first_key]);
 
@@ -51,6 +51,8 @@ RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& up
   upper->offset = node->offset;
   upper->length = blocks * block_bytes_;
   upper->hits = node->hits;  // every hit on the lower part passed through it
+  node->times.ctime_ns = std::max(node->times.ctime_ns, ctime_ns);
+  upper->times = node->times;  // stored together; every use of the lower part used it
 
   node->tokens.erase(node->tokens.begin(), node->tokens.begin() + blocks * block_tokens_);
   node->start_block += blocks;
@@ -70,11 +72,11 @@ RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& up
 }
 
 RadixNode* RadixTree::Insert(const Match& m, std::span<const uint32_t> tokens, std::span<const ChainKey> keys,
-                             Tensor* tensor) {
+                             Tensor* tensor, const Times& times) {
   RadixNode* parent = &root_;
   if (!m.path.empty()) {
     const MatchStep& last = m.path.back();
-    parent = m.partial_last ? Split(last.node, last.blocks, keys[m.blocks - 1]) : last.node;
+    parent = m.partial_last ? Split(last.node, last.blocks, keys[m.blocks - 1], times.ctime_ns) : last.node;
   }
   // The slot is taken only if another increment's first block has the same
   // chain key but other tokens (Longest compared them): a hash collision.
@@ -89,6 +91,7 @@ RadixNode* RadixTree::Insert(const Match& m, std::span<const uint32_t> tokens, s
   node->tensor = tensor;
   node->offset = 0;
   node->length = (keys.size() - m.blocks) * block_bytes_;
+  node->times = times;
   RadixNode* raw = node.get();
   parent->children.emplace(raw->first_key, std::move(node));
   by_key_[raw->key] = raw;

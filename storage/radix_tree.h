@@ -33,6 +33,7 @@ struct RadixNode {
   uint64_t offset = 0;             // byte offset of its first block in tensor
   uint64_t length = 0;             // bytes
   uint64_t hits = 0;
+  Times times;                     // ptstore(7) "Times"; an ancestor's atime >= its descendants'
   std::unordered_map<ChainKey, std::unique_ptr<RadixNode>, ChainKeyHash> children;
 };
 
@@ -65,9 +66,10 @@ class RadixTree {
   // of these tokens and keys.size() > m.blocks. Returns the new node, or
   // nullptr when another child already holds the first new block's key (a
   // chain-key collision with different tokens): the caller then stores
-  // nothing, which costs a miss, never a wrong answer.
+  // nothing, which costs a miss, never a wrong answer. The new node gets
+  // `times`; a node split for it gets times.ctime_ns as its ctime.
   RadixNode* Insert(const Match& m, std::span<const uint32_t> tokens, std::span<const ChainKey> keys,
-                    Tensor* tensor);
+                    Tensor* tensor, const Times& times);
 
   // Detaches the subtree rooted at `node` (not the root) and calls
   // `on_removed` for each of its nodes, children before parents, before
@@ -84,8 +86,8 @@ class RadixTree {
   // Splits `node` after `blocks` blocks (0 < blocks < blocks_of(node));
   // returns the new upper node, which takes node's place under its parent;
   // `node` keeps the rest. `upper_key` is the key of the upper node's last
-  // block.
-  RadixNode* Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key);
+  // block. Both halves keep node's times, with ctime at least `ctime_ns`.
+  RadixNode* Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key, uint64_t ctime_ns);
 
  private:
 

@@ -97,6 +97,7 @@ std::vector<uint8_t> EncodeRecordHeader(const RecordHeader& h, uint64_t seed) {
     e.PutU32(h.gid);
     e.PutU32(h.mode);
   }
+  if (h.has_times) core::PutTimes(e, h.times);
   std::vector<uint8_t>& buf = e.buffer();
   const uint32_t len = static_cast<uint32_t>(buf.size() + 8);
   std::memcpy(buf.data() + 8, &len, 4);
@@ -158,6 +159,9 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t
     } else {
       return Corruption("unknown record kind " + std::to_string(kind));
     }
+    // Records written before times existed end here.
+    h.has_times = d.remaining() != 0;
+    if (h.has_times) PTS_RETURN_IF_ERROR(core::GetTimes(d, &h.times));
     return d.Finish("record header");
   }();
   PTS_RETURN_IF_ERROR(AsCorruption(s, "record header"));

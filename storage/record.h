@@ -1,4 +1,4 @@
-// The SSD tier's on-disk format (docs/ssd-format.md): segment files of
+// The SSD tier's on-disk format (docs/ssd-tier.md): segment files of
 // self-describing, checksummed records.
 //
 // A segment file "seg-<16 hex digits>.pts" is a 4 KiB segment header
@@ -19,7 +19,8 @@
 //
 // A record is never moved or grown in place. Its header alone may be
 // rewritten in place to record a removal: live_tokens drops to the tokens
-// still indexed (a removal of the tail of a tensor) or to 0 (dead).
+// still indexed (a removal of the tail of a tensor) or to 0 (dead); and to
+// record newer times (the last 24 bytes before the checksum).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -33,6 +34,7 @@
 #include "ptstore/keys.h"
 #include "ptstore/layout.h"
 #include "ptstore/status.h"
+#include "ptstore/types.h"
 
 namespace ptstore::storage {
 
@@ -90,6 +92,13 @@ struct RecordHeader {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t mode = 0;
+
+  // Every kind: the increment's times (a tensor's: the newest of its
+  // nodes'), or the namespace's creation. Rewritten in place (the size of a
+  // header does not change). Absent from records written before times
+  // existed (has_times false): those cannot be rewritten.
+  Times times;
+  bool has_times = true;
 
   bool dead() const { return live_tokens == 0; }
 };

@@ -242,6 +242,13 @@ Status Session::Dispatch(rdma::Frame& f) {
       core::IncrementReply rep{r.node, std::move(r.tokens), r.lease_id, std::move(r.extents)};
       return Reply(f, rep);
     }
+    case MsgType::kSetTimes: {
+      core::SetTimesRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
+      PTS_ASSIGN_OR_RETURN(PrefixNodeInfo node, store_->SetTimes(req.ns, req.key, req.atime_ns, req.mtime_ns));
+      return Reply(f, core::SetTimesReply{node});
+    }
     case MsgType::kLocate: {
       core::LocateRequest req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));

@@ -549,6 +549,10 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   }
   if (h.live_tokens <= live_tokens) return Status::OK();
   h.live_tokens = live_tokens;
+  return WriteHeaderLocked(seg, loc, h);
+}
+
+Status SsdTier::WriteHeaderLocked(const SegmentRef& seg, const SsdLocation& loc, const RecordHeader& h) {
   std::vector<uint8_t> bytes = EncodeRecordHeader(h, seg.seed);
   if (bytes.size() != loc.header_bytes) return Internal("ssd: a rewritten header changed size");
   AlignedBuffer buf(bytes.size());
@@ -556,6 +560,15 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   PTS_RETURN_IF_ERROR(seg.file->WriteAt(loc.offset, buf.span(bytes.size())));
   if (options_.sync == SsdOptions::Sync::kRecord) PTS_RETURN_IF_ERROR(seg.file->Sync());
   return Status::OK();
+}
+
+Status SsdTier::SetTimes(const SsdLocation& loc, const Times& times) {
+  std::lock_guard rw(rewrite_mu_);
+  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
+  PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
+  if (!h.has_times || h.times == times) return Status::OK();
+  h.times = times;
+  return WriteHeaderLocked(seg, loc, h);
 }
 
 void SsdTier::Forget(const SsdLocation& loc) {

@@ -117,6 +117,9 @@ class SsdTier {
   // queue. A rewrite that never comes costs at most a stale record after a
   // crash, which a restart then resolves by sequence number.
   Status SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens);
+  // Rewrites the header in place with `times`. A record written before
+  // times existed has no room for them: left as it is (OK).
+  Status SetTimes(const SsdLocation& loc, const Times& times);
   // Counts a record's space as dead (it was killed, or copied elsewhere).
   // A sealed segment left with nothing live is deleted.
   void Forget(const SsdLocation& loc);
@@ -171,6 +174,8 @@ class SsdTier {
   // succeeded, and a sealed segment left with no append in flight is synced.
   void FinishAppend(const SsdLocation& loc, bool ok);
   Result<SegmentRef> SegmentOf(uint64_t segment);
+  // Writes `h` over the header at `loc` (same size). REQUIRES rewrite_mu_.
+  Status WriteHeaderLocked(const SegmentRef& seg, const SsdLocation& loc, const RecordHeader& h);
   std::string PathOf(uint64_t segment) const;
   Status ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats);
 

@@ -80,6 +80,7 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
   };
   if (auto r = existing()) return std::move(*r);
   const uint64_t id = next_seq_++;
+  const uint64_t now = WallClockNs();
   std::optional<SsdLocation> record;
   if (SsdEnabled()) {
     // The namespace is on disk before anyone can save into it, so a restart
@@ -96,6 +97,7 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
     h.uid = uid;
     h.gid = gid;
     h.mode = mode;
+    h.times = Times{now, now, now};
     Result<SsdLocation> loc = AppendHeaderLocked(std::move(h), lk);
     if (!loc.ok()) return loc.status().WithContext("create namespace '" + name + "'");
     if (auto r = existing()) {
@@ -115,6 +117,7 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
   n->info.uid = uid;
   n->info.gid = gid;
   n->info.mode = mode;
+  n->info.times = Times{now, now, now};
   n->salt = salt;
   n->root_key = RootKey(name, salt);
   n->tree = std::make_unique<RadixTree>(layout.block_tokens, layout.BytesPerBlock());
@@ -261,6 +264,10 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
 void Store::RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result) {
   ns->tree->RemoveSubtree(node, [&](RadixNode* x) { OnNodeRemovedLocked(x, result); });
   ns->info.prefixes = ns->tree->node_count();
+  // Its contents changed, as a directory's do when an entry goes.
+  const uint64_t now = WallClockNs();
+  ns->info.times.mtime_ns = std::max(ns->info.times.mtime_ns, now);
+  ns->info.times.ctime_ns = std::max(ns->info.times.ctime_ns, now);
 }
 
 uint64_t Store::LiveTokens(const Tensor& t) const {
@@ -394,6 +401,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   for (;;) {
     m = ns->tree->Longest(full, keys);
     if (m.blocks >= blocks) {
+      TouchLocked(ns, m, WallClockNs());  // the prompt came again: a use of what it matched
       stats_.dedup_bytes += blocks * bb;  // the whole prompt was stored already
       return SaveResult{blocks * bt, 0, 0};
     }
@@ -464,7 +472,9 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     MaybeDestroyLocked(t);
     return SaveResult{m2.blocks * bt, 0, 0};
   }
-  RadixNode* node = ns->tree->Insert(m2, full, keys, t);
+  const uint64_t now = WallClockNs();
+  TouchLocked(ns, m2, now);
+  RadixNode* node = ns->tree->Insert(m2, full, keys, t, Times{now, now, now});
   if (node == nullptr) {
     // A chain-key collision with an increment of other tokens: there is
     // nowhere to file this one. A miss, never a wrong answer: drop it.
@@ -478,6 +488,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   PropagateLocked(node, t->priority);
   ns->info.bytes += bytes;
   ns->info.prefixes = ns->tree->node_count();
+  ns->info.times.Merge(node->times);
   stats_.saved_bytes += bytes;
   // Blocks of the prompt that were stored already, whether or not the client
   // copied them (it skips them when it looked them up first).
@@ -508,7 +519,28 @@ std::vector<Extent> Store::ExtentsLocked(const Match& m, uint64_t block_bytes, b
   return out;
 }
 
+void Store::TouchLocked(Namespace* ns, const Match& m, uint64_t now) {
+  for (const MatchStep& s : m.path) {
+    RadixNode* n = s.node;
+    if (n->times.atime_ns >= now) continue;
+    n->times.atime_ns = now;
+    NoteTimesChangedLocked(n->tensor);
+  }
+  if (!m.path.empty()) ns->info.times.atime_ns = std::max(ns->info.times.atime_ns, now);
+}
+
+void Store::NoteTimesChangedLocked(Tensor* t) {
+  if (t->on_ssd || t->stub_on_ssd) times_dirty_.insert(t->id.value);
+}
+
+Times Store::TensorTimesLocked(const Tensor& t) const {
+  Times out;
+  for (const RadixNode* n : t.nodes) out.Merge(n->times);
+  return out;
+}
+
 void Store::HitLocked(const Match& m) {
+  if (!m.path.empty()) TouchLocked(m.path.front().node->tensor->ns, m, WallClockNs());
   std::vector<Tensor*> path;
   for (const MatchStep& s : m.path) {
     s.node->hits++;
@@ -569,6 +601,7 @@ Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const u
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   Match m = MatchLocked(*ns, tokens, &k);
+  TouchLocked(ns, m, WallClockNs());
   stats_.lookups++;
   CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
   PrefixResult r;
@@ -921,6 +954,7 @@ PrefixNodeInfo Store::NodeInfoLocked(const RadixNode* n, uint32_t bt) const {
   info.pins = n->tensor->pins;
   info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0) |
                                    (n->tensor->remote ? kTierRemote : 0));
+  info.times = n->times;
   return info;
 }
 
@@ -976,6 +1010,29 @@ Result<IncrementResult> Store::Increment(const std::string& ns_name, const Chain
     r.extents = std::move(own);
   }
   return r;
+}
+
+Result<PrefixNodeInfo> Store::SetTimes(const std::string& ns_name, const ChainKey& key, uint64_t atime_ns,
+                                       uint64_t mtime_ns) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  RadixNode* n = ns->tree->FindByKey(key);
+  if (n == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
+  const uint64_t now = WallClockNs();
+  if (atime_ns != 0) {
+    n->times.atime_ns = atime_ns;
+    // A use of it is a use of its prefix: ancestors are never older.
+    for (RadixNode* a = n->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
+      if (a->times.atime_ns >= atime_ns) break;
+      a->times.atime_ns = atime_ns;
+      NoteTimesChangedLocked(a->tensor);
+    }
+  }
+  if (mtime_ns != 0) n->times.mtime_ns = mtime_ns;
+  n->times.ctime_ns = now;
+  NoteTimesChangedLocked(n->tensor);
+  ns->info.times.Merge(n->times);
+  return NodeInfoLocked(n, ns->info.layout.block_tokens);
 }
 
 StoreStats Store::Stats() const {

@@ -68,6 +68,10 @@ struct StoreOptions {
   // been loaded this many times (counting this load); before that it is
   // transient (freed when the load's pin goes). 0 never keeps replicas.
   uint32_t replicate_after = 2;
+  // How often the times of increments on SSD are written to their records
+  // (SyncTimes, by the cleaner thread): a crash loses at most this much of
+  // them. 0: only when SyncTimes or PersistAll is called.
+  uint64_t times_sync_ms = 60000;
   // Record evictions of owned increments that leave no copy on this node
   // (TakeLostIncrements), for the cluster to propagate.
   bool track_lost = false;
@@ -154,6 +158,13 @@ class Store {
   Result<IncrementResult> Increment(const std::string& ns, const ChainKey& key, bool pin, bool whole_prefix,
                                     uint64_t session, uint64_t lease_ms = 0);
 
+  // Sets the times of the increment named `key` (touch(1) on the mount): a
+  // non-zero atime_ns becomes its atime, and its ancestors' where theirs is
+  // older (a use of it is a use of its prefix); a non-zero mtime_ns its
+  // mtime. Its ctime becomes now. Returns its listing entry afterwards;
+  // NotFound if there is no such increment.
+  Result<PrefixNodeInfo> SetTimes(const std::string& ns, const ChainKey& key, uint64_t atime_ns, uint64_t mtime_ns);
+
   // Children of `parent` (zero key: the root), or the whole subtree.
   Result<std::vector<PrefixNodeInfo>> ListTree(const std::string& ns, const ChainKey& parent,
                                                bool recursive) const;
@@ -225,6 +236,10 @@ class Store {
   Result<bool> CompactOnce();
   // Waits until queued SSD header rewrites are on disk (tests).
   void FlushSsd();
+  // Writes the times of increments whose SSD records hold older ones into
+  // those records (in place) and waits for the writes. Returns how many
+  // records it rewrote. A no-op without an SSD tier.
+  uint64_t SyncTimes();
 
   const uint8_t* arena_base() const { return arena_->data(); }
   int arena_fd() const { return arena_->fd(); }
@@ -330,6 +345,12 @@ class Store {
   // Counts a hit on every tensor of the match and restores the rule that an
   // ancestor's priority is at least each descendant's.
   void HitLocked(const Match& m);
+  // A use of the match: every node of it gets atime `now` (ptstore(7) "Times").
+  void TouchLocked(Namespace* ns, const Match& m, uint64_t now);
+  // `t`'s nodes' times changed: its record on SSD, if any, needs them.
+  void NoteTimesChangedLocked(Tensor* t);
+  // The newest of each time of `t`'s nodes (what its record holds).
+  Times TensorTimesLocked(const Tensor& t) const;
   // Raises the priority of every ancestor tensor of `node` to at least `p`.
   void PropagateLocked(RadixNode* node, double p);
   void PinLocked(Tensor* t);
@@ -380,6 +401,8 @@ class Store {
   uint64_t appends_in_flight_ = 0;                                       // GUARDED_BY(mu_), SSD appends outside mu_
   uint64_t ssd_gen_ = 1;                                                 // GUARDED_BY(mu_), bumped when SSD space frees
   std::vector<std::future<Status>> pending_rewrites_;                    // GUARDED_BY(mu_)
+  std::set<uint64_t> times_dirty_;                                       // GUARDED_BY(mu_), tensor ids: SyncTimes
+  Clock::time_point times_synced_ = Clock::now();                        // GUARDED_BY(mu_)
   bool stopping_ = false;                                                // GUARDED_BY(mu_)
   std::thread cleaner_;
   RemoteFetcher* fetcher_ = nullptr;                                     // GUARDED_BY(mu_)

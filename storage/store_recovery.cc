@@ -27,6 +27,9 @@ Status Store::RecoverLocked() {
   };
   std::vector<Rec> ns_recs, recs;
   ScanStats scan;
+  // Records written before times existed: stored and used, as far as
+  // anyone can tell, at this restart.
+  const uint64_t restarted = WallClockNs();
   PTS_RETURN_IF_ERROR(ssd_->Scan(
       [&](const RecordHeader& h, const SsdLocation& loc) {
         next_seq_ = std::max(next_seq_, h.seq + 1);
@@ -69,6 +72,7 @@ Status Store::RecoverLocked() {
     n->info.uid = h.uid;
     n->info.gid = h.gid;
     n->info.mode = h.mode & 07777;
+    n->info.times = h.has_times ? h.times : Times{restarted, restarted, restarted};
     n->salt = h.salt;
     n->root_key = RootKey(h.ns_name, h.salt);
     n->tree = std::make_unique<RadixTree>(h.layout.block_tokens, h.layout.BytesPerBlock());
@@ -171,14 +175,23 @@ Status Store::RecoverLocked() {
     t->tokens = h.live_tokens;
     t->hits = h.hits;
     t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
-    RadixNode* node = ns->tree->Insert(m, full, keys, t);
+    // Every node of the tensor gets its record's times (the newest of its
+    // nodes' when written). A parent split to place it was split when it
+    // was stored.
+    const Times times = h.has_times ? h.times : Times{restarted, restarted, restarted};
+    t->record_times = times;
+    Times split = times;
+    split.ctime_ns = times.mtime_ns;
+    RadixNode* node = ns->tree->Insert(m, full, keys, t, split);
     if (node == nullptr) {
       drop(r, "a chain-key collision");
       continue;
     }
+    node->times = times;
     tensors_.emplace(t->id.value, std::move(owned));
     t->in_index = true;
     ns->info.prefixes = ns->tree->node_count();
+    ns->info.times.Merge(times);
     for (uint64_t b = start_block; b < keys.size(); ++b) blocks[keys[b]] = {i, b - start_block};
     if (remote) {
       stats_.remote_tensors++;

@@ -96,7 +96,9 @@ Result<uint64_t> Store::InsertRemote(const std::string& ns_name, std::span<const
     t->tokens = (r.end_block - m.blocks) * bt;
     t->bytes = (r.end_block - m.blocks) * bb;
     t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
-    RadixNode* node = ns->tree->Insert(m, full.first(r.end_block * bt), std::span(keys).first(r.end_block), t);
+    const uint64_t now = WallClockNs();
+    RadixNode* node = ns->tree->Insert(m, full.first(r.end_block * bt), std::span(keys).first(r.end_block), t,
+                                       Times{now, now, now});
     if (node == nullptr) break;  // a chain-key collision: a miss
     t->in_index = true;
     tensors_.emplace(t->id.value, std::move(owned));
@@ -131,7 +133,9 @@ Result<RemoveResult> Store::RemoveFrom(const std::string& ns_name, std::span<con
     const uint64_t n_blocks = ns->tree->blocks_of(n);
     if (at + n_blocks > from_block) {
       // `n` holds block from_block: cut it there (its upper part stays).
-      if (const uint64_t inside = from_block - at; inside > 0) ns->tree->Split(n, inside, k.keys[from_block - 1]);
+      if (const uint64_t inside = from_block - at; inside > 0) {
+        ns->tree->Split(n, inside, k.keys[from_block - 1], WallClockNs());
+      }
       RemoveResult r;
       RemoveSubtreeLocked(ns, n, &r);
       return FinishRemovalLocked(r, lk);
@@ -176,7 +180,7 @@ void Store::KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey>
     if (n->start_block + n_blocks <= end) continue;
     // `n` holds block `end`: cut it there (its upper part stays), and the
     // rest of the chain, below it, goes with it.
-    if (n->start_block < end) tree.Split(n, end - n->start_block, keys[end - 1]);
+    if (n->start_block < end) tree.Split(n, end - n->start_block, keys[end - 1], WallClockNs());
     t->holds++;  // the caller still uses it
     RemoveResult ignored;
     RemoveSubtreeLocked(t->ns, n, &ignored);

@@ -52,6 +52,7 @@ RecordHeader Store::TensorRecordLocked(const Tensor& t, uint64_t* live_bytes) co
   h.hits = t.hits;
   for (const RadixNode* n : t.nodes) h.tokens.insert(h.tokens.end(), n->tokens.begin(), n->tokens.end());
   h.live_tokens = h.tokens.size();
+  h.times = TensorTimesLocked(t);
   *live_bytes = h.tokens.size() * h.layout.BytesPerToken();
   return h;
 }
@@ -86,6 +87,44 @@ void Store::FlushSsd() {
     writes = TakeRewritesLocked();
   }
   for (auto& w : writes) w.get().IgnoreError();
+}
+
+uint64_t Store::SyncTimes() {
+  std::vector<std::future<Status>> writes;
+  {
+    std::lock_guard lk(mu_);
+    times_synced_ = Clock::now();
+    if (!SsdEnabled()) return 0;
+    SsdTier* tier = ssd_.get();
+    for (uint64_t id : times_dirty_) {
+      auto it = tensors_.find(id);
+      if (it == tensors_.end()) continue;
+      Tensor* t = it->second.get();
+      if (!t->in_index || t->nodes.empty() || (!t->on_ssd && !t->stub_on_ssd)) continue;
+      const Times times = TensorTimesLocked(*t);
+      if (times == t->record_times) continue;
+      t->record_times = times;
+      const SsdLocation loc = t->on_ssd ? t->ssd : t->stub;
+      writes.push_back(io_->Submit(
+          [tier, loc, times]() -> Status {
+            Status s = tier->SetTimes(loc, times);
+            // A segment reclaimed meanwhile took the record with it.
+            return s.code() == Code::kNotFound ? Status::OK() : s;
+          },
+          IoPool::Priority::kBackground));
+    }
+    times_dirty_.clear();
+  }
+  uint64_t written = 0;
+  for (auto& w : writes) {
+    Status s = w.get();
+    if (s.ok()) {
+      ++written;
+    } else {
+      PTS_WARN("ssd", "writing an increment's times: " << s.ToString());
+    }
+  }
+  return written;
 }
 
 void Store::DropSsdCopyLocked(Tensor* t) {
@@ -179,6 +218,7 @@ void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
   h.owner_node = a->owner;
   h.seq = next_seq_++;
   const uint64_t written_tokens = h.tokens.size();
+  const Times written_times = h.times;
   Result<SsdLocation> loc = AppendHeaderLocked(std::move(h), lk);
   if (!loc.ok()) {
     PTS_WARN("ssd", "writing the record of a remote increment: " << loc.status().ToString());
@@ -192,6 +232,8 @@ void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
   }
   a->stub_on_ssd = true;
   a->stub = *loc;
+  a->record_times = written_times;
+  if (TensorTimesLocked(*a) != written_times) NoteTimesChangedLocked(a);
   if (const uint64_t live = LiveTokens(*a); live < written_tokens) RewriteRecordLocked(*loc, live);
 }
 
@@ -206,6 +248,7 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
   uint64_t bytes = 0;
   RecordHeader h = TensorRecordLocked(*t, &bytes);
   const uint64_t written_tokens = h.tokens.size();
+  const Times written_times = h.times;
   h.seq = next_seq_++;
   auto failed = [&](const Status& why) {
     t->spill_failed_gen = ssd_gen_;
@@ -246,6 +289,8 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
   }
   t->on_ssd = true;
   t->ssd = *loc;
+  t->record_times = written_times;
+  if (TensorTimesLocked(*t) != written_times) NoteTimesChangedLocked(t);
   ssd_queue_.Add(t);
   if (const uint64_t live = LiveTokens(*t); live < written_tokens) RewriteRecordLocked(*loc, live);
   if (free_dram && t->pins == 0 && t->in_dram) {
@@ -281,6 +326,8 @@ Result<uint64_t> Store::PersistAll() {
   }
   PTS_INFO("ssd", "persisted " << written << " tensor(s) to SSD" << (failed ? ", " : "")
                                << (failed ? std::to_string(failed) + " did not fit or failed" : ""));
+  lk.unlock();
+  SyncTimes();  // and the times of those that were there already
   return written;
 }
 
@@ -451,6 +498,7 @@ Result<bool> Store::CompactOnce() {
       if (m.to.ok() && t->stub_on_ssd && t->stub == m.from) {
         t->stub = *m.to;
         ssd_->Forget(m.from);
+        NoteTimesChangedLocked(t);  // a times rewrite meanwhile may have gone to the old copy
         if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub, LiveTokens(*t));
       } else if (m.to.ok()) {
         ssd_->Forget(*m.to);  // gone meanwhile
@@ -472,6 +520,7 @@ Result<bool> Store::CompactOnce() {
       // meanwhile, MaybeDestroyLocked below kills the new copy.
       t->ssd = *m.to;
       ssd_->Forget(m.from);
+      NoteTimesChangedLocked(t);  // a times rewrite meanwhile may have gone to the old copy
       if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
     } else if (t->in_dram) {
       DropSsdCopyLocked(t);
@@ -494,7 +543,10 @@ void Store::CleanerLoop() {
   while (!stopping_) {
     cleaner_wake_.wait_for(lk, std::chrono::milliseconds(500));
     if (stopping_) break;
+    const bool sync_times = options_.times_sync_ms != 0 &&
+                            Clock::now() - times_synced_ >= std::chrono::milliseconds(options_.times_sync_ms);
     lk.unlock();
+    if (sync_times) SyncTimes();
     for (int i = 0; i < 8; ++i) {
       Result<bool> did = CompactOnce();
       if (!did.ok()) {

@@ -51,6 +51,9 @@ struct Tensor {
   // written when an owned tensor below it is spilled.
   bool stub_on_ssd = false;
   SsdLocation stub;
+  // The times its record (`ssd` or `stub`) holds on SSD; the record is
+  // rewritten when its nodes' times have moved on (Store::SyncTimes).
+  Times record_times;
 
   uint32_t pins = 0;           // leases on its DRAM bytes
   uint32_t holds = 0;          // saves hanging below it: keep it in the index

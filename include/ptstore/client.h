@@ -170,6 +170,13 @@ class Client {
   // ListTree gives): its listing entry and its own token ids. NotFound if
   // there is no such increment.
   Result<IncrementInfo> GetIncrement(const std::string& ns, const ChainKey& key);
+  // Sets the increment's atime and mtime (nanoseconds since the epoch; 0
+  // leaves that one as it is), as touch(1) does on a mount; its ctime
+  // becomes now. A later atime also becomes its ancestors' (a use of an
+  // increment uses its prefix). Needs write permission on the namespace.
+  // Returns its listing entry afterwards; NotFound if there is no such
+  // increment.
+  Result<PrefixNodeInfo> SetTimes(const std::string& ns, const ChainKey& key, uint64_t atime_ns, uint64_t mtime_ns);
   // Pins the increment's bytes (with `whole_prefix`, those of the whole
   // prefix that ends with it) in the mapped arena. NotFound if it is gone;
   // PermissionDenied for a client without the mapping.

@@ -51,6 +51,22 @@ struct Extent {
   bool operator==(const Extent&) const = default;
 };
 
+// When an increment was stored (mtime), last used by a lookup, pin, load or
+// read, here or by another node's fetch (atime), and last changed in its
+// metadata, such as a split (ctime): nanoseconds since the Unix epoch (0:
+// not known). A namespace's are the newest of its increments', its
+// creation and its removals (ptstore(7) "Times").
+struct Times {
+  uint64_t mtime_ns = 0;
+  uint64_t atime_ns = 0;
+  uint64_t ctime_ns = 0;
+  // Each time the later of the two.
+  void Merge(const Times& o);
+  bool operator==(const Times&) const = default;
+};
+// The wall clock (CLOCK_REALTIME) in nanoseconds since the Unix epoch.
+uint64_t WallClockNs();
+
 struct NamespaceInfo {
   std::string name;
   Layout layout;
@@ -60,6 +76,7 @@ struct NamespaceInfo {
   uint32_t mode = 0755;  // read bit = may look up and load; write bit = may save and remove
   uint64_t bytes = 0;    // bytes stored in this namespace on this node
   uint64_t prefixes = 0; // radix nodes (increments)
+  Times times;
 };
 
 // One increment of the radix tree, as listed by tools.
@@ -75,6 +92,7 @@ struct PrefixNodeInfo {
   uint32_t children = 0;
   uint32_t pins = 0;
   uint8_t tier = kTierDram;  // where its tensor is: kTierDram and/or kTierSsd
+  Times times;
 };
 
 // One increment and its own token ids (Client::GetIncrement).

@@ -63,6 +63,7 @@ inline void ExpectSameInfo(const NamespaceInfo& a, const NamespaceInfo& b) {
   EXPECT_EQ(a.mode, b.mode);
   EXPECT_EQ(a.bytes, b.bytes);
   EXPECT_EQ(a.prefixes, b.prefixes);
+  EXPECT_EQ(a.times, b.times);
 }
 
 template <typename M>

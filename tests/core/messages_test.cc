@@ -36,6 +36,7 @@ NamespaceInfo SampleInfo(int i) {
   n.mode = 0640;
   n.bytes = (uint64_t{1} << 40) + i;
   n.prefixes = 0x0123456789abcdefULL - i;
+  n.times = Times{1'700'000'000'000'000'000ull + i, 1'700'000'000'000'000'500ull + i, 1'700'000'000'000'000'100ull};
   return n;
 }
 
@@ -43,18 +44,18 @@ NamespaceInfo SampleInfo(int i) {
 // ---- registry -------------------------------------------------------------
 
 TEST(MsgTypeTest, RequestsAreEvenAndRepliesFollow) {
-  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kLocatePrefix); t += 2) {
+  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kSetTimes); t += 2) {
     std::string req = MsgTypeName(t);
     EXPECT_NE(req, "Unknown") << t;
     EXPECT_EQ(std::string(MsgTypeName(t + 1)), req + "Reply") << t;
   }
   EXPECT_STREQ(MsgTypeName(T(MsgType::kError)), "Error");
-  for (uint16_t t : {0, 58, 59, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
+  for (uint16_t t : {0, 60, 61, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
 }
 
 TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
   std::vector<uint8_t> body = {0, 0, 0, 0};
-  for (uint16_t t : {0, 58, 59, 0x100, 0xffff}) {
+  for (uint16_t t : {0, 60, 61, 0x100, 0xffff}) {
     Status s = DecodeAny(t, body);
     EXPECT_EQ(s.code(), Code::kProtocol) << t;
     EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);
@@ -456,6 +457,7 @@ TEST(MessagesTest, ListTree) {
     n.children = i == 2 ? 0 : 1;
     n.pins = 3 * i;
     n.tier = static_cast<uint8_t>(i % 3 + 1);
+    n.times = Times{1'700'000'000'000'000'000ull + i, 1'800'000'000'000'000'000ull + i, 7 + i};
     r.nodes.push_back(n);
   }
   ListTreeReply ro = RoundTrip(T(MsgType::kListTreeReply), r);
@@ -473,6 +475,7 @@ TEST(MessagesTest, ListTree) {
     EXPECT_EQ(ro.nodes[i].children, r.nodes[i].children);
     EXPECT_EQ(ro.nodes[i].pins, r.nodes[i].pins);
     EXPECT_EQ(ro.nodes[i].tier, r.nodes[i].tier);
+    EXPECT_EQ(ro.nodes[i].times, r.nodes[i].times);
   }
 }
 
@@ -515,8 +518,8 @@ TEST(MessagesTest, UnknownCacheClassRejected) {
   ListTreeReply r;
   r.nodes.resize(1);
   std::vector<uint8_t> body = EncodeBody(r);
-  // count(4) key(16) parent(16) 5*u64(40) -> class at offset 76.
-  ASSERT_EQ(body.size(), 4u + 82);
+  // count(4) key(16) parent(16) 5*u64(40) -> class at offset 76; then children, pins, tier, 3 times.
+  ASSERT_EQ(body.size(), 4u + 82 + 24);
   ASSERT_EQ(body[76], 0);
   for (uint8_t cls : {2, 3, 0x80, 0xff}) {
     body[76] = cls;
@@ -526,6 +529,27 @@ TEST(MessagesTest, UnknownCacheClassRejected) {
   }
   body[76] = 1;
   EXPECT_TRUE(DecodeAny(T(MsgType::kListTreeReply), body).ok());
+}
+
+TEST(MessagesTest, SetTimesRoundTrip) {
+  SetTimesRequest q{"mistral", ChainKey{7, 8}, 1'700'000'000'123'456'789ull, 0};
+  SetTimesRequest oq = RoundTrip(T(MsgType::kSetTimes), q);
+  EXPECT_EQ(oq.ns, q.ns);
+  EXPECT_EQ(oq.key, q.key);
+  EXPECT_EQ(oq.atime_ns, q.atime_ns);
+  EXPECT_EQ(oq.mtime_ns, 0u);
+  SetTimesReply r;
+  r.node.key = ChainKey{7, 8};
+  r.node.times = Times{1, 2, 3};
+  SetTimesReply o = RoundTrip(T(MsgType::kSetTimesReply), r);
+  EXPECT_EQ(o.node.key, r.node.key);
+  EXPECT_EQ(o.node.times, r.node.times);
+  // Cut short inside its times: an error naming them.
+  std::vector<uint8_t> body = EncodeBody(r);
+  body.resize(body.size() - 4);
+  Status s = DecodeAny(T(MsgType::kSetTimesReply), body);
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_NE(s.message().find("times.ctime"), std::string::npos) << s.message();
 }
 
 // ---- hostile counts -------------------------------------------------------------

@@ -276,6 +276,15 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   prefix_where.location.matched_tokens = 48;
   prefix_where.location.spans = {PrefixSpan{16, 0, {0, 1}}, PrefixSpan{48, 2, {2}}};
   out.push_back(Frame(MsgType::kLocatePrefixReply, prefix_where));
+  SetTimesRequest set_times;
+  set_times.ns = "mistral";
+  set_times.key = ChainKey{5, 6};
+  set_times.atime_ns = 1'700'000'000'000'000'000ull;
+  out.push_back(Frame(MsgType::kSetTimes, set_times));
+  SetTimesReply times_set;
+  times_set.node = node;
+  times_set.node.times = Times{1, 2, 3};
+  out.push_back(Frame(MsgType::kSetTimesReply, times_set));
   return out;
 }
 

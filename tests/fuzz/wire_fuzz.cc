@@ -161,6 +161,8 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kLocateReply: return CheckTyped<core::LocateReply>(type, body, any);
     case MsgType::kLocatePrefix: return CheckTyped<core::LocatePrefixRequest>(type, body, any);
     case MsgType::kLocatePrefixReply: return CheckTyped<core::LocatePrefixReply>(type, body, any);
+    case MsgType::kSetTimes: return CheckTyped<core::SetTimesRequest>(type, body, any);
+    case MsgType::kSetTimesReply: return CheckTyped<core::SetTimesReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";

@@ -77,13 +77,13 @@ class RadixTreeTest : public ::testing::Test {
 
   // What the Store does on a save: a new tensor for the blocks past the
   // longest match, hung below it. Returns the new node (nullptr if nothing new).
-  RadixNode* Save(const std::vector<uint32_t>& tokens) {
+  RadixNode* Save(const std::vector<uint32_t>& tokens, const Times& times = {}) {
     const std::vector<ChainKey> keys = Keys(tokens);
     Match m = tree_.Longest(tokens, keys);
     if (m.blocks >= keys.size()) return nullptr;
     Tensor* t = NewTensor(m.blocks, keys.size() - m.blocks);
     bytes_[t] = Kv(tokens, m.blocks * kBt, keys.size() * kBt);
-    RadixNode* n = tree_.Insert(m, std::span<const uint32_t>(tokens).first(keys.size() * kBt), keys, t);
+    RadixNode* n = tree_.Insert(m, std::span<const uint32_t>(tokens).first(keys.size() * kBt), keys, t, times);
     EXPECT_NE(n, nullptr);
     return n;
   }
@@ -317,6 +317,26 @@ TEST_F(RadixTreeTest, BranchInsideNodeSplitsMetadataOnly) {
   CheckInvariants();
 }
 
+TEST_F(RadixTreeTest, ASplitKeepsTheTimesOfBothHalvesAndStampsTheirCtime) {
+  auto a = Tokens(1, 8 * kBt);
+  RadixNode* lower = Save(a, Times{100, 150, 100});
+  ASSERT_NE(lower, nullptr);
+  auto b = Cat(Head(a, 3 * kBt), Tokens(2, 5 * kBt));
+  RadixNode* nb = Save(b, Times{200, 200, 200});
+  ASSERT_NE(nb, nullptr);
+  RadixNode* upper = lower->parent;
+  ASSERT_NE(upper, tree_.root());
+  // Stored at 100, used at 150 (both halves), split at 200.
+  EXPECT_EQ(upper->times, (Times{100, 150, 200}));
+  EXPECT_EQ(lower->times, (Times{100, 150, 200}));
+  EXPECT_EQ(nb->times, (Times{200, 200, 200}));
+  // A split stamped earlier than the last change leaves ctime as it is.
+  RadixNode* up2 = tree_.Split(lower, 2, Keys(a)[4], 50);
+  EXPECT_EQ(up2->times, (Times{100, 150, 200}));
+  EXPECT_EQ(lower->times, (Times{100, 150, 200}));
+  CheckInvariants();
+}
+
 TEST_F(RadixTreeTest, BranchAtNodeBoundaryHangsBelowWithoutSplit) {
   auto a = Tokens(1, 4 * kBt);
   RadixNode* na = Save(a);
@@ -453,7 +473,7 @@ TEST_F(RadixTreeTest, InsertAfterForgedCollisionLeavesTheTreeIntact) {
   ASSERT_EQ(m.blocks, 0u);
   Tensor* u = NewTensor(0, 4);
   bytes_[u] = Kv(b, 0, b.size());
-  RadixNode* n = tree_.Insert(m, b, forged, u);
+  RadixNode* n = tree_.Insert(m, b, forged, u, Times{});
   EXPECT_EQ(n, nullptr);
   EXPECT_TRUE(u->nodes.empty());
   EXPECT_EQ(tree_.node_count(), 1u);
@@ -474,7 +494,7 @@ TEST_F(RadixTreeTest, InsertAfterForgedCollisionInsideANodeLeavesTheDataIntact) 
   ASSERT_TRUE(m.partial_last);
   Tensor* u = NewTensor(2, 2);
   bytes_[u] = Kv(b, 2 * kBt, b.size());
-  RadixNode* n = tree_.Insert(m, b, forged, u);
+  RadixNode* n = tree_.Insert(m, b, forged, u, Times{});
   EXPECT_EQ(n, nullptr);
   EXPECT_TRUE(u->nodes.empty());
   EXPECT_EQ(Gather(Longest(a)), Expected(a, 4));
@@ -607,7 +627,7 @@ TEST_F(RadixTreeTest, RemovingAVeryDeepChainDoesNotRecursePerLevel) {
   for (size_t i = 0; i < kDepth; ++i) {
     Tensor* t = NewTensor(i, 1);
     RadixNode* n = tree_.Insert(m, std::span<const uint32_t>(tokens).first((i + 1) * kBt),
-                                std::span<const ChainKey>(keys).first(i + 1), t);
+                                std::span<const ChainKey>(keys).first(i + 1), t, Times{});
     ASSERT_NE(n, nullptr);
     if (first == nullptr) first = n;
     m.path.assign(1, MatchStep{n, 1});

@@ -65,6 +65,8 @@ void ExpectSameHeader(const RecordHeader& a, const RecordHeader& b) {
   EXPECT_EQ(a.stored_bytes, b.stored_bytes);
   EXPECT_EQ(a.payload_checksum, b.payload_checksum);
   EXPECT_EQ(a.live_tokens, b.live_tokens);
+  EXPECT_EQ(a.has_times, b.has_times);
+  EXPECT_EQ(a.times, b.times);
 }
 
 uint32_t UnpaddedLength(const std::vector<uint8_t>& enc) {
@@ -187,6 +189,31 @@ TEST(RecordHeader, TensorRoundTrip) {
   // One byte short of the length is truncated.
   EXPECT_EQ(DecodeRecordHeader(std::span<const uint8_t>(enc).first(len - 1), kSeed).status().code(),
             Code::kCorruption);
+}
+
+TEST(RecordHeader, TimesRoundTripAndAreTheLast24BytesBeforeTheChecksum) {
+  RecordHeader h = TensorHeader();
+  h.times = Times{1'700'000'000'000'000'001ull, 1'700'000'000'000'000'002ull, 1'700'000'000'000'000'003ull};
+  std::vector<uint8_t> enc = EncodeRecordHeader(h, kSeed);
+  Result<RecordHeader> d = DecodeRecordHeader(enc, kSeed);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->has_times);
+  EXPECT_EQ(d->times, h.times);
+  const uint32_t len = UnpaddedLength(enc);
+  uint64_t mtime;
+  std::memcpy(&mtime, enc.data() + len - 8 - 24, 8);
+  EXPECT_EQ(mtime, h.times.mtime_ns);
+  // Other times: the same size (a rewrite in place).
+  RecordHeader later = h;
+  later.times.atime_ns += 1'000'000'000;
+  EXPECT_EQ(UnpaddedLength(EncodeRecordHeader(later, kSeed)), len);
+  // Times cut short (a header of 8 of their 24 bytes, resealed): corruption naming them.
+  std::vector<uint8_t> cut(enc.begin(), enc.begin() + len - 8 - 16);
+  cut.resize(cut.size() + 8);
+  Reseal(&cut, kSeed);
+  Result<RecordHeader> c = DecodeRecordHeader(cut, kSeed);
+  EXPECT_EQ(c.status().code(), Code::kCorruption);
+  EXPECT_NE(c.status().message().find("times"), std::string::npos) << c.status().ToString();
 }
 
 TEST(RecordHeader, TensorRoundTripCompressedPartialLiveAndDead) {
@@ -409,8 +436,9 @@ TEST(RecordHeader, SemanticChecks) {
 }
 
 // The bytes of a dense tensor record and a namespace record as written
-// before layouts had groups (the segments on disks today): they decode, and
-// encode again to the same bytes.
+// before layouts had groups and times (the segments on disks today): they
+// decode without times, and encode again to the same bytes (so a header
+// rewrite keeps their size).
 std::vector<uint8_t> FromHex(const std::string& hex) {
   std::vector<uint8_t> out;
   for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
@@ -434,12 +462,14 @@ TEST(RecordHeader, DenseRecordsWrittenBeforeGroupsDecodeUnchanged) {
   t.payload_checksum = 0x0123456789abcdefull;
   t.owner_node = 5;
   t.hits = 2;
+  t.has_times = false;
   Result<RecordHeader> d = DecodeRecordHeader(tensor, kSeed);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ExpectSameHeader(*d, t);
   EXPECT_EQ(d->layout, SegmentTestLayout());
   EXPECT_FALSE(d->layout.grouped());
-  std::vector<uint8_t> again = EncodeRecordHeader(t, kSeed);
+  EXPECT_FALSE(d->has_times);
+  std::vector<uint8_t> again = EncodeRecordHeader(*d, kSeed);
   again.resize(tensor.size());
   EXPECT_EQ(again, tensor);
 
@@ -449,12 +479,14 @@ TEST(RecordHeader, DenseRecordsWrittenBeforeGroupsDecodeUnchanged) {
       "74656e616e742e61040000000000000002000000020000004000000001100000"
       "0000000000e803000064000000e80100009ee46f2c1d762dd1");
   ASSERT_EQ(ns.size(), 121u);
-  const RecordHeader n = testing::NamespaceRecord("tenant.a", 4);
+  RecordHeader n = testing::NamespaceRecord("tenant.a", 4);
+  n.has_times = false;
   d = DecodeRecordHeader(ns, kSeed);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ExpectSameHeader(*d, n);
   EXPECT_EQ(d->layout, SegmentTestLayout());
-  again = EncodeRecordHeader(n, kSeed);
+  EXPECT_FALSE(d->has_times);
+  again = EncodeRecordHeader(*d, kSeed);
   again.resize(ns.size());
   EXPECT_EQ(again, ns);
 }

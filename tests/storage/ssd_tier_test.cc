@@ -557,6 +557,27 @@ TEST(SsdTierCorruption, PayloadBitFlipInTheLastPaddedByteIsCaught) {
   EXPECT_EQ(scan.stats.corrupt_records, 1u);
 }
 
+TEST(SsdTierTest, SetTimesRewritesTheHeaderInPlaceAndKeepsThePayload) {
+  TempDir dir;
+  const SsdOptions o = Options(dir.path());
+  std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
+  Rec r = Tensor(kBlockLayout, 64, 1);
+  ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
+  const Times later{111, 222, 333};
+  ASSERT_TRUE(tier->SetTimes(r.loc, later).ok());
+  Result<RecordHeader> h = tier->ReadHeader(r.loc);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->times, later);
+  EXPECT_EQ(h->live_tokens, 64u);
+  EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload));
+  // Both rewrites keep each other's field.
+  ASSERT_TRUE(tier->SetLiveTokens(r.loc, 32).ok());
+  h = tier->ReadHeader(r.loc);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->times, later);
+  EXPECT_EQ(h->live_tokens, 32u);
+}
+
 TEST(SsdTierCorruption, FlipBitOnReadIsCaught) {
   TempDir dir;
   FaultEnv env(Env::Default());
