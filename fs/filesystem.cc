@@ -160,6 +160,8 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   if (to_set & ~kTimes) return (void)fuse_reply_err(req, EPERM);  // mode, owner: the namespace's
   const int times = to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME);
   if (times == 0) return GetAttr(req, ino, fi);
+  // The root, a namespace and its .layout: their times are their increments'.
+  if (ref.kind != NodeKind::kIncrement && !IsIncrementFile(ref)) return (void)fuse_reply_err(req, EPERM);
   // touch(1): the increment's times (the kernel checked the caller may set them).
   auto ns_of = [](const timespec& t) {
     return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);

@@ -473,7 +473,6 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   const uint64_t now = WallClockNs();
-  TouchLocked(ns, m2, now);
   RadixNode* node = ns->tree->Insert(m2, full, keys, t, Times{now, now, now});
   if (node == nullptr) {
     // A chain-key collision with an increment of other tokens: there is
@@ -483,6 +482,13 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   t->in_index = true;
+  // The blocks it matched were used (the prompt came again): its ancestors,
+  // after the split that made room for it, not the other half of a split.
+  for (RadixNode* a = node->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
+    if (a->times.atime_ns >= now) continue;
+    a->times.atime_ns = now;
+    NoteTimesChangedLocked(a->tensor);
+  }
   t->priority = gdsf_.Priority(*t);
   queue_[static_cast<int>(cache_class)].Add(t);
   PropagateLocked(node, t->priority);
@@ -1023,7 +1029,7 @@ Result<PrefixNodeInfo> Store::SetTimes(const std::string& ns_name, const ChainKe
     n->times.atime_ns = atime_ns;
     // A use of it is a use of its prefix: ancestors are never older.
     for (RadixNode* a = n->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
-      if (a->times.atime_ns >= atime_ns) break;
+      if (a->times.atime_ns >= atime_ns) continue;
       a->times.atime_ns = atime_ns;
       NoteTimesChangedLocked(a->tensor);
     }

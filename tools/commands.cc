@@ -4,8 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "rdma/fabric_report.h"
@@ -55,6 +58,74 @@ Result<std::unique_ptr<Client>> ConnectTool(const std::string& socket, const cha
 
 void Emit(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }
 
+Result<uint64_t> ParseDuration(std::string_view text) {
+  const std::string t(text);
+  auto bad = [&] {
+    return InvalidArgument("'" + t + "' is not a duration (a number with s, m, h or d, e.g. 90s, 15m, 1.5h, 2d)");
+  };
+  if (t.empty()) return bad();
+  size_t used = 0;
+  double v;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    return bad();
+  }
+  double unit = 1;
+  const std::string rest = t.substr(used);
+  if (rest == "" || rest == "s") {
+    unit = 1;
+  } else if (rest == "m") {
+    unit = 60;
+  } else if (rest == "h") {
+    unit = 3600;
+  } else if (rest == "d") {
+    unit = 86400;
+  } else {
+    return bad();
+  }
+  const double ns = v * unit * 1e9;
+  if (!(ns >= 0) || ns > 1e19 || !std::isdigit(static_cast<unsigned char>(t[0]))) return bad();
+  return static_cast<uint64_t>(ns);
+}
+
+namespace {
+
+// Keeps what --unused-for asks for and sorts by time with -t.
+void SelectIncrements(const LsOptions& opt, uint64_t now, std::vector<PrefixNodeInfo>* nodes) {
+  if (opt.unused_for_ns) {
+    const uint64_t before = now > *opt.unused_for_ns ? now - *opt.unused_for_ns : 0;
+    std::unordered_set<ChainKey, ChainKeyHash> cold;
+    std::vector<PrefixNodeInfo> kept;
+    for (const PrefixNodeInfo& n : *nodes) {  // parents before children (ListTree's pre-order)
+      if (n.times.atime_ns >= before) continue;
+      const bool below_cold = cold.count(n.parent) != 0;
+      cold.insert(n.key);
+      if (!below_cold) kept.push_back(n);
+    }
+    *nodes = std::move(kept);
+  }
+  if (opt.sort_time) {
+    std::stable_sort(nodes->begin(), nodes->end(), [&](const PrefixNodeInfo& a, const PrefixNodeInfo& b) {
+      return TimeOf(a.times, opt.time) > TimeOf(b.times, opt.time);
+    });
+  }
+}
+
+void SelectNamespaces(const LsOptions& opt, uint64_t now, bool filter, std::vector<NamespaceInfo>* namespaces) {
+  if (filter && opt.unused_for_ns) {
+    const uint64_t before = now > *opt.unused_for_ns ? now - *opt.unused_for_ns : 0;
+    std::erase_if(*namespaces, [&](const NamespaceInfo& ns) { return ns.times.atime_ns >= before; });
+  }
+  if (opt.sort_time) {
+    std::stable_sort(namespaces->begin(), namespaces->end(), [&](const NamespaceInfo& a, const NamespaceInfo& b) {
+      return TimeOf(a.times, opt.time) > TimeOf(b.times, opt.time);
+    });
+  }
+}
+
+}  // namespace
+
 int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
   constexpr const char* kProg = "ptstore-ls";
   std::optional<LsTarget> target;
@@ -69,6 +140,7 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
     return kExitFailure;
   }
   Client& c = **client;
+  const uint64_t now = WallClockNs();
 
   if (target) {
     auto nodes = c.ListTree(target->ns, target->key, opt.recursive);
@@ -76,6 +148,7 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
       Report(err, kProg, nodes.status());
       return kExitFailure;
     }
+    SelectIncrements(opt, now, &*nodes);
     std::optional<std::vector<IncrementLocation>> where;
     if (opt.where) {
       std::vector<ChainKey> keys;
@@ -102,9 +175,9 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
       if (wp) j["locations"] = LocationsJson(*wp);
       Emit(out, j);
     } else if (opt.recursive) {
-      out << RenderTree(*nodes, target->key, opt.long_format || wp, opt.style, wp);
+      out << RenderTree(*nodes, target->key, opt.long_format || wp, opt.style, wp, opt.time);
     } else {
-      out << RenderIncrements(*nodes, opt.long_format || wp, wp);
+      out << RenderIncrements(*nodes, opt.long_format || wp, wp, opt.time);
     }
     return kExitOk;
   }
@@ -116,6 +189,9 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
   }
   std::vector<NamespaceInfo> namespaces = std::move(*listed);
   std::sort(namespaces.begin(), namespaces.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  // -R --unused-for: every namespace's cold increments (a namespace in use
+  // may hold cold ones).
+  SelectNamespaces(opt, now, /*filter=*/!opt.recursive, &namespaces);
 
   if (!opt.recursive) {
     if (opt.json) {
@@ -123,7 +199,7 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
       for (const auto& ns : namespaces) a.push_back(ToJson(ns));
       Emit(out, {{"namespaces", std::move(a)}});
     } else {
-      out << RenderNamespaces(namespaces, opt.long_format);
+      out << RenderNamespaces(namespaces, opt.long_format, opt.time);
     }
     return kExitOk;
   }
@@ -142,6 +218,7 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
       if (nodes.status().code() == Code::kUnavailable) return rc;
       continue;
     }
+    SelectIncrements(opt, now, &*nodes);
     if (opt.json) {
       Json j = ToJson(ns);
       j["tree"] = TreeJson(*nodes, {});
@@ -149,7 +226,7 @@ int RunLs(const LsOptions& opt, std::ostream& out, std::ostream& err) {
     } else {
       if (!first) out << "\n";
       first = false;
-      out << ns.name << ":\n" << RenderTree(*nodes, {}, opt.long_format, opt.style);
+      out << ns.name << ":\n" << RenderTree(*nodes, {}, opt.long_format, opt.style, nullptr, opt.time);
     }
   }
   if (opt.json) Emit(out, {{"namespaces", std::move(a)}});

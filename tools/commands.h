@@ -46,10 +46,19 @@ struct LsOptions {
   bool recursive = false;
   bool json = false;
   bool where = false;  // with a namespace: the nodes holding each increment (asks every node)
+  bool sort_time = false;             // -t: newest `time` first (siblings, in a tree)
+  TimeField time = TimeField::kMtime;  // the time shown in long listings and sorted by
+  // --unused-for: only what no one used (atime) for this long: namespaces,
+  // or increments, and with -R only the top of each such subtree (what lies
+  // below an increment is never used later than it).
+  std::optional<uint64_t> unused_for_ns;
   std::optional<std::string> target;  // none: list the namespaces
   TreeStyle style = TreeStyle::kAscii;
 };
 int RunLs(const LsOptions& options, std::ostream& out, std::ostream& err);
+// "90", "90s", "15m", "1.5h", "2d" -> nanoseconds. InvalidArgument naming
+// the text otherwise.
+Result<uint64_t> ParseDuration(std::string_view text);
 
 struct StatOptions {
   std::string socket;

@@ -1,8 +1,10 @@
 #include "tools/format.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <string_view>
 #include <unordered_map>
@@ -67,6 +69,38 @@ std::string CompressionRatioText(uint64_t logical_bytes, uint64_t stored_bytes) 
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2fx", *r);
   return buf;
+}
+
+const char* TimeFieldName(TimeField f) {
+  switch (f) {
+    case TimeField::kAtime: return "atime";
+    case TimeField::kCtime: return "ctime";
+    case TimeField::kMtime: break;
+  }
+  return "mtime";
+}
+
+uint64_t TimeOf(const Times& t, TimeField f) {
+  switch (f) {
+    case TimeField::kAtime: return t.atime_ns;
+    case TimeField::kCtime: return t.ctime_ns;
+    case TimeField::kMtime: break;
+  }
+  return t.mtime_ns;
+}
+
+std::string LocalTime(uint64_t ns) {
+  if (ns == 0) return "-";
+  const time_t secs = static_cast<time_t>(ns / 1000000000);
+  struct tm tm {};
+  localtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+double EpochSeconds(uint64_t ns) {
+  return static_cast<double>(ns / 1000) / 1e6;  // whole microseconds: exact in a double until year 2255
 }
 
 size_t DisplayWidth(const std::string& s) {
@@ -191,7 +225,15 @@ std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const
 
 // --------------------------------------------------------------- rendering
 
-std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format) {
+namespace {
+std::string TimeHeader(TimeField f) {
+  std::string h = TimeFieldName(f);
+  for (char& c : h) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return h;
+}
+}  // namespace
+
+std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format, TimeField time) {
   if (!long_format) {
     std::string out;
     for (const auto& ns : namespaces) out += ns.name + "\n";
@@ -199,10 +241,12 @@ std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool 
   }
   using A = Table::Align;
   // The layout is long: last, so that the short columns line up.
-  Table t({{"NAME"}, {"OWNER"}, {"MODE"}, {"BYTES", A::kRight}, {"INCREMENTS", A::kRight}, {"LAYOUT"}});
+  Table t({{"NAME"}, {"OWNER"}, {"MODE"}, {"BYTES", A::kRight}, {"INCREMENTS", A::kRight}, {TimeHeader(time)},
+           {"LAYOUT"}});
   for (const auto& ns : namespaces) {
     t.AddRow({ns.name + (ns.salted ? " (salted)" : ""), std::to_string(ns.uid) + ":" + std::to_string(ns.gid),
-              SymbolicMode(ns.mode), HumanBytes(ns.bytes), std::to_string(ns.prefixes), ns.layout.ToString()});
+              SymbolicMode(ns.mode), HumanBytes(ns.bytes), std::to_string(ns.prefixes),
+              LocalTime(TimeOf(ns.times, time)), ns.layout.ToString()});
   }
   return t.rows() ? t.Render() : "";
 }
@@ -215,7 +259,7 @@ std::string NodeList(const std::vector<uint32_t>& nodes) {
   return out.empty() ? "-" : out;
 }
 
-Table IncrementTable(bool where) {
+Table IncrementTable(bool where, TimeField time) {
   using A = Table::Align;
   std::vector<Table::Column> cols = {{"KEY"},
                 {"START", A::kRight},
@@ -226,13 +270,14 @@ Table IncrementTable(bool where) {
                 {"CLASS"},
                 {"TIER"},
                 {"PINS", A::kRight},
-                {"CHILDREN", A::kRight}};
+                {"CHILDREN", A::kRight},
+                {TimeHeader(time), A::kRight}};  // right: every row as wide as the header
   if (where) cols.push_back({"NODES"});
   return Table(cols);
 }
 
 std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeInfo& n,
-                                      const IncrementLocation* where) {
+                                      const IncrementLocation* where, TimeField time) {
   std::vector<std::string> row = {name,
           std::to_string(n.start_token),
           std::to_string(n.tokens),
@@ -242,7 +287,8 @@ std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeI
           CacheClassName(n.cache_class),
           TierName(n.tier),
           std::to_string(n.pins),
-          std::to_string(n.children)};
+          std::to_string(n.children),
+          LocalTime(TimeOf(n.times, time))};
   if (where) row.push_back(NodeList(where->nodes));
   return row;
 }
@@ -250,30 +296,31 @@ std::vector<std::string> IncrementRow(const std::string& name, const PrefixNodeI
 }  // namespace
 
 std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format,
-                             const std::vector<IncrementLocation>* where) {
+                             const std::vector<IncrementLocation>* where, TimeField time) {
   if (!long_format) {
     std::string out;
     for (const auto& n : nodes) out += n.key.ToHex() + "\n";
     return out;
   }
-  Table t = IncrementTable(where != nullptr);
+  Table t = IncrementTable(where != nullptr, time);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    t.AddRow(IncrementRow(nodes[i].key.ToHex(), nodes[i], where ? &(*where)[i] : nullptr));
+    t.AddRow(IncrementRow(nodes[i].key.ToHex(), nodes[i], where ? &(*where)[i] : nullptr, time));
   }
   return t.rows() ? t.Render() : "";
 }
 
 std::string RenderTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, bool long_format,
-                       TreeStyle style, const std::vector<IncrementLocation>* where) {
+                       TreeStyle style, const std::vector<IncrementLocation>* where, TimeField time) {
   std::vector<TreeLine> lines = LayoutTree(nodes, root, style);
   if (!long_format) {
     std::string out;
     for (const auto& l : lines) out += l.prefix + nodes[l.index].key.ToHex() + "\n";
     return out;
   }
-  Table t = IncrementTable(where != nullptr);
+  Table t = IncrementTable(where != nullptr, time);
   for (const auto& l : lines) {
-    t.AddRow(IncrementRow(l.prefix + nodes[l.index].key.ToHex(), nodes[l.index], where ? &(*where)[l.index] : nullptr));
+    t.AddRow(IncrementRow(l.prefix + nodes[l.index].key.ToHex(), nodes[l.index],
+                          where ? &(*where)[l.index] : nullptr, time));
   }
   return t.rows() ? t.Render() : "";
 }
@@ -506,7 +553,8 @@ Json ToJson(const Layout& l) {
 Json ToJson(const NamespaceInfo& i) {
   return {{"name", i.name},   {"layout", ToJson(i.layout)}, {"salted", i.salted},
           {"uid", i.uid},     {"gid", i.gid},               {"mode", OctalMode(i.mode)},
-          {"bytes", i.bytes}, {"increments", i.prefixes}};
+          {"bytes", i.bytes}, {"increments", i.prefixes},         {"mtime", EpochSeconds(i.times.mtime_ns)},
+          {"atime", EpochSeconds(i.times.atime_ns)},                {"ctime", EpochSeconds(i.times.ctime_ns)}};
 }
 
 namespace {
@@ -573,6 +621,9 @@ Json ToJson(const PrefixNodeInfo& n) {
           {"tier", TierName(n.tier)},
           {"pins", n.pins},
           {"children", n.children},
+          {"mtime", EpochSeconds(n.times.mtime_ns)},
+          {"atime", EpochSeconds(n.times.atime_ns)},
+          {"ctime", EpochSeconds(n.times.ctime_ns)},
           // Split so that no number exceeds 2^53 (JavaScript, jq).
           {"tensor", {{"owner", n.tensor.owner().value}, {"seq", n.tensor.seq()}}}};
 }

@@ -54,6 +54,17 @@ std::optional<double> CompressionRatio(uint64_t logical_bytes, uint64_t stored_b
 // "2.00x", or "n/a".
 std::string CompressionRatioText(uint64_t logical_bytes, uint64_t stored_bytes);
 
+// Which of an increment's times a listing shows and sorts by (ptstore-ls
+// --time; ptstore(7) "Times").
+enum class TimeField { kMtime, kAtime, kCtime };
+const char* TimeFieldName(TimeField f);  // "mtime", "atime", "ctime"
+uint64_t TimeOf(const Times& t, TimeField f);
+// "2026-12-02 18:00:45" in local time, or "-" for 0 (not known).
+std::string LocalTime(uint64_t ns);
+// Seconds since the epoch with microseconds, for JSON (nanoseconds since the
+// epoch are past 2^53, the integers JSON readers such as jq keep exact).
+double EpochSeconds(uint64_t ns);
+
 // Display width of a UTF-8 string (code points; the tree glyphs are one
 // column wide).
 size_t DisplayWidth(const std::string& s);
@@ -100,21 +111,28 @@ std::vector<TreeLine> LayoutTree(const std::vector<PrefixNodeInfo>& nodes, const
 // --------------------------------------------------------------- rendering
 
 // ptstore-ls with no namespace. Short: one name per line. Long: a table of
-// NAME OWNER MODE BYTES INCREMENTS LAYOUT (bytes human-readable).
-std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format);
+// NAME OWNER MODE BYTES INCREMENTS <TIME> LAYOUT (bytes human-readable;
+// TIME: the `time` field of the namespace's times, headed MTIME, ATIME or
+// CTIME).
+std::string RenderNamespaces(const std::vector<NamespaceInfo>& namespaces, bool long_format,
+                             TimeField time = TimeField::kMtime);
 
 // Increments as a flat list (short: one key per line; long: a table of
-// KEY START TOKENS BYTES HITS OWNER CLASS TIER PINS CHILDREN; OWNER is the
-// id of the node that owns the increment's tensor, TensorId::owner()).
-// With `where` (one location per node, in order), the long format gets a
-// NODES column: the nodes holding each increment's bytes, the owner first.
+// KEY START TOKENS BYTES HITS OWNER CLASS TIER PINS CHILDREN <TIME>; OWNER
+// is the id of the node that owns the increment's tensor,
+// TensorId::owner(); TIME as in RenderNamespaces). With `where` (one
+// location per node, in order), the long format gets a NODES column: the
+// nodes holding each increment's bytes, the owner first.
 std::string RenderIncrements(const std::vector<PrefixNodeInfo>& nodes, bool long_format,
-                             const std::vector<IncrementLocation>* where = nullptr);
+                             const std::vector<IncrementLocation>* where = nullptr,
+                             TimeField time = TimeField::kMtime);
 
 // Increments as an indented tree below `root` (short: keys only; long: the
 // table of RenderIncrements with the tree drawn in the KEY column).
+// Siblings keep the order of `nodes`.
 std::string RenderTree(const std::vector<PrefixNodeInfo>& nodes, const ChainKey& root, bool long_format,
-                       TreeStyle style, const std::vector<IncrementLocation>* where = nullptr);
+                       TreeStyle style, const std::vector<IncrementLocation>* where = nullptr,
+                       TimeField time = TimeField::kMtime);
 
 // The aggregate of a namespace's increments (from a recursive ListTree).
 struct TreeSummary {

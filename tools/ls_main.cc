@@ -18,9 +18,27 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "machine-readable JSON (exact sizes)");
   app.add_flag("-w,--where", o.where,
                "with NAMESPACE: also the cluster nodes that hold each increment's bytes (owner first; implies -l)");
+  app.add_flag("-t", o.sort_time, "sort by time, newest first (mtime; with -u atime, with -c ctime)");
+  bool atime = false, ctime = false;
+  std::string time_word;
+  app.add_flag("-u", atime, "show and sort by atime: the last use (lookup, pin, load, read, a peer's fetch)");
+  app.add_flag("-c", ctime, "show and sort by ctime: the last metadata change (a split, times set)");
+  app.add_option("--time", time_word, "the time shown and sorted by: mtime (stored, the default), atime or ctime")
+      ->check(CLI::IsMember({"mtime", "atime", "ctime", "access", "use", "status"}));
+  std::string unused_for;
+  app.add_option("--unused-for", unused_for,
+                 "only what no one used for DURATION (90s, 15m, 1h, 2d); with -R the top of each such subtree");
   app.add_option("path", target, "NAMESPACE or NAMESPACE/KEY (KEY: a chain key, 32 hex digits)");
   if (auto rc = ptstore::tools::ParseCommandLine(app, "ptstore-ls", argc, argv, std::cout, std::cerr)) return *rc;
   if (app.count("path")) o.target = target;
+  using ptstore::tools::TimeField;
+  if (atime || time_word == "atime" || time_word == "access" || time_word == "use") o.time = TimeField::kAtime;
+  if (ctime || time_word == "ctime" || time_word == "status") o.time = TimeField::kCtime;
+  if (app.count("--unused-for")) {
+    auto d = ptstore::tools::ParseDuration(unused_for);
+    if (!d.ok()) return ptstore::tools::Usage(std::cerr, "ptstore-ls", "--unused-for: " + d.status().message());
+    o.unused_for_ns = *d;
+  }
   o.style = ptstore::tools::TreeStyleFromLocale();
   return ptstore::tools::RunLs(o, std::cout, std::cerr);
 }

@@ -376,6 +376,14 @@ class Client:
         """One increment by chain key, with its own token ids (NotFound if it is gone)."""
         return self._call(ns, self._c.get_increment, ns, key)
 
+    def set_times(self, ns: str, key: str, atime_ns: int = 0, mtime_ns: int = 0) -> PrefixNode:
+        """Sets an increment's atime and/or mtime (ns since the epoch; 0 leaves one as it is), as touch(1) does.
+
+        A later atime is also its ancestors' (a use of an increment uses its prefix); its ctime becomes now.
+        Needs write permission on the namespace. Returns its PrefixNode afterwards.
+        """
+        return self._call(ns, self._c.set_times, ns, key, atime_ns, mtime_ns)
+
     # ------------------------------------------------------------ helpers
     def _call(self, ns: str, fn: Any, *args: Any) -> Any:
         # A namespace dropped (and maybe re-created with another layout) by

@@ -276,6 +276,14 @@ safe: calls from several Python threads run in parallel, the GIL released.
           },
           "ns"_a, "parent"_a = "", "recursive"_a = false)
       .def(
+          "set_times",
+          [](const PyClient& c, const std::string& ns, const std::string& key, uint64_t atime_ns, uint64_t mtime_ns) {
+            auto cl = c.Get();
+            ChainKey k = KeyFrom(key);
+            return Unwrap(NoGil([&] { return cl->SetTimes(ns, k, atime_ns, mtime_ns); }));
+          },
+          "ns"_a, "key"_a, "atime_ns"_a = 0, "mtime_ns"_a = 0)
+      .def(
           "get_increment",
           [](const PyClient& c, const std::string& ns, const std::string& key) {
             auto cl = c.Get();

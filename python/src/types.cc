@@ -489,6 +489,19 @@ changed copy. Raises InvalidArgument for a field out of range.
       .def_readonly("mode", &NamespaceInfo::mode, "Permission bits: read = look up and load; write = save and remove.")
       .def_readonly("bytes", &NamespaceInfo::bytes, "Bytes stored in it on this node.")
       .def_readonly("prefixes", &NamespaceInfo::prefixes, "Increments (radix nodes) stored in it.")
+      .def_property_readonly(
+          "mtime_ns", [](const NamespaceInfo& n) { return n.times.mtime_ns; },
+          "Newest of its increments' mtimes, its creation and its removals (ns since the epoch).")
+      .def_property_readonly(
+          "atime_ns", [](const NamespaceInfo& n) { return n.times.atime_ns; }, "Newest use of an increment in it.")
+      .def_property_readonly(
+          "ctime_ns", [](const NamespaceInfo& n) { return n.times.ctime_ns; }, "Newest metadata change in it.")
+      .def_property_readonly(
+          "mtime", [](const NamespaceInfo& n) { return n.times.mtime_ns / 1e9; }, "mtime_ns in seconds (float).")
+      .def_property_readonly(
+          "atime", [](const NamespaceInfo& n) { return n.times.atime_ns / 1e9; }, "atime_ns in seconds (float).")
+      .def_property_readonly(
+          "ctime", [](const NamespaceInfo& n) { return n.times.ctime_ns / 1e9; }, "ctime_ns in seconds (float).")
       .def("__repr__", [](const NamespaceInfo& n) {
         std::ostringstream os;
         os << "NamespaceInfo(name='" << n.name << "', layout=" << LayoutRepr(n.layout)
@@ -605,6 +618,21 @@ True when something matched.
       .def_property_readonly(
           "tier", [](const PrefixNodeInfo& n) { return std::string(TierName(n.tier)); },
           "Where its tensor is: 'dram', 'ssd', 'dram+ssd', 'remote' (another node owns it).")
+      .def_property_readonly(
+          "mtime_ns", [](const PrefixNodeInfo& n) { return n.times.mtime_ns; },
+          "When it was stored (ns since the epoch, as os.stat's st_mtime_ns).")
+      .def_property_readonly(
+          "atime_ns", [](const PrefixNodeInfo& n) { return n.times.atime_ns; },
+          "Its last use: a lookup, pin, load or read of a prefix through it, or another node's fetch of it.")
+      .def_property_readonly(
+          "ctime_ns", [](const PrefixNodeInfo& n) { return n.times.ctime_ns; },
+          "Its last metadata change (a split, times set).")
+      .def_property_readonly(
+          "mtime", [](const PrefixNodeInfo& n) { return n.times.mtime_ns / 1e9; }, "mtime_ns in seconds (float).")
+      .def_property_readonly(
+          "atime", [](const PrefixNodeInfo& n) { return n.times.atime_ns / 1e9; }, "atime_ns in seconds (float).")
+      .def_property_readonly(
+          "ctime", [](const PrefixNodeInfo& n) { return n.times.ctime_ns / 1e9; }, "ctime_ns in seconds (float).")
       .def("__repr__", [](const PrefixNodeInfo& n) {
         return "PrefixNode(key='" + n.key.ToHex() + "', start_token=" + std::to_string(n.start_token) +
                ", tokens=" + std::to_string(n.tokens) + ", bytes=" + std::to_string(n.bytes) +

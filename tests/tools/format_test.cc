@@ -16,6 +16,8 @@ namespace {
 
 ChainKey K(uint64_t lo) { return ChainKey{0, lo}; }
 
+constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;  // 2023-11-14 22:13:20 UTC
+
 PrefixNodeInfo Node(uint64_t key, uint64_t parent, uint64_t start, uint64_t tokens, uint64_t bytes,
                     uint64_t hits = 0, uint32_t children = 0) {
   PrefixNodeInfo n;
@@ -27,6 +29,7 @@ PrefixNodeInfo Node(uint64_t key, uint64_t parent, uint64_t start, uint64_t toke
   n.hits = hits;
   n.children = children;
   n.tensor = TensorId::Make(NodeId{3}, key);
+  n.times = Times{kT0 + key, kT0 + key + 1'000'000'000, kT0 + key + 2'000'000'000};
   return n;
 }
 
@@ -176,8 +179,16 @@ TEST(ToolsFormat, IncrementsShortAndLong) {
   nodes.resize(1);
   EXPECT_EQ(RenderIncrements(nodes, false), K(1).ToHex() + "\n");
   EXPECT_EQ(RenderIncrements(nodes, true),
-            "KEY                               START  TOKENS    BYTES  HITS  OWNER  CLASS  TIER  PINS  CHILDREN\n" +
-                K(1).ToHex() + "      0      32  4.0 KiB     7      3  owned  dram     0         2\n");
+            "KEY                               START  TOKENS    BYTES  HITS  OWNER  CLASS  TIER  PINS  CHILDREN"
+            "                MTIME\n" +
+                K(1).ToHex() + "      0      32  4.0 KiB     7      3  owned  dram     0         2  " +
+                LocalTime(kT0 + 1) + "\n");
+  // -u / -c: the other times.
+  EXPECT_NE(RenderIncrements(nodes, true, nullptr, TimeField::kAtime).find("ATIME\n"), std::string::npos);
+  EXPECT_NE(RenderIncrements(nodes, true, nullptr, TimeField::kAtime).find(LocalTime(kT0 + 1'000'000'001)),
+            std::string::npos);
+  EXPECT_NE(RenderIncrements(nodes, true, nullptr, TimeField::kCtime).find(LocalTime(kT0 + 2'000'000'001)),
+            std::string::npos);
   EXPECT_EQ(RenderIncrements({}, true), "");
 }
 
@@ -234,6 +245,7 @@ TEST(ToolsFormat, NamespacesShortAndLong) {
   a.mode = 0750;
   a.bytes = 2ull << 20;
   a.prefixes = 3;
+  a.times = Times{kT0, kT0, kT0};
   NamespaceInfo b = a;
   b.name = "t";
   b.salted = true;
@@ -242,8 +254,11 @@ TEST(ToolsFormat, NamespacesShortAndLong) {
   EXPECT_EQ(RenderNamespaces({a, b}, false), "mistral-7b\nt\n");
   std::string l = RenderNamespaces({a, b}, true);
   EXPECT_NE(l.find("NAME"), std::string::npos);
-  EXPECT_EQ(l.substr(0, l.find('\n')), "NAME        OWNER     MODE         BYTES  INCREMENTS  LAYOUT") << l;
-  EXPECT_NE(l.find("\nmistral-7b  1000:100  rwxr-x---  2.0 MiB           3  " + MistralLayout().ToString() + "\n"),
+  EXPECT_EQ(l.substr(0, l.find('\n')),
+            "NAME        OWNER     MODE         BYTES  INCREMENTS  MTIME                LAYOUT")
+      << l;
+  EXPECT_NE(l.find("\nmistral-7b  1000:100  rwxr-x---  2.0 MiB           3  " + LocalTime(kT0) + "  " +
+                   MistralLayout().ToString() + "\n"),
             std::string::npos)
       << l;
   EXPECT_NE(l.find("t (salted)"), std::string::npos) << l;
@@ -267,11 +282,24 @@ TEST(ToolsFormat, JsonPrefixNode) {
   EXPECT_EQ(j["children"], 1);
   EXPECT_EQ(j["tensor"]["owner"], 0xABCDEF);
   EXPECT_EQ(j["tensor"]["seq"], 42);
+  // Times in seconds with microseconds (no JSON number past 2^53).
+  EXPECT_DOUBLE_EQ(j["mtime"].get<double>(), 1700000000.0);
+  EXPECT_DOUBLE_EQ(j["atime"].get<double>(), 1700000001.0);
+  EXPECT_DOUBLE_EQ(j["ctime"].get<double>(), 1700000002.0);
   EXPECT_TRUE(ToJson(Node(1, 0, 0, 16, 1))["parent"].is_null());
   n.tier = kTierSsd;
   EXPECT_EQ(ToJson(n)["tier"], "ssd");
   n.tier = kTierDram | kTierSsd;
   EXPECT_EQ(ToJson(n)["tier"], "dram+ssd");
+}
+
+TEST(ToolsFormat, LocalTimeAndEpochSeconds) {
+  EXPECT_EQ(LocalTime(0), "-");
+  EXPECT_EQ(LocalTime(kT0).size(), 19u);
+  EXPECT_EQ(LocalTime(kT0).substr(0, 4), "2023");
+  EXPECT_DOUBLE_EQ(EpochSeconds(kT0 + 123'456'789), 1700000000.123456);
+  EXPECT_STREQ(TimeFieldName(TimeField::kCtime), "ctime");
+  EXPECT_EQ(TimeOf(Times{1, 2, 3}, TimeField::kAtime), 2u);
 }
 
 TEST(ToolsFormat, JsonNamespaceAndLayout) {

@@ -19,6 +19,7 @@
 #include "tests/testing/daemon.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/segment_files.h"
+#include "tools/format.h"
 
 namespace ptstore {
 namespace {
@@ -30,6 +31,8 @@ using testing::RunTool;
 // of 16 tokens.
 using testing::SegmentTestLayout;
 using testing::ToolRun;
+using tools::EpochSeconds;
+using tools::LocalTime;
 
 std::vector<uint32_t> Tokens(uint32_t first, size_t n) {
   std::vector<uint32_t> t(n);
@@ -118,6 +121,9 @@ void ExpectNodeJson(const json& j, const PrefixNodeInfo& n) {
   EXPECT_EQ(j["children"].get<uint32_t>(), n.children);
   EXPECT_EQ(j["tensor"]["seq"].get<uint64_t>(), n.tensor.seq());
   EXPECT_EQ(j["tensor"]["owner"].get<uint32_t>(), n.tensor.owner().value);
+  EXPECT_DOUBLE_EQ(j["mtime"].get<double>(), EpochSeconds(n.times.mtime_ns));
+  EXPECT_DOUBLE_EQ(j["atime"].get<double>(), EpochSeconds(n.times.atime_ns));
+  EXPECT_DOUBLE_EQ(j["ctime"].get<double>(), EpochSeconds(n.times.ctime_ns));
 }
 
 TEST_F(ToolsTest, ListsNamespaces) {
@@ -138,7 +144,9 @@ TEST_F(ToolsTest, ListsNamespaces) {
   EXPECT_NE(lines[2].find(owner), std::string::npos) << r.out;
   EXPECT_NE(lines[2].find("rwxr-x---"), std::string::npos) << r.out;
   EXPECT_NE(lines[2].find(" KiB"), std::string::npos) << r.out;  // human-readable
-  EXPECT_NE(lines[2].find(" " + std::to_string(info.prefixes) + "  layers="), std::string::npos) << r.out;
+  EXPECT_NE(lines[2].find(" " + std::to_string(info.prefixes) + "  " + LocalTime(info.times.mtime_ns) + "  layers="),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(lines[2].find("160.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(lines[1].find("empty-ns (salted)"), std::string::npos) << r.out;
   EXPECT_NE(lines[1].find("rwx------"), std::string::npos) << r.out;
@@ -262,7 +270,8 @@ TEST_F(ToolsTest, ListsTopIncrements) {
   auto lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_EQ(lines[0],
-            "KEY                               START  TOKENS     BYTES  HITS  OWNER  CLASS  TIER  PINS  CHILDREN");
+            "KEY                               START  TOKENS     BYTES  HITS  OWNER  CLASS  TIER  PINS  CHILDREN"
+            "                MTIME");
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(lines[i + 1].rfind(top[i].key.ToHex(), 0), 0u) << r.out;
     EXPECT_NE(lines[i + 1].find("32.0 KiB"), std::string::npos) << r.out;
@@ -273,6 +282,79 @@ TEST_F(ToolsTest, ListsTopIncrements) {
         << r.out;
   }
   EXPECT_EQ(top[0].tensor.owner().value, client_->node_id());
+}
+
+// -t, -u, -c and --unused-for against the times ptstored keeps.
+TEST_F(ToolsTest, SortsAndFiltersByTime) {
+  // Ages: C unused for 3 hours, B's branch for 2, the rest in use now.
+  auto all = Tree({}, true);
+  ASSERT_EQ(all.size(), 5u);
+  const uint64_t now = WallClockNs(), hour = 3600ull * 1000000000;
+  auto key_of = [&](const std::vector<uint32_t>& t) {
+    for (const auto& n : all) {
+      if (n.start_token + n.tokens != t.size()) continue;
+      auto inc = client_->GetIncrement(kNs, n.key);
+      if (inc.ok() && std::equal(inc->tokens.begin(), inc->tokens.end(), t.begin() + n.start_token)) return n.key;
+    }
+    ADD_FAILURE() << "no increment ends these tokens";
+    return ChainKey{};
+  };
+  const ChainKey c = key_of(c_), b = key_of(b_), d = key_of(d_);
+  ASSERT_TRUE(client_->SetTimes(kNs, c, now - 3 * hour, now - 3 * hour).ok());
+  ASSERT_TRUE(client_->SetTimes(kNs, b, now - 2 * hour, 0).ok());
+  std::vector<uint8_t> dst(d_.size() * SegmentTestLayout().BytesPerToken());
+  ASSERT_TRUE(client_->Load(kNs, d_, dst.data(), dst.size()).ok());  // A's prefix and D: used now
+
+  // --unused-for: what no one used for that long; with -R the top of each cold subtree.
+  ToolRun r = Ls({"-R", "--unused-for", "90m", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).size(), 2u) << r.out;
+  EXPECT_NE(r.out.find(c.ToHex()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(b.ToHex()), std::string::npos) << r.out;
+  r = Ls({"-R", "--unused-for", "2.5h", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, c.ToHex() + "\n");
+  r = Ls({"--unused-for", "1d", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = Ls({"-R", "--json", "--unused-for", "3600", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["increments"].size(), 2u) << r.out;
+  for (const auto& n : j["increments"]) EXPECT_LT(n["atime"].get<double>(), EpochSeconds(now - hour));
+  // Namespaces: empty-ns was never used (its atime is its creation), tools-test now.
+  r = Ls({"--unused-for", "0s"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "empty-ns\ntools-test\n");
+  r = Ls({"--unused-for", "1h"});
+  EXPECT_EQ(r.out, "");
+
+  // -t: newest first (mtime); -tu by atime: D's prefix, then B, then C.
+  r = Ls({"-tu", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[1], c.ToHex()) << r.out;
+  r = Ls({"-R", "-tu", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  EXPECT_EQ(lines.back(), c.ToHex()) << r.out;
+  EXPECT_LT(r.out.find(d.ToHex()), r.out.find(b.ToHex())) << "siblings by atime: " << r.out;
+  r = Ls({"-t", kNs});  // mtime: C was set 3 hours back
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).back(), c.ToHex()) << r.out;
+  // -l shows the chosen time.
+  r = Ls({"-lu", kNs});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("ATIME"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(LocalTime(now - 3 * hour)), std::string::npos) << r.out;
+  r = Ls({"-l", "--time", "ctime", kNs});
+  EXPECT_NE(r.out.find("CTIME"), std::string::npos) << r.out;
+  // A bad duration is a usage error naming it.
+  r = Ls({"--unused-for", "soon", kNs});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("'soon' is not a duration"), std::string::npos) << r.err;
 }
 
 TEST_F(ToolsTest, ListsChildrenOfAKey) {

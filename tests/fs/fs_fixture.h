@@ -1,0 +1,173 @@
+// The fixture of the mount tests (fs_test.cc, fs_times_test.cc): a real
+// ptstored of this build, a namespace "ns" in a small layout, and a real
+// mount of it (ptstore-fuse), with the shell and system-call helpers the
+// tests drive it with.
+#pragma once
+
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ptstore/client.h"
+#include "tests/storage/kv_fixture.h"
+#include "tests/testing/client.h"
+#include "tests/testing/daemon.h"
+#include "tests/testing/mount.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ptstore::fstest {
+
+using storage::testkv::SmallLayout;
+using testing::Daemon;
+using testing::Mount;
+
+// KV of token id `tok` at position `pos`: both matter, so a byte from a
+// wrong increment or offset never matches.
+inline void FillKvAt(uint32_t tok, uint64_t pos, uint64_t bpt, uint8_t* out) {
+  uint64_t x = (uint64_t{tok} << 32) ^ (pos * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
+  for (uint64_t b = 0; b < bpt; b += 8) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 29;
+    std::memcpy(out + b, &x, std::min<uint64_t>(8, bpt - b));
+  }
+}
+
+inline std::vector<uint8_t> KvOf(std::span<const uint32_t> tokens, uint64_t start, const Layout& l) {
+  const uint64_t bpt = l.BytesPerToken();
+  std::vector<uint8_t> kv(tokens.size() * bpt);
+  for (size_t i = 0; i < tokens.size(); ++i) FillKvAt(tokens[i], start + i, bpt, kv.data() + i * bpt);
+  return kv;
+}
+
+using testing::Tokens;
+
+struct ShellResult {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs `cmd` with sh -c, stdout and stderr together.
+inline ShellResult Sh(const std::string& cmd) {
+  ShellResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+inline bool HaveTool(const std::string& tool) { return Sh("command -v " + tool).rc == 0; }
+
+inline int RunAs(uid_t uid, gid_t gid, const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
+    _exit(fn());
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+// errno of a call that must fail (0 when it succeeded).
+template <typename F>
+inline int ErrnoOf(F&& f) {
+  errno = 0;
+  return f() < 0 ? errno : 0;
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class FsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse";
+    for (const char* tool : {"ls", "find", "du", "cat", "cmp", "getfattr", "setfattr", "rm", "fusermount3"}) {
+      ASSERT_TRUE(HaveTool(tool)) << tool << " is missing (scripts/setup installs it)";
+    }
+    ASSERT_TRUE(daemon_.Start().ok());
+    client_ = Connect();
+    ASSERT_NE(client_, nullptr);
+    ASSERT_TRUE(client_->CreateNamespace("ns", layout_).ok());
+    auto st = mount_.Start(daemon_.socket_path());
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  void TearDown() override {
+    int rc = mount_.Unmount();
+    EXPECT_EQ(rc, 0) << mount_.ReadLog();
+    EXPECT_FALSE(testing::IsMountPoint(mount_.path()));
+  }
+
+  std::unique_ptr<Client> Connect() {
+    ClientOptions o;
+    o.socket_path = daemon_.socket_path();
+    o.rpc_timeout_ms = 10000;
+    auto c = Client::Connect(o);
+    if (!c.ok()) return nullptr;
+    return std::move(*c);
+  }
+
+  void Save(const std::string& ns, const std::vector<uint32_t>& toks) {
+    auto kv = KvOf(toks, 0, layout_);
+    auto s = client_->Save(ns, toks, kv.data(), kv.size());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+  }
+
+  // Three prompts: a and b share 20 tokens (a split common increment and
+  // two branches); c is unrelated.
+  void SaveTree() {
+    a_ = Tokens(64, 1);
+    b_ = a_;
+    for (size_t i = 20; i < b_.size(); ++i) b_[i] = 31999 - b_[i];
+    c_ = Tokens(32, 7);
+    Save("ns", a_);
+    Save("ns", b_);
+    Save("ns", c_);
+  }
+
+  // Mount-relative path of every increment of `ns`.
+  std::map<std::string, PrefixNodeInfo> Paths(const std::string& ns) {
+    std::map<std::string, PrefixNodeInfo> out;
+    auto all = client_->ListTree(ns, {}, true);
+    EXPECT_TRUE(all.ok());
+    std::map<ChainKey, PrefixNodeInfo> by_key;
+    for (auto& n : *all) by_key[n.key] = n;
+    for (auto& n : *all) {
+      std::string path = n.key.ToHex();
+      for (ChainKey p = n.parent; p != ChainKey{}; p = by_key[p].parent) path = p.ToHex() + "/" + path;
+      out[ns + "/" + path] = n;
+    }
+    return out;
+  }
+
+  std::string M(const std::string& rel) const { return mount_.Join(rel); }
+
+  Layout layout_ = SmallLayout();
+  Daemon daemon_;
+  std::unique_ptr<Client> client_;
+  Mount mount_;
+  std::vector<uint32_t> a_, b_, c_;
+};
+
+}  // namespace ptstore::fstest
