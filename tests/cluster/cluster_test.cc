@@ -99,6 +99,31 @@ TEST_P(ClusterTest, SaveOnOneNodeLoadsByteExactOnTheOthers) {
   EXPECT_NE(text.find("ptstore_member_up{node=\"0\",state=\"alive\"} 1"), std::string::npos) << text;
 }
 
+// ptstore(7) "Times": a load served to another node is a use at the owner,
+// so an owner's `find -amin` does not take what other nodes load.
+TEST_P(ClusterTest, ALoadOnAnotherNodeIsAUseAtTheOwner) {
+  StartCluster(2, /*replicate_after=*/0);  // never a replica: every load fetches from the owner
+  const auto prompt = Gen(3, 64);
+  Save(client(0), prompt);
+  auto owned = client(0).ListTree(kNs, {}, true);
+  ASSERT_TRUE(owned.ok());
+  ASSERT_EQ(owned->size(), 1u);
+  const ChainKey key = owned->front().key;
+  const uint64_t hour_ago = WallClockNs() - 3600ull * 1000000000;
+  ASSERT_TRUE(client(0).SetTimes(kNs, key, hour_ago, 0).ok());
+  // Node 1's listing and lookups are not a use at the owner; its load is.
+  ASSERT_TRUE(client(1).ListTree(kNs, {}, true).ok());
+  EXPECT_EQ(client(0).GetIncrement(kNs, key)->node.times.atime_ns, hour_ago);
+  const uint64_t before = WallClockNs();
+  EXPECT_EQ(LoadAndCheck(client(1), prompt), 64u);
+  auto s1 = client(1).Stats();
+  ASSERT_TRUE(s1.ok());
+  ASSERT_GE(s1->remote_fetches, 1u) << "the bytes came from node 0";
+  const Times at_owner = client(0).GetIncrement(kNs, key)->node.times;
+  EXPECT_GE(at_owner.atime_ns, before);
+  EXPECT_LT(at_owner.mtime_ns, before) << "a use, not a store";
+}
+
 // A hybrid model's namespace (a grouped layout) across nodes: the layout
 // travels in the peer messages' namespace definitions, and the blocks (its
 // groups' slices and padding) are fetched like any others, byte for byte.

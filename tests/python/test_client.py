@@ -298,6 +298,33 @@ def test_pin_increment(client, make_ns):
         assert p.tokens == 16
 
 
+def test_times_of_increments_and_set_times(client, make_ns):
+    import time
+    ns, layout = make_ns()
+    a = tokens(16, seed=62)
+    before = time.time_ns()
+    client.save(ns, a, as_kv(kv_bits(a, layout), layout, "numpy"))
+    (node,) = client.list_tree(ns)
+    assert before <= node.mtime_ns <= time.time_ns()
+    assert node.atime_ns == node.mtime_ns == node.ctime_ns
+    assert node.mtime == pytest.approx(node.mtime_ns / 1e9)
+    info = client.get_namespace(ns)
+    assert info.mtime_ns >= node.mtime_ns and info.atime_ns >= node.atime_ns
+    # A load is a use; listing is not.
+    client.list_tree(ns, recursive=True)
+    assert client.list_tree(ns)[0].atime_ns == node.atime_ns
+    time.sleep(0.002)
+    assert client.load(ns, a, empty(layout, 16, "numpy")) == 16
+    used = client.list_tree(ns)[0]
+    assert used.atime_ns > node.atime_ns and used.mtime_ns == node.mtime_ns
+    # touch -a -d @1700000000
+    set_ = client.set_times(ns, node.key, atime_ns=1_700_000_000 * 10**9)
+    assert set_.atime_ns == 1_700_000_000 * 10**9 and set_.mtime_ns == node.mtime_ns
+    assert set_.ctime_ns >= used.ctime_ns
+    with pytest.raises(ptstore.NotFound):
+        client.set_times(ns, "0" * 32, atime_ns=1)
+
+
 # ------------------------------------------------------------------- errors
 
 def test_unknown_namespace_is_not_found(client):
