@@ -424,8 +424,10 @@ void StatFs(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_statfs(req, &st);
 }
 
-// The attributes of `ref`, or an errno.
-int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::string, std::string>>* attrs) {
+// The attributes of `ref`, or an errno. `locate`: ask the cluster where the
+// increment is (for user.ptstore.replicas; one request to every node).
+int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::string, std::string>>* attrs,
+             bool locate = false) {
   attrs->clear();
   if (ref.kind == NodeKind::kNamespace) {
     auto ns = fs->tree().Namespace(ref.ns);
@@ -434,7 +436,13 @@ int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::stri
   } else if (ref.kind == NodeKind::kIncrement || ref.kind == NodeKind::kKvFile) {
     auto inc = fs->tree().Increment(ref.ns, ref.key);
     if (!inc.ok()) return ErrnoOf(inc.status());
-    *attrs = IncrementXattrs(inc->node);
+    std::optional<IncrementLocation> where;
+    if (locate) {
+      auto w = fs->client()->Locate(ref.ns, {ref.key});
+      if (!w.ok()) return ErrnoOf(w.status());
+      if (w->size() == 1) where = std::move(w->front());
+    }
+    *attrs = IncrementXattrs(inc->node, where ? &*where : nullptr);
   } else if (ref.kind == NodeKind::kRoot) {
     // The mount itself: how busy the daemon is (tools and bench_fs).
     attrs->push_back({"user.ptstore.fuse_requests", std::to_string(fs->requests())});
@@ -447,7 +455,8 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
   std::vector<std::pair<std::string, std::string>> attrs;
-  if (int err = XattrsOf(Fs(req), ref, &attrs)) return (void)fuse_reply_err(req, err);
+  const bool replicas = std::string(name) == std::string(kXattrPrefix) + "replicas";
+  if (int err = XattrsOf(Fs(req), ref, &attrs, replicas)) return (void)fuse_reply_err(req, err);
   auto v = FindXattr(attrs, name);
   if (!v) return (void)fuse_reply_err(req, ENODATA);
   if (size == 0) return (void)fuse_reply_xattr(req, v->size());

@@ -2,7 +2,14 @@
 
 namespace ptstore::fs {
 
-std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNodeInfo& n) {
+uint64_t ReplicaCount(const IncrementLocation& where) {
+  uint64_t n = 0;
+  for (uint32_t node : where.nodes) n += node != where.owner;
+  return n;
+}
+
+std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNodeInfo& n,
+                                                                 const IncrementLocation* where) {
   const std::string p = kXattrPrefix;
   return {
       {p + "tokens", std::to_string(n.tokens)},
@@ -11,9 +18,7 @@ std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNod
       {p + "owner", std::to_string(n.tensor.owner().value)},
       {p + "tier", TierName(n.tier)},
       {p + "hits", std::to_string(n.hits)},
-      // Replicas live on other nodes; this node cannot count them before
-      // cluster membership lands, so the value is 0 (ptstore(7)).
-      {p + "replicas", "0"},
+      {p + "replicas", where ? std::to_string(ReplicaCount(*where)) : ""},
       {p + "chain_key", n.key.ToHex()},
       {p + "cache_class", CacheClassName(n.cache_class)},
   };

@@ -8,7 +8,8 @@
 //   user.ptstore.owner        node id of its tensor's owner (TensorId::owner)
 //   user.ptstore.tier         dram | ssd | dram+ssd
 //   user.ptstore.hits         lookups/loads that used it
-//   user.ptstore.replicas     replicas on other nodes: 0 until the cluster lands
+//   user.ptstore.replicas     nodes other than its owner holding its bytes (what
+//                             ptstore-ls -w lists, less the owner)
 //   user.ptstore.chain_key    its chain key (the directory's name)
 //   user.ptstore.cache_class  owned | replica
 // On namespace directories:
@@ -33,7 +34,12 @@ inline constexpr const char* kXattrPrefix = "user.ptstore.";
 inline constexpr const char* kLayoutXattr = "user.ptstore.layout";
 
 // Names and values of an increment's attributes, in listing order.
-std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNodeInfo& node);
+// `where` (Client::Locate of its key) gives user.ptstore.replicas; without
+// it that value is empty (listings need the names only).
+std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNodeInfo& node,
+                                                                 const IncrementLocation* where);
+// Copies of an increment on nodes other than its owner.
+uint64_t ReplicaCount(const IncrementLocation& where);
 // Names and values of a namespace's attributes.
 std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns);
 

@@ -2,6 +2,11 @@
 // cross-node loads, dedup, removals, failures, authentication, both data
 // paths.
 #include <gtest/gtest.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <thread>
@@ -14,6 +19,7 @@
 #include "tests/cluster/kv_check.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/mount.h"
 #include "tests/testing/run_tool.h"
 
 namespace ptstore::testing {
@@ -391,6 +397,16 @@ TEST_P(ClusterTest, LocateNamesTheOwnerAndEveryReplica) {
   EXPECT_NE(out.out.find("NODES"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("0,2"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("remote"), std::string::npos) << out.out;  // node 1 holds none of it
+  // user.ptstore.replicas on a mount of node 1 agrees: one copy besides the owner's (node 2's).
+  if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse for the mount part";
+  Mount mount;
+  ASSERT_TRUE(mount.Start(cluster_->node(1).socket_path()).ok()) << mount.ReadLog();
+  const std::string key = client(1).ListTree(kNs, {}, false)->front().key.ToHex();
+  char v[32];
+  const ssize_t n = getxattr(mount.Join(std::string(kNs) + "/" + key).c_str(), "user.ptstore.replicas", v, sizeof v);
+  ASSERT_GT(n, 0) << strerror(errno);
+  EXPECT_EQ(std::string(v, n), "1");
+  EXPECT_EQ(mount.Unmount(), 0) << mount.ReadLog();
 }
 
 TEST_P(ClusterTest, RemovalReachesEveryNode) {

@@ -46,11 +46,15 @@ TEST(Xattrs, IncrementAttributes) {
   n.start_token = 32;
   n.tensor = TensorId::Make(NodeId{3}, 9);
   n.tier = kTierDram | kTierSsd;
-  auto a = IncrementXattrs(n);
+  auto a = IncrementXattrs(n, nullptr);
   EXPECT_EQ(*FindXattr(a, "user.ptstore.owner"), "3");
   EXPECT_EQ(*FindXattr(a, "user.ptstore.tier"), "dram+ssd");
   EXPECT_EQ(*FindXattr(a, "user.ptstore.chain_key"), n.key.ToHex());
-  EXPECT_EQ(*FindXattr(a, "user.ptstore.replicas"), "0");
+  EXPECT_EQ(*FindXattr(a, "user.ptstore.replicas"), "") << "not asked where it is";
+  const IncrementLocation where{n.key, 3, {3, 5, 7}};
+  EXPECT_EQ(*FindXattr(IncrementXattrs(n, &where), "user.ptstore.replicas"), "2") << "nodes 5 and 7";
+  const IncrementLocation elsewhere{n.key, 3, {5}};  // the owner lost it; a replica is left
+  EXPECT_EQ(ReplicaCount(elsewhere), 1u);
   EXPECT_FALSE(FindXattr(a, "user.ptstore.layout").has_value());
   std::string list = XattrList(a);
   EXPECT_EQ(std::count(list.begin(), list.end(), '\0'), 9);
