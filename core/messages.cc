@@ -159,7 +159,7 @@ void ListNamespacesReply::Encode(Encoder& e) const {
 }
 Status ListNamespacesReply::Decode(Decoder& d) {
   uint32_t n;
-  PTS_RETURN_IF_ERROR(GetCount(d, "namespaces", 50, &n));
+  PTS_RETURN_IF_ERROR(GetCount(d, "namespaces", 74, &n));
   namespaces.resize(n);
   for (auto& ns : namespaces) PTS_RETURN_IF_ERROR(GetNamespaceInfo(d, &ns));
   return d.Finish("ListNamespacesReply");
@@ -365,7 +365,7 @@ void ListTreeReply::Encode(Encoder& e) const {
 }
 Status ListTreeReply::Decode(Decoder& d) {
   uint32_t n;
-  PTS_RETURN_IF_ERROR(GetCount(d, "nodes", 82, &n));
+  PTS_RETURN_IF_ERROR(GetCount(d, "nodes", 106, &n));
   nodes.resize(n);
   for (auto& x : nodes) PTS_RETURN_IF_ERROR(GetNode(d, &x));
   return d.Finish("ListTreeReply");

@@ -603,8 +603,8 @@ TEST(MessagesTest, LargestCountThatFitsAllocatesInProportionToTheBody) {
     size_t prefix_len;
     size_t min_elem;  // the bound in messages.cc
   };
-  for (const Case& c : {Case{T(MsgType::kListNamespacesReply), 0, 50}, Case{T(MsgType::kLookupReply), 16, 32},
-                        Case{T(MsgType::kListTreeReply), 0, 81}}) {
+  for (const Case& c : {Case{T(MsgType::kListNamespacesReply), 0, 74}, Case{T(MsgType::kLookupReply), 16, 32},
+                        Case{T(MsgType::kListTreeReply), 0, 106}}) {
     for (uint8_t fill : {0x00, 0x01, 0xff}) {
       SCOPED_TRACE(std::string(MsgTypeName(c.type)) + " fill " + std::to_string(fill));
       const size_t elems_bytes = 100000;
