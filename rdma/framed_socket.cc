@@ -155,6 +155,21 @@ Status FramedSocket::ReceiveRaw(uint8_t* p, size_t n, int timeout_ms) {
   return st;
 }
 
+Result<Frame> FramedSocket::ReceiveWithin(int frame_ms) {
+  for (;;) {
+    struct pollfd pfd {fd_, POLLIN, 0};
+    const int pr = poll(&pfd, 1, -1);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr < 0) return ErrnoError("poll", errno);
+    break;  // readable, closed or failed: Receive says which
+  }
+  Result<Frame> f = Receive(frame_ms);
+  if (f.status().code() == Code::kDeadlineExceeded) {
+    return DeadlineExceeded("the peer sent part of a frame and nothing more for " + std::to_string(frame_ms) + " ms");
+  }
+  return f;
+}
+
 Result<Frame> FramedSocket::Receive(int timeout_ms) {
   Frame f;
   uint8_t header[core::kFrameHeaderBytes];

@@ -49,6 +49,10 @@ class FramedSocket {
   Status Send(uint16_t type, uint64_t request_id, std::span<const uint8_t> body, int pass_fd = -1);
   // timeout_ms < 0 waits forever (servers waiting for the next request).
   Result<Frame> Receive(int timeout_ms);
+  // Waits as long as it takes for a frame to begin, then gives the whole
+  // frame `frame_ms` from its first byte: DeadlineExceeded for a peer that
+  // sends part of a frame and stalls (servers: such a peer holds a thread).
+  Result<Frame> ReceiveWithin(int frame_ms);
   // Raw bytes outside frames: the bulk data that follows a frame that
   // announced it (node-to-node loads over TCP). ReceiveRaw fails with
   // DeadlineExceeded if all n bytes have not arrived within timeout_ms.

@@ -131,7 +131,9 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     config->store.times_sync_ms = static_cast<uint64_t>(times_sync);
   }
   if (auto* server = root["server"].as_table()) {
-    PTS_RETURN_IF_ERROR(CheckKeys(*server, "server", {"socket", "group", "lease_ms", "max_sessions"}));
+    PTS_RETURN_IF_ERROR(CheckKeys(*server, "server",
+                                  {"socket", "group", "lease_ms", "max_sessions", "max_sessions_per_uid",
+                                   "frame_timeout_ms"}));
     PTS_RETURN_IF_ERROR(Field(*server, "socket", &config->server.socket_path));
     PTS_RETURN_IF_ERROR(Field(*server, "group", &config->trusted_group));
     int64_t lease = static_cast<int64_t>(config->store.default_lease_ms);
@@ -142,6 +144,10 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(Field(*server, "max_sessions", &sessions));
     if (sessions <= 0) return InvalidArgument("config: server.max_sessions must be positive");
     config->server.max_sessions = static_cast<uint32_t>(sessions);
+    PTS_RETURN_IF_ERROR(RangedField(*server, "server", "max_sessions_per_uid", 1, 1 << 20,
+                                    &config->server.max_sessions_per_uid));
+    PTS_RETURN_IF_ERROR(RangedField(*server, "server", "frame_timeout_ms", 1, 3600000,
+                                    &config->server.frame_timeout_ms));
   }
   if (auto* metrics = root["metrics"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*metrics, "metrics", {"bind", "port"}));

@@ -111,6 +111,9 @@ void AppendNodeMetrics(core::PromWriter& w, const NodeMetrics& node) {
   w.Gauge("ptstore_start_time_seconds", "When ptstored started, in seconds since the Unix epoch.", node.start_time);
   w.Gauge("ptstore_sessions", "Client sessions open on the unix socket.", node.sessions_open);
   w.Counter("ptstore_sessions_total", "Client sessions accepted on the unix socket.", node.sessions_total);
+  w.Counter("ptstore_sessions_refused_total",
+            "Connections refused at accept: server.max_sessions or a uid's server.max_sessions_per_uid reached.",
+            node.sessions_refused);
 }
 
 void AppendStoreMetrics(core::PromWriter& w, const StoreStats& s) {

@@ -38,6 +38,7 @@ struct NodeMetrics {
   double start_time = 0;         // when the process started, seconds since the Unix epoch
   uint64_t sessions_open = 0;    // client sessions open on the unix socket
   uint64_t sessions_total = 0;   // client sessions accepted since start
+  uint64_t sessions_refused = 0; // connections refused at accept (session caps)
 };
 
 // ptstore_node_info, ptstore_start_time_seconds, ptstore_sessions,

@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
       node.start_time = start_time;
       node.sessions_open = server.sessions_open();
       node.sessions_total = server.sessions_served();
+      node.sessions_refused = server.sessions_refused();
       core::PromWriter w;
       storage::AppendNodeMetrics(w, node);
       storage::AppendStoreMetrics(w, node_store->Stats());

@@ -34,15 +34,37 @@ void Server::AcceptLoop() {
       if (errno != EINTR && errno != EAGAIN) PTS_WARN("server", "accept: " << ErrnoError("accept", errno).message());
       continue;
     }
-    std::lock_guard lk(mu_);
-    // Finished sessions are joined here, off the hot path of their peers.
-    sessions_.remove_if([](const std::unique_ptr<Session>& s) { return s->done(); });
-    if (sessions_.size() >= options_.max_sessions) {
-      PTS_WARN("server", "refusing a client: " << sessions_.size() << " sessions already open");
+    auto creds = PeerCredentials(fd);
+    if (!creds.ok()) {
+      PTS_WARN("server", "refusing a client: " << creds.status().ToString());
       close(fd);
       continue;
     }
-    auto s = std::make_unique<Session>(store_, &options_, fd, next_session_++);
+    std::lock_guard lk(mu_);
+    // Finished sessions are joined here, off the hot path of their peers.
+    sessions_.remove_if([](const std::unique_ptr<Session>& s) { return s->done(); });
+    auto refuse = [&](const std::string& why) {
+      // Rate-limited: a flood must not fill the log either.
+      if (refused_.fetch_add(1) % 1000 == 0) {
+        PTS_WARN("server", "refusing a client (pid " << creds->pid << ", uid " << creds->uid << "): " << why << " ["
+                                                     << refused_.load() << " refused so far]");
+      }
+      close(fd);
+    };
+    if (sessions_.size() >= options_.max_sessions) {
+      refuse(std::to_string(sessions_.size()) + " sessions already open (server.max_sessions)");
+      continue;
+    }
+    if (creds->uid != 0) {
+      uint32_t of_uid = 0;
+      for (const auto& s : sessions_) of_uid += !s->done() && s->peer().uid == creds->uid;
+      if (of_uid >= options_.max_sessions_per_uid) {
+        refuse("uid " + std::to_string(creds->uid) + " holds " + std::to_string(of_uid) +
+               " sessions already (server.max_sessions_per_uid)");
+        continue;
+      }
+    }
+    auto s = std::make_unique<Session>(store_, &options_, fd, next_session_++, *creds);
     s->Start();
     sessions_.push_back(std::move(s));
   }

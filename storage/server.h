@@ -32,6 +32,12 @@ struct ServerOptions {
   int64_t trusted_gid = -1;          // members get the zero-copy arena mapping
   uint32_t lease_reap_ms = 500;      // how often expired leases are dropped
   uint32_t max_sessions = 4096;
+  // Sessions one uid other than root may hold open at once: more are refused
+  // (closed at accept), so one user cannot take every session thread.
+  uint32_t max_sessions_per_uid = 1024;
+  // A frame that has begun must be complete within this time, or the session
+  // is closed: a peer that sends half a frame and stalls holds no thread.
+  uint32_t frame_timeout_ms = 10000;
   // This node's part in a cluster (nullptr: a single node). Not owned.
   class Cluster* cluster = nullptr;
 };
@@ -48,6 +54,8 @@ class Server {
   void Stop();
   const ServerOptions& options() const { return options_; }
   uint64_t sessions_served() const { return next_session_.load() - 1; }
+  // Connections refused at accept (over max_sessions or a uid's cap).
+  uint64_t sessions_refused() const { return refused_.load(); }
   // Sessions open now (for metrics).
   uint64_t sessions_open() const;
 
@@ -60,6 +68,7 @@ class Server {
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_session_{1};
+  std::atomic<uint64_t> refused_{0};
   std::thread accept_thread_;
   std::thread reap_thread_;
   mutable std::mutex mu_;  // guards sessions_

@@ -16,8 +16,8 @@ namespace {
 constexpr uint32_t kMaxBuffers = 64;
 }
 
-Session::Session(Store* store, const ServerOptions* options, int fd, uint64_t id)
-    : store_(store), options_(options), cluster_(options->cluster), socket_(fd), id_(id) {}
+Session::Session(Store* store, const ServerOptions* options, int fd, uint64_t id, const Credentials& peer)
+    : store_(store), options_(options), cluster_(options->cluster), socket_(fd), id_(id), peer_(peer) {}
 
 Session::~Session() {
   Stop();
@@ -29,23 +29,18 @@ void Session::Start() { thread_ = std::thread([this] { Run(); }); }
 void Session::Stop() { socket_.Shutdown(); }
 
 void Session::Run() {
-  auto creds = PeerCredentials(socket_.fd());
-  if (!creds.ok()) {
-    PTS_WARN("server", "session " << id_ << ": " << creds.status().ToString());
-    done_ = true;
-    return;
-  }
-  peer_ = *creds;
   trusted_ = peer_.uid == 0 || peer_.uid == geteuid() ||
              (options_->trusted_gid >= 0 && peer_.InGroup(static_cast<uint32_t>(options_->trusted_gid)));
   for (;;) {
-    Result<rdma::Frame> f = socket_.Receive(-1);
+    Result<rdma::Frame> f = socket_.ReceiveWithin(static_cast<int>(options_->frame_timeout_ms));
     if (!f.ok()) {
-      if (f.status().code() == Code::kProtocol) {
-        // A malformed frame: say why, then drop the connection (we can no
-        // longer find the next frame boundary).
-        PTS_WARN("server", "session " << id_ << " (pid " << peer_.pid << "): " << f.status().ToString());
-        core::ErrorReply e{Code::kProtocol, f.status().message()};
+      if (f.status().code() == Code::kProtocol || f.status().code() == Code::kDeadlineExceeded) {
+        // A malformed frame, or one that stalled half-way (server.frame_timeout_ms):
+        // say why, then drop the connection (we can no longer find the next
+        // frame boundary, and a stalled peer must not hold this thread).
+        PTS_WARN("server", "session " << id_ << " (pid " << peer_.pid << ", uid " << peer_.uid
+                                      << "): " << f.status().ToString() << "; closing it");
+        core::ErrorReply e{f.status().code(), f.status().message()};
         socket_.SendMessage(0, e).IgnoreError();
       }
       break;

@@ -22,12 +22,14 @@ struct ServerOptions;
 
 class Session {
  public:
-  Session(Store* store, const ServerOptions* options, int fd, uint64_t id);
+  // `peer`: the connection's kernel-checked credentials (SO_PEERCRED).
+  Session(Store* store, const ServerOptions* options, int fd, uint64_t id, const Credentials& peer);
   ~Session();  // joins the thread
 
   void Start();
   void Stop();  // wakes the thread; the session then releases its leases
   bool done() const { return done_.load(); }
+  const Credentials& peer() const { return peer_; }
 
  private:
   void Run();
