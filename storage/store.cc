@@ -484,11 +484,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   t->in_index = true;
   // The blocks it matched were used (the prompt came again): its ancestors,
   // after the split that made room for it, not the other half of a split.
-  for (RadixNode* a = node->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
-    if (a->times.atime_ns >= now) continue;
-    a->times.atime_ns = now;
-    NoteTimesChangedLocked(a->tensor);
-  }
+  RaiseAncestorsAtimeLocked(node, now);
   t->priority = gdsf_.Priority(*t);
   queue_[static_cast<int>(cache_class)].Add(t);
   PropagateLocked(node, t->priority);
@@ -533,6 +529,14 @@ void Store::TouchLocked(Namespace* ns, const Match& m, uint64_t now) {
     NoteTimesChangedLocked(n->tensor);
   }
   if (!m.path.empty()) ns->info.times.atime_ns = std::max(ns->info.times.atime_ns, now);
+}
+
+void Store::RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns) {
+  for (RadixNode* a = n->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
+    if (a->times.atime_ns >= atime_ns) continue;
+    a->times.atime_ns = atime_ns;
+    NoteTimesChangedLocked(a->tensor);
+  }
 }
 
 void Store::NoteTimesChangedLocked(Tensor* t) {
@@ -1027,12 +1031,7 @@ Result<PrefixNodeInfo> Store::SetTimes(const std::string& ns_name, const ChainKe
   const uint64_t now = WallClockNs();
   if (atime_ns != 0) {
     n->times.atime_ns = atime_ns;
-    // A use of it is a use of its prefix: ancestors are never older.
-    for (RadixNode* a = n->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
-      if (a->times.atime_ns >= atime_ns) continue;
-      a->times.atime_ns = atime_ns;
-      NoteTimesChangedLocked(a->tensor);
-    }
+    RaiseAncestorsAtimeLocked(n, atime_ns);  // a use of it is a use of its prefix
   }
   if (mtime_ns != 0) n->times.mtime_ns = mtime_ns;
   n->times.ctime_ns = now;

@@ -347,6 +347,8 @@ class Store {
   void HitLocked(const Match& m);
   // A use of the match: every node of it gets atime `now` (ptstore(7) "Times").
   void TouchLocked(Namespace* ns, const Match& m, uint64_t now);
+  // Every ancestor of `n` gets atime at least `atime_ns`.
+  void RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns);
   // `t`'s nodes' times changed: its record on SSD, if any, needs them.
   void NoteTimesChangedLocked(Tensor* t);
   // The newest of each time of `t`'s nodes (what its record holds).

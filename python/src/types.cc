@@ -307,6 +307,18 @@ Result<PathInfo> QueryPath(const std::string& path) {
   return p;
 }
 
+// mtime/atime/ctime (float seconds) and *_ns (integers) of anything with a
+// `times` (ptstore::Times), as os.stat names them.
+template <typename T, typename Class>
+void DefTimes(Class& cls, const char* mtime_doc, const char* atime_doc, const char* ctime_doc) {
+  cls.def_property_readonly("mtime_ns", [](const T& x) { return x.times.mtime_ns; }, mtime_doc)
+      .def_property_readonly("atime_ns", [](const T& x) { return x.times.atime_ns; }, atime_doc)
+      .def_property_readonly("ctime_ns", [](const T& x) { return x.times.ctime_ns; }, ctime_doc)
+      .def_property_readonly("mtime", [](const T& x) { return x.times.mtime_ns / 1e9; }, "mtime_ns in seconds (float).")
+      .def_property_readonly("atime", [](const T& x) { return x.times.atime_ns / 1e9; }, "atime_ns in seconds (float).")
+      .def_property_readonly("ctime", [](const T& x) { return x.times.ctime_ns / 1e9; }, "ctime_ns in seconds (float).");
+}
+
 }  // namespace
 
 void BindTypes(py::module_& m) {
@@ -480,7 +492,10 @@ changed copy. Raises InvalidArgument for a field out of range.
         "(128 KiB per token; an 8k-token prefix is 1 GiB).");
 
   // ------------------------------------------------------ NamespaceInfo
-  py::class_<NamespaceInfo>(m, "NamespaceInfo", "A namespace: one model's cache, with its layout and owner.")
+  py::class_<NamespaceInfo> ns_info(m, "NamespaceInfo", "A namespace: one model's cache, with its layout and owner.");
+  DefTimes<NamespaceInfo>(ns_info, "Newest of its increments' mtimes, its creation and its removals (ns since the epoch).",
+                          "Newest use of an increment in it.", "Newest metadata change in it.");
+  ns_info
       .def_readonly("name", &NamespaceInfo::name, "Its name.")
       .def_readonly("layout", &NamespaceInfo::layout, "Its Layout.")
       .def_readonly("salted", &NamespaceInfo::salted, "Whether it has a salt (the salt never leaves the server).")
@@ -489,19 +504,6 @@ changed copy. Raises InvalidArgument for a field out of range.
       .def_readonly("mode", &NamespaceInfo::mode, "Permission bits: read = look up and load; write = save and remove.")
       .def_readonly("bytes", &NamespaceInfo::bytes, "Bytes stored in it on this node.")
       .def_readonly("prefixes", &NamespaceInfo::prefixes, "Increments (radix nodes) stored in it.")
-      .def_property_readonly(
-          "mtime_ns", [](const NamespaceInfo& n) { return n.times.mtime_ns; },
-          "Newest of its increments' mtimes, its creation and its removals (ns since the epoch).")
-      .def_property_readonly(
-          "atime_ns", [](const NamespaceInfo& n) { return n.times.atime_ns; }, "Newest use of an increment in it.")
-      .def_property_readonly(
-          "ctime_ns", [](const NamespaceInfo& n) { return n.times.ctime_ns; }, "Newest metadata change in it.")
-      .def_property_readonly(
-          "mtime", [](const NamespaceInfo& n) { return n.times.mtime_ns / 1e9; }, "mtime_ns in seconds (float).")
-      .def_property_readonly(
-          "atime", [](const NamespaceInfo& n) { return n.times.atime_ns / 1e9; }, "atime_ns in seconds (float).")
-      .def_property_readonly(
-          "ctime", [](const NamespaceInfo& n) { return n.times.ctime_ns / 1e9; }, "ctime_ns in seconds (float).")
       .def("__repr__", [](const NamespaceInfo& n) {
         std::ostringstream os;
         os << "NamespaceInfo(name='" << n.name << "', layout=" << LayoutRepr(n.layout)
@@ -598,7 +600,12 @@ True when something matched.
   });
 
   // --------------------------------------------------------- PrefixNode
-  py::class_<PrefixNodeInfo>(m, "PrefixNode", "One increment of a namespace's radix tree (Client.list_tree()).")
+  py::class_<PrefixNodeInfo> node_info(m, "PrefixNode", "One increment of a namespace's radix tree (Client.list_tree()).");
+  DefTimes<PrefixNodeInfo>(node_info, "When it was stored (ns since the epoch, as os.stat's st_mtime_ns).",
+                           "Its last use: a lookup, pin, load or read of a prefix through it, or another node's fetch "
+                           "of it.",
+                           "Its last metadata change (a split, times set).");
+  node_info
       .def_property_readonly(
           "key", [](const PrefixNodeInfo& n) { return n.key.ToHex(); }, "Chain key at its last block (32 hex digits).")
       .def_property_readonly(
@@ -618,21 +625,7 @@ True when something matched.
       .def_property_readonly(
           "tier", [](const PrefixNodeInfo& n) { return std::string(TierName(n.tier)); },
           "Where its tensor is: 'dram', 'ssd', 'dram+ssd', 'remote' (another node owns it).")
-      .def_property_readonly(
-          "mtime_ns", [](const PrefixNodeInfo& n) { return n.times.mtime_ns; },
-          "When it was stored (ns since the epoch, as os.stat's st_mtime_ns).")
-      .def_property_readonly(
-          "atime_ns", [](const PrefixNodeInfo& n) { return n.times.atime_ns; },
-          "Its last use: a lookup, pin, load or read of a prefix through it, or another node's fetch of it.")
-      .def_property_readonly(
-          "ctime_ns", [](const PrefixNodeInfo& n) { return n.times.ctime_ns; },
-          "Its last metadata change (a split, times set).")
-      .def_property_readonly(
-          "mtime", [](const PrefixNodeInfo& n) { return n.times.mtime_ns / 1e9; }, "mtime_ns in seconds (float).")
-      .def_property_readonly(
-          "atime", [](const PrefixNodeInfo& n) { return n.times.atime_ns / 1e9; }, "atime_ns in seconds (float).")
-      .def_property_readonly(
-          "ctime", [](const PrefixNodeInfo& n) { return n.times.ctime_ns / 1e9; }, "ctime_ns in seconds (float).")
+
       .def("__repr__", [](const PrefixNodeInfo& n) {
         return "PrefixNode(key='" + n.key.ToHex() + "', start_token=" + std::to_string(n.start_token) +
                ", tokens=" + std::to_string(n.tokens) + ", bytes=" + std::to_string(n.bytes) +
