@@ -90,7 +90,8 @@ Status ErrnoError(std::string_view what, int err) {
   Code code = Code::kIOError;
   if (err == ENOENT) code = Code::kNotFound;
   if (err == EACCES || err == EPERM) code = Code::kPermissionDenied;
-  if (err == ENOSPC || err == ENOMEM) code = Code::kResourceExhausted;
+  if (err == ENOSPC || err == EDQUOT || err == ENOMEM) code = Code::kResourceExhausted;
+  if (err == EEXIST) code = Code::kAlreadyExists;
   if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE || err == ENOTCONN) code = Code::kUnavailable;
   if (err == ETIMEDOUT || err == EAGAIN) code = Code::kDeadlineExceeded;
   return Status(code, std::move(m));

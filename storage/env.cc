@@ -40,7 +40,7 @@ class PosixFile final : public File {
       ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return FileError(At("pread", out.size(), offset, "from", path_), errno);
+        return ErrnoError(At("pread", out.size(), offset, "from", path_), errno);
       }
       if (n == 0) break;  // end of file
       done += static_cast<size_t>(n);
@@ -58,7 +58,7 @@ class PosixFile final : public File {
       ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return FileError(At("pwrite", data.size(), offset, "to", path_), errno);
+        return ErrnoError(At("pwrite", data.size(), offset, "to", path_), errno);
       }
       // pwrite returns 0 only for a zero count; retrying would spin forever.
       if (n == 0) {
@@ -73,19 +73,19 @@ class PosixFile final : public File {
   Status Sync() override {
     // fdatasync skips metadata such as mtime but does flush a size change,
     // which is all a reader after a crash needs.
-    if (::fdatasync(fd_) != 0) return FileError("fdatasync " + path_, errno);
+    if (::fdatasync(fd_) != 0) return ErrnoError("fdatasync " + path_, errno);
     return Status::OK();
   }
 
   Result<uint64_t> Size() override {
     struct stat st;
-    if (::fstat(fd_, &st) != 0) return FileError("fstat " + path_, errno);
+    if (::fstat(fd_, &st) != 0) return ErrnoError("fstat " + path_, errno);
     return static_cast<uint64_t>(st.st_size);
   }
 
   Status Truncate(uint64_t size) override {
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      return FileError("ftruncate " + path_ + " to " + std::to_string(size) + " bytes", errno);
+      return ErrnoError("ftruncate " + path_ + " to " + std::to_string(size) + " bytes", errno);
     }
     return Status::OK();
   }
@@ -115,21 +115,21 @@ class PosixEnv final : public Env {
       fd = OpenRetryingEintr(path, flags & ~O_EXCL, 0600);
     }
     if (fd < 0) {
-      return FileError(std::string("open ") + path + (options.writable ? " for writing" : " for reading"), errno);
+      return ErrnoError(std::string("open ") + path + (options.writable ? " for writing" : " for reading"), errno);
     }
     return std::unique_ptr<File>(new PosixFile(path, fd, direct));
   }
 
   Result<std::vector<std::string>> ListDir(const std::string& dir) override {
     std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
-    if (d == nullptr) return FileError("opendir " + dir, errno);
+    if (d == nullptr) return ErrnoError("opendir " + dir, errno);
     std::vector<std::string> names;
     for (;;) {
       // readdir returns NULL both at the end and on error; only errno tells.
       errno = 0;
       const dirent* entry = ::readdir(d.get());
       if (entry == nullptr) {
-        if (errno != 0) return FileError("readdir " + dir, errno);
+        if (errno != 0) return ErrnoError("readdir " + dir, errno);
         break;
       }
       if (std::strcmp(entry->d_name, ".") == 0 || std::strcmp(entry->d_name, "..") == 0) continue;
@@ -145,31 +145,31 @@ class PosixEnv final : public Env {
     // already existing.
     for (size_t slash = dir.find('/', 1); ; slash = dir.find('/', slash + 1)) {
       const std::string prefix = dir.substr(0, slash);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return FileError("mkdir " + prefix, errno);
+      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + prefix, errno);
       if (slash == std::string::npos) break;
     }
     // EEXIST also covers a regular file in the way of the last component.
     struct stat st;
-    if (::stat(dir.c_str(), &st) != 0) return FileError("stat " + dir, errno);
-    if (!S_ISDIR(st.st_mode)) return FileError("mkdir " + dir, ENOTDIR);
+    if (::stat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir, errno);
+    if (!S_ISDIR(st.st_mode)) return ErrnoError("mkdir " + dir, ENOTDIR);
     return Status::OK();
   }
 
   Status DeleteFile(const std::string& path) override {
-    if (::unlink(path.c_str()) != 0) return FileError("unlink " + path, errno);
+    if (::unlink(path.c_str()) != 0) return ErrnoError("unlink " + path, errno);
     return Status::OK();
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return FileError("rename " + from + " to " + to, errno);
+    if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoError("rename " + from + " to " + to, errno);
     return Status::OK();
   }
 
   Status SyncDir(const std::string& dir) override {
     int fd = OpenRetryingEintr(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (fd < 0) return FileError("open directory " + dir, errno);
+    if (fd < 0) return ErrnoError("open directory " + dir, errno);
     Status st;
-    if (::fsync(fd) != 0) st = FileError("fsync directory " + dir, errno);
+    if (::fsync(fd) != 0) st = ErrnoError("fsync directory " + dir, errno);
     ::close(fd);
     return st;
   }
@@ -185,22 +185,6 @@ class PosixEnv final : public Env {
 
 }  // namespace
 
-Status FileError(std::string_view what, int err) {
-  std::string message(what);
-  message += ": ";
-  message += std::strerror(err);
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-      return ResourceExhausted(std::move(message));
-    case ENOENT:
-      return NotFound(std::move(message));
-    case EEXIST:
-      return AlreadyExists(std::move(message));
-    default:
-      return IOError(std::move(message));
-  }
-}
 
 Env* Env::Default() {
   // Never destroyed: Files and background threads may still use it while

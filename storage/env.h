@@ -71,14 +71,9 @@ class Env {
   virtual uint64_t NowNanos() = 0;
 };
 
-// The one mapping from errno to Status for file calls, used by every Env so
-// that code under test sees an injected ENOSPC exactly as a real one: a full
-// disk or quota (ENOSPC, EDQUOT) is ResourceExhausted, a problem the caller
-// can act on (evict, stop writing); ENOENT is NotFound; EEXIST (O_EXCL
-// losing) is AlreadyExists; everything else is IOError. The message is
-// "<what>: <strerror(err)>", where `what` names the call and the path
-// ("fdatasync /data/seg-0000000000000001.pts").
-Status FileError(std::string_view what, int err);
+// Every Env reports a failed call with ErrnoError (ptstore/status.h), the
+// one errno-to-Status mapping, so that code under test sees an injected
+// ENOSPC exactly as a real one.
 
 // Reads exactly out.size() bytes or fails (Corruption when the file ends
 // early: a truncated record).

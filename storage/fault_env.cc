@@ -9,10 +9,10 @@
 namespace ptstore::storage {
 namespace {
 
-// FileError (env.cc) so that code under test sees an injected ENOSPC exactly
+// ErrnoError (core/status.cc, as env.cc) so that code under test sees an injected ENOSPC exactly
 // as it would see a real one, marked as injected.
 Status InjectedError(const std::string& what, int err) {
-  const Status s = FileError(what, err);
+  const Status s = ErrnoError(what, err);
   return Status(s.code(), s.message() + " (injected by FaultEnv)");
 }
 

@@ -88,7 +88,14 @@ inline Status IOError(std::string m) { return {Code::kIOError, std::move(m)}; }
 inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {Code::kUnimplemented, std::move(m)}; }
-// IOError carrying strerror(err): "what: No such file or directory".
+// The one mapping from errno to Status, with the message
+// "<what>: <strerror(err)>" (`what` names the call and its object:
+// "fdatasync /data/seg-0000000000000001.pts"): a full disk, quota or memory
+// (ENOSPC, EDQUOT, ENOMEM) is ResourceExhausted, a problem the caller can act
+// on (evict, stop writing); ENOENT NotFound; EEXIST (O_EXCL losing)
+// AlreadyExists; EACCES and EPERM PermissionDenied; a peer gone
+// (ECONNREFUSED, ECONNRESET, EPIPE, ENOTCONN) Unavailable; ETIMEDOUT and
+// EAGAIN DeadlineExceeded; everything else IOError.
 Status ErrnoError(std::string_view what, int err);
 
 // A value or the Status saying why there is none.

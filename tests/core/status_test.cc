@@ -124,6 +124,8 @@ TEST(StatusTest, ErrnoErrorMapsCommonErrnos) {
   EXPECT_EQ(ErrnoError("x", EPERM).code(), Code::kPermissionDenied);
   EXPECT_EQ(ErrnoError("x", ENOSPC).code(), Code::kResourceExhausted);
   EXPECT_EQ(ErrnoError("x", ENOMEM).code(), Code::kResourceExhausted);
+  EXPECT_EQ(ErrnoError("x", EDQUOT).code(), Code::kResourceExhausted);
+  EXPECT_EQ(ErrnoError("x", EEXIST).code(), Code::kAlreadyExists);  // what env.cc's own table said
   EXPECT_EQ(ErrnoError("x", ECONNREFUSED).code(), Code::kUnavailable);
   EXPECT_EQ(ErrnoError("x", ECONNRESET).code(), Code::kUnavailable);
   EXPECT_EQ(ErrnoError("x", EPIPE).code(), Code::kUnavailable);
