@@ -42,11 +42,12 @@ struct OpenFile : OpenHandle {
   std::string written;
 };
 
-// An open directory (fi->fh): a listing taken at opendir (at cache
-// generation `gen`) and the ioctl leases of this open file.
+// An open directory (fi->fh): a listing taken at its first readdir (at
+// cache generation `gen`) and the ioctl leases of this open file.
 struct OpenDir : OpenHandle {
   NodeRef ref;
   uint64_t gen = 0;
+  bool listed = false;  // entries were taken (at the first readdir)
   std::vector<DirEntry> entries;
   LeaseSet leases;
 };
@@ -379,17 +380,21 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+// The listing is taken at the first readdir, not here: a walk opens a
+// directory again each time it goes back up through it (fts opens ".."),
+// and the kernel serves those from its cached listing without a readdir.
 void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
   Filesystem* fs = Fs(req);
   auto d = std::make_unique<OpenDir>();
   d->gen = fs->cache().generation();
-  auto entries = fs->tree().List(ref);
-  if (!entries.ok()) return ReplyStatus(req, entries.status());
-  NoticeVanished(fs, ino, ref, *entries);
+  // ENOENT here for a directory that is gone (from the cache when it knows).
+  Status there = Status::OK();
+  if (ref.kind == NodeKind::kNamespace) there = fs->tree().Namespace(ref.ns).status();
+  if (ref.kind == NodeKind::kIncrement) there = fs->tree().Node(ref.ns, ref.key).status();
+  if (!there.ok()) return ReplyStatus(req, there);
   d->ref = ref;
-  d->entries = std::move(*entries);
   // The kernel may keep the listing (and serve the next opendirs from it)
   // while the watcher invalidates it on every change below this directory.
   if (fs->TimesFor(d->gen).fresh) {
@@ -406,6 +411,15 @@ void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   Filesystem* fs = Fs(req);
   OpenDir* d = Dir(fi);
+  if (off == 0 || !d->listed) {
+    // A listing from offset 0 (a first readdir, or a rewinddir) is taken now.
+    d->gen = fs->cache().generation();
+    auto entries = fs->tree().List(d->ref);
+    if (!entries.ok()) return ReplyStatus(req, entries.status());
+    NoticeVanished(fs, ino, d->ref, *entries);
+    d->entries = std::move(*entries);
+    d->listed = true;
+  }
   std::string buf(size, '\0');
   size_t used = 0;
   const size_t total = d->entries.size() + 2;

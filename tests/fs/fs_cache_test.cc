@@ -61,6 +61,9 @@ TEST_F(FsCacheTest, AWalkIsAnsweredByListingsThenByTheKernelAlone) {
   }
   const uint64_t dirs = Dirs();
   ASSERT_EQ(dirs, 81u);
+  // The saves' changes reach the mount first (else, applied during the
+  // walk, they would rightly make it ask again).
+  std::this_thread::sleep_for(kChangeBound);
   // Cold: per directory opendir, readdirplus (two: the entries, then the
   // end), releasedir and a getattr (ls fstat()s each directory it opens,
   // and the kernel re-asks a directory's attributes after listing it, for
