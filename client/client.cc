@@ -388,6 +388,14 @@ Result<PrefixNodeInfo> Client::SetTimes(const std::string& ns, const ChainKey& k
   return rep.node;
 }
 
+Result<TreeChanges> Client::Changes(uint64_t epoch, uint64_t since, uint32_t max) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::ChangesRequest req{epoch, since, max};
+  core::ChangesReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kChanges, req, MsgType::kChangesReply, &rep));
+  return std::move(rep.changes);
+}
+
 Result<PinnedPrefix> Client::PinIncrement(const std::string& ns, const ChainKey& key, bool whole_prefix) {
   if (!mapped()) {
     return PermissionDenied("this client has no arena mapping (not trusted with every namespace): it cannot pin");

@@ -66,6 +66,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kLocatePrefixReply: return "LocatePrefixReply";
     case MsgType::kSetTimes: return "SetTimes";
     case MsgType::kSetTimesReply: return "SetTimesReply";
+    case MsgType::kChanges: return "Changes";
+    case MsgType::kChangesReply: return "ChangesReply";
   }
   return "Unknown";
 }
@@ -417,6 +419,52 @@ Status SetTimesReply::Decode(Decoder& d) {
   return d.Finish("SetTimesReply");
 }
 
+void ChangesRequest::Encode(Encoder& e) const {
+  e.PutU64(epoch);
+  e.PutU64(since);
+  e.PutU32(max);
+}
+Status ChangesRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("epoch", &epoch));
+  PTS_RETURN_IF_ERROR(d.GetU64("since", &since));
+  PTS_RETURN_IF_ERROR(d.GetU32("max", &max));
+  return d.Finish("Changes");
+}
+void ChangesReply::Encode(Encoder& e) const {
+  e.PutU64(changes.epoch);
+  e.PutU64(changes.next);
+  e.PutBool(changes.lost);
+  e.PutBool(changes.more);
+  e.PutU32(static_cast<uint32_t>(changes.changes.size()));
+  for (const TreeChange& c : changes.changes) {
+    e.PutU8(static_cast<uint8_t>(c.kind));
+    e.PutString(c.ns);
+    PutKey(e, c.key);
+    PutKey(e, c.parent);
+  }
+}
+Status ChangesReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetU64("epoch", &changes.epoch));
+  PTS_RETURN_IF_ERROR(d.GetU64("next", &changes.next));
+  PTS_RETURN_IF_ERROR(d.GetBool("lost", &changes.lost));
+  PTS_RETURN_IF_ERROR(d.GetBool("more", &changes.more));
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "changes", 37, &n));  // the smallest change: kind, empty ns, two keys
+  changes.changes.resize(n);
+  for (TreeChange& c : changes.changes) {
+    uint8_t kind;
+    PTS_RETURN_IF_ERROR(d.GetU8("change.kind", &kind));
+    if (kind == 0 || kind > kLastChangeKind) {
+      return ProtocolError("field 'change.kind' has unknown value " + std::to_string(kind));
+    }
+    c.kind = static_cast<ChangeKind>(kind);
+    PTS_RETURN_IF_ERROR(d.GetString("change.ns", &c.ns, 4096));
+    PTS_RETURN_IF_ERROR(GetKey(d, "change.key", &c.key));
+    PTS_RETURN_IF_ERROR(GetKey(d, "change.parent", &c.parent));
+  }
+  return d.Finish("ChangesReply");
+}
+
 void AuthHello::Encode(Encoder& e) const {
   e.PutU32(node_id);
   e.PutRaw(nonce.data(), nonce.size());
@@ -516,6 +564,8 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kLocatePrefixReply: return DecodeAs<LocatePrefixReply>(body);
     case MsgType::kSetTimes: return DecodeAs<SetTimesRequest>(body);
     case MsgType::kSetTimesReply: return DecodeAs<SetTimesReply>(body);
+    case MsgType::kChanges: return DecodeAs<ChangesRequest>(body);
+    case MsgType::kChangesReply: return DecodeAs<ChangesReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -54,9 +54,11 @@ enum class MsgType : uint16_t {
   kLocatePrefix = 56, kLocatePrefixReply = 57,
   // Client -> local ptstored: set an increment's atime and mtime (touch(1)).
   kSetTimes = 58, kSetTimesReply = 59,
+  // Client -> local ptstored: the changes of the index since a position (mounts poll it).
+  kChanges = 60, kChangesReply = 61,
 };
 // The highest type in use (fuzzers and registry tests walk 0..kLastMsgType).
-inline constexpr MsgType kLastMsgType = MsgType::kSetTimesReply;
+inline constexpr MsgType kLastMsgType = MsgType::kChangesReply;
 const char* MsgTypeName(uint16_t type);
 
 struct ErrorReply {
@@ -260,6 +262,24 @@ struct SetTimesRequest {
 struct SetTimesReply {
   static constexpr MsgType kType = MsgType::kSetTimesReply;
   PrefixNodeInfo node;  // as it is afterwards
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// The changes of the node's index from position `since` of log `epoch` on
+// (storage/change_log.h), at most `max` of them; only those of namespaces
+// the caller may read (and every kNamespace change).
+struct ChangesRequest {
+  static constexpr MsgType kType = MsgType::kChanges;
+  uint64_t epoch = 0;  // 0: a first call (the reply says where the log is)
+  uint64_t since = 0;
+  uint32_t max = 0;    // 0: the server's limit
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct ChangesReply {
+  static constexpr MsgType kType = MsgType::kChangesReply;
+  TreeChanges changes;
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

@@ -42,10 +42,12 @@ struct OpenFile : OpenHandle {
   std::string written;
 };
 
-// An open directory (fi->fh): a listing taken at opendir and the ioctl
-// leases of this open file.
+// An open directory (fi->fh): a listing taken at its first readdir (at
+// cache generation `gen`) and the ioctl leases of this open file.
 struct OpenDir : OpenHandle {
   NodeRef ref;
+  uint64_t gen = 0;
+  bool listed = false;  // entries were taken (at the first readdir)
   std::vector<DirEntry> entries;
   LeaseSet leases;
 };
@@ -69,16 +71,19 @@ void ReplyStatus(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoOf(
 
 bool IsIncrementFile(const NodeRef& ref) { return ref.kind == NodeKind::kKvFile || ref.kind == NodeKind::kTokensFile; }
 
-void ReplyEntry(fuse_req_t req, const Found& found) {
+// `gen`: the cache generation read before the answer was asked for.
+void ReplyEntry(fuse_req_t req, fuse_ino_t parent, const char* name, const Found& found, uint64_t gen) {
   Filesystem* fs = Fs(req);
   fuse_entry_param e{};
-  e.ino = fs->inodes().Ref(found.ref);
+  e.ino = fs->inodes().Ref(found.ref, parent, name);
   // A new size in this reply makes the kernel drop the pages it cached.
   if (IsIncrementFile(found.ref)) fs->inodes().NoteSize(e.ino, static_cast<uint64_t>(found.st.st_size));
   e.attr = found.st;
   e.attr.st_ino = e.ino;
-  e.attr_timeout = fs->options().attr_timeout;
-  e.entry_timeout = fs->options().entry_timeout;
+  auto lock = fs->lock_reply();
+  const Filesystem::CacheTimes t = fs->TimesFor(gen);
+  e.attr_timeout = t.attr;
+  e.entry_timeout = t.entry;
   if (fuse_reply_entry(req, &e) != 0) fs->inodes().Forget(e.ino, 1);  // the kernel did not take it
 }
 
@@ -103,6 +108,18 @@ void NoticeVanished(Filesystem* fs, fuse_ino_t dir, const NodeRef& dir_ref, cons
 // ------------------------------------------------------------ operations
 
 void Init(void* userdata, fuse_conn_info* conn) {
+  // Listings carry every entry's attributes (readdirplus), always: a walk
+  // then looks up nothing (with READDIRPLUS_AUTO the kernel would ask for
+  // them only at offset 0 and after lookups).
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  // With auto_inval_data the kernel asks again for the attributes of what a
+  // walk opens (to compare mtime and size before trusting its cache): about
+  // one request per directory of every walk. The mount drops stale pages
+  // itself: a kv or tokens file whose size changed (a split) is read past
+  // the page cache at its next open, and its pages go (KeepOrDropCache).
+  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+
   if (conn->capable & FUSE_CAP_IOCTL_DIR) conn->want |= FUSE_CAP_IOCTL_DIR;
   // O_TRUNC arrives in open()'s flags (refused there) rather than as a
   // separate truncate.
@@ -121,9 +138,10 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (TooLong(req, name)) return;
   NodeRef dir;
   if (!Resolve(req, parent, &dir)) return;
+  const uint64_t gen = Fs(req)->cache().generation();
   auto found = Fs(req)->tree().Lookup(dir, name);
   if (!found.ok()) return ReplyStatus(req, found.status());
-  ReplyEntry(req, *found);
+  ReplyEntry(req, parent, name, *found, gen);
 }
 
 void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -139,11 +157,14 @@ void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
-  auto st = Fs(req)->tree().Stat(ref);
+  Filesystem* fs = Fs(req);
+  const uint64_t gen = fs->cache().generation();
+  auto st = fs->tree().Stat(ref);
   if (!st.ok()) return ReplyStatus(req, st.status());
   st->st_ino = ino;
-  if (IsIncrementFile(ref)) Fs(req)->inodes().NoteSize(ino, static_cast<uint64_t>(st->st_size));
-  fuse_reply_attr(req, &*st, Fs(req)->options().attr_timeout);
+  if (IsIncrementFile(ref)) fs->inodes().NoteSize(ino, static_cast<uint64_t>(st->st_size));
+  auto lock = fs->lock_reply();
+  fuse_reply_attr(req, &*st, fs->TimesFor(gen).attr);
 }
 
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
@@ -177,10 +198,12 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   // 0 means "leave it" to the store: a time at the epoch itself is one nanosecond after it.
   if ((to_set & FUSE_SET_ATTR_ATIME) && atime == 0) atime = 1;
   if ((to_set & FUSE_SET_ATTR_MTIME) && mtime == 0) mtime = 1;
+  const uint64_t gen = Fs(req)->cache().generation();
   auto st = Fs(req)->tree().SetTimes(ref, atime, mtime);
   if (!st.ok()) return ReplyStatus(req, st.status());
   st->st_ino = ino;
-  fuse_reply_attr(req, &*st, Fs(req)->options().attr_timeout);
+  auto lock = Fs(req)->lock_reply();
+  fuse_reply_attr(req, &*st, Fs(req)->TimesFor(gen).attr);
 }
 
 void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
@@ -198,7 +221,7 @@ void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   if (dir.kind != NodeKind::kRoot) return (void)fuse_reply_err(req, EPERM);  // increments are made by saves
   auto found = Fs(req)->tree().MakeNamespace(name, mode);
   if (!found.ok()) return ReplyStatus(req, found.status());
-  ReplyEntry(req, *found);
+  ReplyEntry(req, parent, name, *found, Fs(req)->cache().generation());
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -230,7 +253,9 @@ void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newn
 // past the page cache and the kernel's size (direct I/O), and the inode's
 // stale pages and attributes are dropped for the opens after it.
 void KeepOrDropCache(Filesystem* fs, fuse_ino_t ino, uint64_t size, fuse_file_info* fi) {
-  if (fs->inodes().NoteSize(ino, size)) {
+  // Changed now, or in an entry or attribute reply since the last open.
+  const bool changed = fs->inodes().NoteSize(ino, size);
+  if (fs->inodes().TakeSizeChanged(ino) || changed) {
     fi->direct_io = 1;
     fs->invalidator().Inode(ino);
   } else {
@@ -355,49 +380,103 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+// The listing is taken at the first readdir, not here: a walk opens a
+// directory again each time it goes back up through it (fts opens ".."),
+// and the kernel serves those from its cached listing without a readdir.
 void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
   Filesystem* fs = Fs(req);
-  auto entries = fs->tree().List(ref);
-  if (!entries.ok()) return ReplyStatus(req, entries.status());
-  NoticeVanished(fs, ino, ref, *entries);
   auto d = std::make_unique<OpenDir>();
+  d->gen = fs->cache().generation();
+  // ENOENT here for a directory that is gone (from the cache when it knows).
+  Status there = Status::OK();
+  if (ref.kind == NodeKind::kNamespace) there = fs->tree().Namespace(ref.ns).status();
+  if (ref.kind == NodeKind::kIncrement) there = fs->tree().Node(ref.ns, ref.key).status();
+  if (!there.ok()) return ReplyStatus(req, there);
   d->ref = ref;
-  d->entries = std::move(*entries);
+  // The kernel may keep the listing (and serve the next opendirs from it)
+  // while the watcher invalidates it on every change below this directory.
+  if (fs->TimesFor(d->gen).fresh) {
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+  }
   fi->fh = fs->Keep(std::move(d));
   if (fuse_reply_open(req, fi) != 0) fs->Close(fi->fh);  // the kernel did not take it
 }
 
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+// readdir and readdirplus. Offsets: 0 ".", 1 "..", 2.. the listing; an
+// entry's offset is the next one's. readdirplus hands every entry but "."
+// and ".." to the kernel (one lookup each), with its attributes.
+void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   Filesystem* fs = Fs(req);
   OpenDir* d = Dir(fi);
+  if (off == 0 || !d->listed) {
+    // A listing from offset 0 (a first readdir, or a rewinddir) is taken now.
+    d->gen = fs->cache().generation();
+    auto entries = fs->tree().List(d->ref);
+    if (!entries.ok()) return ReplyStatus(req, entries.status());
+    NoticeVanished(fs, ino, d->ref, *entries);
+    d->entries = std::move(*entries);
+    d->listed = true;
+  }
   std::string buf(size, '\0');
   size_t used = 0;
-  // Offsets: 0 ".", 1 "..", 2.. the listing; an entry's offset is the next one's.
   const size_t total = d->entries.size() + 2;
+  auto lock = fs->lock_reply();
+  const Filesystem::CacheTimes times = fs->TimesFor(d->gen);
   for (size_t i = static_cast<size_t>(off); i < total; ++i) {
-    struct stat st {};
+    fuse_entry_param e{};
     std::string name;
+    const DirEntry* entry = nullptr;
     if (i == 0) {
       name = ".";
-      st.st_ino = ino;
-      st.st_mode = S_IFDIR;
+      e.attr.st_ino = ino;
+      e.attr.st_mode = S_IFDIR;
     } else if (i == 1) {
       name = "..";
-      st.st_ino = FUSE_ROOT_ID;  // the kernel fills in the real parent
-      st.st_mode = S_IFDIR;
+      e.attr.st_ino = FUSE_ROOT_ID;  // the kernel fills in the real parent
+      e.attr.st_mode = S_IFDIR;
     } else {
-      const DirEntry& e = d->entries[i - 2];
-      name = e.name;
-      st.st_ino = fs->inodes().Peek(e.ref);
-      st.st_mode = e.dir ? S_IFDIR : S_IFREG;
+      entry = &d->entries[i - 2];
+      name = entry->name;
+      e.attr = entry->st;
+      e.attr.st_ino = fs->inodes().Peek(entry->ref);
     }
-    size_t n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, static_cast<off_t>(i + 1));
-    if (n > size - used) break;
+    char* at = buf.data() + used;
+    const size_t room = size - used;
+    size_t n;
+    if (!plus) {
+      n = fuse_add_direntry(req, at, room, name.c_str(), &e.attr, static_cast<off_t>(i + 1));
+    } else {
+      if (entry != nullptr) {
+        e.ino = fs->inodes().Ref(entry->ref, ino, entry->name);
+        e.attr.st_ino = e.ino;
+        e.entry_timeout = times.entry;
+        e.attr_timeout = times.attr;
+      }
+      n = fuse_add_direntry_plus(req, at, room, name.c_str(), &e, static_cast<off_t>(i + 1));
+      if (n > room) {
+        if (entry != nullptr) fs->inodes().Forget(e.ino, 1);  // not handed out
+      } else if (entry != nullptr && IsIncrementFile(entry->ref)) {
+        fs->inodes().NoteSize(e.ino, static_cast<uint64_t>(entry->st.st_size));
+      }
+    }
+    if (n > room) break;
     used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
+  // A change was applied since the listing was taken: what the kernel
+  // caches of it goes again (queued after the reply, so it lands after it).
+  if (!times.fresh && fs->watcher() != nullptr) fs->invalidator().Inode(ino);
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirAny(req, ino, size, off, fi, false);
+}
+
+void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirAny(req, ino, size, off, fi, true);
 }
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -447,6 +526,14 @@ int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::stri
     // The mount itself: how busy the daemon is (tools and bench_fs).
     attrs->push_back({"user.ptstore.fuse_requests", std::to_string(fs->requests())});
     attrs->push_back({"user.ptstore.socket", fs->options().socket_path});
+    // The change watcher (fs/watcher.h): polls made, changes applied, full
+    // invalidations; and what the daemon's cache holds.
+    if (const ChangeWatcher* w = fs->watcher()) {
+      attrs->push_back({"user.ptstore.change_polls", std::to_string(w->polls())});
+      attrs->push_back({"user.ptstore.changes", std::to_string(w->changes())});
+      attrs->push_back({"user.ptstore.change_resets", std::to_string(w->resets())});
+    }
+    attrs->push_back({"user.ptstore.cached_increments", std::to_string(fs->cache().increments())});
   }
   return 0;
 }
@@ -555,6 +642,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.release = Counted<Release>::Call;
   ops.opendir = Counted<OpenDirOp>::Call;
   ops.readdir = Counted<ReadDir>::Call;
+  ops.readdirplus = Counted<ReadDirPlus>::Call;
   ops.releasedir = Counted<ReleaseDir>::Call;
   ops.statfs = Counted<StatFs>::Call;
   ops.setxattr = Counted<SetXattr>::Call;
@@ -571,6 +659,7 @@ TreeOptions TreeOptionsFor(const MountOptions& o) {
   t.default_layout = o.layout;
   t.root_uid = geteuid();
   t.root_gid = getegid();
+  t.prefetch_limit = o.prefetch_limit;
   return t;
 }
 
@@ -601,12 +690,39 @@ Result<std::unique_ptr<Client>> Filesystem::Connect(const MountOptions& options)
 
 Status Filesystem::Start(fuse_session* se) {
   PTS_ASSIGN_OR_RETURN(client_, Connect(options_));
-  tree_ = std::make_unique<TreeView>(client_.get(), TreeOptionsFor(options_));
+  tree_ = std::make_unique<TreeView>(client_.get(), &cache_, TreeOptionsFor(options_));
   invalidator_.Start(se);
+  if (options_.change_poll_ms > 0) {
+    watcher_ = std::make_unique<ChangeWatcher>(client_.get(), std::chrono::milliseconds(options_.change_poll_ms),
+                                               &cache_, &inodes_, &invalidator_, &reply_mu_);
+    watcher_->Start();
+  }
   return Status::OK();
 }
 
+Filesystem::CacheTimes Filesystem::TimesFor(uint64_t gen) const {
+  CacheTimes t;
+  if (watcher_ == nullptr) {
+    // No watcher: the timeouts alone bound staleness (the user's choice).
+    t.entry = options_.entry_timeout;
+    t.attr = options_.attr_timeout;
+    return t;
+  }
+  if (!watcher_->healthy()) {
+    // Polls fail: nobody would invalidate. Short times until they work.
+    t.entry = std::min(options_.entry_timeout, 1.0);
+    t.attr = std::min(options_.attr_timeout, 1.0);
+    return t;
+  }
+  if (cache_.generation() != gen) return t;  // a change may postdate the answer: keep nothing
+  t.entry = options_.entry_timeout;
+  t.attr = options_.attr_timeout;
+  t.fresh = true;
+  return t;
+}
+
 void Filesystem::Stop() {
+  if (watcher_) watcher_->Stop();
   invalidator_.Stop();
   std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> left;
   {

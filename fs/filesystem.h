@@ -18,12 +18,15 @@
 
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "fs/inode_table.h"
 #include "fs/invalidator.h"
+#include "fs/meta_cache.h"
 #include "fs/options.h"
 #include "fs/tree.h"
+#include "fs/watcher.h"
 #include "ptstore/client.h"
 
 namespace ptstore::fs {
@@ -45,7 +48,7 @@ class Filesystem {
   static const fuse_lowlevel_ops& Ops();
 
   // Connects to ptstored and starts the invalidation thread for session
-  // `se`. Call it after fuse_daemonize (threads do not survive the fork)
+  // `se`, and the change watcher (fs/watcher.h) unless change_poll_ms is 0. Call it after fuse_daemonize (threads do not survive the fork)
   // and before the session loop. PermissionDenied when ptstored does not
   // share its arena with this process (kv reads and pins come from it).
   Status Start(fuse_session* se);
@@ -61,6 +64,23 @@ class Filesystem {
   InodeTable& inodes() { return inodes_; }
   TreeView& tree() { return *tree_; }
   Invalidator& invalidator() { return invalidator_; }
+  MetaCache& cache() { return cache_; }
+  const ChangeWatcher* watcher() const { return watcher_.get(); }
+
+  // How long the kernel may keep an entry and attributes built from what
+  // the store said at cache generation `gen` (read before asking), while
+  // the caller holds lock_reply(): the mount's timeouts while the watcher
+  // keeps the kernel's cache exact; 0 when a change was applied since
+  // `gen` (the answer may predate it); at most 1 s while polls fail.
+  struct CacheTimes {
+    double entry = 0;
+    double attr = 0;
+    bool fresh = false;  // the answer may be kept (cached listings too)
+  };
+  CacheTimes TimesFor(uint64_t gen) const;
+  // Held (shared) from TimesFor to the reply: the watcher moves the
+  // generation under it held exclusively.
+  std::shared_lock<std::shared_mutex> lock_reply() { return std::shared_lock(reply_mu_); }
   const MountOptions& options() const { return options_; }
   Client* client() const { return client_.get(); }
   // Requests served since the mount (every operation but init).
@@ -76,6 +96,9 @@ class Filesystem {
   InodeTable inodes_;
   std::unique_ptr<TreeView> tree_;
   Invalidator invalidator_;
+  MetaCache cache_;
+  std::shared_mutex reply_mu_;
+  std::unique_ptr<ChangeWatcher> watcher_;
   std::atomic<uint64_t> requests_{0};
   std::mutex open_mu_;  // guards open_
   std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> open_;

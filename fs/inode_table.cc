@@ -1,6 +1,7 @@
 #include "fs/inode_table.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace ptstore::fs {
 
@@ -18,11 +19,16 @@ fuse_ino_t InodeTable::HashIno(const NodeRef& ref) {
   return ino;
 }
 
-fuse_ino_t InodeTable::Ref(const NodeRef& ref) {
+fuse_ino_t InodeTable::Ref(const NodeRef& ref, fuse_ino_t parent, const std::string& name) {
   std::lock_guard lock(mu_);
   auto it = by_ref_.find(ref);
   if (it != by_ref_.end()) {
-    ++inodes_[it->second].nlookup;
+    Entry& e = inodes_[it->second];
+    ++e.nlookup;
+    if (parent != 0) {
+      e.parent = parent;
+      if (e.name != name) e.name = name;
+    }
     return it->second;
   }
   fuse_ino_t ino = HashIno(ref);
@@ -30,6 +36,8 @@ fuse_ino_t InodeTable::Ref(const NodeRef& ref) {
   Entry e;
   e.ref = ref;
   e.nlookup = 1;
+  e.parent = parent;
+  e.name = name;
   inodes_.emplace(ino, std::move(e));
   by_ref_.emplace(ref, ino);
   return ino;
@@ -87,7 +95,25 @@ bool InodeTable::NoteSize(fuse_ino_t ino, uint64_t size) {
   if (it == inodes_.end()) return false;
   const bool changed = it->second.size.has_value() && *it->second.size != size;
   it->second.size = size;
+  if (changed) it->second.size_changed = true;
   return changed;
+}
+
+bool InodeTable::TakeSizeChanged(fuse_ino_t ino) {
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return false;
+  return std::exchange(it->second.size_changed, false);
+}
+
+std::vector<InodeTable::Known> InodeTable::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<Known> out;
+  out.reserve(inodes_.size());
+  for (const auto& [ino, e] : inodes_) {
+    if (ino != FUSE_ROOT_ID) out.push_back(Known{ino, e.parent, e.name});
+  }
+  return out;
 }
 
 size_t InodeTable::size() const {

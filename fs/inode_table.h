@@ -30,8 +30,10 @@ class InodeTable {
   InodeTable();
 
   // The inode of `ref` with one more kernel lookup (every successful
-  // lookup/mkdir reply that hands an inode to the kernel calls this once).
-  fuse_ino_t Ref(const NodeRef& ref);
+  // lookup/mkdir reply, and every readdirplus entry, that hands an inode to
+  // the kernel calls this once). `parent` and `name`: the directory entry
+  // it was handed out under (remembered for InvalidateAll).
+  fuse_ino_t Ref(const NodeRef& ref, fuse_ino_t parent = 0, const std::string& name = {});
   // The inode number `ref` has or would have, without a lookup (d_ino).
   fuse_ino_t Peek(const NodeRef& ref) const;
   // The inode number of `ref` if the kernel holds it.
@@ -51,8 +53,20 @@ class InodeTable {
   // inode (an increment split by a later save keeps its key but holds only
   // its tail), so the kernel's cached pages and size are stale.
   bool NoteSize(fuse_ino_t ino, uint64_t size);
+  // Whether a NoteSize saw a change since the last call (then the next
+  // open must not trust the cached pages); clears it.
+  bool TakeSizeChanged(fuse_ino_t ino);
 
   size_t size() const;
+
+  // Every inode the kernel holds (not the root), with the entry it was last
+  // handed out under.
+  struct Known {
+    fuse_ino_t ino = 0;
+    fuse_ino_t parent = 0;
+    std::string name;
+  };
+  std::vector<Known> All() const;
 
  private:
   struct Entry {
@@ -60,6 +74,9 @@ class InodeTable {
     uint64_t nlookup = 0;
     std::vector<std::string> children;  // sorted; last listing (directories)
     std::optional<uint64_t> size;        // files: the size the kernel knows
+    bool size_changed = false;           // since the last TakeSizeChanged
+    fuse_ino_t parent = 0;               // the entry it was last handed out under
+    std::string name;
   };
   static fuse_ino_t HashIno(const NodeRef& ref);
 

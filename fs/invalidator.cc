@@ -36,6 +36,15 @@ void Invalidator::Inode(fuse_ino_t ino) {
   cv_.notify_one();
 }
 
+void Invalidator::Attributes(fuse_ino_t ino) {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ || se_ == nullptr) return;
+    queue_.push_back(Item{ino, {}, true});
+  }
+  cv_.notify_one();
+}
+
 uint64_t Invalidator::sent() const {
   std::lock_guard lock(mu_);
   return sent_;
@@ -51,7 +60,8 @@ void Invalidator::Run() {
     lock.unlock();
     // Errors (ENOENT: the kernel no longer caches it) are expected and harmless.
     if (item.name.empty()) {
-      fuse_lowlevel_notify_inval_inode(se_, item.ino, 0, 0);
+      // A negative offset: the attributes only, not the pages.
+      fuse_lowlevel_notify_inval_inode(se_, item.ino, item.attributes_only ? -1 : 0, 0);
     } else {
       fuse_lowlevel_notify_inval_entry(se_, item.ino, item.name.c_str(), item.name.size());
     }

@@ -32,8 +32,11 @@ class Invalidator {
 
   // The dentry `name` in directory `parent` (and what hangs below it).
   void Entry(fuse_ino_t parent, std::string name);
-  // The attributes and cached pages of `ino`.
+  // The attributes and cached pages of `ino` (a directory's: its cached
+  // listing).
   void Inode(fuse_ino_t ino);
+  // The attributes of `ino` only.
+  void Attributes(fuse_ino_t ino);
 
   uint64_t sent() const;
 
@@ -41,6 +44,7 @@ class Invalidator {
   struct Item {
     fuse_ino_t ino = 0;
     std::string name;  // empty: an inode; else an entry of directory `ino`
+    bool attributes_only = false;
   };
   void Run();
 

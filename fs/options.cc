@@ -21,8 +21,10 @@ namespace {
 struct RawOptions {
   char* socket = nullptr;
   char* layout = nullptr;
-  double entry_timeout = 1.0;
-  double attr_timeout = 1.0;
+  double entry_timeout = -1;  // not given
+  double attr_timeout = -1;
+  int change_poll_ms = 100;
+  long long prefetch_limit = 262144;
   int readahead_kb = 4096;
 };
 
@@ -33,6 +35,8 @@ const fuse_opt kOptions[] = {
     PTS_OPT("entry_timeout=%lf", entry_timeout),
     PTS_OPT("attr_timeout=%lf", attr_timeout),
     PTS_OPT("readahead_kb=%d", readahead_kb),
+    PTS_OPT("change_poll_ms=%d", change_poll_ms),
+    PTS_OPT("prefetch_limit=%lld", prefetch_limit),
     FUSE_OPT_END,
 };
 #undef PTS_OPT
@@ -46,8 +50,12 @@ const char* MountOptionsHelp() {
          "                           'layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16', or groups:\n"
          "                           'block_tokens=16:group=full:layers=24:kv_heads=8:head_dim=128:dtype=bf16:\n"
          "                           group=state:layers=8:bytes=65536')\n"
-         "    -o entry_timeout=SECS  name cache time (default 1)\n"
-         "    -o attr_timeout=SECS   attribute cache time (default 1)\n"
+         "    -o entry_timeout=SECS  name cache time (default 3600; 1 with change_poll_ms=0)\n"
+         "    -o attr_timeout=SECS   attribute cache time (default 3600; 1 with change_poll_ms=0)\n"
+         "    -o change_poll_ms=MS   poll the store's changes this often and invalidate the kernel's cache\n"
+         "                           (default 100; 0: never, then the timeouts alone bound staleness)\n"
+         "    -o prefetch_limit=N    list whole subtrees in one round trip in namespaces of at most N\n"
+         "                           increments (default 262144; 0: one directory at a time)\n"
          "    -o readahead_kb=KIB    kernel readahead of the mount (default 4096; 0: leave the kernel's)\n";
 }
 
@@ -71,12 +79,24 @@ Result<MountOptions> ParseMountOptions(fuse_args* args) {
     PTS_RETURN_IF_ERROR(layout->Validate());
     o.layout = *layout;
   }
+  if (raw.change_poll_ms < 0 || raw.change_poll_ms > 60000) {
+    return InvalidArgument("change_poll_ms must be between 0 and 60000");
+  }
+  if (raw.prefetch_limit < 0 || raw.prefetch_limit > (1ll << 32)) {
+    return InvalidArgument("prefetch_limit must be between 0 and 4294967296");
+  }
+  // Long kernel timeouts are safe only while the mount pushes changes.
+  const double default_timeout = raw.change_poll_ms > 0 ? 3600.0 : 1.0;
+  if (raw.entry_timeout == -1) raw.entry_timeout = default_timeout;
+  if (raw.attr_timeout == -1) raw.attr_timeout = default_timeout;
   if (!(raw.entry_timeout >= 0 && raw.entry_timeout <= 86400)) {
     return InvalidArgument("entry_timeout must be between 0 and 86400 seconds");
   }
   if (!(raw.attr_timeout >= 0 && raw.attr_timeout <= 86400)) {
     return InvalidArgument("attr_timeout must be between 0 and 86400 seconds");
   }
+  o.change_poll_ms = static_cast<uint32_t>(raw.change_poll_ms);
+  o.prefetch_limit = static_cast<uint64_t>(raw.prefetch_limit);
   if (raw.readahead_kb < 0 || raw.readahead_kb > (1 << 20)) {
     return InvalidArgument("readahead_kb must be between 0 and 1048576");
   }

@@ -6,8 +6,18 @@
 //   layout=TEXT          layout of namespaces created by mkdir (Layout::Parse
 //                        form; ':' may stand for ' ' so that fstab needs no
 //                        escapes). Default: Mistral-7B.
-//   entry_timeout=SECS   kernel cache time of names (default 1)
-//   attr_timeout=SECS    kernel cache time of attributes (default 1)
+//   entry_timeout=SECS   kernel cache time of names (default 3600; 1 with
+//                        change_poll_ms=0)
+//   attr_timeout=SECS    kernel cache time of attributes (default 3600; 1
+//                        with change_poll_ms=0)
+//   change_poll_ms=MS    how often the mount polls the store's change log
+//                        (fs/watcher.h) and pushes invalidations: a change
+//                        by anyone reaches the kernel's cache within this
+//                        plus one poll (default 100; 0: no polling, no
+//                        daemon cache, the timeouts alone bound staleness)
+//   prefetch_limit=N     a listing of a directory in a namespace of at most
+//                        N increments fetches the directory's whole subtree
+//                        in one round trip (default 262144; 0: never)
 //   readahead_kb=KIB     readahead of the mount's backing device (default
 //                        4096; 0 leaves the kernel's 128). A FUSE mount
 //                        cannot ask for more than 128 KiB at init; a larger
@@ -27,8 +37,10 @@ namespace ptstore::fs {
 struct MountOptions {
   std::string socket_path;
   Layout layout = MistralLayout();
-  double entry_timeout = 1.0;
-  double attr_timeout = 1.0;
+  double entry_timeout = 3600.0;
+  double attr_timeout = 3600.0;
+  uint32_t change_poll_ms = 100;
+  uint64_t prefetch_limit = 262144;
   uint32_t readahead_kb = 4096;
 };
 

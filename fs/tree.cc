@@ -35,8 +35,8 @@ bool ParseKeyName(const std::string& name, ChainKey* key) {
   return true;
 }
 
-TreeView::TreeView(Client* client, TreeOptions options)
-    : client_(client), options_(std::move(options)), mounted_at_(WallClockNs()) {}
+TreeView::TreeView(Client* client, MetaCache* cache, TreeOptions options)
+    : client_(client), cache_(cache), options_(std::move(options)), mounted_at_(WallClockNs()) {}
 
 // Times (ptstore(7) "Times"): an increment's own, on its directory and its
 // files; a namespace's (the newest of its increments'), on its directory and
@@ -67,7 +67,54 @@ struct stat TreeView::FileStat(const NamespaceInfo& ns, uint64_t size, const Tim
   return st;
 }
 
-Result<NamespaceInfo> TreeView::Namespace(const std::string& ns) { return client_->GetNamespace(ns); }
+Result<NamespaceInfo> TreeView::Namespace(const std::string& ns) {
+  if (auto c = cache_->Namespace(ns)) return *c;
+  const uint64_t gen = cache_->generation();
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo info, client_->GetNamespace(ns));
+  cache_->PutNamespace(gen, info);
+  return info;
+}
+
+Result<std::vector<NamespaceInfo>> TreeView::Namespaces() {
+  if (auto c = cache_->Namespaces()) return *c;
+  const uint64_t gen = cache_->generation();
+  PTS_ASSIGN_OR_RETURN(auto all, client_->ListNamespaces());
+  cache_->PutNamespaces(gen, all);
+  return all;
+}
+
+Result<PrefixNodeInfo> TreeView::Node(const std::string& ns, const ChainKey& key) {
+  if (auto c = cache_->Increment(ns, key)) return *c;
+  const uint64_t gen = cache_->generation();
+  PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(ns, key));
+  cache_->PutIncrement(gen, ns, inc.node);
+  return inc.node;
+}
+
+Result<std::vector<PrefixNodeInfo>> TreeView::Children(const NamespaceInfo& ns, const ChainKey& parent) {
+  if (auto c = cache_->Children(ns.name, parent)) return *c;
+  const uint64_t gen = cache_->generation();
+  // A walk lists every directory below this one next: one round trip for
+  // all of them, as long as the answer stays small (ptstore(7) "Caching").
+  const bool subtree = cache_->enabled() && options_.prefetch_limit > 0 && ns.prefixes <= options_.prefetch_limit;
+  PTS_ASSIGN_OR_RETURN(auto nodes, client_->ListTree(ns.name, parent, subtree));
+  cache_->PutListing(gen, ns.name, parent, nodes, subtree);
+  if (subtree) std::erase_if(nodes, [&](const PrefixNodeInfo& n) { return n.parent != parent; });
+  return nodes;
+}
+
+struct stat TreeView::RootStat(const std::vector<NamespaceInfo>& all) const {
+  NamespaceInfo root;
+  root.uid = options_.root_uid;
+  root.gid = options_.root_gid;
+  root.mode = 0755;
+  Times times{mounted_at_, mounted_at_, mounted_at_};
+  if (!all.empty()) {
+    times = {};
+    for (const NamespaceInfo& ns : all) times.Merge(ns.times);
+  }
+  return DirStat(root, 2 + all.size(), times);
+}
 
 Result<IncrementInfo> TreeView::Increment(const std::string& ns, const ChainKey& key) {
   return client_->GetIncrement(ns, key);
@@ -92,20 +139,11 @@ void TreeView::Unhide(const std::string& ns, const ChainKey* key) {
 
 Result<struct stat> TreeView::Stat(const NodeRef& ref) {
   if (ref.kind == NodeKind::kRoot) {
-    PTS_ASSIGN_OR_RETURN(auto all, client_->ListNamespaces());
-    NamespaceInfo root;
-    root.uid = options_.root_uid;
-    root.gid = options_.root_gid;
-    root.mode = 0755;
-    Times times{mounted_at_, mounted_at_, mounted_at_};
-    if (!all.empty()) {
-      times = {};
-      for (const NamespaceInfo& ns : all) times.Merge(ns.times);
-    }
-    return DirStat(root, 2 + all.size(), times);
+    PTS_ASSIGN_OR_RETURN(auto all, Namespaces());
+    return RootStat(all);
   }
   if (!ref.IsDir() && Hidden(ref)) return NotFound(ref.ToString() + " was unlinked in this mount");
-  PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, client_->GetNamespace(ref.ns));
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, Namespace(ref.ns));
   switch (ref.kind) {
     case NodeKind::kNamespace:
       return DirStat(ns, 1, ns.times);  // 1: subdirectories not counted (as btrfs does)
@@ -119,11 +157,11 @@ Result<struct stat> TreeView::Stat(const NodeRef& ref) {
     default:
       break;
   }
-  PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(ref.ns, ref.key));
+  PTS_ASSIGN_OR_RETURN(PrefixNodeInfo node, Node(ref.ns, ref.key));
   switch (ref.kind) {
-    case NodeKind::kIncrement: return DirStat(ns, 2 + inc.node.children, inc.node.times);
-    case NodeKind::kKvFile: return FileStat(ns, inc.node.bytes, inc.node.times);
-    case NodeKind::kTokensFile: return FileStat(ns, 4 * inc.node.tokens, inc.node.times);
+    case NodeKind::kIncrement: return DirStat(ns, 2 + node.children, node.times);
+    case NodeKind::kKvFile: return FileStat(ns, node.bytes, node.times);
+    case NodeKind::kTokensFile: return FileStat(ns, 4 * node.tokens, node.times);
     default: return Internal("unhandled node kind");
   }
 }
@@ -147,12 +185,19 @@ Result<Found> TreeView::Lookup(const NodeRef& dir, const std::string& name) {
         f.ref = NodeRef{NodeKind::kTokensFile, dir.ns, dir.key};
       } else if (ParseKeyName(name, &key)) {
         // The increment must hang right below `dir`, not anywhere in the tree.
-        PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(dir.ns, key));
+        PTS_ASSIGN_OR_RETURN(PrefixNodeInfo node, Node(dir.ns, key));
         const ChainKey parent = dir.kind == NodeKind::kIncrement ? dir.key : ChainKey{};
-        if (inc.node.parent != parent) return NotFound(name + " is not a child of " + dir.ToString());
-        PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, client_->GetNamespace(dir.ns));
+        if (node.parent != parent) {
+          // The cache may not know yet of a split that moved it here: ask.
+          const uint64_t gen = cache_->generation();
+          PTS_ASSIGN_OR_RETURN(IncrementInfo inc, client_->GetIncrement(dir.ns, key));
+          cache_->PutIncrement(gen, dir.ns, inc.node);
+          node = inc.node;
+        }
+        if (node.parent != parent) return NotFound(name + " is not a child of " + dir.ToString());
+        PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, Namespace(dir.ns));
         f.ref = NodeRef{NodeKind::kIncrement, dir.ns, key};
-        f.st = DirStat(ns, 2 + inc.node.children, inc.node.times);
+        f.st = DirStat(ns, 2 + node.children, node.times);
         return f;
       } else {
         return NotFound("no '" + name + "' in " + dir.ToString());
@@ -168,31 +213,35 @@ Result<Found> TreeView::Lookup(const NodeRef& dir, const std::string& name) {
 
 Result<std::vector<DirEntry>> TreeView::List(const NodeRef& dir) {
   std::vector<DirEntry> out;
-  auto add_file = [&](NodeKind kind, const char* name) {
-    NodeRef r{kind, dir.ns, dir.key};
-    if (!Hidden(r)) out.push_back(DirEntry{name, r, false});
-  };
-  switch (dir.kind) {
-    case NodeKind::kRoot: {
-      PTS_ASSIGN_OR_RETURN(auto all, client_->ListNamespaces());
-      for (const NamespaceInfo& ns : all) out.push_back(DirEntry{ns.name, NodeRef{NodeKind::kNamespace, ns.name, {}}, true});
-      return out;
+  if (dir.kind == NodeKind::kRoot) {
+    PTS_ASSIGN_OR_RETURN(auto all, Namespaces());
+    for (const NamespaceInfo& ns : all) {
+      out.push_back(DirEntry{ns.name, NodeRef{NodeKind::kNamespace, ns.name, {}}, true, DirStat(ns, 1, ns.times)});
     }
-    case NodeKind::kNamespace:
-      add_file(NodeKind::kLayoutFile, kLayoutName);
-      break;
-    case NodeKind::kIncrement:
-      // ListTree below a key that is gone may list nothing: make that ENOENT.
-      PTS_RETURN_IF_ERROR(client_->GetIncrement(dir.ns, dir.key).status());
-      add_file(NodeKind::kKvFile, kKvName);
-      add_file(NodeKind::kTokensFile, kTokensName);
-      break;
-    default:
-      return InvalidArgument(dir.ToString() + " is not a directory");
+    return out;
   }
-  PTS_ASSIGN_OR_RETURN(auto children, client_->ListTree(dir.ns, dir.key, false));
+  if (dir.kind != NodeKind::kNamespace && dir.kind != NodeKind::kIncrement) {
+    return InvalidArgument(dir.ToString() + " is not a directory");
+  }
+  PTS_ASSIGN_OR_RETURN(NamespaceInfo ns, Namespace(dir.ns));
+  auto add_file = [&](NodeKind kind, const char* name, const struct stat& st) {
+    NodeRef r{kind, dir.ns, dir.key};
+    if (!Hidden(r)) out.push_back(DirEntry{name, r, false, st});
+  };
+  if (dir.kind == NodeKind::kNamespace) {
+    struct stat st = FileStat(ns, LayoutText(ns.layout).size(), ns.times);
+    st.st_mode |= ns.mode & 0200;
+    add_file(NodeKind::kLayoutFile, kLayoutName, st);
+  } else {
+    // NotFound when the increment is gone.
+    PTS_ASSIGN_OR_RETURN(PrefixNodeInfo self, Node(dir.ns, dir.key));
+    add_file(NodeKind::kKvFile, kKvName, FileStat(ns, self.bytes, self.times));
+    add_file(NodeKind::kTokensFile, kTokensName, FileStat(ns, 4 * self.tokens, self.times));
+  }
+  PTS_ASSIGN_OR_RETURN(auto children, Children(ns, dir.kind == NodeKind::kIncrement ? dir.key : ChainKey{}));
   for (const PrefixNodeInfo& n : children) {
-    out.push_back(DirEntry{n.key.ToHex(), NodeRef{NodeKind::kIncrement, dir.ns, n.key}, true});
+    out.push_back(DirEntry{n.key.ToHex(), NodeRef{NodeKind::kIncrement, dir.ns, n.key}, true,
+                           DirStat(ns, 2 + n.children, n.times)});
   }
   return out;
 }
@@ -203,6 +252,7 @@ Result<Found> TreeView::MakeNamespace(const std::string& name, uint32_t mode) {
   PTS_ASSIGN_OR_RETURN(NamespaceInfo ns,
                        client_->CreateNamespace(name, options_.default_layout, "", mode & 07777, /*exist_ok=*/false));
   Unhide(name, nullptr);
+  cache_->Apply(TreeChange{ChangeKind::kNamespace, name, {}, {}});
   Found f;
   f.ref = NodeRef{NodeKind::kNamespace, name, {}};
   f.st = DirStat(ns, 1, ns.times);
@@ -216,6 +266,7 @@ int TreeView::RemoveDir(const NodeRef& dir, const std::string& name) {
     if (!top.ok()) return ErrnoOf(top.status());
     if (!top->empty()) return ENOTEMPTY;
     auto dropped = client_->DropNamespace(name);
+    cache_->Apply(TreeChange{ChangeKind::kNamespace, name, {}, {}});
     if (!dropped.ok()) return ErrnoOf(dropped.status());
     Unhide(name, nullptr);
     return 0;
@@ -234,6 +285,7 @@ int TreeView::RemoveDir(const NodeRef& dir, const std::string& name) {
   // contents, not entries of their own (ptstore(7)). Continuations do.
   if (inc->node.children != 0) return ENOTEMPTY;
   auto removed = client_->RemoveByKey(dir.ns, key);
+  cache_->Apply(TreeChange{ChangeKind::kRemoved, dir.ns, key, parent});
   if (!removed.ok()) return ErrnoOf(removed.status());
   Unhide(dir.ns, &key);
   return 0;
@@ -253,7 +305,9 @@ Result<struct stat> TreeView::SetTimes(const NodeRef& ref, uint64_t atime_ns, ui
     return PermissionDenied(ref.ToString() + ": only an increment's times can be set");
   }
   if (ref.kind != NodeKind::kIncrement && Hidden(ref)) return NotFound(ref.ToString() + " was unlinked in this mount");
-  PTS_RETURN_IF_ERROR(client_->SetTimes(ref.ns, ref.key, atime_ns, mtime_ns).status());
+  auto set = client_->SetTimes(ref.ns, ref.key, atime_ns, mtime_ns);
+  cache_->Apply(TreeChange{ChangeKind::kTimes, ref.ns, ref.key, {}});
+  PTS_RETURN_IF_ERROR(set.status());
   return Stat(ref);
 }
 
@@ -265,8 +319,10 @@ int TreeView::SetLayout(const std::string& name, const Layout& layout) {
   if (ns->prefixes != 0 || ns->bytes != 0) return EBUSY;
   if (ns->salted || ns->uid != options_.root_uid) return EPERM;
   auto dropped = client_->DropNamespace(name);
+  cache_->Apply(TreeChange{ChangeKind::kNamespace, name, {}, {}});
   if (!dropped.ok()) return ErrnoOf(dropped.status());
   auto created = client_->CreateNamespace(name, layout, "", ns->mode, /*exist_ok=*/false);
+  cache_->Apply(TreeChange{ChangeKind::kNamespace, name, {}, {}});
   if (!created.ok()) return ErrnoOf(created.status());
   return 0;
 }

@@ -21,8 +21,13 @@
 // touch(1) of an increment sets its times (SetTimes). Everything else that
 // would change the tree is refused (filesystem.cc).
 //
-// Every call asks the store (one or two RPCs): the kernel caches the answers
-// for the mount's short entry/attr timeouts only.
+// Answers come from the mount's MetaCache (fs/meta_cache.h) when it has
+// them, else from the store (one RPC, whose answer is put there): a listing
+// of a directory puts every child's entry, and in a namespace of at most
+// `prefetch_limit` increments the directory's whole subtree, so the lookups
+// and getattrs of a walk that follow cost no round trip. The change watcher
+// (fs/watcher.h) keeps the cache exact; this mount's own changes (rmdir,
+// mkdir, layout, touch) drop what they change at once.
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -36,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fs/meta_cache.h"
 #include "fs/node.h"
 #include "ptstore/client.h"
 #include "ptstore/layout.h"
@@ -51,6 +57,9 @@ struct TreeOptions {
   // How long an unlinked kv/tokens/.layout stays hidden when its directory
   // is not removed after it (an `rm kv` on its own).
   std::chrono::seconds whiteout_ttl{600};
+  // Listings in namespaces of at most this many increments fetch the
+  // directory's whole subtree (ListTree recursive); 0: never.
+  uint64_t prefetch_limit = 262144;
 };
 
 // A node found in the store, with its attributes (st_ino left 0).
@@ -63,18 +72,21 @@ struct DirEntry {
   std::string name;
   NodeRef ref;
   bool dir = false;
+  struct stat st {};  // its attributes (st_ino left 0), for readdirplus
 };
 
 class TreeView {
  public:
-  TreeView(Client* client, TreeOptions options);
+  // `cache` must outlive the view.
+  TreeView(Client* client, MetaCache* cache, TreeOptions options);
 
   // Attributes of `ref`. NotFound when it is gone (or hidden).
   Result<struct stat> Stat(const NodeRef& ref);
   // The child `name` of directory `dir`. NotFound when there is none;
   // InvalidArgument ("not a directory") when `dir` is a file.
   Result<Found> Lookup(const NodeRef& dir, const std::string& name);
-  // The entries of directory `dir` (without "." and "..").
+  // The entries of directory `dir` (without "." and ".."), with their
+  // attributes.
   Result<std::vector<DirEntry>> List(const NodeRef& dir);
 
   // mkdir NAME at the root: creates namespace NAME with the default layout
@@ -95,8 +107,10 @@ class TreeView {
   // returns its attributes afterwards. PermissionDenied for anything else.
   Result<struct stat> SetTimes(const NodeRef& ref, uint64_t atime_ns, uint64_t mtime_ns);
 
-  // The store's view of a namespace / an increment.
+  // The store's view of a namespace / an increment (from the cache when it
+  // has it; Increment, with the token ids, always asks the store).
   Result<NamespaceInfo> Namespace(const std::string& ns);
+  Result<PrefixNodeInfo> Node(const std::string& ns, const ChainKey& key);
   Result<IncrementInfo> Increment(const std::string& ns, const ChainKey& key);
   // Replaces the layout of an empty, unsalted namespace (drop + create with
   // the same mode). Returns 0 or an errno: EBUSY once anything is stored in
@@ -109,12 +123,17 @@ class TreeView {
   Client* client() const { return client_; }
 
  private:
+  Result<std::vector<NamespaceInfo>> Namespaces();
+  // The children of `parent` (zero: the top level) in namespace `ns`.
+  Result<std::vector<PrefixNodeInfo>> Children(const NamespaceInfo& ns, const ChainKey& parent);
+  struct stat RootStat(const std::vector<NamespaceInfo>& all) const;
   struct stat DirStat(const NamespaceInfo& ns, uint64_t nlink, const Times& times) const;
   struct stat FileStat(const NamespaceInfo& ns, uint64_t size, const Times& times) const;
   bool Hidden(const NodeRef& file);
   void Unhide(const std::string& ns, const ChainKey* key);
 
   Client* const client_;
+  MetaCache* const cache_;
   const TreeOptions options_;
   std::mutex mu_;  // guards whiteouts_
   std::unordered_map<NodeRef, std::chrono::steady_clock::time_point, NodeRefHash> whiteouts_;

@@ -68,6 +68,9 @@ RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& up
   // Keep the tensor's node chain in prefix order.
   auto& chain = up->tensor->nodes;
   chain.insert(std::find(chain.begin(), chain.end(), node), up);
+  Changed(ChangeKind::kRemoved, node, parent);
+  Changed(ChangeKind::kAdded, up, parent);
+  Changed(ChangeKind::kAdded, node, up);
   return up;
 }
 
@@ -97,6 +100,7 @@ RadixNode* RadixTree::Insert(const Match& m, std::span<const uint32_t> tokens, s
   by_key_[raw->key] = raw;
   tensor->nodes.push_back(raw);
   if (parent->tensor != nullptr) parent->tensor->foreign_children++;
+  Changed(ChangeKind::kAdded, raw, parent);
   return raw;
 }
 
@@ -122,6 +126,7 @@ void RadixTree::RemoveSubtree(RadixNode* node, const std::function<void(RadixNod
       n->parent->tensor->foreign_children--;
     }
     on_removed(n);
+    Changed(ChangeKind::kRemoved, n, n->parent);
     auto bk = by_key_.find(n->key);
     if (bk != by_key_.end() && bk->second == n) by_key_.erase(bk);
     // Its children were handled (and emptied) before it: destroying them

@@ -89,8 +89,20 @@ class RadixTree {
   // block. Both halves keep node's times, with ctime at least `ctime_ns`.
   RadixNode* Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key, uint64_t ctime_ns);
 
- private:
+ // Called for every change of the tree's shape: kAdded for each node
+  // Insert or Split makes, kRemoved for each node RemoveSubtree takes away
+  // (children first) and for the node a Split moves below its new upper
+  // half (then kAdded below it). `parent` is the parent's key (zero: the
+  // root). nullptr: nobody listens.
+  using ChangeFn = std::function<void(ChangeKind, const ChainKey& key, const ChainKey& parent)>;
+  void SetOnChange(ChangeFn fn) { on_change_ = std::move(fn); }
 
+ private:
+  void Changed(ChangeKind kind, const RadixNode* n, const RadixNode* parent) const {
+    if (on_change_) on_change_(kind, n->key, parent == &root_ ? ChainKey{} : parent->key);
+  }
+
+  ChangeFn on_change_;
   uint32_t block_tokens_;
   uint64_t block_bytes_;
   RadixNode root_;

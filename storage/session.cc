@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "core/logging.h"
 #include "core/messages.h"
 #include "core/peer_messages.h"
@@ -243,6 +246,22 @@ Status Session::Dispatch(rdma::Frame& f) {
       PTS_RETURN_IF_ERROR(Authorize(req.ns, Access::kWrite).status());
       PTS_ASSIGN_OR_RETURN(PrefixNodeInfo node, store_->SetTimes(req.ns, req.key, req.atime_ns, req.mtime_ns));
       return Reply(f, core::SetTimesReply{node});
+    }
+    case MsgType::kChanges: {
+      core::ChangesRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      constexpr uint32_t kMaxChanges = 4096;
+      const uint32_t max = req.max == 0 ? kMaxChanges : std::min(req.max, kMaxChanges);
+      core::ChangesReply rep{store_->Changes(req.epoch, req.since, max)};
+      // Only what this peer may read: a namespace's keys are its contents.
+      std::unordered_map<std::string, bool> readable;
+      std::erase_if(rep.changes.changes, [&](const TreeChange& c) {
+        if (c.kind == ChangeKind::kNamespace) return false;  // names are listed to everyone
+        auto [it, fresh] = readable.try_emplace(c.ns, false);
+        if (fresh) it->second = Authorize(c.ns, Access::kRead).ok();
+        return !it->second;
+      });
+      return Reply(f, rep);
     }
     case MsgType::kLocate: {
       core::LocateRequest req;

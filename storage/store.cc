@@ -121,8 +121,10 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
   n->salt = salt;
   n->root_key = RootKey(name, salt);
   n->tree = std::make_unique<RadixTree>(layout.block_tokens, layout.BytesPerBlock());
+  WatchTreeLocked(n.get());
   NamespaceInfo info = n->info;
   namespaces_.emplace(name, std::move(n));
+  changes_.Append(ChangeKind::kNamespace, name, {}, {});
   PTS_INFO("store", "created namespace '" << name << "' {" << layout.ToString() << "} owner " << uid << ":" << gid
                                           << " mode " << std::oct << mode);
   return info;
@@ -153,7 +155,9 @@ Result<RemoveResult> Store::DropNamespace(const std::string& name) {
   RemoveResult r;
   std::vector<RadixNode*> tops;
   for (auto& [k, c] : n->tree->root()->children) tops.push_back(c.get());
+  n->tree->SetOnChange(nullptr);  // one change for the whole namespace
   for (RadixNode* c : tops) RemoveSubtreeLocked(n, c, &r);
+  changes_.Append(ChangeKind::kNamespace, name, {}, {});
   if (n->record) {
     // Killing the namespace record is what makes the drop survive a
     // restart: records of a namespace without one are not indexed again.
@@ -484,7 +488,9 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   t->in_index = true;
   // The blocks it matched were used (the prompt came again): its ancestors,
   // after the split that made room for it, not the other half of a split.
-  RaiseAncestorsAtimeLocked(node, now);
+  if (RaiseAncestorsAtimeLocked(node, now)) {
+    changes_.Append(ChangeKind::kTimes, ns->info.name, node->parent->key, node->parent->parent->key);
+  }
   t->priority = gdsf_.Priority(*t);
   queue_[static_cast<int>(cache_class)].Add(t);
   PropagateLocked(node, t->priority);
@@ -521,22 +527,37 @@ std::vector<Extent> Store::ExtentsLocked(const Match& m, uint64_t block_bytes, b
   return out;
 }
 
+void Store::WatchTreeLocked(Namespace* ns) {
+  ns->tree->SetOnChange([this, name = ns->info.name](ChangeKind kind, const ChainKey& key, const ChainKey& parent) {
+    changes_.Append(kind, name, key, parent);
+  });
+}
+
 void Store::TouchLocked(Namespace* ns, const Match& m, uint64_t now) {
+  bool used = false;
   for (const MatchStep& s : m.path) {
     RadixNode* n = s.node;
     if (n->times.atime_ns >= now) continue;
     n->times.atime_ns = now;
     NoteTimesChangedLocked(n->tensor);
+    used = true;
+  }
+  if (used) {
+    const RadixNode* last = m.path.back().node;
+    changes_.Append(ChangeKind::kTimes, ns->info.name, last->key, last->parent->key);
   }
   if (!m.path.empty()) ns->info.times.atime_ns = std::max(ns->info.times.atime_ns, now);
 }
 
-void Store::RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns) {
+bool Store::RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns) {
+  bool raised = false;
   for (RadixNode* a = n->parent; a != nullptr && a->tensor != nullptr; a = a->parent) {
     if (a->times.atime_ns >= atime_ns) continue;
     a->times.atime_ns = atime_ns;
     NoteTimesChangedLocked(a->tensor);
+    raised = true;
   }
+  return raised;
 }
 
 void Store::NoteTimesChangedLocked(Tensor* t) {
@@ -1037,6 +1058,7 @@ Result<PrefixNodeInfo> Store::SetTimes(const std::string& ns_name, const ChainKe
   n->times.ctime_ns = now;
   NoteTimesChangedLocked(n->tensor);
   ns->info.times.Merge(n->times);
+  changes_.Append(ChangeKind::kTimes, ns_name, key, n->parent->key);
   return NodeInfoLocked(n, ns->info.layout.block_tokens);
 }
 

@@ -44,6 +44,7 @@
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "storage/allocator.h"
+#include "storage/change_log.h"
 #include "storage/env.h"
 #include "storage/gdsf.h"
 #include "storage/io_pool.h"
@@ -170,6 +171,11 @@ class Store {
                                                bool recursive) const;
 
   StoreStats Stats() const;
+
+  // The changes of the index from position `since` of log `epoch` on, at
+  // most `max` (ChangeLog::Since; Client::Changes). Who may see which
+  // namespace's changes is the session's business.
+  TreeChanges Changes(uint64_t epoch, uint64_t since, size_t max) const { return changes_.Since(epoch, since, max); }
 
   // ---------------------------------------------------------------- cluster
   // (store_remote.cc, docs/architecture.md "Cluster"). Another node's
@@ -347,8 +353,10 @@ class Store {
   void HitLocked(const Match& m);
   // A use of the match: every node of it gets atime `now` (ptstore(7) "Times").
   void TouchLocked(Namespace* ns, const Match& m, uint64_t now);
-  // Every ancestor of `n` gets atime at least `atime_ns`.
-  void RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns);
+  // Every ancestor of `n` gets atime at least `atime_ns`; true if one moved.
+  bool RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns);
+  // Logs the changes of `ns`'s tree (changes_).
+  void WatchTreeLocked(Namespace* ns);
   // `t`'s nodes' times changed: its record on SSD, if any, needs them.
   void NoteTimesChangedLocked(Tensor* t);
   // The newest of each time of `t`'s nodes (what its record holds).
@@ -386,6 +394,7 @@ class Store {
   // Lock order: compact_mu_ before mu_; never call out while holding mu_.
   std::mutex compact_mu_;  // one compaction at a time
   mutable std::mutex mu_;
+  ChangeLog changes_;  // its own mutex; appended to under mu_
   std::condition_variable inflight_done_;  // signalled when a save finishes
   std::condition_variable io_done_;        // signalled when a tensor's I/O ends
   std::condition_variable cleaner_wake_;

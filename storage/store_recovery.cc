@@ -76,6 +76,7 @@ Status Store::RecoverLocked() {
     n->salt = h.salt;
     n->root_key = RootKey(h.ns_name, h.salt);
     n->tree = std::make_unique<RadixTree>(h.layout.block_tokens, h.layout.BytesPerBlock());
+    WatchTreeLocked(n.get());
     namespaces_.emplace(h.ns_name, std::move(n));
   }
 

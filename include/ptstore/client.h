@@ -177,6 +177,14 @@ class Client {
   // Returns its listing entry afterwards; NotFound if there is no such
   // increment.
   Result<PrefixNodeInfo> SetTimes(const std::string& ns, const ChainKey& key, uint64_t atime_ns, uint64_t mtime_ns);
+  // The changes of this node's index (increments that appeared or went,
+  // uses, namespaces created or dropped; TreeChanges) from position `since`
+  // of log `epoch` on, at most `max` (0: the server's limit, 4096): what a
+  // mount polls to keep the kernel's cache exact. Start with epoch 0 (the
+  // reply is `lost`, empty, and says where the log is); go on from `next`
+  // with the reply's epoch. Only changes of namespaces this client may
+  // read are reported (and every namespace's creation and drop).
+  Result<TreeChanges> Changes(uint64_t epoch, uint64_t since, uint32_t max = 0);
   // Pins the increment's bytes (with `whole_prefix`, those of the whole
   // prefix that ends with it) in the mapped arena. NotFound if it is gone;
   // PermissionDenied for a client without the mapping.

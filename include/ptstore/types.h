@@ -120,6 +120,37 @@ struct RemoveResult {
   uint64_t bytes = 0;
 };
 
+// A change to the index of a node, as Client::Changes reports it (what a
+// mount needs to keep the kernel's cache of names and attributes exact;
+// ptstore(7) "Caching"). Keys are chain keys as ListTree names them; a zero
+// `parent` is the namespace's root.
+enum class ChangeKind : uint8_t {
+  kAdded = 1,      // increment `key` appeared below `parent` (a save, a split, another node's increment)
+  kRemoved = 2,    // increment `key` left `parent` (removal, eviction, a split moving it below a new one)
+  kTimes = 3,      // the times of `key` and of its ancestors changed (a use, SetTimes)
+  kNamespace = 4,  // namespace `ns` was created or dropped (key and parent zero)
+};
+inline constexpr uint8_t kLastChangeKind = 4;
+struct TreeChange {
+  ChangeKind kind = ChangeKind::kAdded;
+  std::string ns;
+  ChainKey key;
+  ChainKey parent;
+  bool operator==(const TreeChange&) const = default;
+};
+// One answer of Client::Changes. `epoch` names the log (a new one each time
+// ptstored starts); `next` is the position to ask from next time. `lost`:
+// changes since the position asked for are no longer all known (another
+// epoch, or the log wrapped): everything cached must be dropped. `more`:
+// there are more changes past `next` right now.
+struct TreeChanges {
+  uint64_t epoch = 0;
+  uint64_t next = 0;
+  bool lost = false;
+  bool more = false;
+  std::vector<TreeChange> changes;
+};
+
 // Counters of one node (all namespaces, or one when asked).
 struct StoreStats {
   uint64_t arena_bytes = 0;        // capacity of the DRAM arena

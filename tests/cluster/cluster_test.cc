@@ -2,6 +2,7 @@
 // cross-node loads, dedup, removals, failures, authentication, both data
 // paths.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -428,6 +429,40 @@ TEST_P(ClusterTest, RemovalReachesEveryNode) {
   }
   EXPECT_EQ(client(2).Stats()->replica_bytes, 0u);
   EXPECT_EQ(client(0).Stats()->owned_bytes, 0u);
+}
+
+// A mount of node 1 keeps names and attributes in the kernel for an hour
+// (the default timeouts) and polls node 1's change log every 100 ms: a
+// removal made on node 0 reaches node 1's store (PeerRemove), its change
+// log, and the kernel's cache within the bound of ptstore(7) "Caching"
+// (one interval plus one poll; four intervals allowed here).
+TEST_P(ClusterTest, ARemovalOnAnotherNodeReachesAMountsKernelCacheWithinThePollBound) {
+  if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse";
+  StartCluster(2, /*replicate_after=*/1);
+  const auto doc = Gen(81, 64);
+  Save(client(0), doc);
+  EXPECT_EQ(LoadAndCheck(client(1), doc), 64u);  // node 1 keeps a replica: it is in its tree
+  Mount mount;
+  Mount::Options mo;
+  mo.options = "allow_other,change_poll_ms=100";
+  ASSERT_TRUE(mount.Start(cluster_->node(1).socket_path(), mo).ok()) << mount.ReadLog();
+  auto top = client(1).ListTree(kNs, {}, false);
+  ASSERT_TRUE(top.ok());
+  ASSERT_EQ(top->size(), 1u);
+  const std::string dir = mount.Join(std::string(kNs) + "/" + top->front().key.ToHex());
+  struct stat st {};
+  ASSERT_EQ(stat((dir + "/kv").c_str(), &st), 0) << strerror(errno);  // cached for an hour
+  ASSERT_TRUE(client(0).Remove(kNs, doc).ok());
+  const auto bound = std::chrono::milliseconds(4 * 100);
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  bool gone = false;
+  while (!gone) {
+    gone = stat(dir.c_str(), &st) != 0 && errno == ENOENT;
+    if (gone || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(gone) << dir << " still on node 1's mount " << bound.count() << " ms after the removal on node 0";
+  EXPECT_EQ(mount.Unmount(), 0) << mount.ReadLog();
 }
 
 TEST_P(ClusterTest, ADeadOwnerIsAMissNeverAnErrorOrAHang) {

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <sys/xattr.h>
+#include <thread>
 #include <vector>
 
 #include "ptstore/client.h"
@@ -55,6 +58,33 @@ inline std::vector<uint8_t> KvOf(std::span<const uint32_t> tokens, uint64_t star
 }
 
 using testing::Tokens;
+
+// The mounts of these tests poll the store's changes every kChangePoll (the
+// default change_poll_ms) and keep names and attributes in the kernel for an
+// hour (the default timeouts). ptstore(7) "Caching" promises that a change
+// reaches the kernel's cache within one interval plus one poll; the tests
+// allow kChangeBound, four intervals, for a loaded machine. Without the
+// pushed invalidations nothing would change there for an hour.
+inline constexpr std::chrono::milliseconds kChangePoll{100};
+inline constexpr std::chrono::milliseconds kChangeBound = 4 * kChangePoll;
+
+// Polls `seen` until it is true or `bound` has passed; true if it became so.
+template <typename F>
+inline bool SeenWithin(F&& seen, std::chrono::milliseconds bound = kChangeBound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    if (seen()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// A numeric attribute of the mount's root (user.ptstore.fuse_requests, ...).
+inline uint64_t RootCounter(const std::string& mountpoint, const std::string& name) {
+  char buf[64] = {};
+  ssize_t n = getxattr(mountpoint.c_str(), ("user.ptstore." + name).c_str(), buf, sizeof(buf) - 1);
+  return n > 0 ? std::strtoull(buf, nullptr, 10) : 0;
+}
 
 struct ShellResult {
   int rc = -1;

@@ -86,7 +86,8 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
   EXPECT_EQ(o->layout.block_tokens, 4u);
   EXPECT_EQ(o->layout.layers, 2u);
   EXPECT_DOUBLE_EQ(o->attr_timeout, 0.5);
-  EXPECT_DOUBLE_EQ(o->entry_timeout, 1.0);
+  EXPECT_DOUBLE_EQ(o->entry_timeout, 3600.0);  // the change watcher pushes changes
+  EXPECT_EQ(o->change_poll_ms, 100u);
   std::string rest;
   for (int i = 0; i < args.argc; ++i) rest += std::string(args.argv[i]) + " ";
   EXPECT_NE(rest.find("allow_other"), std::string::npos);
@@ -97,6 +98,27 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
   fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad));
   EXPECT_EQ(ParseMountOptions(&bad_args).status().code(), Code::kInvalidArgument);
   fuse_opt_free_args(&bad_args);
+}
+
+TEST(Options, WithoutChangePollsTimeoutsAreShortAndBadValuesAreRefused) {
+  const char* argv[] = {"ptstore-fuse", "/mnt", "-o", "change_poll_ms=0,prefetch_limit=0"};
+  fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
+  auto o = ParseMountOptions(&args);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->change_poll_ms, 0u);
+  EXPECT_EQ(o->prefetch_limit, 0u);
+  EXPECT_DOUBLE_EQ(o->entry_timeout, 1.0);
+  EXPECT_DOUBLE_EQ(o->attr_timeout, 1.0);
+  fuse_opt_free_args(&args);
+  for (const char* bad : {"change_poll_ms=-1", "change_poll_ms=60001", "prefetch_limit=-5", "attr_timeout=-2"}) {
+    const char* bad_argv[] = {"ptstore-fuse", "/mnt", "-o", bad};
+    fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad_argv));
+    auto b = ParseMountOptions(&bad_args);
+    EXPECT_EQ(b.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(b.status().message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos)
+        << b.status().message();
+    fuse_opt_free_args(&bad_args);
+  }
 }
 
 TEST(Options, TakesAGroupedLayoutWithColonsForSpaces) {

@@ -285,6 +285,20 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   times_set.node = node;
   times_set.node.times = Times{1, 2, 3};
   out.push_back(Frame(MsgType::kSetTimesReply, times_set));
+  ChangesRequest changes_since;
+  changes_since.epoch = 0x0123456789abcdefULL;
+  changes_since.since = 4096;
+  changes_since.max = 512;
+  out.push_back(Frame(MsgType::kChanges, changes_since));
+  ChangesReply changed;
+  changed.changes.epoch = 0x0123456789abcdefULL;
+  changed.changes.next = 4099;
+  changed.changes.more = true;
+  changed.changes.changes = {TreeChange{ChangeKind::kAdded, "mistral", ChainKey{1, 2}, ChainKey{}},
+                             TreeChange{ChangeKind::kRemoved, "mistral", ChainKey{3, 4}, ChainKey{1, 2}},
+                             TreeChange{ChangeKind::kTimes, "mistral", ChainKey{1, 2}, ChainKey{}},
+                             TreeChange{ChangeKind::kNamespace, "llama", ChainKey{}, ChainKey{}}};
+  out.push_back(Frame(MsgType::kChangesReply, changed));
   return out;
 }
 

@@ -163,6 +163,8 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kLocatePrefixReply: return CheckTyped<core::LocatePrefixReply>(type, body, any);
     case MsgType::kSetTimes: return CheckTyped<core::SetTimesRequest>(type, body, any);
     case MsgType::kSetTimesReply: return CheckTyped<core::SetTimesReply>(type, body, any);
+    case MsgType::kChanges: return CheckTyped<core::ChangesRequest>(type, body, any);
+    case MsgType::kChangesReply: return CheckTyped<core::ChangesReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";
