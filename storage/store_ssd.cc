@@ -498,7 +498,8 @@ Result<bool> Store::CompactOnce() {
       if (m.to.ok() && t->stub_on_ssd && t->stub == m.from) {
         t->stub = *m.to;
         ssd_->Forget(m.from);
-        NoteTimesChangedLocked(t);  // a times rewrite meanwhile may have gone to the old copy
+        t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
+        NoteTimesChangedLocked(t);
         if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub, LiveTokens(*t));
       } else if (m.to.ok()) {
         ssd_->Forget(*m.to);  // gone meanwhile
@@ -520,7 +521,8 @@ Result<bool> Store::CompactOnce() {
       // meanwhile, MaybeDestroyLocked below kills the new copy.
       t->ssd = *m.to;
       ssd_->Forget(m.from);
-      NoteTimesChangedLocked(t);  // a times rewrite meanwhile may have gone to the old copy
+      t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
+      NoteTimesChangedLocked(t);
       if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
     } else if (t->in_dram) {
       DropSsdCopyLocked(t);
