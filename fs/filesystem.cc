@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <atomic>
+#include <memory>
 #include <shared_mutex>
 
 #include "fs/errors.h"
@@ -420,7 +421,9 @@ void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
     d->entries = std::move(*entries);
     d->listed = true;
   }
-  std::string buf(size, '\0');
+  // Not zero-filled: the kernel asks for as much as the caller's getdents
+  // buffer (up to a MiB), and only `used` bytes go back.
+  std::unique_ptr<char[]> buf(new char[size]);
   size_t used = 0;
   const size_t total = d->entries.size() + 2;
   auto lock = fs->lock_reply();
@@ -443,7 +446,7 @@ void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
       e.attr = entry->st;
       e.attr.st_ino = fs->inodes().Peek(entry->ref);
     }
-    char* at = buf.data() + used;
+    char* at = buf.get() + used;
     const size_t room = size - used;
     size_t n;
     if (!plus) {
@@ -465,7 +468,7 @@ void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
     if (n > room) break;
     used += n;
   }
-  fuse_reply_buf(req, buf.data(), used);
+  fuse_reply_buf(req, buf.get(), used);
   // A change was applied since the listing was taken: what the kernel
   // caches of it goes again (queued after the reply, so it lands after it).
   if (!times.fresh && fs->watcher() != nullptr) fs->invalidator().Inode(ino);

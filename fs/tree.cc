@@ -8,7 +8,12 @@ namespace ptstore::fs {
 
 namespace {
 
-constexpr blksize_t kBlockSize = 1 << 20;  // st_blksize: big reads for cat/cp
+constexpr blksize_t kBlockSize = 1 << 20;  // st_blksize of files: big reads for cat/cp
+// st_blksize of directories: glibc's opendir sizes its getdents buffer from it
+// (up to 1 MiB), and the kernel then allocates (vmalloc) a readdir buffer of
+// that size for every request, and the daemon fills one: a walk of many small
+// directories spent most of its time there. 32 KiB is glibc's default.
+constexpr blksize_t kDirBlockSize = 32 << 10;
 
 bool IsHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
@@ -49,7 +54,7 @@ struct stat TreeView::DirStat(const NamespaceInfo& ns, uint64_t nlink, const Tim
   st.st_nlink = nlink;
   st.st_uid = ns.uid;
   st.st_gid = ns.gid;
-  st.st_blksize = kBlockSize;
+  st.st_blksize = kDirBlockSize;
   StampTimes(&st, times);
   return st;
 }

@@ -185,6 +185,39 @@ TEST_F(FsCacheTest, AUseByAnotherClientReachesTheKernelWithinThePollBound) {
   }
 }
 
+// ptstored restarted under the mount (here without an SSD tier, so it comes
+// back empty): everything the kernel kept for an hour goes at the first poll
+// that finds a new change log (ptstore(7) "Caching"), and the mount serves
+// what the new store holds, bytes too.
+TEST_F(FsCacheTest, ARestartOfPtstoredReachesTheKernelWithinThePollBound) {
+  SaveTree();
+  const std::string a = PathOf(20, 64);  // a's branch, below the common part
+  const std::string c = PathOf(0, 32);
+  ASSERT_EQ(Sh("ls -lR " + M("ns")).rc, 0);  // names, attributes and listings cached for an hour
+  ASSERT_TRUE(Exists(M(a + "/kv")));
+  ASSERT_TRUE(Exists(M(c + "/kv")));
+  const uint64_t resets = RootCounter(mount_.path(), "change_resets");
+  client_.reset();
+  auto st = daemon_.Restart({});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  client_ = Connect();
+  ASSERT_NE(client_, nullptr);
+  ASSERT_TRUE(client_->CreateNamespace("ns", layout_).ok());
+  const auto d = Tokens(48, 9);
+  Save("ns", d);
+  const std::string dpath = PathOf(0, 48);
+  EXPECT_TRUE(SeenWithin([&] { return Gone(M(c)) && Gone(M(a)); }))
+      << "the old store's increments still there " << kChangeBound.count() << " ms after the restart";
+  EXPECT_TRUE(Gone(M(c + "/kv")));
+  EXPECT_TRUE(Gone(M(a + "/kv")));
+  EXPECT_GT(RootCounter(mount_.path(), "change_resets"), resets);
+  EXPECT_TRUE(SeenWithin([&] { return Exists(M(dpath + "/kv")); })) << dpath;
+  auto ls = Sh("ls " + M("ns"));
+  EXPECT_EQ(ls.out, dpath.substr(3) + "\n");  // the cached listing went too
+  const auto kv = KvOf(d, 0, layout_);
+  EXPECT_EQ(ReadAll(M(dpath + "/kv")), std::string(kv.begin(), kv.end()));
+}
+
 TEST_F(FsCacheTest, WithoutPollsTheMountStillServesTheTree) {
   Mount plain;
   Mount::Options o;

@@ -93,6 +93,16 @@ Status Daemon::Start(const Options& options) {
   if (dir_.empty()) return ErrnoError("mkdtemp", errno);
   socket_ = dir_ + "/ptstored.sock";
   log_ = dir_ + "/ptstored.log";
+  return Spawn(options);
+}
+
+Status Daemon::Restart(const Options& options) {
+  if (dir_.empty()) return Start(options);
+  Stop();
+  return Spawn(options);
+}
+
+Status Daemon::Spawn(const Options& options) {
   std::vector<std::string> args = {PtstoredPath(), "--socket", socket_, "--arena-size", options.arena_size};
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   args.insert(args.begin(), options.wrapper.begin(), options.wrapper.end());

@@ -43,6 +43,9 @@ class Daemon {
   // Starts ptstored and waits until its socket accepts connections.
   Status Start(const Options& options);
   Status Start() { return Start(Options{}); }
+  // Stops ptstored (SIGTERM) if it runs and starts it again in the same
+  // directory, on the same socket (a mount of it stays mounted).
+  Status Restart(const Options& options);
   // SIGTERM and wait; returns the exit status (or -signal).
   int Stop();
   // SIGKILL: the server dies without cleaning up.
@@ -64,6 +67,7 @@ class Daemon {
 
  private:
   void RemoveDirIfOnlyOurs();
+  Status Spawn(const Options& options);  // in dir_, on socket_
 
   pid_t pid_ = -1;
   std::string dir_;
