@@ -8,12 +8,14 @@ namespace ptstore::storage {
 RadixTree::RadixTree(uint32_t block_tokens, uint64_t block_bytes)
     : block_tokens_(block_tokens), block_bytes_(block_bytes) {}
 
-Match RadixTree::Longest(std::span<const uint32_t> tokens, std::span<const ChainKey> keys) const {
+// The walk of Longest and Walk: `key_of(node, block)` is the chain key of
+// `block`, the first block below `node` (the root or a node matched whole).
+template <typename KeyOf>
+Match RadixTree::WalkBy(std::span<const uint32_t> tokens, uint64_t total, KeyOf&& key_of) const {
   Match m;
   const RadixNode* node = &root_;
-  const uint64_t total = keys.size();
   while (m.blocks < total) {
-    auto it = node->children.find(keys[m.blocks]);
+    auto it = node->children.find(key_of(node, m.blocks));
     if (it == node->children.end()) break;
     RadixNode* child = it->second.get();
     const uint64_t child_blocks = blocks_of(child);
@@ -35,6 +37,18 @@ Match RadixTree::Longest(std::span<const uint32_t> tokens, std::span<const Chain
     node = child;
   }
   return m;
+}
+
+Match RadixTree::Longest(std::span<const uint32_t> tokens, std::span<const ChainKey> keys) const {
+  return WalkBy(tokens, keys.size(), [&](const RadixNode*, uint64_t block) { return keys[block]; });
+}
+
+Match RadixTree::Walk(std::span<const uint32_t> tokens, const ChainKey& root_key) const {
+  // Every block above `node` was compared token by token, so the key it
+  // keeps (its last block's) is the prompt's own chain key there.
+  return WalkBy(tokens, tokens.size() / block_tokens_, [&](const RadixNode* node, uint64_t block) {
+    return NextKey(node == &root_ ? root_key : node->key, tokens.subspan(block * block_tokens_, block_tokens_));
+  });
 }
 
 RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& upper_key, uint64_t ctime_ns) {

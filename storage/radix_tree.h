@@ -59,6 +59,13 @@ class RadixTree {
   // Longest match of `tokens` (whole blocks only; keys[i] is the chain key of
   // block i, as ChainKeys computes).
   Match Longest(std::span<const uint32_t> tokens, std::span<const ChainKey> keys) const;
+  // The same match, hashing only as far as the walk goes: a child is found
+  // by the chain key of its first block, which is NextKey of the key of the
+  // node above (the last block it matched, whose key it keeps) and that
+  // block's tokens. One hash per step: a miss costs one hash, and a hit as
+  // many as the increments it walks, whatever the prompt's length.
+  // `root_key`: the namespace's; `tokens`: whole blocks only.
+  Match Walk(std::span<const uint32_t> tokens, const ChainKey& root_key) const;
 
   // Inserts the blocks [m.blocks, keys.size()) of `tokens`, whose bytes are
   // all of `tensor` from offset 0, below the end of match `m` (splitting the
@@ -98,6 +105,8 @@ class RadixTree {
   void SetOnChange(ChangeFn fn) { on_change_ = std::move(fn); }
 
  private:
+  template <typename KeyOf>
+  Match WalkBy(std::span<const uint32_t> tokens, uint64_t total, KeyOf&& key_of) const;
   void Changed(ChangeKind kind, const RadixNode* n, const RadixNode* parent) const {
     if (on_change_) on_change_(kind, n->key, parent == &root_ ? ChainKey{} : parent->key);
   }

@@ -616,6 +616,11 @@ Match Store::MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens, 
   return ns.tree->Longest(tokens.first(k->keys.size() * bt), k->keys);
 }
 
+Match Store::WalkLocked(const Namespace& ns, std::span<const uint32_t> tokens) const {
+  const uint32_t bt = ns.info.layout.block_tokens;
+  return ns.tree->Walk(tokens.first(tokens.size() / bt * bt), ns.root_key);
+}
+
 void Store::CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens) {
   stats_.requested_tokens += requested_tokens;
   if (matched_tokens == 0) {
@@ -627,11 +632,10 @@ void Store::CountRequestLocked(uint64_t requested_tokens, uint64_t matched_token
 }
 
 Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const uint32_t> tokens) {
-  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
-  Match m = MatchLocked(*ns, tokens, &k);
+  Match m = WalkLocked(*ns, tokens);
   TouchLocked(ns, m, WallClockNs());
   stats_.lookups++;
   CountRequestLocked(tokens.size() / bt * bt, m.blocks * bt);
@@ -648,7 +652,6 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
 
 Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
                                     uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count) {
-  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   Namespace* ns;
   Match m;
@@ -675,7 +678,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
   } guard{this, &transient};
   for (int round = 0;;) {
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
-    m = MatchLocked(*ns, tokens, &k);
+    m = WalkLocked(*ns, tokens);
     std::vector<Tensor*> from_ssd, from_peers;
     bool busy = false, stuck = false;
     uint64_t first = 0;
@@ -895,13 +898,12 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
 
 Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens,
                                    RemovalPoint* point) {
-  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::unique_lock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   const uint64_t whole = tokens.size() / bt * bt;
   if (whole == 0) return InvalidArgument("remove: the prefix has no whole block");
-  Match m = MatchLocked(*ns, tokens, &k);
+  Match m = WalkLocked(*ns, tokens);
   if (m.blocks * bt < whole) {
     return NotFound("remove: the prefix of " + std::to_string(whole) + " tokens is not stored in '" + ns_name +
                     "' (" + std::to_string(m.blocks * bt) + " tokens are)");

@@ -276,6 +276,9 @@ class Store {
   void RekeyLocked(const Namespace& ns, std::span<const uint32_t> tokens, PromptKeys* k) const;
   // Longest stored match of the whole blocks of `tokens` (keys in `k`).
   Match MatchLocked(const Namespace& ns, std::span<const uint32_t> tokens, PromptKeys* k) const;
+  // The same match, hashing only the blocks where the walk steps
+  // (RadixTree::Walk): for requests that need no key beyond the match.
+  Match WalkLocked(const Namespace& ns, std::span<const uint32_t> tokens) const;
   // Counts a lookup or load of `requested_tokens` whole-block tokens that
   // matched `matched_tokens`: a hit when it matched anything, else a miss.
   void CountRequestLocked(uint64_t requested_tokens, uint64_t matched_tokens);

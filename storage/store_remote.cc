@@ -32,10 +32,9 @@ std::vector<uint32_t> Store::PrefixTokensLocked(const RadixNode* n) const {
 }
 
 Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uint32_t> tokens, bool per_increment) {
-  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
-  const Match m = MatchLocked(*ns, tokens, &k);
+  const Match m = WalkLocked(*ns, tokens);
   Ownership o;
   o.blocks = m.blocks;
   o.continues = m.path.empty() || m.partial_last || !m.path.back().node->children.empty();
@@ -155,11 +154,10 @@ RemovalPoint Store::RemovalPointLocked(const Namespace& ns, const RadixNode* n) 
 }
 
 Result<bool> Store::Holds(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t from_block) {
-  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
   std::lock_guard lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
-  const Match m = MatchLocked(*ns, tokens, &k);
-  if (m.blocks != k.keys.size() || m.blocks <= from_block) return false;
+  const Match m = WalkLocked(*ns, tokens);
+  if (m.blocks != tokens.size() / ns->info.layout.block_tokens || m.blocks <= from_block) return false;
   uint64_t at = 0;
   for (const MatchStep& st : m.path) {
     const Tensor* t = st.node->tensor;

@@ -104,8 +104,12 @@ TEST_F(FsCacheTest, ARemovalByAnotherClientReachesTheKernelWithinThePollBound) {
   auto other = Connect();
   ASSERT_NE(other, nullptr);
   ASSERT_TRUE(other->Remove("ns", c_).ok());
-  EXPECT_TRUE(SeenWithin([&] { return Gone(M(c)); })) << c << " still there after " << kChangeBound.count() << " ms";
-  EXPECT_TRUE(Gone(M(c + "/kv")));
+  // Both within the bound; not at the same instant: the daemon's cache
+  // forgets c first, and a stat of c whose attributes the kernel must ask
+  // for again (a listing invalidated its atime) can read ENOENT just before
+  // the kernel has dropped the names below it.
+  EXPECT_TRUE(SeenWithin([&] { return Gone(M(c)) && Gone(M(c + "/kv")); }))
+      << c << " or its kv still there after " << kChangeBound.count() << " ms";
   auto ls = Sh("ls " + M("ns"));
   EXPECT_EQ(ls.out.find(c.substr(3)), std::string::npos) << ls.out;  // the cached listing went too
   EXPECT_NE(ls.out.find(PathOf(0, 20).substr(3)), std::string::npos) << ls.out;
@@ -130,8 +134,7 @@ TEST_F(FsCacheTest, AnEvictionReachesTheKernelWithinThePollBound) {
   }
   ASSERT_TRUE(evicted) << "the first prompt was never evicted";
   EXPECT_GT(client_->Stats()->evictions, 0u);
-  EXPECT_TRUE(SeenWithin([&] { return Gone(M(path)); })) << path;
-  EXPECT_TRUE(Gone(M(path + "/kv")));
+  EXPECT_TRUE(SeenWithin([&] { return Gone(M(path)) && Gone(M(path + "/kv")); })) << path;
 }
 
 TEST_F(FsCacheTest, ASplitByALaterSaveReachesTheKernelWithinThePollBound) {
@@ -206,10 +209,8 @@ TEST_F(FsCacheTest, ARestartOfPtstoredReachesTheKernelWithinThePollBound) {
   const auto d = Tokens(48, 9);
   Save("ns", d);
   const std::string dpath = PathOf(0, 48);
-  EXPECT_TRUE(SeenWithin([&] { return Gone(M(c)) && Gone(M(a)); }))
+  EXPECT_TRUE(SeenWithin([&] { return Gone(M(c)) && Gone(M(a)) && Gone(M(c + "/kv")) && Gone(M(a + "/kv")); }))
       << "the old store's increments still there " << kChangeBound.count() << " ms after the restart";
-  EXPECT_TRUE(Gone(M(c + "/kv")));
-  EXPECT_TRUE(Gone(M(a + "/kv")));
   EXPECT_GT(RootCounter(mount_.path(), "change_resets"), resets);
   EXPECT_TRUE(SeenWithin([&] { return Exists(M(dpath + "/kv")); })) << dpath;
   auto ls = Sh("ls " + M("ns"));

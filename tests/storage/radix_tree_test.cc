@@ -502,6 +502,66 @@ TEST_F(RadixTreeTest, InsertAfterForgedCollisionInsideANodeLeavesTheDataIntact) 
   CheckInvariants();
 }
 
+// Walk (keys hashed only where it steps) finds what Longest (every key
+// hashed first) finds, on a random tree of shared prefixes, splits and
+// removals, for stored prompts, their heads, longer prompts, prompts that
+// branch inside an increment or at its end, and misses.
+TEST_F(RadixTreeTest, WalkMatchesWhatLongestMatchesWithoutHashingEveryBlock) {
+  std::mt19937_64 rng(4242);
+  std::vector<std::vector<uint32_t>> prompts;
+  const auto base = Tokens(1, 40 * kBt);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<uint32_t> p;
+    if (!prompts.empty() && rng() % 4 != 0) {
+      const auto& from = prompts[rng() % prompts.size()];
+      p = Head(from, (rng() % (from.size() / kBt) + 1) * kBt);  // a stored head, maybe inside an increment
+    } else {
+      p = Head(base, (rng() % 8 + 1) * kBt);
+    }
+    const size_t more = rng() % 6;
+    for (size_t b = 0; b < more; ++b) p = Cat(p, Tokens(1000 + i * 10 + b, kBt));
+    if (rng() % 3 == 0) p.resize(p.size() + rng() % kBt, 7);  // a partial block at the end
+    if (rng() % 2 == 0) Save(p);
+    prompts.push_back(p);
+    if (rng() % 25 == 0 && tree_.node_count() > 1) {  // remove a random increment's subtree
+      Match m = Longest(prompts[rng() % prompts.size()]);
+      if (!m.path.empty()) Remove(m.path[rng() % m.path.size()].node);
+    }
+  }
+  ASSERT_GT(tree_.node_count(), 20u);
+  uint64_t checked = 0, hits = 0, partial = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint32_t> q = prompts[rng() % prompts.size()];
+    switch (rng() % 4) {
+      case 0: break;
+      case 1: q = Head(q, std::min(q.size(), (rng() % 12) * kBt)); break;
+      case 2: q = Cat(q, Tokens(50000 + i, (rng() % 3 + 1) * kBt)); break;
+      case 3:
+        if (!q.empty()) q[rng() % q.size()] ^= 1;  // branches somewhere
+        break;
+    }
+    const std::vector<uint32_t> whole = Head(q, q.size() / kBt * kBt);
+    const Match want = Longest(whole);
+    const Match got = tree_.Walk(whole, root_key_);
+    ASSERT_EQ(got.blocks, want.blocks) << "query " << i;
+    ASSERT_EQ(got.partial_last, want.partial_last) << "query " << i;
+    ASSERT_EQ(got.path.size(), want.path.size()) << "query " << i;
+    for (size_t s = 0; s < got.path.size(); ++s) {
+      EXPECT_EQ(got.path[s].node, want.path[s].node) << "query " << i << " step " << s;
+      EXPECT_EQ(got.path[s].blocks, want.path[s].blocks) << "query " << i << " step " << s;
+    }
+    EXPECT_EQ(Gather(got), Expected(whole, got.blocks));
+    ++checked;
+    hits += got.blocks > 0;
+    partial += got.partial_last;
+  }
+  EXPECT_GT(hits, 500u);     // the queries reached into the tree
+  EXPECT_GT(partial, 100u);  // and stopped inside increments
+  EXPECT_LT(hits, checked);  // and missed too
+  // A tree of another namespace (another root key) matches nothing.
+  EXPECT_EQ(tree_.Walk(Head(base, 8 * kBt), RootKey("another", "")).blocks, 0u);
+}
+
 TEST_F(RadixTreeTest, RemoveSubtreeRemovesDescendantsChildrenFirst) {
   auto a = Tokens(1, 2 * kBt);
   auto ab = Cat(a, Tokens(2, 4 * kBt));
