@@ -24,6 +24,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/workload.h"
+#include "client/parallel_copy.h"
 #include "ptstore/client.h"
 
 using namespace ptstore;
@@ -111,6 +112,13 @@ Status Run(const Options& o) {
   co.want_mapping = false;
   co.client_name = "bench_load-copy";
   PTS_ASSIGN_OR_RETURN(auto copier, Client::Connect(co));
+  ClientOptions one = mo;
+  one.copy_threads = 1;
+  one.client_name = "bench_load-1-thread";
+  PTS_ASSIGN_OR_RETURN(auto single, Client::Connect(one));
+  // The machine's best memcpy: as many threads as a load may use
+  // (client/parallel_copy.h), measured beside the loads.
+  const int threads = client::DefaultCopyThreads();
 
   const std::string ns = Format("bench-load-%d", static_cast<int>(getpid()));
   PTS_RETURN_IF_ERROR(mapped->CreateNamespace(ns, layout).status());
@@ -150,6 +158,7 @@ Status Run(const Options& o) {
   std::vector<double> copyto_seconds;
   if (have_map) {
     methods.push_back({"Client::Load (mapped arena)", dst.data(), load_with(mapped.get()), {}, false});
+    methods.push_back({"Client::Load, copy_threads=1", dst.data(), load_with(single.get()), {}, false});
     methods.push_back({"Pin + CopyTo + Release", dst.data(), [&](uint8_t* d) -> Status {
                          PTS_ASSIGN_OR_RETURN(PinnedPrefix pin, mapped->Pin(ns, tokens));
                          if (pin.tokens() != tokens_n) return Internal("Pin did not match the whole prefix");
@@ -166,14 +175,17 @@ Status Run(const Options& o) {
                        return Status::OK();
                      }, {}, false});
 
-  // What two cores can do: the same copies split between two threads (this
-  // VM has two). Client::Load copies on the caller's thread only.
-  methods.push_back({"memcpy, 2 threads (reference)", dst.data(), [&](uint8_t* d) {
-                       ParallelCopy({{d, src.data(), bytes}}, 2);
+  // What the machine can do: the same copies split over `threads` threads
+  // (the baseline of the >= 0.9 target; Client::Load splits its copy the
+  // same way, over the CPUs idle at that moment).
+  const std::string best_name = Format("memcpy, %d threads (the machine's best)", threads);
+  methods.push_back({best_name, dst.data(), [&](uint8_t* d) {
+                       ParallelCopy({{d, src.data(), bytes}}, threads);
                        return Status::OK();
                      }, {}, false});
   if (have_map) {
-    methods.push_back({"Pin + 2-thread copy from the arena + Release", dst.data(), [&](uint8_t* d) -> Status {
+    methods.push_back({Format("Pin + %d-thread copy from the arena + Release", threads), dst.data(),
+                       [&](uint8_t* d) -> Status {
                          PTS_ASSIGN_OR_RETURN(PinnedPrefix pin, mapped->Pin(ns, tokens));
                          if (pin.tokens() != tokens_n) return Internal("Pin did not match the whole prefix");
                          std::vector<Piece> pieces;
@@ -182,7 +194,7 @@ Status Run(const Options& o) {
                            pieces.push_back({out, pin.data(e), e.length});
                            out += e.length;
                          }
-                         ParallelCopy(pieces, 2);
+                         ParallelCopy(pieces, threads);
                          return pin.Release();
                        }, {}, false});
   }
@@ -235,10 +247,14 @@ Status Run(const Options& o) {
                   {"samples", secs}});
     return ratio;
   };
-  double load_ratio = 0;
+  double load_ratio = 0, load_s = 0, best_s = 0;
   for (const Method& m : methods) {
     const double r = add(m.name, m.seconds);
-    if (m.name.rfind("Client::Load (mapped", 0) == 0) load_ratio = r;
+    if (m.name.rfind("Client::Load (mapped", 0) == 0) {
+      load_ratio = r;
+      load_s = Summarize(m.seconds).p50;
+    }
+    if (m.name == best_name) best_s = Summarize(m.seconds).p50;
     if (m.name.rfind("Pin + CopyTo", 0) == 0) add("  of which CopyTo alone", copyto_seconds);
   }
 
@@ -255,7 +271,10 @@ Status Run(const Options& o) {
                      {"save_seconds", save_s},
                      {"methods", jm},
                      {"load_ratio", load_ratio},
-                     {"target_ratio", 0.8}};
+                     {"target_ratio", 0.8},
+                     {"copy_threads", threads},
+                     {"load_vs_best_memcpy", load_s > 0 ? best_s / load_s : 0.0},
+                     {"target_vs_best", 0.9}};
     std::cout << j.dump(2) << std::endl;
     return Status::OK();
   }
@@ -268,6 +287,9 @@ Status Run(const Options& o) {
   if (have_map) {
     std::printf("Client::Load / memcpy = %.2f (target >= 0.80): %s\n", load_ratio,
                 load_ratio >= 0.8 ? "met" : "MISSED");
+    const double vs_best = load_s > 0 ? best_s / load_s : 0;
+    std::printf("Client::Load / memcpy with %d threads = %.2f (target >= 0.90): %s\n", threads, vs_best,
+                vs_best >= 0.9 ? "met" : "MISSED");
   }
   std::printf("server: %llu pins (hits), %llu active leases, %s pinned after the run\n",
               static_cast<unsigned long long>(stats.hits), static_cast<unsigned long long>(stats.active_leases),

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "client/connection.h"
+#include "client/parallel_copy.h"
 #include "core/messages.h"
 #include "core/peer_messages.h"
 
@@ -66,13 +67,16 @@ Status PinnedPrefix::CopyTo(void* dst, uint64_t bytes) const {
   }
   if (bytes > 0 && lease_ == 0) return InvalidArgument("the prefix is no longer pinned");
   auto* out = static_cast<uint8_t*>(dst);
+  std::vector<client::CopySpan> spans;
+  spans.reserve(extents_.size());
   for (const Extent& e : extents_) {
     if (bytes == 0) break;
     uint64_t n = std::min(bytes, e.length);
-    std::memcpy(out, data(e), n);
+    spans.push_back({out, data(e), n});
     out += n;
     bytes -= n;
   }
+  client::CopyParallel(spans, core_->options().copy_threads);
   return Status::OK();
 }
 
@@ -145,7 +149,10 @@ Status Client::CopyFromArena(std::span<const ArenaPiece> pieces, void* dst, uint
     }
   }
   auto* out = static_cast<uint8_t*>(dst);
-  for (const ArenaPiece& p : pieces) std::memcpy(out + p.dst_offset, arena->data() + p.arena_offset, p.length);
+  std::vector<client::CopySpan> spans;
+  spans.reserve(pieces.size());
+  for (const ArenaPiece& p : pieces) spans.push_back({out + p.dst_offset, arena->data() + p.arena_offset, p.length});
+  client::CopyParallel(spans, core_->options().copy_threads);
   return Status::OK();
 }
 
@@ -205,7 +212,8 @@ Result<SaveResult> Client::Save(const std::string& ns, std::span<const uint32_t>
     const uint64_t offset = first_block * bb;
     const uint64_t len = bytes - offset;
     PTS_RETURN_IF_ERROR(h.conn->EnsureStaging(std::max<uint64_t>(len, 1)));
-    std::memcpy(h.conn->staging(), static_cast<const uint8_t*>(kv) + offset, len);
+    const client::CopySpan in{h.conn->staging(), static_cast<const uint8_t*>(kv) + offset, len};
+    client::CopyParallel({&in, 1}, core_->options().copy_threads);
     core::SaveRequest req;
     req.ns = ns;
     req.tokens.assign(tokens.begin(), tokens.end());
@@ -303,7 +311,8 @@ Result<uint64_t> Client::Load(const std::string& ns, std::span<const uint32_t> t
   req.capacity = most;
   core::PrefixReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kLoadCopy, req, MsgType::kLoadCopyReply, &rep));
-  std::memcpy(dst, h.conn->staging(), rep.matched_tokens * layout.BytesPerToken());
+  const client::CopySpan out{dst, h.conn->staging(), rep.matched_tokens * layout.BytesPerToken()};
+  client::CopyParallel({&out, 1}, core_->options().copy_threads);
   return rep.matched_tokens;
 }
 

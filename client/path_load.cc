@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "client/connection.h"
+#include "client/parallel_copy.h"
 #include "ptstore/client.h"
 #include "ptstore/ioctl.h"
 
@@ -118,7 +119,9 @@ Result<uint64_t> Client::LoadPath(const std::string& path, void* dst, uint64_t c
   }
   auto* out = static_cast<uint8_t*>(dst);
   uint64_t copied = 0;
+  std::vector<client::CopySpan> spans;
   for (uint32_t next = 0;;) {
+    spans.clear();
     for (uint32_t i = 0; i < pin->count; ++i) {
       const ptstore_ioc_extent& x = pin->extents[i];
       if (x.arena_offset > arena->size() || x.length > arena->size() - x.arena_offset ||
@@ -126,9 +129,10 @@ Result<uint64_t> Client::LoadPath(const std::string& path, void* dst, uint64_t c
         unpin();
         return ProtocolError("the mount returned an extent outside the arena or past the pin's bytes");
       }
-      std::memcpy(out + copied, arena->data() + x.arena_offset, x.length);
+      spans.push_back({out + copied, arena->data() + x.arena_offset, x.length});
       copied += x.length;
     }
+    client::CopyParallel(spans, core_->options().copy_threads);
     next += pin->count;
     if (next >= total || pin->count == 0) break;
     pin->version = PTSTORE_IOCTL_VERSION;

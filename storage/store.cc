@@ -951,24 +951,22 @@ Result<std::vector<PrefixNodeInfo>> Store::ListTree(const std::string& ns_name, 
     }
   }
   const uint32_t bt = ns->info.layout.block_tokens;
+  // All of it under mu_ (a consistent answer), so kept lean: no allocation
+  // per node (one stack, children pushed in reverse key order in place).
   std::vector<PrefixNodeInfo> out;
-  auto sorted_children = [](const RadixNode* n) {
-    std::vector<const RadixNode*> c;
-    for (const auto& [k, child] : n->children) c.push_back(child.get());
-    std::sort(c.begin(), c.end(), [](auto* a, auto* b) { return a->key < b->key; });
-    return c;
-  };
+  if (recursive) out.reserve(ns->tree->node_count());
   std::vector<const RadixNode*> stack;
-  auto top = sorted_children(start);
-  for (auto it = top.rbegin(); it != top.rend(); ++it) stack.push_back(*it);
+  auto push_children = [&stack](const RadixNode* n) {
+    const size_t first = stack.size();
+    for (const auto& [k, child] : n->children) stack.push_back(child.get());
+    std::sort(stack.begin() + first, stack.end(), [](auto* a, auto* b) { return b->key < a->key; });
+  };
+  push_children(start);
   while (!stack.empty()) {
     const RadixNode* n = stack.back();
     stack.pop_back();
     out.push_back(NodeInfoLocked(n, bt));
-    if (recursive) {
-      auto c = sorted_children(n);
-      for (auto it = c.rbegin(); it != c.rend(); ++it) stack.push_back(*it);
-    }
+    if (recursive) push_children(n);
   }
   return out;
 }

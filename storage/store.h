@@ -264,7 +264,8 @@ class Store {
   Status OpenSsd();
 
   Result<Namespace*> FindLocked(const std::string& name) const;
-  // The chain keys of a prompt's whole blocks, hashed without holding mu_
+  // The chain keys of a prompt's whole blocks (for saves and requests that
+  // need keys past the match; WalkLocked needs none), hashed without holding mu_
   // (hashing an 8k-token prompt takes ~11 us, which would serialise every
   // other request of the node), and the namespace they were hashed for.
   struct PromptKeys {

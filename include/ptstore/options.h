@@ -28,6 +28,12 @@ struct ClientOptions {
   // Initial size of each connection's staging buffer; it grows to the
   // largest save or copied load seen, and stays (fresh pages are slow).
   uint64_t staging_bytes = 16ull << 20;
+  // Threads a large copy (a load out of the arena or a staging buffer, a
+  // save into one) is split over: 0 = the CPUs this process may run on, at
+  // most 8 ($PTSTORE_COPY_THREADS overrides); 1 = the caller's alone. At
+  // each copy never more than the CPUs idle at that moment, and one per
+  // 4 MiB at most (client/parallel_copy.h).
+  int copy_threads = 0;
 };
 
 }  // namespace ptstore

@@ -127,6 +127,10 @@ class Client:
         rpc_timeout_ms: deadline of one request (DeadlineExceeded after it).
         max_connections: connections opened for concurrent callers.
         staging_bytes: initial size of each connection's staging buffer.
+        copy_threads: threads a large load or save copy is split over (0:
+            the CPUs this process may use, at most 8, or
+            ``$PTSTORE_COPY_THREADS``; never more than are idle at the time;
+            1: the calling thread only).
 
     Raises Unavailable when no server listens there.
 
@@ -143,9 +147,10 @@ class Client:
     """
 
     def __init__(self, socket: Optional[PathLike] = None, *, client_name: str = "python", want_mapping: bool = True,
-                 rpc_timeout_ms: int = 30000, max_connections: int = 4, staging_bytes: int = 16 << 20) -> None:
+                 rpc_timeout_ms: int = 30000, max_connections: int = 4, staging_bytes: int = 16 << 20,
+                 copy_threads: int = 0) -> None:
         self._c = _ptstore.Client(os.fspath(socket) if socket is not None else None, client_name, want_mapping,
-                                  rpc_timeout_ms, max_connections, staging_bytes)
+                                  rpc_timeout_ms, max_connections, staging_bytes, copy_threads)
         self._layouts: Dict[str, Layout] = {}
 
     # ------------------------------------------------------------ lifetime

@@ -126,7 +126,7 @@ The low-level client of a local ptstored (ptstore.Client wraps it). Thread
 safe: calls from several Python threads run in parallel, the GIL released.
 )doc")
       .def(py::init([](std::optional<std::string> socket, const std::string& client_name, bool want_mapping,
-                       int rpc_timeout_ms, int max_connections, uint64_t staging_bytes) {
+                       int rpc_timeout_ms, int max_connections, uint64_t staging_bytes, int copy_threads) {
              ClientOptions o;
              if (socket) o.socket_path = *socket;
              o.client_name = client_name;
@@ -134,10 +134,11 @@ safe: calls from several Python threads run in parallel, the GIL released.
              o.rpc_timeout_ms = rpc_timeout_ms;
              o.max_connections = max_connections;
              o.staging_bytes = staging_bytes;
+             o.copy_threads = copy_threads;
              return std::make_unique<PyClient>(o);
            }),
            "socket"_a = py::none(), "client_name"_a = "python", "want_mapping"_a = true, "rpc_timeout_ms"_a = 30000,
-           "max_connections"_a = 4, "staging_bytes"_a = 16ull << 20)
+           "max_connections"_a = 4, "staging_bytes"_a = 16ull << 20, "copy_threads"_a = 0)
       .def("close", &PyClient::Close, "Drops the connections (pins taken keep theirs until released).")
       .def_property_readonly(
           "arena_id", [](const PyClient& c) { return c.Get()->arena_id(); },
