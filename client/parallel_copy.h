@@ -42,7 +42,7 @@ void CopyParallel(std::span<const CopySpan> spans, int max_threads);
 int DefaultCopyThreads();
 
 // CPUs of this process's affinity mask not taken by another runnable task
-// now (/proc/stat procs_running, less the caller), at least 0.
+// now (/proc/loadavg's runnable count, less the caller), at least 0.
 int IdleCpus();
 
 }  // namespace ptstore::client

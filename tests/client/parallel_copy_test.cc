@@ -103,7 +103,7 @@ TEST(ParallelCopy, ThreadCountsFollowTheMachineAndTheEnvironment) {
   EXPECT_EQ(DefaultCopyThreads(), std::min(cpus, kMaxCopyThreads));
   ASSERT_EQ(unsetenv("PTSTORE_COPY_THREADS"), 0);
   // A busy machine: every CPU taken by a spinning thread leaves none idle
-  // (procs_running counts them), so a copy stays on the caller's thread.
+  // (the runnable count counts them), so a copy stays on the caller's thread.
   std::atomic<bool> stop{false};
   std::vector<std::thread> spinners;
   for (int i = 0; i < cpus; ++i) {
