@@ -394,7 +394,6 @@ Status Run(const Options& o) {
   return Status::OK();
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {

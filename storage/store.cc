@@ -954,7 +954,7 @@ Result<std::vector<PrefixNodeInfo>> Store::ListTree(const std::string& ns_name, 
   // All of it under mu_ (a consistent answer), so kept lean: no allocation
   // per node (one stack, children pushed in reverse key order in place).
   std::vector<PrefixNodeInfo> out;
-  if (recursive) out.reserve(ns->tree->node_count());
+  if (recursive && start == ns->tree->root()) out.reserve(ns->tree->node_count());  // a subtree: as it grows
   std::vector<const RadixNode*> stack;
   auto push_children = [&stack](const RadixNode* n) {
     const size_t first = stack.size();
