@@ -9,8 +9,11 @@
 //   copy path       a client without the mapping: the server copies into the
 //                   client's staging buffer, the client copies out
 //   Load into a RegisteredBuffer (the server copies, once)
-//   and, for reference, what two threads reach: memcpy and a Pin whose
-//   extents are copied by two threads
+//   and what the machine moves with as many threads as a load may use:
+//   memcpy (halves: one call each, which glibc streams), a streaming copy
+//   in 4 MiB pieces (core/stream_copy.h), and a Pin whose extents are
+//   copied by those threads; the best of the first two is the baseline of
+//   the >= 0.9 target
 // Every buffer is 4 KiB aligned and faulted in before timing, and every
 // method gets a warm-up run. Each destination is poisoned before each run
 // and compared with the source after it: a wrong byte fails the benchmark.
@@ -25,6 +28,7 @@
 #include "bench/bench_util.h"
 #include "bench/workload.h"
 #include "client/parallel_copy.h"
+#include "core/stream_copy.h"
 #include "ptstore/client.h"
 
 using namespace ptstore;
@@ -72,6 +76,20 @@ void ParallelCopy(const std::vector<Piece>& pieces, int threads) {
     workers.emplace_back(copy_range, std::min(total, i * share), std::min(total, (i + 1) * share));
   }
   copy_range(0, std::min(total, share));
+  for (auto& w : workers) w.join();
+}
+
+// The same split, each piece by core::StreamCopy.
+void StreamParallel(const std::vector<Piece>& pieces, int threads) {
+  const size_t per = (pieces.size() + threads - 1) / threads;
+  auto copy_range = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < std::min(end, pieces.size()); ++i) {
+      core::StreamCopy(pieces[i].dst, pieces[i].src, pieces[i].bytes);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int i = 1; i < threads; ++i) workers.emplace_back(copy_range, i * per, (i + 1) * per);
+  copy_range(0, per);
   for (auto& w : workers) w.join();
 }
 
@@ -178,9 +196,22 @@ Status Run(const Options& o) {
   // What the machine can do: the same copies split over `threads` threads
   // (the baseline of the >= 0.9 target; Client::Load splits its copy the
   // same way, over the CPUs idle at that moment).
-  const std::string best_name = Format("memcpy, %d threads (the machine's best)", threads);
+  const std::string best_name = Format("memcpy, %d threads, one call per thread", threads);
   methods.push_back({best_name, dst.data(), [&](uint8_t* d) {
                        ParallelCopy({{d, src.data(), bytes}}, threads);
+                       return Status::OK();
+                     }, {}, false});
+  // The same with streaming stores (core/stream_copy.h), each thread's half
+  // in 4 MiB pieces as a load's extents come: what the machine moves when
+  // the copy does not go through the cache. The best of the two is the
+  // baseline of the >= 0.9 target.
+  const std::string stream_name = Format("streaming copy, %d threads, 4 MiB pieces", threads);
+  methods.push_back({stream_name, dst.data(), [&](uint8_t* d) {
+                       std::vector<Piece> pieces;
+                       for (uint64_t at = 0; at < bytes; at += 4u << 20) {
+                         pieces.push_back({d + at, src.data() + at, std::min<uint64_t>(4u << 20, bytes - at)});
+                       }
+                       StreamParallel(pieces, threads);
                        return Status::OK();
                      }, {}, false});
   if (have_map) {
@@ -254,7 +285,10 @@ Status Run(const Options& o) {
       load_ratio = r;
       load_s = Summarize(m.seconds).p50;
     }
-    if (m.name == best_name) best_s = Summarize(m.seconds).p50;
+    if (m.name == best_name || m.name == stream_name) {
+      const double p50 = Summarize(m.seconds).p50;
+      best_s = best_s == 0 ? p50 : std::min(best_s, p50);
+    }
     if (m.name.rfind("Pin + CopyTo", 0) == 0) add("  of which CopyTo alone", copyto_seconds);
   }
 
@@ -273,7 +307,7 @@ Status Run(const Options& o) {
                      {"load_ratio", load_ratio},
                      {"target_ratio", 0.8},
                      {"copy_threads", threads},
-                     {"load_vs_best_memcpy", load_s > 0 ? best_s / load_s : 0.0},
+                     {"load_vs_best_copy", load_s > 0 ? best_s / load_s : 0.0},
                      {"target_vs_best", 0.9}};
     std::cout << j.dump(2) << std::endl;
     return Status::OK();
@@ -288,7 +322,8 @@ Status Run(const Options& o) {
     std::printf("Client::Load / memcpy = %.2f (target >= 0.80): %s\n", load_ratio,
                 load_ratio >= 0.8 ? "met" : "MISSED");
     const double vs_best = load_s > 0 ? best_s / load_s : 0;
-    std::printf("Client::Load / memcpy with %d threads = %.2f (target >= 0.90): %s\n", threads, vs_best,
+    std::printf("Client::Load / the best copy with %d threads (memcpy or streaming) = %.2f (target >= 0.90): %s\n",
+                threads, vs_best,
                 vs_best >= 0.9 ? "met" : "MISSED");
   }
   std::printf("server: %llu pins (hits), %llu active leases, %s pinned after the run\n",

@@ -1,5 +1,7 @@
 #include "client/parallel_copy.h"
 
+#include "core/stream_copy.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@ struct Chunk {
 // workers that joined it.
 struct Job {
   std::vector<Chunk> chunks;
+  uint64_t total = 0;  // bytes of all chunks: chooses streaming stores or not
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   std::mutex mu;
@@ -36,7 +39,7 @@ struct Job {
   // Copies chunks until none is left to claim.
   void Work() {
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < chunks.size();) {
-      std::memcpy(chunks[i].dst, chunks[i].src, chunks[i].bytes);
+      core::CopyBytes(chunks[i].dst, chunks[i].src, chunks[i].bytes, total);
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks.size()) {
         std::lock_guard lk(mu);
         finished.notify_all();
@@ -121,12 +124,13 @@ void CopyParallel(std::span<const CopySpan> spans, int max_threads) {
   threads = static_cast<int>(std::min<uint64_t>(threads, total / kMinBytesPerThread));
   if (threads > 1) threads = std::min(threads, 1 + IdleCpus());
   if (threads <= 1) {
-    for (const CopySpan& s : spans) std::memcpy(s.dst, s.src, s.bytes);
+    for (const CopySpan& s : spans) core::CopyBytes(s.dst, s.src, s.bytes, total);
     return;
   }
   // Four chunks per thread, 64-byte aligned: a thread slowed by another
   // task on its CPU takes fewer, the others more.
   auto job = std::make_shared<Job>();
+  job->total = total;
   const uint64_t chunk = std::max<uint64_t>(64, (total / (4 * threads) + 63) / 64 * 64);
   for (const CopySpan& s : spans) {
     auto* dst = static_cast<uint8_t*>(s.dst);

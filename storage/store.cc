@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/logging.h"
+#include "core/stream_copy.h"
 
 namespace ptstore::storage {
 
@@ -463,7 +464,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
 
   // The copy runs without the lock: the region is ours, the path is pinned.
   lk.unlock();
-  std::memcpy(arena_->data() + t->arena_offset, data + (m.blocks - first_block) * bb, bytes);
+  core::CopyBytes(arena_->data() + t->arena_offset, data + (m.blocks - first_block) * bb, bytes, bytes);
   lk.lock();
 
   finish_claim();
@@ -881,12 +882,13 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
     return Aborted("load: namespace '" + ns + "' was replaced during the load");
   }
   pin.matched_tokens = std::min(pin.matched_tokens, capacity / bpt / bt * bt);
-  uint64_t left = pin.matched_tokens * bpt;
+  const uint64_t total = pin.matched_tokens * bpt;
+  uint64_t left = total;
   uint8_t* out = dst;
   for (const Extent& x : pin.extents) {
     if (left == 0) break;
     uint64_t n = std::min(left, x.length);
-    std::memcpy(out, arena_->data() + x.arena_offset, n);
+    core::CopyBytes(out, arena_->data() + x.arena_offset, n, total);
     out += n;
     left -= n;
   }
