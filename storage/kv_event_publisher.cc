@@ -247,6 +247,12 @@ void KvEventPublisher::ServeReplays() {
     reply(end, "");
     std::lock_guard lk(mu_);
     stats_.replays++;
+    // Asked for batches the buffer no longer has (a subscriber joining a
+    // long-running node, or one away for too long): the stream announces
+    // everything again, AllBlocksCleared first, so that it becomes exact.
+    if (!s.buffer.empty() && start < s.buffer.front().seq && static_cast<uint32_t>(s.buffer.front().seq) != 0) {
+      overflowed_ = true;
+    }
   }
 }
 

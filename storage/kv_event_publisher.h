@@ -5,7 +5,10 @@
 // (identity, "", seq, payload) for each buffered batch from start_seq on,
 // then (identity, "", -1 as 8 bytes, ""). A malformed request is answered
 // with the end marker and an error message as its payload ("error: ...") and
-// changes nothing.
+// changes nothing. A replay from before the oldest buffered batch, once the
+// buffer has dropped the incarnation's first batches, also makes the stream
+// announce everything again (as after drops, below): a late subscriber
+// becomes exact.
 //
 // Off the save's path: Publish (called by the Store under its mutex) only
 // appends to a bounded queue; one thread hashes, encodes, sends and serves
