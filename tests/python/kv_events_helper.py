@@ -163,10 +163,12 @@ class NodeView:
             topic, seq_b, payload = self.sub.recv_multipart()
             seq = int.from_bytes(seq_b, "big")
             ns = topic.decode().split("@", 2)[2]
-            if self.next_seq is None or seq != self.next_seq:
-                if self.next_seq is not None and (seq >> 32) != (self.next_seq >> 32):
+            if self.next_seq is None:
+                self._catch_up(seq)  # what came before this subscriber connected
+            elif seq != self.next_seq:
+                if (seq >> 32) != (self.next_seq >> 32):
                     self.restarts += 1
-                elif self.next_seq is not None and seq < self.next_seq:
+                elif seq < self.next_seq:
                     continue  # already applied (from a replay)
                 else:
                     self.gaps += 1

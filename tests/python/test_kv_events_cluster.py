@@ -27,7 +27,11 @@ from vllm_src.testing import require_vllm_src
 require_vllm_src()
 KV = standins.import_vllm(["vllm.distributed.kv_events"])["vllm.distributed.kv_events"]
 
-from conftest import kv_bits, tokens  # noqa: E402
+from conftest import as_kv, kv_bits, tokens  # noqa: E402
+
+
+def kv(p, layout):
+    return as_kv(kv_bits(p, layout), layout, "numpy")
 from kv_events_helper import NodeView, endpoints  # noqa: E402
 
 BLOCK = 4
@@ -165,9 +169,9 @@ def test_holdings_from_events_agree_with_ptstore_ls(tmp_path):
             r = rng.random()
             try:
                 if r < 0.5:
-                    clients[i].save(ns, p, kv_bits(p, layout))
+                    clients[i].save(ns, p, kv(p, layout))
                 elif r < 0.85:
-                    out = np.zeros((len(p), layout.bytes_per_token), dtype=np.uint8)
+                    out = as_kv(np.zeros((len(p), layout.bytes_per_token), dtype=np.uint8), layout, "numpy")
                     clients[i].load(ns, p, out)
                 else:
                     clients[i].remove(ns, p)
