@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import msgpack
@@ -290,3 +291,55 @@ def test_restart_is_a_new_incarnation_that_announces_what_ssd_kept(tmp_path):
         assert len(held) == 32 and all("STORAGE" in m for m in held.values())
     finally:
         d.stop()
+
+
+def post(d, path, body: bytes):
+    import re
+    port = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", d.log())[-1]
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_query_api_answers_longest_match_by_tier(node):
+    import json
+    with ptstore.Client(node.socket) as c:
+        layout = make_ns(c, "q")
+        doc = tokens(64 * BLOCK, 500)
+        c.save("q", doc, kv(doc, layout))
+        before = {n.key: (n.hits, n.atime_ns) for n in c.list_tree("q", recursive=True)}
+        prompt = [int(x) for x in doc] + [int(x) for x in tokens(8 * BLOCK + 3, 501)]
+        st, body = post(node, "/query", json.dumps({"model": "q", "token_ids": prompt, "lora_name": None}).encode())
+        assert st == 200, body
+        j = json.loads(body)
+        assert j["model"] == "q" and j["block_size"] == BLOCK and j["local"] == 0 and j["cluster"] is False
+        assert j["data"] == {"node-0": {"matched_tokens": 256, "L2": 256, "L3": 0}}
+        st, body = post(node, "/query", json.dumps({"model": "q", "token_ids": [1, 2, 3, 4, 5]}).encode())
+        assert st == 200 and json.loads(body)["data"] == {}, body
+        for bad, code in ((b"not json", 400), (b"[]", 400), (b'{"token_ids": [1]}', 400),
+                          (b'{"model": "q", "token_ids": [-1]}', 400), (b'{"model": "q", "token_ids": "1 2"}', 400),
+                          (b'{"model": "nope", "token_ids": [1, 2, 3, 4]}', 404)):
+            st, body = post(node, "/query", bad)
+            assert st == code and "error" in json.loads(body), (bad, st, body)
+        after = {n.key: (n.hits, n.atime_ns) for n in c.list_tree("q", recursive=True)}
+        assert after == before, "a query changes nothing"
+
+
+@pytest.mark.parametrize("config, message", [
+    ("[events]\nport = 70000\n", "events.port must be in [0, 65535]"),
+    ("[events]\nport = 5000\nreplay_port = 5000\n", "must differ"),
+    ("[events]\nblock_hash = \"sha\"\n", "is not \"int\" or \"bytes\""),
+    ("[events]\nqueue = 5\n", "unknown key 'queue' in [events]"),
+    ("[events]\nqueue_events = 0\n", "events.queue_events must be in"),
+])
+def test_bad_events_config_is_refused_with_a_clear_message(tmp_path, config, message):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(config)
+    d = ptstore.testing.Daemon(extra_args=["--config", str(cfg)])
+    with pytest.raises(RuntimeError) as e:
+        d.start(timeout=20)
+    d.stop()
+    assert message in str(e.value), str(e.value)
