@@ -47,6 +47,7 @@ struct EventIndex::NodeState {
   Source source;
   zmq::socket_t sub;
   bool known = false;         // a replay has answered since the stream became unknown
+  std::chrono::steady_clock::time_point heard;  // the last message or replay (thread only)
   uint64_t next_seq = 0;      // valid when known
   // namespace -> block hash -> media bits (1 CPU, 2 STORAGE); guarded by mu_.
   std::unordered_map<std::string, std::unordered_map<uint64_t, uint8_t>> blocks;
@@ -205,6 +206,7 @@ bool EventIndex::Replay(NodeState& n, uint64_t start) {
     const uint64_t s = Be64(frames[1].data());
     if (s == ~0ull) break;
     const bool same = n.known && (s >> 32) == (n.next_seq >> 32);
+    if (n.known && !same) restarts_++;  // found by an idle check (below) rather than a live message
     if (!n.known || !same || s >= n.next_seq) Apply(n, s, frames[2].to_string(), nullptr);
     std::unique_lock lk(mu_);
     n.known = true;
@@ -228,7 +230,16 @@ void EventIndex::Loop() {
           std::shared_lock lk(mu_);
           known = n->known;
         }
-        if (!known) Replay(*n, 0);
+        if (!known) {
+          Replay(*n, 0);
+          n->heard = std::chrono::steady_clock::now();
+        } else if (std::chrono::steady_clock::now() - n->heard > std::chrono::seconds(1)) {
+          // Quiet for a second: a replay from next_seq shows what a restarted
+          // node announced before this subscriber's SUB reconnected (nothing
+          // new otherwise). One small request per idle node per second.
+          Replay(*n, n->next_seq);
+          n->heard = std::chrono::steady_clock::now();
+        }
       }
       last_try = std::chrono::steady_clock::now();
     }
@@ -247,6 +258,7 @@ void EventIndex::Loop() {
           frames.push_back(std::move(next));
         }
         if (frames.size() != 3 || frames[1].size() != 8) continue;
+        n.heard = std::chrono::steady_clock::now();
         const uint64_t seq = Be64(frames[1].data());
         const std::string topic = frames[0].to_string();
         const size_t at = topic.find('@', 3);
@@ -254,8 +266,7 @@ void EventIndex::Loop() {
         if (!n.known) continue;  // the replay loop above brings it in
         if (seq != n.next_seq) {
           if ((seq >> 32) != (n.next_seq >> 32)) {
-            restarts_++;
-            if (!Replay(n, (seq >> 32) << 32)) continue;
+            if (!Replay(n, n.next_seq)) continue;  // the new incarnation's batches are all past next_seq
           } else if (seq > n.next_seq) {
             gaps_++;
             if (!Replay(n, n.next_seq)) continue;

@@ -5,7 +5,9 @@
 // Each node's stream is followed as docs/kv-events.md "Incarnations" says:
 // the next seq is applied; a gap is closed by a replay from the first
 // missing seq; another incarnation (a restart) by a replay from its start
-// (AllBlocksCleared, then what the node announced). A node's stream is
+// (AllBlocksCleared, then what the node announced). A node quiet for a
+// second is asked for a replay from its next seq, so that a restart whose
+// announcement came before the SUB socket reconnected is seen too. A node's stream is
 // *unknown* until its first replay has answered, and again while a replay
 // fails: while any node's is unknown, and for namespaces whose keys this
 // index cannot compute (salted: no token ids; never seen: no block size),
