@@ -185,7 +185,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     KvEventsOptions& e = config->events;
     PTS_RETURN_IF_ERROR(CheckKeys(*events, "events",
                                   {"enabled", "bind", "port", "replay_port", "queue_events", "buffer_batches",
-                                   "hwm", "batch_events", "salted_tokens", "block_hash"}));
+                                   "hwm", "batch_events", "batch_delay_us", "salted_tokens", "block_hash"}));
     PTS_RETURN_IF_ERROR(Field(*events, "enabled", &e.enabled));
     PTS_RETURN_IF_ERROR(Field(*events, "bind", &e.bind));
     if (e.bind.empty()) return InvalidArgument("config: events.bind must not be empty");
@@ -198,6 +198,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(RangedField(*events, "events", "buffer_batches", 1, int64_t{1} << 24, &e.buffer_batches));
     PTS_RETURN_IF_ERROR(RangedField(*events, "events", "hwm", 1, int64_t{1} << 30, &e.hwm));
     PTS_RETURN_IF_ERROR(RangedField(*events, "events", "batch_events", 1, 1 << 20, &e.batch_events));
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "batch_delay_us", 0, 1000000, &e.batch_delay_us));
     PTS_RETURN_IF_ERROR(Field(*events, "salted_tokens", &e.codec.salted_tokens));
     std::string hash = e.codec.hash == KvHashFormat::kInt ? "int" : "bytes";
     PTS_RETURN_IF_ERROR(Field(*events, "block_hash", &hash));

@@ -91,7 +91,9 @@ void KvEventPublisher::Publish(KvEvent&& e, bool force) {
       overflowed_ = true;
       return;
     }
-    wake = queue_.empty();
+    // Only a thread asleep on an empty queue is woken: in a stream of events
+    // it is busy, and a save costs a lock and a push, never a wake-up.
+    wake = idle_ && queue_.empty();
     queue_.push_back(std::move(e));
     stats_.queued++;
   }
@@ -126,7 +128,9 @@ void KvEventPublisher::Loop() {
     {
       std::unique_lock lk(mu_);
       // Replay requests are served at least every 5 ms while the queue is idle.
+      idle_ = true;
       wake_.wait_for(lk, std::chrono::milliseconds(5), [&] { return stop_ || (!queue_.empty() && !paused_); });
+      idle_ = false;
       if (queue_.empty() && stop_) break;
       if (!paused_ || stop_) work.swap(queue_);
       taken_ += work.size();
@@ -145,9 +149,14 @@ void KvEventPublisher::Loop() {
     if (!work.empty()) {
       const uint64_t n = work.size();
       Send(work);
-      std::lock_guard lk(mu_);
-      done_ += n;
-      sent_cv_.notify_all();
+      {
+        std::lock_guard lk(mu_);
+        done_ += n;
+        sent_cv_.notify_all();
+      }
+      // More are likely on their way: gather them for batch_delay_us (one
+      // batch, one send, no wake-ups) before looking again.
+      if (options_.batch_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(options_.batch_delay_us));
     }
   }
   std::lock_guard lk(mu_);

@@ -49,6 +49,7 @@ struct KvEventsOptions {
   uint64_t buffer_batches = 10000;  // batches kept for replay (vLLM's buffer_steps)
   uint64_t hwm = 100000;            // PUB high-water mark, messages per subscriber
   uint64_t batch_events = 256;      // at most this many events in one batch
+  uint64_t batch_delay_us = 200;    // after a send, gather events this long before the next (0: none)
   KvCodecOptions codec;
   uint32_t node_id = 0;
   uint32_t incarnation = 0;         // 0: seconds since the Unix epoch now
@@ -108,6 +109,7 @@ class KvEventPublisher final : public KvEventSink {
   bool stop_ = false;
   bool overflowed_ = false;
   bool paused_ = false;
+  bool idle_ = false;      // the thread waits on an empty queue: Publish wakes it
   uint64_t taken_ = 0;     // events the thread took from the queue
   uint64_t done_ = 0;      // of those, sent
   KvEventStats stats_;
