@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/logging.h"
+#include "core/sd_notify.h"
 #include "core/signals.h"
 #include "storage/config.h"
 #include "storage/cluster_metrics.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   std::string metrics_port, metrics_bind;
   std::string cluster_file, secret_file, data_path, fabric_provider;
   std::optional<uint32_t> replicate_after;
+  app.set_version_flag("--version", std::string("ptstored ") + PTSTORE_VERSION);
   app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket, "unix socket path for local clients");
   app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
@@ -171,8 +173,16 @@ int main(int argc, char** argv) {
   }
   if (Status st = server.Start(); !st.ok()) return fail(st);
   PTS_INFO("main", "ready");
+  // The service manager (Type=notify) learns that the socket accepts and
+  // the store is recovered (Store::Open scanned the SSD tier above).
+  auto notify = [](const std::string& state) {
+    if (Status st = core::SdNotify(state); !st.ok()) PTS_WARN("main", "notifying the service manager: " << st.ToString());
+  };
+  const std::string serving = "STATUS=serving on " + cfg.server.socket_path;
+  notify("READY=1\n" + serving);
 
   core::WaitForStopSignal(sigs);
+  notify("STOPPING=1\nSTATUS=shutting down");
   metrics.Stop();
   server.Stop();
   if (cluster) cluster->Stop();
