@@ -179,9 +179,25 @@ int main(int argc, char** argv) {
     if (Status st = core::SdNotify(state); !st.ok()) PTS_WARN("main", "notifying the service manager: " << st.ToString());
   };
   const std::string serving = "STATUS=serving on " + cfg.server.socket_path;
-  notify("READY=1\n" + serving);
+  auto members = [&cluster] {
+    return cluster ? "; " + std::to_string(cluster->member_count()) + " cluster members" : std::string();
+  };
+  notify("READY=1\n" + serving + members());
 
-  core::WaitForStopSignal(sigs);
+  // SIGHUP: the cluster file again (storage/cluster.h, Reload). A file that
+  // cannot be applied is logged and changes nothing.
+  auto on_hangup = [&] {
+    if (!cluster) {
+      PTS_INFO("main", "SIGHUP: no cluster file (one node alone): nothing to reload; send SIGTERM to stop");
+      return;
+    }
+    PTS_INFO("main", "SIGHUP: reloading cluster file " << cfg.cluster.cluster_file);
+    notify("RELOADING=1\nSTATUS=reloading the cluster file");
+    Result<std::string> r = cluster->Reload();
+    if (!r.ok()) PTS_ERROR("cluster", r.status().ToString());
+    notify("READY=1\n" + serving + members() + (r.ok() ? "" : "; last reload refused: " + r.status().message()));
+  };
+  core::WaitForStopSignal(sigs, on_hangup);
   notify("STOPPING=1\nSTATUS=shutting down");
   metrics.Stop();
   server.Stop();
