@@ -80,7 +80,7 @@ void Cluster::ServePeer(int fd, std::string remote) {
     if (peer.status().code() == Code::kPermissionDenied) counters_.auth_failures++;
     return;  // logged by the responder
   }
-  const std::shared_ptr<Peer> member = FindPeer(*peer);
+  std::shared_ptr<Peer> member = FindPeer(*peer);
   if (member == nullptr) {
     // A node not (yet) in this node's file retries every heartbeat: warned
     // of once per kRefusalLogMs per node id, the rest at debug level.
@@ -108,10 +108,14 @@ void Cluster::ServePeer(int fd, std::string remote) {
     Result<rdma::Frame> f = sock.Receive(-1);
     if (!f.ok()) break;  // closed, or garbage: the connection ends
     if (member->removed.load()) {
-      // A Reload took it out of the cluster (or moved it) since it connected.
-      PTS_WARN("cluster", "closing the connection of node " << *peer << " from " << remote
-                                                            << ": no longer in the cluster file");
-      break;
+      // A Reload took it out of the cluster since it connected, or moved it
+      // (then it is a member still, at its new address).
+      member = FindPeer(*peer);
+      if (member == nullptr) {
+        PTS_WARN("cluster", "closing the connection of node " << *peer << " from " << remote
+                                                              << ": no longer in the cluster file");
+        break;
+      }
     }
     ptstore::Status st;
     if (f->type == static_cast<uint16_t>(core::MsgType::kPeerFetch)) {
