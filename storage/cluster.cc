@@ -401,6 +401,7 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
   // The first increment its live owner no longer holds: everything from it on is gone.
   std::optional<Asked> lost;
   uint32_t lost_owner = 0;
+  bool lost_departed = false;  // its owner left the cluster (Reload)
   for (auto& [owner, entry] : by_owner) {
     auto& [q, asked] = entry;
     std::shared_ptr<Peer> p = FindPeer(owner);
@@ -411,6 +412,7 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
         if (!lost || a.from < lost->from) {
           lost = a;
           lost_owner = owner;
+          lost_departed = true;
         }
       }
       continue;
@@ -428,11 +430,13 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
       if (!r->held[e] && (!lost || asked[e].from < lost->from)) {
         lost = asked[e];
         lost_owner = owner;
+        lost_departed = false;
       }
     }
   }
   if (!lost) return;
-  PTS_INFO("cluster", "node " << lost_owner << " no longer holds blocks [" << lost->from << ", " << lost->to
+  PTS_INFO("cluster", "node " << lost_owner << (lost_departed ? " left the cluster and so" : "")
+                              << " no longer holds blocks [" << lost->from << ", " << lost->to
                               << ") of a prefix in '" << ns
                               << "' that a save here matched: removing them on every node; the save stores them");
   RemovalPoint pt{ns, std::vector<uint32_t>(tokens.begin(), tokens.begin() + lost->to * bt), lost->from};

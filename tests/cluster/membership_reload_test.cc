@@ -90,7 +90,7 @@ class MembershipReloadTest : public ::testing::Test {
   void Connect(size_t i) {
     auto c = cluster_->Connect(i);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    Status st = (*c)->CreateNamespace(kNs, SmallLayout());
+    Status st = (*c)->CreateNamespace(kNs, SmallLayout()).status();
     // A peer's request may have created it here already, with this layout.
     ASSERT_TRUE(st.ok() || st.code() == Code::kAlreadyExists) << st.ToString();
     clients_[i] = std::move(*c);
@@ -107,11 +107,12 @@ class MembershipReloadTest : public ::testing::Test {
 TEST_F(MembershipReloadTest, AJoinerIsRefusedUntilSighupThenServesAndFetches) {
   StartCluster(3, 2);
   // Prompts saved by nodes 0 and 1, half of them with roots that node 2
-  // will be the shard of once it is a member.
+  // will be the shard of once it is a member (seeds far apart: the search
+  // for such a root walks up from its seed, and two prompts must differ).
   std::vector<Prompt> from0, from1;
   for (uint64_t i = 0; i < 6; ++i) {
-    from0.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 1) : Gen(1000 * i + 2, kTokens));
-    from1.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 3) : Gen(1000 * i + 4, kTokens));
+    from0.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 1) : Gen(1000 * i + 250, kTokens));
+    from1.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 500) : Gen(1000 * i + 750, kTokens));
     SaveKv(client(0), from0.back());
     SaveKv(client(1), from1.back());
   }
@@ -249,7 +250,9 @@ TEST_F(MembershipReloadTest, ANodeAtANewAddressIsReachedThere) {
   auto st = client(0).GetClusterStatus();
   ASSERT_TRUE(st.ok());
   for (const ClusterMember& m : st->members) {
-    if (m.id == 1) EXPECT_EQ(m.address, cluster_->address(1));
+    if (m.id == 1) {
+      EXPECT_EQ(m.address, cluster_->address(1));
+    }
   }
   Connect(1);
   EXPECT_EQ(LoadWhole(client(1), p0), p0.size());

@@ -1,11 +1,13 @@
 """`systemd-analyze verify` on the installed units, inside a root that has
-the staging tree and the host's own systemd units (verify resolves
-ExecStart= and the targets the units name in --root). Skipped, saying so,
+the staging tree, the host's own systemd units and the host programs the
+units run besides ours (/bin/kill): verify resolves ExecStart= and the
+targets the units name in --root. Skipped, saying so,
 where systemd-analyze is absent (scripts/setup installs systemd)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -32,6 +34,19 @@ def verify_root(staging):
                 shutil.copytree(src, os.path.join(units, name), symlinks=True)
             else:
                 shutil.copy2(src, os.path.join(units, name), follow_symlinks=False)
+    # Programs the units run that a system has and the staging root lacks (ExecReload=/bin/kill):
+    # the host's, at the same path.
+    for name in UNITS:
+        with open(os.path.join(units, name)) as f:
+            for line in f:
+                if not re.match(r"Exec[A-Za-z]*=", line):
+                    continue
+                prog = line.split("=", 1)[1].strip().lstrip("-@+!:").split()[0]
+                inside = root + prog
+                if os.path.isabs(prog) and not os.path.lexists(inside) and os.path.exists(prog) \
+                        and not prog.startswith("/usr/sbin/ptstore"):
+                    os.makedirs(os.path.dirname(inside), exist_ok=True)
+                    shutil.copy2(prog, inside)
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
