@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -25,6 +27,7 @@
 #include "ptstore/client.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/daemon.h"
 
 namespace ptstore {
@@ -225,6 +228,43 @@ TEST_F(NotifyDaemonTest, UnusableNotifySocketIsLoggedAndTheServerStillServes) {
   EXPECT_NE(log.find("NOTIFY_SOCKET 'relative/notify' is neither an absolute path nor an abstract socket name"),
             std::string::npos)
       << log;
+  EXPECT_EQ(Terminate(), 0) << Log();
+}
+
+TEST_F(NotifyDaemonTest, ASighupReloadIsReloadingThenReadyAndARefusalSaysWhy) {
+  // A one-node cluster: SIGHUP re-reads its file.
+  const std::string secret = dir_ + "/secret";
+  std::ofstream(secret) << std::string(48, 's');
+  chmod(secret.c_str(), 0600);
+  const std::string file = dir_ + "/cluster.toml";
+  const std::string good = "secret_file = \"" + secret + "\"\n[[node]]\nid = 0\naddress = \"127.0.0.1:" +
+                           std::to_string(testing::FreePort()) + "\"\n";
+  std::ofstream(file) << good;
+  NotifySocket ns("@" + UniqueName("ptstore-notify-reload"));
+  ASSERT_TRUE(ns.ok());
+  Spawn(ns.address(), {"--cluster", file});
+  std::vector<std::string> before;
+  const std::string ready = WaitReady(ns, &before);
+  ASSERT_FALSE(ready.empty()) << Log();
+  EXPECT_TRUE(HasLine(ready, "STATUS=serving on " + socket_ + "; 1 cluster members")) << ready;
+
+  kill(pid_, SIGHUP);
+  std::string m = ns.Receive(30000);
+  EXPECT_TRUE(HasLine(m, "RELOADING=1")) << m;
+  m = ns.Receive(30000);
+  EXPECT_TRUE(HasLine(m, "READY=1")) << m;
+  EXPECT_EQ(m.find("refused"), std::string::npos) << m;
+
+  std::ofstream(file, std::ios::trunc) << "[[node]\n";  // does not parse
+  kill(pid_, SIGHUP);
+  m = ns.Receive(30000);
+  EXPECT_TRUE(HasLine(m, "RELOADING=1")) << m;
+  m = ns.Receive(30000);
+  EXPECT_TRUE(HasLine(m, "READY=1")) << m;
+  EXPECT_NE(m.find("; 1 cluster members; last reload refused: cluster file " + file + " refused"), std::string::npos)
+      << m;
+  kill(pid_, SIGTERM);
+  EXPECT_TRUE(HasLine(ns.Receive(30000), "STOPPING=1"));
   EXPECT_EQ(Terminate(), 0) << Log();
 }
 
