@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +178,74 @@ TEST_F(MembershipReloadTest, AJoinerIsRefusedUntilSighupThenServesAndFetches) {
     EXPECT_EQ(LoadAndCheck(client(0), p), p.size());
     EXPECT_EQ(LoadWhole(client(2), p), p.size());
   }
+}
+
+TEST_F(MembershipReloadTest, LoadsWhileNodesJoinLeaveAndComeBackAreRightBytesOrAMiss) {
+  StartCluster(3, 2);
+  std::vector<Prompt> prompts;
+  for (uint64_t i = 0; i < 12; ++i) {
+    prompts.push_back(i % 3 == 2 ? PromptShardedTo(2, {0, 1, 2}, 90000 + 1000 * i) : Gen(90000 + 1000 * i + 500, kTokens));
+    SaveKv(client(i % 2), prompts.back());
+  }
+  // Readers on nodes 0 and 1, each with its own connection, load every
+  // prompt over and over while the membership changes under them; every
+  // byte that loads is checked (LoadAndCheck).
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> loads{0}, whole{0};
+  std::vector<std::thread> readers;
+  // Stops and joins the readers however the test ends (an ASSERT returns early).
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop = true;
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{stop, readers};
+  for (size_t node : {0, 1}) {
+    auto c = cluster_->Connect(node);
+    ASSERT_TRUE(c.ok());
+    readers.emplace_back([&, c = std::shared_ptr<Client>(std::move(*c))] {
+      while (!stop.load()) {
+        for (const Prompt& p : prompts) {
+          const uint64_t n = LoadAndCheck(*c, p);
+          loads++;
+          if (n == p.size()) whole++;
+        }
+      }
+    });
+  }
+  auto settle = [&](size_t i, const std::vector<size_t>& members) {
+    ASSERT_TRUE(cluster_->WaitMembers(i, members).ok()) << "node " << i;
+  };
+  // Node 2 joins.
+  ASSERT_TRUE(cluster_->WriteClusterFile({0, 1, 2}).ok());
+  ASSERT_TRUE(cluster_->StartNode(2).ok());
+  ASSERT_TRUE(cluster_->Hangup(0).ok());
+  ASSERT_TRUE(cluster_->Hangup(1).ok());
+  for (size_t i : {0, 1, 2}) settle(i, {0, 1, 2});
+  Connect(2);
+  for (const Prompt& p : prompts) EXPECT_EQ(LoadWhole(client(2), p), p.size());
+  // Node 1 leaves (and keeps running).
+  ASSERT_TRUE(cluster_->WriteClusterFile({0, 2}).ok());
+  ASSERT_TRUE(cluster_->Hangup(0).ok());
+  ASSERT_TRUE(cluster_->Hangup(2).ok());
+  for (size_t i : {0, 2}) settle(i, {0, 2});
+  for (const Prompt& p : prompts) LoadAndCheck(client(2), p);
+  // And comes back: its data is reachable again.
+  ASSERT_TRUE(cluster_->WriteClusterFile({0, 1, 2}).ok());
+  ASSERT_TRUE(cluster_->Hangup(0).ok());
+  ASSERT_TRUE(cluster_->Hangup(2).ok());
+  for (size_t i : {0, 1, 2}) settle(i, {0, 1, 2});
+  for (size_t i : {0, 1, 2}) {
+    for (const Prompt& p : prompts) EXPECT_EQ(LoadWhole(client(i), p), p.size()) << "node " << i;
+  }
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_GT(loads.load(), 0u);
+  EXPECT_GT(whole.load(), 0u);
 }
 
 TEST_F(MembershipReloadTest, ABadClusterFileIsRefusedAndChangesNothing) {
