@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/logging.h"
+#include "core/sd_notify.h"
 #include "core/signals.h"
 #include "storage/config.h"
 #include "storage/kv_event_publisher.h"
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   bool events = false;
   std::optional<uint16_t> events_port, events_replay_port;
   std::string events_bind;
+  app.set_version_flag("--version", std::string("ptstored ") + PTSTORE_VERSION);
   app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket, "unix socket path for local clients");
   app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
@@ -223,8 +225,32 @@ int main(int argc, char** argv) {
   }
   if (Status st = server.Start(); !st.ok()) return fail(st);
   PTS_INFO("main", "ready");
+  // The service manager (Type=notify) learns that the socket accepts and
+  // the store is recovered (Store::Open scanned the SSD tier above).
+  auto notify = [](const std::string& state) {
+    if (Status st = core::SdNotify(state); !st.ok()) PTS_WARN("main", "notifying the service manager: " << st.ToString());
+  };
+  const std::string serving = "STATUS=serving on " + cfg.server.socket_path;
+  auto members = [&cluster] {
+    return cluster ? "; " + std::to_string(cluster->member_count()) + " cluster members" : std::string();
+  };
+  notify("READY=1\n" + serving + members());
 
-  core::WaitForStopSignal(sigs);
+  // SIGHUP: the cluster file again (storage/cluster.h, Reload). A file that
+  // cannot be applied is logged and changes nothing.
+  auto on_hangup = [&] {
+    if (!cluster) {
+      PTS_INFO("main", "SIGHUP: no cluster file (one node alone): nothing to reload; send SIGTERM to stop");
+      return;
+    }
+    PTS_INFO("main", "SIGHUP: reloading cluster file " << cfg.cluster.cluster_file);
+    notify("RELOADING=1\nSTATUS=reloading the cluster file");
+    Result<std::string> r = cluster->Reload();
+    if (!r.ok()) PTS_ERROR("cluster", r.status().ToString());
+    notify("READY=1\n" + serving + members() + (r.ok() ? "" : "; last reload refused: " + r.status().message()));
+  };
+  core::WaitForStopSignal(sigs, on_hangup);
+  notify("STOPPING=1\nSTATUS=shutting down");
   metrics.Stop();
   server.Stop();
   if (cluster) cluster->Stop();
