@@ -105,6 +105,8 @@ struct ClusterCounters {
   std::atomic<uint64_t> bytes_tcp{0};            // fetched over the TCP stream
   std::atomic<uint64_t> bytes_rma{0};            // fetched by RMA reads
   std::atomic<uint64_t> auth_failures{0};        // peers refused (wrong or no secret)
+  std::atomic<uint64_t> reloads{0};              // cluster file reloads applied (SIGHUP)
+  std::atomic<uint64_t> reloads_refused{0};      // and refused (membership unchanged)
   core::LatencyHistogram lookup_latency;
   core::LatencyHistogram fetch_latency;
   core::LatencyHistogram ping_latency;

@@ -79,7 +79,8 @@ Result<std::string> Cluster::Reload() {
   std::lock_guard reload(reload_mu_);
   if (stopping_.load()) return Aborted("the cluster is stopping");
   const std::string& file = options_.cluster_file;
-  auto refuse = [&file](const Status& why) {
+  auto refuse = [this, &file](const Status& why) {
+    counters_.reloads_refused++;
     return Status(why.code(), "cluster file " + file + " refused, membership unchanged: " + why.message());
   };
   Result<core::Membership> next = core::Membership::Load(file);
@@ -141,6 +142,7 @@ Result<std::string> Cluster::Reload() {
   }
   membership_ = std::move(*next);
   member_count_.store(membership_.size());
+  counters_.reloads++;
   // From here on the old members are not asked: retire them (each waits for
   // its heartbeat's ping in flight, at most rpc_timeout_ms).
   for (const auto& p : retire) RetirePeer(p);

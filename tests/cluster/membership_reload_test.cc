@@ -22,6 +22,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/http_get.h"
 
 namespace ptstore::testing {
 namespace {
@@ -75,8 +76,9 @@ class MembershipReloadTest : public ::testing::Test {
   // `nodes` nodes of which the first `listed` are in the cluster file and
   // running. Replicas off: a load of another node's data is a fetch from its
   // owner every time, so whom a node asks shows in what it loads.
-  void StartCluster(size_t nodes, size_t listed) {
+  void StartCluster(size_t nodes, size_t listed, std::vector<std::string> extra_args = {}) {
     TestCluster::Options o;
+    o.extra_args = std::move(extra_args);
     o.nodes = nodes;
     o.listed = listed;
     o.replicate_after = 0;
@@ -249,7 +251,7 @@ TEST_F(MembershipReloadTest, LoadsWhileNodesJoinLeaveAndComeBackAreRightBytesOrA
 }
 
 TEST_F(MembershipReloadTest, ABadClusterFileIsRefusedAndChangesNothing) {
-  StartCluster(2, 2);
+  StartCluster(2, 2, {"--metrics-port", "auto"});
   std::vector<Prompt> from1;
   for (uint64_t i = 0; i < 4; ++i) {
     from1.push_back(Gen(7000 + i, kTokens));
@@ -301,6 +303,16 @@ TEST_F(MembershipReloadTest, ABadClusterFileIsRefusedAndChangesNothing) {
   Prompt q = Gen(9999, kTokens);
   SaveKv(client(0), q);
   EXPECT_EQ(LoadWhole(client(1), q), q.size());
+  // The metrics count both kinds.
+  const uint16_t port = MetricsPortFromLog(cluster_->node(0));
+  ASSERT_NE(port, 0) << cluster_->node(0).ReadLog();
+  auto r = HttpGet(port, "/metrics");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->body.find("ptstore_cluster_reloads_total{result=\"refused\"} " + std::to_string(refusals)),
+            std::string::npos)
+      << r->body;
+  EXPECT_NE(r->body.find("ptstore_cluster_reloads_total{result=\"applied\"} 1"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("ptstore_cluster_members 2"), std::string::npos) << r->body;
 }
 
 TEST_F(MembershipReloadTest, ANodeAtANewAddressIsReachedThere) {
