@@ -19,11 +19,15 @@ sigset_t BlockStopSignals() {
   return sigs;
 }
 
-int WaitForStopSignal(const sigset_t& sigs) {
+int WaitForStopSignal(const sigset_t& sigs, const std::function<void()>& on_hangup) {
   int sig = 0;
   while (sigwait(&sigs, &sig) == 0) {
     if (sig == SIGHUP) {
-      PTS_INFO("main", "SIGHUP: nothing to reload; send SIGTERM to stop");
+      if (on_hangup) {
+        on_hangup();
+      } else {
+        PTS_INFO("main", "SIGHUP: nothing to reload; send SIGTERM to stop");
+      }
       continue;
     }
     break;

@@ -16,6 +16,7 @@
 #include "sched/cost_model.h"
 #include "sched/scheduler.h"
 #include "sched/service.h"
+#include "sched/event_index.h"
 #include "sched/store_index.h"
 
 using namespace ptstore;
@@ -87,6 +88,10 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", gpu, "the GPU's profile name")->capture_default_str();
   app.add_option("--remote-path", remote_path, "how remote prefixes load: rma or tcp")->capture_default_str();
   app.add_option("--store", stores, "NODE=SOCKET: the ptstored of node NODE (its client socket), repeatable");
+  std::vector<std::string> events;
+  app.add_option("--events", events,
+                 "NODE=PUB,REPLAY: node NODE's KV-event endpoints (docs/kv-events.md), repeatable: route from "
+                 "the events, asking the --store daemons only while a stream is unknown");
   app.add_flag("--cluster", cluster, "the --store daemons form one cluster (ask one for all)");
   app.add_option("--threads", threads, "threads answering requests")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--log-level", log_level, "debug (a line per route), info, warn or error");
@@ -160,7 +165,20 @@ int main(int argc, char** argv) {
   } else if (opts.policy == sched::Policy::kPrefixLocality) {
     PTS_WARN("main", "policy prefix without --store: no locality is known, requests route least-load");
   }
-  sched::Scheduler scheduler(opts, index.get());
+  std::vector<sched::EventIndex::Source> sources;
+  for (const std::string& e : events) {
+    Result<sched::EventIndex::Source> src = sched::EventIndex::ParseSource(e);
+    if (!src.ok()) return usage(src.status().WithContext("--events"));
+    sources.push_back(*src);
+  }
+  std::unique_ptr<sched::EventIndex> event_index;
+  sched::PrefixIndex* prefix_index = index.get();
+  if (!sources.empty()) {
+    event_index = std::make_unique<sched::EventIndex>(std::move(sources), index.get());
+    prefix_index = event_index.get();
+    PTS_INFO("main", "routing from the KV events of " << events.size() << " node(s)");
+  }
+  sched::Scheduler scheduler(opts, prefix_index);
 
   sched::SchedServiceOptions so;
   so.bind = host;

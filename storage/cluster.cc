@@ -38,10 +38,12 @@ Cluster::Cluster(Store* store, ClusterOptions options, core::Membership membersh
                  rdma::ClusterSecret secret)
     : store_(store),
       options_(std::move(options)),
-      membership_(std::move(membership)),
       self_(std::move(self)),
       secret_(std::move(secret)),
-      incarnation_(NewIncarnation()) {}
+      incarnation_(NewIncarnation()),
+      membership_(std::move(membership)),
+      peers_(std::make_shared<const PeerList>()),
+      member_count_(membership_.size()) {}
 
 Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options) {
   PTS_ASSIGN_OR_RETURN(core::Membership m, core::Membership::Load(options.cluster_file));
@@ -55,13 +57,15 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptio
   }
   PTS_ASSIGN_OR_RETURN(rdma::ClusterSecret secret, rdma::ClusterSecret::Load(secret_file));
   std::unique_ptr<Cluster> c(new Cluster(store, options, std::move(m), std::move(self), std::move(secret)));
+  auto peers = std::make_shared<PeerList>();
   for (const core::Member& mem : c->membership_.members()) {
     if (mem.node_id == id) continue;
-    auto p = std::make_unique<Peer>();
+    auto p = std::make_shared<Peer>();
     p->member = mem;
     p->channel = std::make_unique<rdma::PeerChannel>(id, mem.node_id, mem.host, mem.port, &c->secret_);
-    c->peers_.push_back(std::move(p));
+    peers->push_back(std::move(p));
   }
+  c->peers_ = std::move(peers);
   if (options.data_path == core::DataPath::kRma) {
     rdma::FabricOptions fo;
     fo.provider = options.fabric_provider;
@@ -74,7 +78,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptio
   store->SetFetcher(c.get());
   c->accept_thread_ = std::thread([p = c.get()] { p->AcceptLoop(); });
   c->maintenance_thread_ = std::thread([p = c.get()] { p->MaintenanceLoop(); });
-  for (auto& p : c->peers_) {
+  for (const auto& p : *c->peers_) {
     Peer* raw = p.get();
     raw->heartbeat = std::thread([c = c.get(), raw] { c->HeartbeatLoop(raw); });
   }
@@ -94,10 +98,16 @@ void Cluster::Stop() {
   if (accept_thread_.joinable()) accept_thread_.join();
   wake_.notify_all();
   if (maintenance_thread_.joinable()) maintenance_thread_.join();
-  for (auto& p : peers_) {
+  // Reload is not running: it holds reload_mu_ throughout.
+  std::lock_guard reload(reload_mu_);
+  for (const auto& p : *Peers()) {
     p->hb_cv.notify_all();
     if (p->heartbeat.joinable()) p->heartbeat.join();
     p->channel->Reset();
+  }
+  {
+    std::lock_guard lk(peers_mu_);
+    retired_.clear();  // their heartbeats are joined; the fabric goes below
   }
   std::list<ServedConn> conns;
   {
@@ -114,24 +124,37 @@ void Cluster::Stop() {
 // ------------------------------------------------------------ membership
 
 bool Cluster::IsAlive(const Peer* p) const {
+  if (p->removed.load()) return false;
   const MemberState s = p->state.load();
   return s == MemberState::kAlive || s == MemberState::kSuspect;
 }
 
+std::shared_ptr<const Cluster::PeerList> Cluster::Peers() const {
+  std::lock_guard lk(peers_mu_);
+  return peers_;
+}
+
 std::vector<uint32_t> Cluster::AliveIds() const {
   std::vector<uint32_t> ids{self_.node_id};
-  for (const auto& p : peers_) {
+  for (const auto& p : *Peers()) {
     if (IsAlive(p.get())) ids.push_back(p->member.node_id);
   }
   return ids;
 }
 
-Cluster::Peer* Cluster::FindPeer(uint32_t id) const {
-  for (const auto& p : peers_) {
-    if (p->member.node_id == id) return p.get();
+std::shared_ptr<Cluster::Peer> Cluster::FindPeer(uint32_t id) const {
+  for (const auto& p : *Peers()) {
+    if (p->member.node_id == id) return p;
   }
   return nullptr;
 }
+
+bool Cluster::Departed(uint32_t id) const {
+  std::lock_guard lk(peers_mu_);
+  return std::find(departed_.begin(), departed_.end(), id) != departed_.end();
+}
+
+size_t Cluster::member_count() const { return member_count_.load(); }
 
 uint32_t Cluster::ShardFor(const NamespaceDef& def, std::span<const uint32_t> tokens) const {
   const uint32_t bt = def.info.layout.block_tokens;
@@ -143,9 +166,10 @@ uint32_t Cluster::ShardFor(const NamespaceDef& def, std::span<const uint32_t> to
 void Cluster::HeartbeatLoop(Peer* p) {
   std::mutex m;
   std::unique_lock lk(m);
-  while (!stopping_.load()) {
+  while (!stopping_.load() && !p->removed.load()) {
     Ping(p);
-    p->hb_cv.wait_for(lk, std::chrono::milliseconds(options_.heartbeat_ms), [&] { return stopping_.load(); });
+    p->hb_cv.wait_for(lk, std::chrono::milliseconds(options_.heartbeat_ms),
+                      [&] { return stopping_.load() || p->removed.load(); });
   }
 }
 
@@ -259,7 +283,7 @@ core::ClusterStatusReply Cluster::MemberStatus() const {
   me.replica_bytes = s.replica_bytes;
   r.members.push_back(me);
   const auto now = Clock::now();
-  for (const auto& p : peers_) {
+  for (const auto& p : *Peers()) {
     std::lock_guard lk(p->mu);
     core::MemberInfo m;
     m.id = p->member.node_id;
@@ -300,7 +324,7 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
     counters_.metadata_hits++;
     return;
   }
-  Peer* p = FindPeer(shard);
+  std::shared_ptr<Peer> p = FindPeer(shard);
   if (p == nullptr) return;
   // The shard said lately that it holds nothing past this node's match:
   // trust that for a moment (a stale answer costs a miss). Two kinds of
@@ -335,7 +359,7 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   counters_.lookup_latency.Observe(Clock::now() - t0);
   if (!rep.ok()) {
     counters_.shard_lookup_failures++;
-    MarkFailed(p, rep.status());
+    MarkFailed(p.get(), rep.status());
     return;
   }
   if (rep->blocks > local->blocks) {
@@ -377,13 +401,28 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
   // The first increment its live owner no longer holds: everything from it on is gone.
   std::optional<Asked> lost;
   uint32_t lost_owner = 0;
+  bool lost_departed = false;  // its owner left the cluster (Reload)
   for (auto& [owner, entry] : by_owner) {
     auto& [q, asked] = entry;
-    Peer* p = FindPeer(owner);
-    if (p == nullptr || !IsAlive(p)) continue;  // a node that is down may come back with its data
+    std::shared_ptr<Peer> p = FindPeer(owner);
+    if (p == nullptr && Departed(owner)) {
+      // A Reload removed its owner from the cluster: nothing it owned can be
+      // loaded any more, so the save stores those blocks itself.
+      for (const Asked& a : asked) {
+        if (!lost || a.from < lost->from) {
+          lost = a;
+          lost_owner = owner;
+          lost_departed = true;
+        }
+      }
+      continue;
+    }
+    // A node that is down may come back with its data; one this node's file
+    // does not know yet (it joined, and this node has not reloaded) too.
+    if (p == nullptr || !IsAlive(p.get())) continue;
     Result<core::PeerHoldsReply> r = p->channel->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
     if (!r.ok()) {
-      MarkFailed(p, r.status());
+      MarkFailed(p.get(), r.status());
       continue;
     }
     if (r->held.size() != asked.size()) continue;
@@ -391,11 +430,13 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
       if (!r->held[e] && (!lost || asked[e].from < lost->from)) {
         lost = asked[e];
         lost_owner = owner;
+        lost_departed = false;
       }
     }
   }
   if (!lost) return;
-  PTS_INFO("cluster", "node " << lost_owner << " no longer holds blocks [" << lost->from << ", " << lost->to
+  PTS_INFO("cluster", "node " << lost_owner << (lost_departed ? " left the cluster and so" : "")
+                              << " no longer holds blocks [" << lost->from << ", " << lost->to
                               << ") of a prefix in '" << ns
                               << "' that a save here matched: removing them on every node; the save stores them");
   RemovalPoint pt{ns, std::vector<uint32_t>(tokens.begin(), tokens.begin() + lost->to * bt), lost->from};
@@ -411,7 +452,7 @@ void Cluster::Announce(const std::string& ns, std::span<const uint32_t> tokens) 
   if (shard == self_.node_id) return;  // this node's index is the shard's
   Result<Ownership> own = store_->Resolve(ns, tokens);
   if (!own.ok() || own->blocks == 0) return;
-  Peer* p = FindPeer(shard);
+  std::shared_ptr<Peer> p = FindPeer(shard);
   if (p == nullptr) return;
   core::ShardAnnounce msg;
   msg.ns = *def;
@@ -420,7 +461,7 @@ void Cluster::Announce(const std::string& ns, std::span<const uint32_t> tokens) 
   counters_.announces++;
   Result<core::EmptyReply> r = p->channel->Call<core::ShardAnnounce, core::EmptyReply>(msg, options_.rpc_timeout_ms);
   if (!r.ok()) {
-    MarkFailed(p, r.status());
+    MarkFailed(p.get(), r.status());
     std::lock_guard lk(wake_mu_);
     reannounce_ = true;  // the shard learns it later
   }
@@ -436,7 +477,8 @@ void Cluster::SendRemoval(const core::PeerRemove& msg, uint32_t skip_id) {
   // Every member (the shard, the owners, the replicas, the metadata caches)
   // in parallel; one that cannot take it now gets it when it is back.
   std::vector<std::thread> sends;
-  for (auto& up : peers_) {
+  const std::shared_ptr<const PeerList> peers = Peers();
+  for (const auto& up : *peers) {
     Peer* p = up.get();
     if (p->member.node_id == skip_id) continue;
     auto queue = [p, &msg] {
@@ -477,10 +519,11 @@ void Cluster::DeliverPending(Peer* p) {
 }
 
 std::vector<std::pair<uint32_t, std::vector<bool>>> Cluster::AskHolders(const core::PeerHolds& q) {
-  std::vector<std::pair<uint32_t, std::vector<bool>>> answers(peers_.size());
+  const std::shared_ptr<const PeerList> peers = Peers();
+  std::vector<std::pair<uint32_t, std::vector<bool>>> answers(peers->size());
   std::vector<std::thread> calls;
-  for (size_t p = 0; p < peers_.size(); ++p) {
-    Peer* peer = peers_[p].get();
+  for (size_t p = 0; p < peers->size(); ++p) {
+    Peer* peer = (*peers)[p].get();
     if (!IsAlive(peer)) continue;
     calls.emplace_back([this, peer, &q, &answers, p] {
       Result<core::PeerHoldsReply> r =
@@ -609,9 +652,10 @@ void Cluster::MaintenanceLoop() {
       reannounce = std::exchange(reannounce_, false);
     }
     for (const RemovalPoint& pt : store_->TakeLostIncrements()) PropagateRemoval(pt);
-    for (auto& p : peers_) {
+    for (const auto& p : *Peers()) {
       if (IsAlive(p.get())) DeliverPending(p.get());
     }
+    SweepRetired();
     if (reannounce) ReannounceAll();
   }
 }
@@ -640,8 +684,8 @@ void Cluster::ReannounceAll() {
   }
   bool failed = false;
   for (auto& [key, b] : batches) {
-    Peer* p = FindPeer(key.first);
-    if (p == nullptr || !IsAlive(p)) continue;
+    std::shared_ptr<Peer> p = FindPeer(key.first);
+    if (p == nullptr || !IsAlive(p.get())) continue;
     for (size_t i = 0; i < b.entries.size(); i += kAnnounceBatch) {
       core::ShardAnnounce part;
       part.ns = b.ns;
@@ -651,7 +695,7 @@ void Cluster::ReannounceAll() {
       Result<core::EmptyReply> r =
           p->channel->Call<core::ShardAnnounce, core::EmptyReply>(part, options_.rpc_timeout_ms * 4);
       if (!r.ok()) {
-        MarkFailed(p, r.status());
+        MarkFailed(p.get(), r.status());
         failed = true;
         break;
       }

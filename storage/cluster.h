@@ -26,7 +26,19 @@
 // member comes back, dies or restarts, every node announces what it owns
 // to the (new) shards.
 //
-// Thread safety: all public methods may be called from any thread.
+// Membership changes at run time (Reload, on SIGHUP): the cluster file is
+// read again and the difference applied -- members that joined are pinged
+// and, once alive, take their roots (rendezvous); members that left stop
+// being asked, their roots move to the next node, connections from them are
+// closed and they are refused from then on; a member at a new address is
+// reached there. A file that cannot be applied changes nothing.
+//
+// Thread safety: all public methods may be called from any thread. The
+// member list is an immutable snapshot (PeerList) replaced whole by Reload:
+// a caller holds its snapshot (shared_ptr) for as long as it uses a Peer, so
+// a member removed meanwhile stays valid, marked removed (never alive),
+// until its last user lets go. Lock order: reload_mu_, then peers_mu_, then
+// a Peer's mu or conns_mu_.
 #pragma once
 
 #include <atomic>
@@ -93,6 +105,8 @@ struct ClusterCounters {
   std::atomic<uint64_t> bytes_tcp{0};            // fetched over the TCP stream
   std::atomic<uint64_t> bytes_rma{0};            // fetched by RMA reads
   std::atomic<uint64_t> auth_failures{0};        // peers refused (wrong or no secret)
+  std::atomic<uint64_t> reloads{0};              // cluster file reloads applied (SIGHUP)
+  std::atomic<uint64_t> reloads_refused{0};      // and refused (membership unchanged)
   core::LatencyHistogram lookup_latency;
   core::LatencyHistogram fetch_latency;
   core::LatencyHistogram ping_latency;
@@ -118,6 +132,15 @@ class Cluster : public RemoteFetcher {
   static Result<std::unique_ptr<Cluster>> Start(Store* store, const ClusterOptions& options);
   ~Cluster() override;  // Stop()
   void Stop();
+
+  // Re-reads options.cluster_file and applies the difference to the running
+  // cluster: joins, leaves, address changes (see the top of this file).
+  // Refused, with an error naming the file and what is wrong, and nothing
+  // changed, when the file does not parse, names a node id or address twice,
+  // lacks this node, or moves this node to another address (that needs a
+  // restart: the listening socket stays). The secret is not re-read. On
+  // success, a one-line summary ("joined 2; left none; moved none").
+  Result<std::string> Reload();
 
   // Before a lookup, pin or save of `tokens`: unless this node's index
   // matches every whole block, asks the root's shard and files its answer.
@@ -148,17 +171,21 @@ class Cluster : public RemoteFetcher {
   void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, std::vector<FetchRequest>& requests) override;
 
   core::ClusterStatusReply MemberStatus() const;
+  // The members as of the last successful Start or Reload (self included).
+  size_t member_count() const;
   const ClusterCounters& counters() const { return counters_; }
   uint32_t self_id() const { return self_.node_id; }
   uint16_t port() const { return port_; }
 
  private:
   struct Peer;
+  using PeerList = std::vector<std::shared_ptr<Peer>>;
   Cluster(Store* store, ClusterOptions options, core::Membership membership, core::Member self,
           rdma::ClusterSecret secret);
   Status Listen();
   void AcceptLoop();
-  // Serves one authenticated peer connection until it closes.
+  // Serves one authenticated peer connection until it closes (or the peer
+  // is no longer a member: its next request closes it).
   void ServePeer(int fd, std::string remote);
   Status DispatchPeer(rdma::FramedSocket& sock, const rdma::Frame& f, uint64_t session);
   // Pins what a peer asks for and sends it (TCP) or its addresses (RMA;
@@ -178,11 +205,26 @@ class Cluster : public RemoteFetcher {
   void ReannounceAll();
   void DeliverPending(Peer* p);
 
+  // A new member: its channel and heartbeat thread.
+  std::shared_ptr<Peer> NewPeer(const core::Member& m);
+  // A member that left (or moved): marked removed (its connections to this
+  // node close at their next request), heartbeat joined, channel closed;
+  // kept in retired_ until no one else holds it.
+  void RetirePeer(const std::shared_ptr<Peer>& p);
+  // Frees retired members no one holds any more (their RMA addresses).
+  void SweepRetired();
+
+  // The current member list (never null).
+  std::shared_ptr<const PeerList> Peers() const;
   // The live node ids (self included), and the shard of a prompt's root.
   std::vector<uint32_t> AliveIds() const;
   uint32_t ShardFor(const NamespaceDef& def, std::span<const uint32_t> tokens) const;
-  Peer* FindPeer(uint32_t id) const;
+  // nullptr when `id` is not a member (now).
+  std::shared_ptr<Peer> FindPeer(uint32_t id) const;
+  // A member that answers its pings and has not been removed.
   bool IsAlive(const Peer* p) const;
+  // Whether `id` was a member and a Reload removed it (and none re-added it).
+  bool Departed(uint32_t id) const;
   // Asks every alive peer, in parallel, which entries of `q` it holds: one
   // (node id, answer per entry) per peer; a peer that did not answer (or is
   // not alive) has an empty answer.
@@ -198,11 +240,16 @@ class Cluster : public RemoteFetcher {
 
   Store* store_;
   const ClusterOptions options_;
-  const core::Membership membership_;
   const core::Member self_;
   const rdma::ClusterSecret secret_;
   const uint64_t incarnation_;
-  std::vector<std::unique_ptr<Peer>> peers_;
+  std::mutex reload_mu_;                  // serializes Reload
+  core::Membership membership_;           // GUARDED_BY(reload_mu_): the file as last applied
+  mutable std::mutex peers_mu_;
+  std::shared_ptr<const PeerList> peers_;  // GUARDED_BY(peers_mu_); replaced whole
+  PeerList retired_;                       // GUARDED_BY(peers_mu_)
+  std::vector<uint32_t> departed_;         // GUARDED_BY(peers_mu_): ids a Reload removed
+  std::atomic<size_t> member_count_{0};
   std::unique_ptr<rdma::Fabric> fabric_;  // rma data path only
   mutable ClusterCounters counters_;
 
@@ -224,6 +271,10 @@ class Cluster : public RemoteFetcher {
   // shard matched) -> when.
   std::mutex negative_mu_;
   std::unordered_map<uint64_t, Clock::time_point> negative_;  // GUARDED_BY(negative_mu_)
+
+  // Nodes refused for not being members -> when that was last logged.
+  std::mutex refused_mu_;
+  std::unordered_map<uint32_t, Clock::time_point> refused_;  // GUARDED_BY(refused_mu_)
 
   std::mutex wake_mu_;
   std::condition_variable wake_;

@@ -21,11 +21,11 @@ void Cluster::Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, st
   std::vector<std::thread> others;
   for (size_t i = 1; i < requests.size(); ++i) {
     others.emplace_back([this, &ns, tokens, &requests, i] {
-      if (Peer* p = FindPeer(requests[i].owner)) FetchFrom(p, ns, tokens, requests[i]);
+      if (std::shared_ptr<Peer> p = FindPeer(requests[i].owner)) FetchFrom(p.get(), ns, tokens, requests[i]);
     });
   }
   if (!requests.empty()) {
-    if (Peer* p = FindPeer(requests[0].owner)) FetchFrom(p, ns, tokens, requests[0]);
+    if (std::shared_ptr<Peer> p = FindPeer(requests[0].owner)) FetchFrom(p.get(), ns, tokens, requests[0]);
   }
   for (std::thread& t : others) t.join();
 }

@@ -27,6 +27,12 @@ void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster) {
   w.Histogram(c.lookup_latency.Snapshot(), {{"rpc", "shard_lookup"}});
   w.Histogram(c.fetch_latency.Snapshot(), {{"rpc", "fetch"}});
   w.Histogram(c.ping_latency.Snapshot(), {{"rpc", "ping"}});
+  w.Family("ptstore_cluster_reloads_total", MetricType::kCounter,
+           "Reloads of the cluster file (SIGHUP): applied, or refused with the membership unchanged.");
+  w.Sample(c.reloads.load(), {{"result", "applied"}});
+  w.Sample(c.reloads_refused.load(), {{"result", "refused"}});
+  w.Gauge("ptstore_cluster_members", "Members in the cluster file as last applied (this node included).",
+          static_cast<uint64_t>(cluster.member_count()));
   const core::ClusterStatusReply st = cluster.MemberStatus();
   w.Family("ptstore_member_up", MetricType::kGauge, "1 when this node sees the member alive (or is it), else 0.");
   for (const auto& m : st.members) {

@@ -22,6 +22,7 @@ struct Cluster::Peer {
   core::Member member;
   std::unique_ptr<rdma::PeerChannel> channel;
   std::atomic<core::MemberState> state{core::MemberState::kDead};  // until its first answer
+  std::atomic<bool> removed{false};  // a Reload took it out of the member list
   mutable std::mutex mu;                               // guards what follows
   core::PeerPingReply last;
   bool seen = false;

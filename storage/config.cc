@@ -90,7 +90,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     std::string where = e.source().begin ? " at line " + std::to_string(e.source().begin.line) : "";
     return InvalidArgument("config " + path + where + ": " + std::string(e.description()));
   }
-  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "ssd", "server", "log", "metrics", "cluster"}));
+  PTS_RETURN_IF_ERROR(CheckKeys(root, "top level", {"node", "arena", "ssd", "server", "log", "metrics", "cluster", "events"}));
   if (auto* node = root["node"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*node, "node", {"id"}));
     PTS_RETURN_IF_ERROR(RangedField(*node, "node", "id", 0, (1 << 24) - 1, &config->store.node_id));
@@ -181,6 +181,31 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(
         RangedField(*cluster, "cluster", "replicate_after", 0, 1000000, &config->store.replicate_after));
   }
+  if (auto* events = root["events"].as_table()) {
+    KvEventsOptions& e = config->events;
+    PTS_RETURN_IF_ERROR(CheckKeys(*events, "events",
+                                  {"enabled", "bind", "port", "replay_port", "queue_events", "buffer_batches",
+                                   "hwm", "batch_events", "batch_delay_us", "salted_tokens", "block_hash"}));
+    PTS_RETURN_IF_ERROR(Field(*events, "enabled", &e.enabled));
+    PTS_RETURN_IF_ERROR(Field(*events, "bind", &e.bind));
+    if (e.bind.empty()) return InvalidArgument("config: events.bind must not be empty");
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "port", 0, 65535, &e.port));
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "replay_port", 0, 65535, &e.replay_port));
+    if (e.port != 0 && e.port == e.replay_port) {
+      return InvalidArgument("config: events.port and events.replay_port must differ");
+    }
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "queue_events", 1, int64_t{1} << 30, &e.queue_events));
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "buffer_batches", 1, int64_t{1} << 24, &e.buffer_batches));
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "hwm", 1, int64_t{1} << 30, &e.hwm));
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "batch_events", 1, 1 << 20, &e.batch_events));
+    PTS_RETURN_IF_ERROR(RangedField(*events, "events", "batch_delay_us", 0, 1000000, &e.batch_delay_us));
+    PTS_RETURN_IF_ERROR(Field(*events, "salted_tokens", &e.codec.salted_tokens));
+    std::string hash = e.codec.hash == KvHashFormat::kInt ? "int" : "bytes";
+    PTS_RETURN_IF_ERROR(Field(*events, "block_hash", &hash));
+    Result<KvHashFormat> format = ParseBlockHashFormat(hash);
+    if (!format.ok()) return format.status().WithContext("config: events.block_hash");
+    e.codec.hash = *format;
+  }
   if (auto* log = root["log"].as_table()) {
     PTS_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
     PTS_RETURN_IF_ERROR(Field(*log, "level", &config->log_level));
@@ -193,6 +218,12 @@ Result<SsdOptions::Sync> ParseSync(std::string_view text) {
   if (text == "segment") return SsdOptions::Sync::kSegment;
   if (text == "record") return SsdOptions::Sync::kRecord;
   return InvalidArgument("ssd sync mode '" + std::string(text) + "' is not none, segment or record");
+}
+
+Result<KvHashFormat> ParseBlockHashFormat(std::string_view text) {
+  if (text == "int") return KvHashFormat::kInt;
+  if (text == "bytes") return KvHashFormat::kBytes;
+  return InvalidArgument("block hash format '" + std::string(text) + "' is not \"int\" or \"bytes\"");
 }
 
 Result<core::DataPath> ParseDataPath(std::string_view text) {

@@ -6,6 +6,7 @@
 
 #include "ptstore/status.h"
 #include "storage/cluster.h"
+#include "storage/kv_event_publisher.h"
 #include "storage/server.h"
 #include "storage/store.h"
 
@@ -28,6 +29,8 @@ struct DaemonConfig {
   MetricsConfig metrics;
   // [cluster]: empty cluster.cluster_file means a single node.
   ClusterOptions cluster;
+  // [events]: the KV-event stream (docs/kv-events.md).
+  KvEventsOptions events;
 };
 
 // "4GiB", "512MiB", "64KiB", "1G", "1048576" -> bytes.
@@ -46,6 +49,9 @@ Status ParseMetricsPort(std::string_view text, MetricsConfig* metrics);
 
 // "tcp" or "rma".
 Result<core::DataPath> ParseDataPath(std::string_view text);
+
+// "int" or "bytes": how block hashes are written in KV events.
+Result<KvHashFormat> ParseBlockHashFormat(std::string_view text);
 
 // An SSD tier needs both a directory and a capacity.
 Status CheckSsdConfig(const DaemonConfig& config);

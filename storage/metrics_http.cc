@@ -24,7 +24,7 @@ core::HttpServerOptions ToHttpOptions(const MetricsHttpOptions& o) {
   h.read_timeout_ms = o.read_timeout_ms;
   h.write_timeout_ms = o.write_timeout_ms;
   h.max_request_bytes = o.max_request_bytes;
-  h.max_body_bytes = 64 << 10;
+  h.max_body_bytes = 1 << 20;  // a /query of a long prompt
   h.max_connections = o.max_connections;
   h.handler_threads = 0;
   h.name = "metrics";
@@ -35,9 +35,10 @@ core::HttpServerOptions ToHttpOptions(const MetricsHttpOptions& o) {
 
 MetricsHttpServer::MetricsHttpServer(MetricsHttpOptions options) : http_(ToHttpOptions(options)) {}
 
-Status MetricsHttpServer::Start(const std::string& bind, uint16_t port, Render render) {
+Status MetricsHttpServer::Start(const std::string& bind, uint16_t port, Render render, Query query) {
   if (!render) return InvalidArgument("the metrics server needs a render function");
-  return http_.Start(bind, port, [render = std::move(render)](const core::HttpRequest& req) {
+  return http_.Start(bind, port, [render = std::move(render), query = std::move(query)](const core::HttpRequest& req) {
+    if (query && req.path == "/query") return query(req);
     if (req.method != "GET") {  // HEAD arrives as GET
       core::HttpResponse r = Error(405);
       r.headers.emplace_back("Allow", "GET, HEAD");

@@ -23,6 +23,7 @@ constexpr int kSendTimeoutMs = 10000;
 // An owner keeps the pins of an RMA fetch until the reader releases them,
 // its connection closes, or this long.
 constexpr uint64_t kFetchLeaseMs = 60000;
+constexpr int kRefusalLogMs = 10000;
 // Replies to request `f` with `m` as message type f.type + 1.
 template <typename M>
 Status Reply(rdma::FramedSocket& sock, const rdma::Frame& f, const M& m) {
@@ -79,8 +80,25 @@ void Cluster::ServePeer(int fd, std::string remote) {
     if (peer.status().code() == Code::kPermissionDenied) counters_.auth_failures++;
     return;  // logged by the responder
   }
-  if (FindPeer(*peer) == nullptr) {
-    PTS_WARN("cluster", "refusing node " << *peer << " from " << remote << ": not in the cluster file");
+  std::shared_ptr<Peer> member = FindPeer(*peer);
+  if (member == nullptr) {
+    // A node not (yet) in this node's file retries every heartbeat: warned
+    // of once per kRefusalLogMs per node id, the rest at debug level.
+    bool warn = false;
+    {
+      std::lock_guard lk(refused_mu_);
+      auto [it, fresh] = refused_.try_emplace(*peer, Clock::now());
+      if (fresh || Clock::now() - it->second > std::chrono::milliseconds(kRefusalLogMs)) {
+        it->second = Clock::now();
+        warn = true;
+      }
+    }
+    if (warn) {
+      PTS_WARN("cluster", "refusing node " << *peer << " from " << remote << ": not in the cluster file"
+                                           << " (a SIGHUP after adding it there admits it)");
+    } else {
+      PTS_DEBUG("cluster", "refusing node " << *peer << " from " << remote << ": not in the cluster file");
+    }
     return;
   }
   const uint64_t session = next_session_++;
@@ -89,6 +107,16 @@ void Cluster::ServePeer(int fd, std::string remote) {
   while (!stopping_.load()) {
     Result<rdma::Frame> f = sock.Receive(-1);
     if (!f.ok()) break;  // closed, or garbage: the connection ends
+    if (member->removed.load()) {
+      // A Reload took it out of the cluster since it connected, or moved it
+      // (then it is a member still, at its new address).
+      member = FindPeer(*peer);
+      if (member == nullptr) {
+        PTS_WARN("cluster", "closing the connection of node " << *peer << " from " << remote
+                                                              << ": no longer in the cluster file");
+        break;
+      }
+    }
     ptstore::Status st;
     if (f->type == static_cast<uint16_t>(core::MsgType::kPeerFetch)) {
       core::PeerFetch req;

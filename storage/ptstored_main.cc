@@ -7,12 +7,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 
 #include "core/logging.h"
+#include "core/sd_notify.h"
 #include "core/signals.h"
 #include "storage/config.h"
+#include "storage/kv_event_publisher.h"
+#include "storage/kv_query.h"
 #include "storage/cluster_metrics.h"
 #include "storage/metrics.h"
 #include "storage/metrics_http.h"
@@ -20,6 +24,24 @@
 #include "storage/store.h"
 
 using namespace ptstore;
+
+namespace {
+
+// The KV-event stream's incarnation: seconds since the Unix epoch, and with
+// an SSD tier more than the last one recorded there (a restart within the
+// same second, or a clock set back, still gets a new one).
+uint32_t NextIncarnation(const std::string& ssd_dir) {
+  uint32_t inc = static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  if (ssd_dir.empty()) return inc;
+  const std::string path = ssd_dir + "/kv-events.incarnation";
+  uint64_t last = 0;
+  if (std::ifstream in(path); in >> last) inc = static_cast<uint32_t>(std::max<uint64_t>(inc, last + 1));
+  std::ofstream(path, std::ios::trunc) << inc << "\n";
+  return inc;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ptstored: the PTStore node server (DRAM arena of KV prefixes)"};
@@ -32,6 +54,10 @@ int main(int argc, char** argv) {
   std::string metrics_port, metrics_bind;
   std::string cluster_file, secret_file, data_path, fabric_provider;
   std::optional<uint32_t> replicate_after;
+  bool events = false;
+  std::optional<uint16_t> events_port, events_replay_port;
+  std::string events_bind;
+  app.set_version_flag("--version", std::string("ptstored ") + PTSTORE_VERSION);
   app.add_option("-c,--config", config_path, "TOML config file (see ptstored(8))")->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket, "unix socket path for local clients");
   app.add_option("--arena-size", arena_size, "DRAM arena size, e.g. 4GiB");
@@ -53,6 +79,10 @@ int main(int argc, char** argv) {
   app.add_option("--data-path", data_path, "how remote loads move bytes: tcp (a stream) or rma (libfabric fi_read)");
   app.add_option("--fabric-provider", fabric_provider, "libfabric provider for --data-path rma (default tcp)");
   app.add_option("--replicate-after", replicate_after, "keep a fetched remote increment as a replica after this many loads (0: never)");
+  app.add_flag("--events", events, "publish KV events (docs/kv-events.md) on ephemeral ports (logged)");
+  app.add_option("--events-port", events_port, "KV events: the ZMQ PUB port (implies --events)");
+  app.add_option("--events-replay-port", events_replay_port, "KV events: the ZMQ ROUTER replay port (implies --events)");
+  app.add_option("--events-bind", events_bind, "KV events: the address to bind (default 127.0.0.1)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -109,6 +139,13 @@ int main(int argc, char** argv) {
     }
   }
   if (!metrics_bind.empty()) cfg.metrics.bind = metrics_bind;
+  if (events || events_port || events_replay_port) cfg.events.enabled = true;
+  if (events_port) cfg.events.port = *events_port;
+  if (events_replay_port) cfg.events.replay_port = *events_replay_port;
+  if (!events_bind.empty()) cfg.events.bind = events_bind;
+  if (cfg.events.port != 0 && cfg.events.port == cfg.events.replay_port) {
+    return fail(InvalidArgument("the KV events' PUB and replay ports must differ"));
+  }
   if (Status st = storage::CheckSsdConfig(cfg); !st.ok()) return fail(st);
   core::LogLevel level;
   if (!core::ParseLogLevel(cfg.log_level, &level)) {
@@ -141,6 +178,20 @@ int main(int argc, char** argv) {
     cluster = std::move(*c);
     cfg.server.cluster = cluster.get();
   }
+  // KV events: the publisher announces AllBlocksCleared and what the store
+  // recovered before anything else can change it.
+  std::unique_ptr<storage::KvEventPublisher> events_pub;
+  if (cfg.events.enabled) {
+    cfg.events.node_id = cfg.store.node_id;
+    cfg.events.incarnation = NextIncarnation(cfg.store.ssd.dir);
+    storage::Store* s = store->get();
+    auto p = storage::KvEventPublisher::Start(cfg.events, [s] { s->AnnounceEvents(); });
+    if (!p.ok()) return fail(p.status());
+    events_pub = std::move(*p);
+    s->SetEventSink(events_pub.get());
+    PTS_INFO("events", "kv events on " << events_pub->endpoint() << " replay " << events_pub->replay_endpoint()
+                                       << " incarnation " << events_pub->incarnation());
+  }
   storage::Server server(store->get(), cfg.server);
   // The metrics endpoint starts before the socket, so that its port is in
   // the log once clients can connect.
@@ -148,7 +199,7 @@ int main(int argc, char** argv) {
   if (cfg.metrics.enabled) {
     storage::Store* node_store = store->get();
     storage::Cluster* node_cluster = cluster.get();
-    auto render = [node_store, node_cluster, &server, &cfg, start_time] {
+    auto render = [node_store, node_cluster, &server, &cfg, &events_pub, start_time] {
       storage::NodeMetrics node;
       node.node_id = cfg.store.node_id;
       node.version = PTSTORE_VERSION;
@@ -161,18 +212,45 @@ int main(int argc, char** argv) {
       storage::AppendStoreMetrics(w, node_store->Stats());
       storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
       if (node_cluster != nullptr) storage::AppendClusterMetrics(w, *node_cluster);
+      if (events_pub) storage::AppendKvEventMetrics(w, events_pub->Stats());
       if (!w.status().ok()) PTS_ERROR("metrics", w.status().ToString());
       return w.Take();
     };
-    if (Status st = metrics.Start(cfg.metrics.bind, cfg.metrics.port, render); !st.ok()) {
+    auto query = std::make_shared<storage::KvQuery>(node_store, node_cluster);
+    auto handle = [query](const core::HttpRequest& req) { return query->Handle(req); };
+    if (Status st = metrics.Start(cfg.metrics.bind, cfg.metrics.port, render, handle); !st.ok()) {
       return fail(st.WithContext("metrics endpoint"));
     }
     PTS_INFO("metrics", "metrics on http://" << metrics.address() << "/metrics");
   }
   if (Status st = server.Start(); !st.ok()) return fail(st);
   PTS_INFO("main", "ready");
+  // The service manager (Type=notify) learns that the socket accepts and
+  // the store is recovered (Store::Open scanned the SSD tier above).
+  auto notify = [](const std::string& state) {
+    if (Status st = core::SdNotify(state); !st.ok()) PTS_WARN("main", "notifying the service manager: " << st.ToString());
+  };
+  const std::string serving = "STATUS=serving on " + cfg.server.socket_path;
+  auto members = [&cluster] {
+    return cluster ? "; " + std::to_string(cluster->member_count()) + " cluster members" : std::string();
+  };
+  notify("READY=1\n" + serving + members());
 
-  core::WaitForStopSignal(sigs);
+  // SIGHUP: the cluster file again (storage/cluster.h, Reload). A file that
+  // cannot be applied is logged and changes nothing.
+  auto on_hangup = [&] {
+    if (!cluster) {
+      PTS_INFO("main", "SIGHUP: no cluster file (one node alone): nothing to reload; send SIGTERM to stop");
+      return;
+    }
+    PTS_INFO("main", "SIGHUP: reloading cluster file " << cfg.cluster.cluster_file);
+    notify("RELOADING=1\nSTATUS=reloading the cluster file");
+    Result<std::string> r = cluster->Reload();
+    if (!r.ok()) PTS_ERROR("cluster", r.status().ToString());
+    notify("READY=1\n" + serving + members() + (r.ok() ? "" : "; last reload refused: " + r.status().message()));
+  };
+  core::WaitForStopSignal(sigs, on_hangup);
+  notify("STOPPING=1\nSTATUS=shutting down");
   metrics.Stop();
   server.Stop();
   if (cluster) cluster->Stop();
@@ -181,6 +259,10 @@ int main(int argc, char** argv) {
     if (!n.ok()) PTS_WARN("main", "persisting to SSD at shutdown: " << n.status().ToString());
   } else {
     (*store)->SyncTimes();  // what is on SSD comes back with the times it has now
+  }
+  if (events_pub) {
+    (*store)->SetEventSink(nullptr);
+    events_pub.reset();  // sends what is queued
   }
   StoreStats s = (*store)->Stats();
   PTS_INFO("main", "served " << s.hits << " hits, " << s.misses << " misses, " << s.saves << " saves; bye");

@@ -67,6 +67,7 @@ RadixNode* RadixTree::Split(RadixNode* node, uint64_t blocks, const ChainKey& up
   upper->hits = node->hits;  // every hit on the lower part passed through it
   node->times.ctime_ns = std::max(node->times.ctime_ns, ctime_ns);
   upper->times = node->times;  // stored together; every use of the lower part used it
+  upper->announced = node->announced;  // the same blocks: nothing to tell routers
 
   node->tokens.erase(node->tokens.begin(), node->tokens.begin() + blocks * block_tokens_);
   node->start_block += blocks;

@@ -34,6 +34,7 @@ struct RadixNode {
   uint64_t length = 0;             // bytes
   uint64_t hits = 0;
   Times times;                     // ptstore(7) "Times"; an ancestor's atime >= its descendants'
+  uint8_t announced = 0;           // KvMedium bits its blocks were published in (storage/store_events.cc)
   std::unordered_map<ChainKey, std::unique_ptr<RadixNode>, ChainKeyHash> children;
 };
 

@@ -216,6 +216,7 @@ void Store::FreeDramLocked(Tensor* t) {
   (t->cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) -= t->allocated;
   t->in_dram = false;
   t->allocated = 0;
+  SyncTensorEventsLocked(t);
 }
 
 void Store::MaybeDestroyLocked(Tensor* t) {
@@ -243,6 +244,7 @@ void Store::SetPriorityLocked(Tensor* t, double priority) {
 
 void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
   Tensor* t = n->tensor;
+  NodeLeavesEventsLocked(n);
   result->nodes++;
   result->bytes += n->length;
   auto& chain = t->nodes;
@@ -487,6 +489,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   t->in_index = true;
+  SyncTensorEventsLocked(t);
   // The blocks it matched were used (the prompt came again): its ancestors,
   // after the split that made room for it, not the other half of a split.
   if (RaiseAncestorsAtimeLocked(node, now)) {

@@ -48,6 +48,7 @@
 #include "storage/env.h"
 #include "storage/gdsf.h"
 #include "storage/io_pool.h"
+#include "storage/kv_event.h"
 #include "storage/radix_tree.h"
 #include "storage/remote.h"
 #include "storage/ssd_tier.h"
@@ -176,6 +177,28 @@ class Store {
   // most `max` (ChangeLog::Since; Client::Changes). Who may see which
   // namespace's changes is the session's business.
   TreeChanges Changes(uint64_t epoch, uint64_t since, size_t max) const { return changes_.Since(epoch, since, max); }
+
+  // ------------------------------------------------------------- KV events
+  // (store_events.cc, docs/kv-events.md). Sets where this node's events go
+  // (nullptr: nowhere) and announces, into the new sink, AllBlocksCleared
+  // and then every block this node holds, medium by medium. The sink must
+  // outlive its use: set nullptr before destroying it.
+  void SetEventSink(KvEventSink* sink);
+  // AllBlocksCleared and everything held again, into the current sink
+  // (after the sink dropped events).
+  void AnnounceEvents();
+  // A prompt's longest match on this node by tier, in tokens from its start
+  // (the KV query API, storage/kv_query.h): what the index matches, what
+  // this node holds (DRAM or SSD, own data or kept replicas), what of that
+  // is in DRAM, what is on SSD. No hit, no use, no times changed.
+  struct TierMatch {
+    uint64_t matched_tokens = 0;
+    uint64_t held_tokens = 0;
+    uint64_t dram_tokens = 0;
+    uint64_t ssd_tokens = 0;
+    uint32_t block_tokens = 0;
+  };
+  Result<TierMatch> MatchTiers(const std::string& ns, std::span<const uint32_t> tokens);
 
   // ---------------------------------------------------------------- cluster
   // (store_remote.cc, docs/architecture.md "Cluster"). Another node's
@@ -345,6 +368,15 @@ class Store {
   // the rest (and what hangs below it) out; `keys` are the chain keys of
   // `t`'s prefix up to its last block.
   void KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey> keys);
+  // KV events (store_events.cc): the media `t`'s blocks are held in (KvMedium
+  // bits); publishes what changed for each of its nodes / for one node, or
+  // for a node leaving the index; announces everything (AnnounceLocked).
+  uint8_t HeldMediaLocked(const Tensor& t) const;
+  void SyncTensorEventsLocked(Tensor* t);
+  void SyncNodeEventsLocked(RadixNode* n, uint8_t held, bool force);
+  void NodeLeavesEventsLocked(RadixNode* n);
+  void EmitNodeEventLocked(const RadixNode* n, KvEventKind kind, KvMedium medium, bool force);
+  void AnnounceLocked(bool force);
   // Rebuilds namespaces and the index from the segments (store_recovery.cc).
   Status RecoverLocked();
   void RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result);
@@ -422,6 +454,7 @@ class Store {
   std::thread cleaner_;
   RemoteFetcher* fetcher_ = nullptr;                                     // GUARDED_BY(mu_)
   std::vector<RemovalPoint> lost_;                                       // GUARDED_BY(mu_)
+  KvEventSink* events_ = nullptr;                                        // GUARDED_BY(mu_)
   mutable StoreStats stats_;                                             // GUARDED_BY(mu_)
 };
 

@@ -233,6 +233,7 @@ uint64_t Store::AdoptReplicasOf(uint32_t node) {
     t->owner = options_.node_id;
     t->cache_class = CacheClass::kOwned;
     stats_.owned_bytes += t->allocated;
+    SyncTensorEventsLocked(t.get());
     t->ns->info.bytes += t->bytes;
     queue_[static_cast<int>(CacheClass::kOwned)].Add(t.get());
     adopted++;
@@ -369,6 +370,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
         t->holds++;  // released by the pin (ReleaseTransientsLocked)
         transient->push_back(t);
       }
+      SyncTensorEventsLocked(t);
     } else {
       alloc_.Free(j.off);
       if (!complete) {

@@ -133,6 +133,7 @@ void Store::DropSsdCopyLocked(Tensor* t) {
   ssd_->Forget(t->ssd);
   RewriteRecordLocked(t->ssd, 0);
   t->on_ssd = false;
+  SyncTensorEventsLocked(t);
 }
 
 // ------------------------------------------------------------- spilling
@@ -289,6 +290,7 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
   }
   t->on_ssd = true;
   t->ssd = *loc;
+  SyncTensorEventsLocked(t);
   t->record_times = written_times;
   if (TensorTimesLocked(*t) != written_times) NoteTimesChangedLocked(t);
   ssd_queue_.Add(t);
@@ -386,6 +388,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
       t->allocated = alloc_.AllocatedSize(j.off);
       stats_.owned_bytes += t->allocated;
       queue_[static_cast<int>(t->cache_class)].Add(t);
+      SyncTensorEventsLocked(t);
       stats_.ssd_fills++;
       stats_.ssd_fill_bytes += j.loc.payload_bytes;
     } else {

@@ -1,12 +1,14 @@
 #include "tests/testing/cluster.h"
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -57,8 +59,7 @@ Status TestCluster::Start() {
   secret_file_ = dir_ + "/secret";
   WriteSecret(secret_file_, 's');
   cluster_file_ = dir_ + "/cluster.toml";
-  std::ofstream f(cluster_file_);
-  f << "secret_file = \"" << secret_file_ << "\"\n";
+  const size_t listed = options_.listed == 0 ? options_.nodes : std::min(options_.listed, options_.nodes);
   for (size_t i = 0; i < options_.nodes; ++i) {
     uint16_t port = 7400;
     if (options_.hosts.empty()) {
@@ -69,15 +70,82 @@ Status TestCluster::Start() {
       } while (std::find(ports_.begin(), ports_.end(), port) != ports_.end());
     }
     ports_.push_back(port);
-    f << "[[node]]\nid = " << i << "\naddress = \"" << address(i) << "\"\n";
     daemons_.push_back(std::make_unique<Daemon>());
   }
-  f.close();
+  std::vector<size_t> members;
+  for (size_t i = 0; i < listed; ++i) members.push_back(i);
+  PTS_RETURN_IF_ERROR(WriteClusterFile(members));
   running_.assign(options_.nodes, false);
   node_args_ = options_.node_args;
   node_args_.resize(options_.nodes);
-  for (size_t i = 0; i < options_.nodes; ++i) PTS_RETURN_IF_ERROR(StartNode(i));
+  for (size_t i = 0; i < listed; ++i) PTS_RETURN_IF_ERROR(StartNode(i));
   return Status::OK();
+}
+
+std::string TestCluster::ClusterText(const std::vector<size_t>& members) const {
+  std::string text = "secret_file = \"" + secret_file_ + "\"\n";
+  for (size_t i : members) {
+    text += "[[node]]\nid = " + std::to_string(i) + "\naddress = \"" + address(i) + "\"\n";
+  }
+  return text;
+}
+
+Status TestCluster::WriteClusterFile(const std::vector<size_t>& members) {
+  return WriteClusterText(ClusterText(members));
+}
+
+Status TestCluster::WriteClusterText(const std::string& text) {
+  const std::string tmp = cluster_file_ + ".new";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f.flush()) return IOError("writing " + tmp);
+  }
+  if (std::rename(tmp.c_str(), cluster_file_.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
+  return Status::OK();
+}
+
+Status TestCluster::Hangup(size_t i) {
+  const pid_t pid = daemons_[i]->pid();
+  if (pid <= 0) return Unavailable("node " + std::to_string(i) + " is not running");
+  if (kill(pid, SIGHUP) != 0) return ErrnoError("kill SIGHUP", errno);
+  return Status::OK();
+}
+
+void TestCluster::MovePort(size_t i) {
+  uint16_t port;
+  do {
+    port = FreePort();
+  } while (std::find(ports_.begin(), ports_.end(), port) != ports_.end());
+  ports_[i] = port;
+}
+
+Status TestCluster::WaitMembers(size_t i, const std::vector<size_t>& members, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string last = "no answer";
+  std::vector<uint32_t> want(members.begin(), members.end());
+  std::sort(want.begin(), want.end());
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto c = Connect(i);
+    if (c.ok()) {
+      auto st = (*c)->GetClusterStatus();
+      if (st.ok()) {
+        std::vector<uint32_t> ids;
+        bool alive = true;
+        last.clear();
+        for (const ClusterMember& m : st->members) {
+          ids.push_back(m.id);
+          if (m.id != i && m.state != MemberState::kAlive) alive = false;
+          last += std::to_string(m.id) + "@" + m.address + ":" + std::to_string(static_cast<int>(m.state)) + " ";
+        }
+        std::sort(ids.begin(), ids.end());
+        if (ids == want && alive) return Status::OK();
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return DeadlineExceeded("node " + std::to_string(i) + " does not see exactly the wanted members alive; last: " +
+                          last);
 }
 
 Status TestCluster::StartNode(size_t i, const std::string& secret_file) {

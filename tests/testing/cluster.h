@@ -33,6 +33,10 @@ class TestCluster {
     // wrappers[i] (e.g. "ip netns exec ..."); empty: loopback ports.
     std::vector<std::string> hosts;
     std::vector<std::vector<std::string>> wrappers;
+    // Start() lists only nodes [0, listed) in the cluster file and starts
+    // only them (the others join later: WriteClusterFile, StartNode,
+    // Hangup); 0: every node.
+    size_t listed = 0;
   };
   explicit TestCluster(Options options);
   ~TestCluster();  // stops every node, removes the directory
@@ -46,6 +50,21 @@ class TestCluster {
   void SetNodeArgs(size_t i, std::vector<std::string> args) { node_args_[i] = std::move(args); }
   void Kill(size_t i) { daemons_[i]->Kill(); }
   int Stop(size_t i) { return daemons_[i]->Stop(); }
+  // Rewrites the cluster file (atomically: a node re-reading it never sees
+  // half of it) to list exactly `members` at their addresses.
+  Status WriteClusterFile(const std::vector<size_t>& members);
+  // Writes `text` as the cluster file (atomically), e.g. a broken one.
+  Status WriteClusterText(const std::string& text);
+  // The cluster file's text for `members` (what WriteClusterFile writes).
+  std::string ClusterText(const std::vector<size_t>& members) const;
+  // SIGHUP to node i: it re-reads the cluster file.
+  Status Hangup(size_t i);
+  // Node i listens on another free port from its next start (and in the
+  // next WriteClusterFile).
+  void MovePort(size_t i);
+  // Waits until node i's member list is exactly `members` (itself
+  // included) and it sees every other one of them alive.
+  Status WaitMembers(size_t i, const std::vector<size_t>& members, int timeout_ms = 10000);
   // Waits until every running node sees every running node alive.
   Status WaitConverged(int timeout_ms = 10000);
   // Waits until node i sees node j in state `state` ("alive", "dead").

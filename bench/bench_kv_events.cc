@@ -1,0 +1,355 @@
+// bench_kv_events: the KV-event stream's costs and what routing from it buys
+// (docs/kv-events.md), all as ratios against baselines of the same run.
+//
+//   1. Save throughput of a ptstored with --events against one without (the
+//      same saves, rounds alternating between them): target >= 0.98.
+//   2. Events per second one node publishes while saving at full speed (the
+//      events a subscriber of that node received, over the saves' time).
+//   3. Lag from a save's reply to its BlockStored at a subscriber (p50, p99).
+//   4. ptstore-sched's prefix index from the events (sched/event_index.h)
+//      against the store's LocatePrefix (sched/store_index.h) on a 3-node
+//      cluster under churn (saves and removals on every node meanwhile):
+//      decisions per second, p99 decision latency, and how often the node
+//      each one picks holds the prompt's first block by LocatePrefix right
+//      after (the ground truth).
+//
+// Never asserts on time; exits non-zero on a wrong answer (a missing event).
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <msgpack.hpp>
+#include <regex>
+#include <thread>
+#include <unordered_map>
+#include <zmq.hpp>
+
+#include "bench/bench_util.h"
+#include "ptstore/client.h"
+#include "ptstore/keys.h"
+#include "sched/event_index.h"
+#include "sched/store_index.h"
+#include "tests/testing/cluster.h"
+
+using namespace ptstore;
+using namespace ptstore::bench;
+
+namespace {
+
+struct Options {
+  int rounds = 6, saves = 400, decisions = 4000;
+  uint32_t tokens = 256;
+  bool quick = false;
+  std::string events_config;  // a config file for the server with events ([events] keys)
+};
+
+Layout SmallLayout() {
+  Layout l;
+  l.layers = 2;
+  l.kv_heads = 4;
+  l.head_dim = 64;
+  l.dtype = DType::kBF16;
+  l.block_tokens = 16;
+  return l;  // 2 KiB per token
+}
+
+std::vector<uint32_t> Prompt(uint64_t seed, uint32_t n) {
+  std::vector<uint32_t> t(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : t) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = static_cast<uint32_t>(x % 32000);
+  }
+  return t;
+}
+
+bool Endpoints(const std::string& log, std::string* pub, std::string* replay) {
+  static const std::regex re("kv events on (tcp://\\S+) replay (tcp://\\S+) incarnation");
+  bool found = false;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it) {
+    *pub = (*it)[1];
+    *replay = (*it)[2];
+    found = true;
+  }
+  return found;
+}
+
+// Receives BlockStored events and stamps the time each last block hash arrived.
+class Stamper {
+ public:
+  explicit Stamper(const std::string& pub) : sub_(ctx_, zmq::socket_type::sub) {
+    sub_.set(zmq::sockopt::subscribe, "");
+    sub_.set(zmq::sockopt::rcvhwm, 0);
+    sub_.connect(pub);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Stamper() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t events() const { return events_; }
+  bool Arrival(uint64_t hash, Clock::time_point* t) {
+    std::lock_guard lk(mu_);
+    auto it = seen_.find(hash);
+    if (it == seen_.end()) return false;
+    *t = it->second;
+    return true;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      zmq::pollitem_t item{sub_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
+      std::vector<zmq::message_t> f;
+      do {
+        zmq::message_t m;
+        if (!sub_.recv(m, zmq::recv_flags::none)) break;
+        f.push_back(std::move(m));
+      } while (f.back().more());
+      const auto now = Clock::now();
+      if (f.size() != 3) continue;
+      auto h = msgpack::unpack(static_cast<const char*>(f[2].data()), f[2].size());
+      const auto& ev = h.get().via.array.ptr[1].via.array;
+      std::lock_guard lk(mu_);
+      for (uint32_t i = 0; i < ev.size; i++) {
+        const auto& e = ev.ptr[i].via.array;
+        if (e.size < 2 || std::string(e.ptr[0].via.str.ptr, e.ptr[0].via.str.size) != "BlockStored") continue;
+        events_++;
+        const auto& hashes = e.ptr[1].via.array;
+        if (hashes.size > 0) seen_.emplace(hashes.ptr[hashes.size - 1].via.u64, now);
+      }
+    }
+  }
+  zmq::context_t ctx_;
+  zmq::socket_t sub_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> events_{0};
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Clock::time_point> seen_;
+  std::thread thread_;
+};
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "bench_kv_events: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"bench_kv_events: KV events on vs off, events/s, lag, routing from events vs LocatePrefix"};
+  app.add_option("--rounds", o.rounds, "alternating rounds per server");
+  app.add_option("--saves", o.saves, "saves per round");
+  app.add_option("--tokens", o.tokens, "tokens per saved prompt (16-token blocks, 2 KiB per token)");
+  app.add_option("--decisions", o.decisions, "routing decisions per index");
+  app.add_flag("--quick", o.quick, "a small configuration (the suite's)");
+  app.add_option("--events-config", o.events_config, "ptstored config file for the server with events ([events])");
+  CLI11_PARSE(app, argc, argv);
+  if (o.quick) o.rounds = 2, o.saves = 60, o.decisions = 300;
+  const Layout layout = SmallLayout();
+  const uint32_t bt = layout.block_tokens;
+  const uint64_t bytes = uint64_t{o.tokens} / bt * bt * layout.BytesPerToken();
+  std::vector<uint8_t> kv(bytes, 0x5a);
+
+  // ------------------------------------------------ 1-3: one node, on vs off
+  LocalServer::Options so;
+  so.arena_size = "1GiB";
+  auto off = LocalServer::Start(so);
+  if (!off.ok()) return Fail(off.status());
+  so.extra_args = {"--events"};
+  if (!o.events_config.empty()) so.extra_args.insert(so.extra_args.end(), {"--config", o.events_config});
+  so.log_level = "info";
+  auto on = LocalServer::Start(so);
+  if (!on.ok()) return Fail(on.status());
+  std::string pub, replay;
+  if (!Endpoints((*on)->LogTail(1 << 16), &pub, &replay)) return Fail(Internal("no 'kv events on' in the log"));
+  ClientOptions co;
+  co.socket_path = (*off)->socket_path();
+  auto c_off = Client::Connect(co);
+  co.socket_path = (*on)->socket_path();
+  auto c_on = Client::Connect(co);
+  if (!c_off.ok() || !c_on.ok()) return Fail(Unavailable("cannot connect"));
+  for (Client* c : {c_off->get(), c_on->get()}) {
+    if (Status s = c->CreateNamespace("bench", layout).status(); !s.ok()) return Fail(s);
+  }
+  struct Sent {
+    uint64_t hash;
+    Clock::time_point start, reply;
+  };
+  std::vector<Sent> replied;
+  uint64_t seed = 1;
+  double on_seconds = 0;
+  // Rounds alternate on, off, off, on, on, off, ...; rounds -2 and -1 warm each server up, uncounted.
+  auto rounds = [&](std::vector<double>* rate_on, std::vector<double>* rate_off, bool record) -> Status {
+    for (int r = -2; r < o.rounds * 2; r++) {
+      const bool events = r < 0 ? r == -2 : (r % 2 == 0) == (r / 2 % 2 == 0);
+      Client& c = events ? **c_on : **c_off;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < o.saves; i++) {
+        auto p = Prompt(seed++, o.tokens);
+        const auto start = Clock::now();
+        auto res = c.Save("bench", p, kv.data(), kv.size());
+        if (!res.ok()) return res.status();
+        if (record && events && r >= 0) {
+          replied.push_back({ChainKeys(RootKey("bench", ""), p, bt).back().lo, start, Clock::now()});
+        }
+      }
+      const double secs = SecondsSince(t0);
+      if (r >= 0) (events ? rate_on : rate_off)->push_back(o.saves / secs);
+      if (record && events && r >= 0) on_seconds += secs;
+      // Both stores stay the same size: what was saved goes.
+      PTS_RETURN_IF_ERROR(c.DropNamespace("bench").status());
+      PTS_RETURN_IF_ERROR(c.CreateNamespace("bench", layout).status());
+    }
+    return Status::OK();
+  };
+  std::vector<double> rate_on0, rate_off0, rate_on, rate_off, lag, lag_start;
+  if (Status s = rounds(&rate_on0, &rate_off0, false); !s.ok()) return Fail(s);  // nobody subscribed
+  Stamper stamper(pub);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (Status s = rounds(&rate_on, &rate_off, true); !s.ok()) return Fail(s);  // one subscriber
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  uint64_t missing = 0;
+  for (const Sent& x : replied) {
+    Clock::time_point at;
+    if (!stamper.Arrival(x.hash, &at)) {
+      missing++;
+      continue;
+    }
+    lag.push_back(std::chrono::duration<double>(at - x.reply).count());
+    lag_start.push_back(std::chrono::duration<double>(at - x.start).count());
+  }
+  const uint64_t events_on = replied.size() - missing;
+  Summary s_on0 = Summarize(rate_on0), s_off0 = Summarize(rate_off0);
+  // The ratio of each on round to the off round beside it (they alternate), median over the pairs: a burst
+  // of load from elsewhere on the machine moves one pair, not the figure.
+  auto pair_ratio = [](const std::vector<double>& on_r, const std::vector<double>& off_r) {
+    std::vector<double> r;
+    for (size_t i = 0; i < std::min(on_r.size(), off_r.size()); i++) r.push_back(on_r[i] / off_r[i]);
+    return Summarize(r);
+  };
+  Summary r0 = pair_ratio(rate_on0, rate_off0), r1 = pair_ratio(rate_on, rate_off);
+  Summary s_on = Summarize(rate_on), s_off = Summarize(rate_off), s_lag = Summarize(lag),
+          s_lag_start = Summarize(lag_start);
+  std::printf("bench_kv_events: %s\n", MachineDescription().c_str());
+  std::printf("saves: %u tokens (%s) per new prompt, %d rounds x %d saves per server, alternating\n", o.tokens,
+              HumanBytes(bytes).c_str(), o.rounds, o.saves);
+  std::printf("  no subscriber:  events off median %.0f saves/s (%.1f MB/s; rounds %.0f-%.0f), on %.0f saves/s:"
+              " ratio on/off %.3f, median of adjacent pairs %.3f (target >= 0.98)\n",
+              s_off0.p50, s_off0.p50 * bytes / 1e6, s_off0.min, s_off0.max, s_on0.p50, s_on0.p50 / s_off0.p50, r0.p50);
+  std::printf("  one subscriber: events off median %.0f saves/s (%.1f MB/s; rounds %.0f-%.0f), on %.0f saves/s:"
+              " ratio on/off %.3f, median of adjacent pairs %.3f (target >= 0.98; the subscriber runs in this"
+              " process, on the same cores)\n",
+              s_off.p50, s_off.p50 * bytes / 1e6, s_off.min, s_off.max, s_on.p50, s_on.p50 / s_off.p50, r1.p50);
+  std::printf("  events published at full save speed: %.0f events/s (%llu events, %llu blocks each)\n",
+              events_on / on_seconds, static_cast<unsigned long long>(events_on),
+              static_cast<unsigned long long>(o.tokens / bt));
+  std::printf("  lag save reply -> its event at a subscriber: p50 %.1f us, p99 %.1f us, max %.1f us (%zu samples;"
+              " negative: the event came before the reply)\n",
+              s_lag.p50 * 1e6, s_lag.p99 * 1e6, s_lag.max * 1e6, lag.size());
+  std::printf("  lag save call -> its event at a subscriber: p50 %.1f us, p99 %.1f us (the save's own time included)\n",
+              s_lag_start.p50 * 1e6, s_lag_start.p99 * 1e6);
+  if (missing > 0) {
+    std::fprintf(stderr, "bench_kv_events: %llu saves had no BlockStored event\n",
+                 static_cast<unsigned long long>(missing));
+    return 1;
+  }
+  (*on)->Stop();
+  (*off)->Stop();
+
+  // ------------------------------------ 4: routing from events vs LocatePrefix
+  testing::TestCluster::Options cl;
+  cl.nodes = 3;
+  cl.arena_size = "256MiB";
+  cl.extra_args = {"--events"};
+  testing::TestCluster cluster(cl);
+  if (Status s = cluster.Start(); !s.ok()) return Fail(s);
+  if (Status s = cluster.WaitConverged(); !s.ok()) return Fail(s);
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<sched::StoreIndex::Node> nodes;
+  std::vector<sched::EventIndex::Source> sources;
+  for (uint32_t i = 0; i < 3; i++) {
+    auto c = cluster.Connect(i);
+    if (!c.ok()) return Fail(c.status());
+    if (Status s = (*c)->CreateNamespace("bench", layout).status(); !s.ok()) return Fail(s);
+    auto c2 = cluster.Connect(i);
+    nodes.push_back({i, std::shared_ptr<Client>(std::move(*c2))});
+    clients.push_back(std::move(*c));
+    sched::EventIndex::Source src;
+    src.node = i;
+    if (!Endpoints(cluster.node(i).ReadLog(), &src.pub, &src.replay)) return Fail(Internal("no events endpoint"));
+    sources.push_back(src);
+  }
+  const int families = 64;
+  for (int f = 0; f < families; f++) {
+    auto p = Prompt(100000 + f, o.tokens);
+    if (Status s = clients[f % 3]->Save("bench", p, kv.data(), kv.size()).status(); !s.ok()) return Fail(s);
+  }
+  sched::StoreIndex store_index(nodes, /*cluster=*/true);
+  sched::EventIndex event_index(sources, &store_index);
+  for (int i = 0; i < 500 && !event_index.AllKnown(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    uint64_t k = 0;
+    while (!stop) {  // a family moves: removed from where it was, saved on another node
+      const int f = static_cast<int>(k % families);
+      auto p = Prompt(100000 + f, o.tokens);
+      (void)clients[(f + k / families) % 3]->Remove("bench", p);
+      (void)clients[(f + k / families + 1) % 3]->Save("bench", p, kv.data(), kv.size());
+      k++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto truth_client = cluster.Connect(0);
+  if (!truth_client.ok()) return Fail(truth_client.status());
+  struct Result_ {
+    double per_s = 0, p99_us = 0, p50_us = 0;
+    double holder = 0;
+  };
+  auto run = [&](sched::PrefixIndex& index) -> Result<Result_> {
+    std::vector<double> lat;
+    uint64_t holder = 0;
+    const auto t0 = Clock::now();
+    double spent = 0;
+    for (int d = 0; d < o.decisions; d++) {
+      auto p = Prompt(100000 + d % families, o.tokens);
+      const auto a = Clock::now();
+      PTS_ASSIGN_OR_RETURN(PrefixLocation loc, index.Locate("bench", p));
+      uint32_t best = 0;
+      uint64_t best_held = 0;
+      for (uint32_t n = 0; n < 3; n++) {
+        if (loc.HeldBy(n) > best_held) best = n, best_held = loc.HeldBy(n);
+      }
+      const double dt = std::chrono::duration<double>(Clock::now() - a).count();
+      lat.push_back(dt);
+      spent += dt;
+      PTS_ASSIGN_OR_RETURN(PrefixLocation truth, (*truth_client)->LocatePrefix("bench", p));
+      if (best_held > 0 && truth.HeldBy(best) > 0) holder++;
+    }
+    (void)t0;
+    Summary s = Summarize(lat);
+    return Result_{o.decisions / spent, s.p99 * 1e6, s.p50 * 1e6, double(holder) / o.decisions};
+  };
+  auto r_events = run(event_index);
+  auto r_rpc = run(store_index);
+  stop = true;
+  churn.join();
+  if (!r_events.ok()) return Fail(r_events.status());
+  if (!r_rpc.ok()) return Fail(r_rpc.status());
+  auto st = event_index.stats();
+  std::printf("routing on a 3-node cluster, %d prompt families of %u tokens moving between nodes (churn):\n",
+              families, o.tokens);
+  std::printf("  from events:       %.0f decisions/s, p50 %.1f us, p99 %.1f us, routed to a holder %.1f%%\n",
+              r_events->per_s, r_events->p50_us, r_events->p99_us, 100 * r_events->holder);
+  std::printf("  from LocatePrefix: %.0f decisions/s, p50 %.1f us, p99 %.1f us, routed to a holder %.1f%%\n",
+              r_rpc->per_s, r_rpc->p50_us, r_rpc->p99_us, 100 * r_rpc->holder);
+  std::printf("  ratio events/LocatePrefix: %.1fx decisions/s, p99 latency 1/%.0f; event index answered %llu, fell back"
+              " %llu; gaps %llu, replays %llu\n",
+              r_events->per_s / r_rpc->per_s, r_rpc->p99_us / r_events->p99_us,
+              static_cast<unsigned long long>(st.from_events), static_cast<unsigned long long>(st.from_fallback),
+              static_cast<unsigned long long>(st.gaps), static_cast<unsigned long long>(st.replays));
+  return 0;
+}

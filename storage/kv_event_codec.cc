@@ -1,0 +1,94 @@
+#include "storage/kv_event_codec.h"
+
+#include <xxhash.h>
+
+#include <msgpack.hpp>
+
+namespace ptstore::storage {
+
+const char* KvMediumName(KvMedium m) { return m == KvMedium::kCpu ? "CPU" : "STORAGE"; }
+
+uint32_t KvNamespaceGroup(const std::string& ns) {
+  return static_cast<uint32_t>(XXH3_64bits(ns.data(), ns.size()) & 0x7fffffffu);
+}
+
+std::vector<ChainKey> KvEventBlockKeys(const KvEvent& e) {
+  if (e.block_tokens == 0) return {};
+  return ChainKeys(e.prev, e.tokens, e.block_tokens);
+}
+
+std::string KvEventTopic(uint32_t node_id, const std::string& ns) { return "kv@" + std::to_string(node_id) + "@" + ns; }
+
+namespace {
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void PackHash(Packer& p, const ChainKey& k, KvHashFormat f) {
+  if (f == KvHashFormat::kInt) {
+    p.pack_uint64(KvBlockHashInt(k));
+    return;
+  }
+  char b[16];
+  for (int i = 0; i < 8; i++) {
+    b[i] = static_cast<char>(k.hi >> (56 - 8 * i));
+    b[8 + i] = static_cast<char>(k.lo >> (56 - 8 * i));
+  }
+  p.pack_bin(16);
+  p.pack_bin_body(b, 16);
+}
+
+void PackStr(Packer& p, const std::string& s) {
+  p.pack_str(static_cast<uint32_t>(s.size()));
+  p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+void PackEvent(Packer& p, const KvEvent& e, const KvCodecOptions& o) {
+  if (e.kind == KvEventKind::kCleared) {
+    p.pack_array(1);
+    PackStr(p, "AllBlocksCleared");
+    return;
+  }
+  const std::vector<ChainKey> keys = KvEventBlockKeys(e);
+  const std::string medium = KvMediumName(e.medium);
+  if (e.kind == KvEventKind::kRemoved) {
+    p.pack_array(4);
+    PackStr(p, "BlockRemoved");
+    p.pack_array(static_cast<uint32_t>(keys.size()));
+    for (const ChainKey& k : keys) PackHash(p, k, o.hash);
+    PackStr(p, medium);
+    p.pack_uint32(e.group);
+    return;
+  }
+  p.pack_array(10);
+  PackStr(p, "BlockStored");
+  p.pack_array(static_cast<uint32_t>(keys.size()));
+  for (const ChainKey& k : keys) PackHash(p, k, o.hash);
+  if (e.has_parent) PackHash(p, e.prev, o.hash);
+  else p.pack_nil();
+  const bool tokens = !e.salted || o.salted_tokens;
+  p.pack_array(tokens ? static_cast<uint32_t>(e.tokens.size()) : 0);
+  if (tokens) {
+    for (uint32_t t : e.tokens) p.pack_uint32(t);
+  }
+  p.pack_uint32(e.block_tokens);
+  p.pack_nil();  // lora_id
+  PackStr(p, medium);
+  PackStr(p, e.ns);  // lora_name: the namespace (docs/kv-events.md "Namespaces")
+  p.pack_nil();      // extra_keys
+  p.pack_uint32(e.group);
+}
+
+}  // namespace
+
+std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const KvCodecOptions& o) {
+  msgpack::sbuffer buf;
+  Packer p(buf);
+  p.pack_array(3);
+  p.pack_double(ts);
+  p.pack_array(static_cast<uint32_t>(events.size()));
+  for (const KvEvent& e : events) PackEvent(p, e, o);
+  p.pack_int(o.data_parallel_rank);
+  return std::string(buf.data(), buf.size());
+}
+
+}  // namespace ptstore::storage
