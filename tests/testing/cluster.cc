@@ -152,16 +152,22 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
   Daemon::Options o;
   o.arena_size = options_.arena_size;
   o.extra_args = {"--node-id",        std::to_string(i),
-                  "--cluster",        cluster_file_,
+                  "--cluster",        options_.etcd_url.empty() ? cluster_file_ : options_.etcd_url,
                   "--data-path",      options_.data_path,
                   "--replicate-after", std::to_string(options_.replicate_after)};
+  if (!options_.etcd_url.empty()) {
+    o.extra_args.insert(o.extra_args.end(), {"--advertise", address(i)});
+    if (secret_file.empty()) o.extra_args.insert(o.extra_args.end(), {"--secret-file", secret_file_});
+  }
   if (!secret_file.empty()) o.extra_args.insert(o.extra_args.end(), {"--secret-file", secret_file});
   const std::string config = dir_ + "/node" + std::to_string(i) + ".toml";
   std::ofstream(config) << "[cluster]\nheartbeat_ms = " << options_.heartbeat_ms
                         << "\nrpc_timeout_ms = " << options_.rpc_timeout_ms << "\n"
                         << (options_.negative_ttl_ms >= 0
                                 ? "negative_ttl_ms = " + std::to_string(options_.negative_ttl_ms) + "\n"
-                                : std::string());
+                                : std::string())
+                        << (options_.etcd_lease_s > 0 ? "etcd_lease_s = " + std::to_string(options_.etcd_lease_s) + "\n"
+                                                      : std::string());
   o.extra_args.insert(o.extra_args.end(), {"--config", config});
   o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());
   o.extra_args.insert(o.extra_args.end(), node_args_[i].begin(), node_args_[i].end());
