@@ -22,6 +22,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/etcd.h"
+#include "tests/testing/netns.h"
 
 namespace ptstore::testing {
 namespace {
@@ -251,6 +252,54 @@ TEST_F(EtcdMembershipTest, OneOfThreeEtcdMembersDiesAndMembershipGoesOn) {
   clients_[2].reset();
   EXPECT_EQ(cluster_->Stop(2), 0);
   EXPECT_GE(WaitMemberIds(*cluster_, 0, {0, 1}, kLeaseS * 1000 / 2), 0) << "the leave was not seen at once";
+}
+
+// Separate hosts (network namespaces on a bridge; etcd in the test's own
+// namespace on the bridge). Host 2 is cut off from etcd and the others: the
+// others drop it when its lease expires, it keeps its last member list and
+// serves what it holds; healed, it registers again and everyone takes it back.
+TEST_F(EtcdMembershipTest, APartitionedNodeIsDroppedAtLeaseExpiryAndRegistersAgainWhenHealed) {
+  if (std::string why = NetnsLab::WhyNot(); !why.empty()) GTEST_SKIP() << why;
+  NetnsLab lab;
+  ASSERT_TRUE(lab.Create(3).ok());
+  auto bridge = lab.BridgeAddress();
+  ASSERT_TRUE(bridge.ok()) << bridge.status().ToString();
+  etcd_ = std::make_unique<EtcdServer>(1, *bridge);
+  Status est = etcd_->Start();
+  ASSERT_TRUE(est.ok()) << est.ToString();
+  TestCluster::Options o;
+  o.nodes = 3;
+  o.replicate_after = 0;
+  o.negative_ttl_ms = 0;
+  o.hosts = lab.hosts();
+  for (size_t i = 0; i < 3; ++i) o.wrappers.push_back(lab.Wrapper(i));
+  o.etcd_url = etcd_->Url("partition");
+  o.etcd_lease_s = kLeaseS;
+  cluster_ = std::make_unique<TestCluster>(o);
+  Status cst = cluster_->Start();
+  ASSERT_TRUE(cst.ok()) << cst.ToString();
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster_->WaitMembers(i, {0, 1, 2}).ok()) << "node " << i;
+  clients_.resize(3);
+  for (size_t i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(Connect(i));
+  const Prompt p0 = Gen(31, kTokens), p2 = Gen(32, kTokens);
+  SaveKv(client(0), p0);
+  SaveKv(client(2), p2);
+  EXPECT_EQ(LoadWhole(client(1), p2), p2.size());
+
+  ASSERT_TRUE(lab.Cut(2).ok());
+  EXPECT_GE(WaitMemberIds(*cluster_, 0, {0, 1}, (kLeaseS + 6) * 1000), 0) << "host 2's lease never expired";
+  EXPECT_GE(WaitMemberIds(*cluster_, 1, {0, 1}, 5000), 0);
+  EXPECT_EQ(MemberIds(*cluster_, 2), (std::vector<uint32_t>{0, 1, 2})) << "cut off, host 2 keeps its last list";
+  EXPECT_EQ(LoadAndCheck(client(1), p2), 0u) << "host 2 is gone: a miss";
+  EXPECT_EQ(LoadAndCheck(client(2), p2), p2.size()) << "host 2 serves what it holds";
+
+  ASSERT_TRUE(lab.Heal(2).ok());
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster_->WaitMembers(i, {0, 1, 2}, 20000).ok()) << "node " << i;
+  EXPECT_EQ(LoadWhole(client(1), p2), p2.size());
+  EXPECT_EQ(LoadWhole(client(2), p0), p0.size());
+  EXPECT_NE(cluster_->node(2).ReadLog().find("registering again"), std::string::npos);
+  clients_.clear();
+  cluster_.reset();  // before the lab's namespaces go
 }
 
 TEST_F(EtcdMembershipTest, BadInputIsRefusedWithAClearError) {

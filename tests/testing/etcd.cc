@@ -26,7 +26,7 @@ std::string EtcdBinary() {
   return ::access(path.c_str(), X_OK) == 0 ? path : "";
 }
 
-EtcdServer::EtcdServer(size_t members) : pids_(members, -1) {
+EtcdServer::EtcdServer(size_t members, std::string host) : host_(std::move(host)), pids_(members, -1) {
   char templ[] = "/tmp/ptstore-etcd-XXXXXX";
   if (::mkdtemp(templ) != nullptr) dir_ = templ;
   std::vector<uint16_t> used;
@@ -49,7 +49,7 @@ EtcdServer::~EtcdServer() {
   if (!dir_.empty()) std::filesystem::remove_all(dir_);
 }
 
-std::string EtcdServer::endpoint(size_t i) const { return "127.0.0.1:" + std::to_string(client_ports_[i]); }
+std::string EtcdServer::endpoint(size_t i) const { return host_ + ":" + std::to_string(client_ports_[i]); }
 
 std::string EtcdServer::Url(const std::string& prefix) const {
   std::string s = "etcd://";
@@ -62,11 +62,11 @@ Status EtcdServer::Spawn(size_t i, bool fresh) {
   if (bin.empty()) return NotFound("no etcd binary (apt install etcd-server, or set PTSTORE_ETCD)");
   if (dir_.empty()) return Internal("no temporary directory for etcd");
   const std::string name = "m" + std::to_string(i);
-  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_ports_[i]);
+  const std::string peer = "http://" + host_ + ":" + std::to_string(peer_ports_[i]);
   const std::string client = "http://" + endpoint(i);
   std::string initial;
   for (size_t k = 0; k < size(); ++k) {
-    initial += (k ? "," : "") + std::string("m") + std::to_string(k) + "=http://127.0.0.1:" +
+    initial += (k ? "," : "") + std::string("m") + std::to_string(k) + "=http://" + host_ + ":" +
                std::to_string(peer_ports_[k]);
   }
   std::vector<std::string> args = {bin,
@@ -109,7 +109,7 @@ Status EtcdServer::WaitHealthy(size_t i, int timeout_ms) {
       return Unavailable("etcd member " + std::to_string(i) + " exited at start (see " + dir_ + ")");
     }
     auto r = HttpExchange(client_ports_[i], "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-                          std::chrono::milliseconds(500));
+                          std::chrono::milliseconds(500), host_);
     if (r.ok() && r->code == 200 && r->body.find("\"health\":\"true\"") != std::string::npos) return Status::OK();
     if (r.ok()) last = r->body;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -20,7 +20,8 @@ std::string EtcdBinary();
 
 class EtcdServer {
  public:
-  explicit EtcdServer(size_t members = 1);
+  // Members listen on `host` (a loopback or a lab's bridge address).
+  explicit EtcdServer(size_t members = 1, std::string host = "127.0.0.1");
   ~EtcdServer();  // kills every member, removes the directory
 
   // Starts every member and waits until the cluster answers /health.
@@ -31,7 +32,7 @@ class EtcdServer {
   Status Restart(size_t i);
   bool running(size_t i) const { return pids_[i] > 0; }
 
-  // "127.0.0.1:PORT" of member i's client port.
+  // "HOST:PORT" of member i's client port.
   std::string endpoint(size_t i) const;
   // etcd://EP[,EP...]/prefix with every member's endpoint.
   std::string Url(const std::string& prefix) const;
@@ -41,6 +42,7 @@ class EtcdServer {
   Status Spawn(size_t i, bool fresh);
   Status WaitHealthy(size_t i, int timeout_ms);
 
+  std::string host_;
   std::string dir_;
   std::vector<uint16_t> client_ports_, peer_ports_;
   std::vector<pid_t> pids_;
