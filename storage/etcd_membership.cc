@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -68,9 +70,26 @@ Result<std::unique_ptr<EtcdMembership>> EtcdMembership::Join(const EtcdMembershi
     return InvalidArgument("etcd membership: lease_ttl_s " + std::to_string(options.lease_ttl_s) + " is below 2");
   }
   std::unique_ptr<EtcdMembership> m(new EtcdMembership(options, std::move(url)));
-  PTS_RETURN_IF_ERROR(m->Register().WithContext("joining " + m->url()));
-  Result<EtcdRange> range = m->client_->RangePrefix(m->members_prefix_);
-  if (!range.ok()) return range.status().WithContext("reading the members in " + m->url());
+  // An etcd electing a leader (one of its members just died) answers
+  // nothing for a second or two: keep trying for a while before giving up.
+  const int patience_ms = 2 * options.lease_ttl_s * 1000;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(patience_ms);
+  Status st;
+  Result<EtcdRange> range = Unavailable("not asked");
+  for (int attempt = 0;; ++attempt) {
+    st = m->Register();
+    if (st.ok()) {
+      range = m->client_->RangePrefix(m->members_prefix_);
+      st = range.status();
+    }
+    if (st.ok() || st.code() != Code::kUnavailable || std::chrono::steady_clock::now() >= deadline) break;
+    if (attempt == 0) {
+      PTS_WARN("cluster", m->url() << " does not answer yet (" << st.message() << "): trying for up to "
+                                   << patience_ms / 1000 << " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!st.ok()) return st.WithContext("joining " + m->url());
   *initial = m->ToMembership(*range);
   m->last_ = initial->members();
   PTS_INFO("cluster", "registered in " << m->url() << " as node " << options.self.node_id << " at "

@@ -67,7 +67,9 @@ class EtcdMembership {
  public:
   // Registers this node and reads the members: `*initial` is the list to
   // start the cluster with. InvalidArgument for a bad URL, Unavailable when
-  // no etcd endpoint answers, AlreadyExists when another address holds the id.
+  // no etcd endpoint answers within two lease TTLs (etcd may be electing a
+  // leader: Join keeps trying meanwhile), AlreadyExists when
+  // another address holds the id.
   static Result<std::unique_ptr<EtcdMembership>> Join(const EtcdMembershipOptions& options,
                                                        core::Membership* initial);
   ~EtcdMembership();  // stops without leaving (the lease then expires)

@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
   if (cfg.metrics.enabled) {
     storage::Store* node_store = store->get();
     storage::Cluster* node_cluster = cluster.get();
-    auto render = [node_store, node_cluster, &server, &cfg, &events_pub, start_time] {
+    const storage::EtcdMembership* node_etcd = etcd.get();
+    auto render = [node_store, node_cluster, node_etcd, &server, &cfg, &events_pub, start_time] {
       storage::NodeMetrics node;
       node.node_id = cfg.store.node_id;
       node.version = PTSTORE_VERSION;
@@ -252,6 +253,7 @@ int main(int argc, char** argv) {
       storage::AppendStoreMetrics(w, node_store->Stats());
       storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
       if (node_cluster != nullptr) storage::AppendClusterMetrics(w, *node_cluster);
+      if (node_etcd != nullptr) storage::AppendEtcdMetrics(w, node_etcd->counters());
       if (events_pub) storage::AppendKvEventMetrics(w, events_pub->Stats());
       if (!w.status().ok()) PTS_ERROR("metrics", w.status().ToString());
       return w.Take();

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,7 +23,9 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/etcd.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/netns.h"
+#include "tests/testing/prometheus_text.h"
 
 namespace ptstore::testing {
 namespace {
@@ -57,6 +60,18 @@ double WaitMemberIds(TestCluster& cluster, size_t i, const std::vector<uint32_t>
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return -1;
+}
+
+// Metric `name` of node i (its metrics port from its log); NaN when absent.
+double Metric(TestCluster& cluster, size_t i, const std::string& name) {
+  const uint16_t port = MetricsPortFromLog(cluster.node(i));
+  EXPECT_NE(port, 0) << "no metrics port in node " << i << "'s log";
+  auto r = HttpGet(port, "/metrics");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return std::nan("");
+  auto prom = ParsePromText(r->body);
+  EXPECT_TRUE(prom.ok()) << prom.status().ToString();
+  return prom.ok() ? prom->Value(name) : std::nan("");
 }
 
 // Loads `p` through `c` (every byte checked) until it loads whole.
@@ -99,8 +114,10 @@ class EtcdMembershipTest : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   // `nodes` nodes, the first `running` started, members in etcd under `prefix`.
-  void StartCluster(size_t nodes, size_t running, const std::string& prefix = "ptstore-test") {
+  void StartCluster(size_t nodes, size_t running, const std::string& prefix = "ptstore-test",
+                    std::vector<std::string> extra_args = {}) {
     TestCluster::Options o;
+    o.extra_args = std::move(extra_args);
     o.nodes = nodes;
     o.listed = running;
     o.replicate_after = 0;  // a load of another node's data is a fetch from its owner every time
@@ -203,10 +220,14 @@ TEST_F(EtcdMembershipTest, NodesRegisterServeAndFollowAJoinUnderLoadALeaveAndADe
 
 TEST_F(EtcdMembershipTest, EtcdDownKeepsTheMembersAndAfterItComesBackNodesJoinAgain) {
   ASSERT_NO_FATAL_FAILURE(StartEtcd(1));
-  ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2, "ptstore-test", {"--metrics-port", "auto"}));
   const Prompt p0 = Gen(11, kTokens), p1 = Gen(12, kTokens);
   SaveKv(client(0), p0);
   SaveKv(client(1), p1);
+  EXPECT_EQ(Metric(*cluster_, 0, "ptstore_etcd_reachable"), 1);
+  EXPECT_EQ(Metric(*cluster_, 0, "ptstore_etcd_registrations_total"), 1);
+  EXPECT_GE(Metric(*cluster_, 0, "ptstore_etcd_membership_updates_total"), 1);
+  EXPECT_EQ(Metric(*cluster_, 0, "ptstore_etcd_failures_total"), 0);
 
   etcd_->Kill(0);
   // Longer than a lease: nobody drops anybody, loads go on.
@@ -216,6 +237,8 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheMembersAndAfterItComesBackNodesJoinAg
   EXPECT_EQ(LoadWhole(client(0), p1), p1.size());
   EXPECT_EQ(LoadWhole(client(1), p0), p0.size());
   EXPECT_NE(cluster_->node(0).ReadLog().find("etcd unreachable"), std::string::npos);
+  EXPECT_EQ(Metric(*cluster_, 0, "ptstore_etcd_reachable"), 0);
+  EXPECT_GT(Metric(*cluster_, 0, "ptstore_etcd_failures_total"), 0);
   // A node cannot join while etcd is down, and says why.
   EXPECT_FALSE(cluster_->StartNode(2).ok());
   EXPECT_NE(cluster_->node(2).ReadLog().find("no endpoint answered"), std::string::npos)
@@ -236,6 +259,11 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheMembersAndAfterItComesBackNodesJoinAg
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(keys, (std::vector<std::string>{"members/0", "members/1", "members/2"}));
+  // Reachable again at node 0's next renewal.
+  while (Metric(*cluster_, 0, "ptstore_etcd_reachable") != 1 && SecondsSince(t0) < 2 * kLeaseS + 5) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Metric(*cluster_, 0, "ptstore_etcd_reachable"), 1);
 }
 
 TEST_F(EtcdMembershipTest, OneOfThreeEtcdMembersDiesAndMembershipGoesOn) {
@@ -304,7 +332,7 @@ TEST_F(EtcdMembershipTest, APartitionedNodeIsDroppedAtLeaseExpiryAndRegistersAga
 
 TEST_F(EtcdMembershipTest, BadInputIsRefusedWithAClearError) {
   ASSERT_NO_FATAL_FAILURE(StartEtcd(1));
-  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 1, "bad-input"));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 1, "bad-input", {"--metrics-port", "auto"}));
   const std::string url = etcd_->Url("bad-input");
 
   // Entries that are not a member's: logged once, skipped, nothing else changes.
@@ -328,6 +356,7 @@ TEST_F(EtcdMembershipTest, BadInputIsRefusedWithAClearError) {
     EXPECT_NE(cluster_->node(0).ReadLog().find(what), std::string::npos) << what;
   }
   EXPECT_EQ(MemberIds(*cluster_, 0), (std::vector<uint32_t>{0}));
+  EXPECT_GE(Metric(*cluster_, 0, "ptstore_etcd_bad_entries_total"), 4);
 
   // No --advertise, a bad URL, and an etcd nobody listens at: each refused.
   const std::string ptstored = PTSTORE_PTSTORED_PATH;
@@ -356,8 +385,10 @@ TEST_F(EtcdMembershipTest, BadInputIsRefusedWithAClearError) {
   EXPECT_EQ(rc2, 1);
   EXPECT_NE(out2.find("no /PREFIX after the endpoints"), std::string::npos) << out2;
   const std::string dead = "127.0.0.1:" + std::to_string(FreePort());
-  auto [rc3, out3] = run("--node-id 5 --cluster etcd://" + dead + "/p --advertise 127.0.0.1:" +
-                         std::to_string(FreePort()));
+  const std::string short_lease = cluster_->dir() + "/short-lease.toml";
+  std::ofstream(short_lease) << "[cluster]\netcd_lease_s = 2\n";  // gives up after 4 s
+  auto [rc3, out3] = run("--node-id 5 --config " + short_lease + " --cluster etcd://" + dead +
+                         "/p --advertise 127.0.0.1:" + std::to_string(FreePort()));
   EXPECT_EQ(rc3, 1);
   EXPECT_NE(out3.find("no endpoint answered (" + dead), std::string::npos) << out3;
 }
