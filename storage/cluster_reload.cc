@@ -15,7 +15,6 @@
 //  * a save that matches blocks a departed member owned stores them again
 //    (CheckRemoteMatch treats them as lost).
 #include <algorithm>
-#include <optional>
 #include <set>
 #include <string>
 
@@ -87,24 +86,23 @@ Result<std::string> Cluster::Reload() {
   return ApplyMembership(std::move(*next), "cluster file " + file);
 }
 
-Result<std::string> Cluster::ApplyMembership(core::Membership next_members, const std::string& origin) {
+Result<std::string> Cluster::ApplyMembership(core::Membership next, const std::string& origin) {
   std::lock_guard reload(reload_mu_);
   if (stopping_.load()) return Aborted("the cluster is stopping");
   auto refuse = [this, &origin](const Status& why) {
     counters_.reloads_refused++;
     return Status(why.code(), origin + " refused, membership unchanged: " + why.message());
   };
-  std::optional<core::Membership> next(std::move(next_members));
-  Result<core::Member> me = next->Self(self_.node_id);
+  Result<core::Member> me = next.Self(self_.node_id);
   if (!me.ok()) return refuse(me.status());
   if (me->host != self_.host || (self_.port != 0 && me->port != self_.port)) {
     return refuse(InvalidArgument("it moves this node (" + std::to_string(self_.node_id) + ") from " +
                                   self_.Address() + " to " + me->Address() +
                                   "; restart ptstored to listen at a new address"));
   }
-  if (!next->secret_file().empty() && options_.secret_file.empty() &&
-      next->secret_file() != membership_.secret_file()) {
-    PTS_WARN("cluster", origin << ": secret_file changed to " << next->secret_file()
+  if (!next.secret_file().empty() && options_.secret_file.empty() &&
+      next.secret_file() != membership_.secret_file()) {
+    PTS_WARN("cluster", origin << ": secret_file changed to " << next.secret_file()
                                         << "; the secret is read only at start (restart to change it)");
   }
 
@@ -114,7 +112,7 @@ Result<std::string> Cluster::ApplyMembership(core::Membership next_members, cons
   auto list = std::make_shared<PeerList>();
   PeerList retire;
   std::set<uint32_t> wanted;
-  for (const core::Member& m : next->members()) {
+  for (const core::Member& m : next.members()) {
     if (m.node_id == self_.node_id) continue;
     wanted.insert(m.node_id);
     auto it = std::find_if(old->begin(), old->end(), [&](const auto& p) { return p->member.node_id == m.node_id; });
@@ -150,7 +148,7 @@ Result<std::string> Cluster::ApplyMembership(core::Membership next_members, cons
       if (std::find(departed_.begin(), departed_.end(), id) == departed_.end()) departed_.push_back(id);
     }
   }
-  membership_ = std::move(*next);
+  membership_ = std::move(next);
   member_count_.store(membership_.size());
   counters_.reloads++;
   // From here on the old members are not asked: retire them (each waits for

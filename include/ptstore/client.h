@@ -194,7 +194,9 @@ class Client {
   // PTStore mount (ptstore(7)), into `dst`, through the mount's ioctl
   // (include/ptstore/ioctl.h; no read(2) of kv files): pins it (on the
   // increment's kv file), copies it out of this client's arena mapping,
-  // unpins. The mount must front the
+  // unpins (the kv file's own pin, held while it is open, goes moments
+  // later: FUSE sends the release of a closed file asynchronously). The
+  // mount must front the
   // same ptstored as this client (checked by node id and arena size), and
   // this client must map the arena. Returns the tokens loaded; `capacity`
   // below the prefix's bytes is InvalidArgument. Paths longer than PATH_MAX
