@@ -3,10 +3,34 @@
 #include <xxhash.h>
 
 #include <msgpack.hpp>
+#include <string_view>
 
 namespace ptstore::storage {
 
 const char* KvMediumName(KvMedium m) { return m == KvMedium::kCpu ? "CPU" : "STORAGE"; }
+
+KvCacheSpec KvCacheSpecOf(const Layout& layout) {
+  // vllm/v1/kv_cache_interface.py KVCacheSpecKind values.
+  auto kind_of = [](GroupKind k) -> const char* {
+    switch (k) {
+      case GroupKind::kFull: return "full_attention";
+      case GroupKind::kWindow: return "sliding_window";
+      case GroupKind::kLatent: return "mla_attention";
+      case GroupKind::kState: return "mamba";
+    }
+    return "unknown";
+  };
+  if (!layout.grouped()) return {kind_of(GroupKind::kFull), 0};
+  KvCacheSpec s{kind_of(layout.groups[0].kind), 0};
+  bool one_window = true;
+  const auto window_of = [](const LayoutGroup& g) { return g.kind == GroupKind::kWindow ? g.window_tokens : 0u; };
+  for (const LayoutGroup& g : layout.groups) {
+    if (g.kind != layout.groups[0].kind) s.kind = "unknown";
+    if (window_of(g) != window_of(layout.groups[0])) one_window = false;
+  }
+  s.sliding_window = one_window ? window_of(layout.groups[0]) : 0;
+  return s;
+}
 
 uint32_t KvNamespaceGroup(const std::string& ns) {
   return static_cast<uint32_t>(XXH3_64bits(ns.data(), ns.size()) & 0x7fffffffu);
@@ -37,7 +61,7 @@ void PackHash(Packer& p, const ChainKey& k, KvHashFormat f) {
   p.pack_bin_body(b, 16);
 }
 
-void PackStr(Packer& p, const std::string& s) {
+void PackStr(Packer& p, std::string_view s) {
   p.pack_str(static_cast<uint32_t>(s.size()));
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
@@ -59,7 +83,9 @@ void PackEvent(Packer& p, const KvEvent& e, const KvCodecOptions& o) {
     p.pack_uint32(e.group);
     return;
   }
-  p.pack_array(10);
+  // Trailing fields equal to their defaults (None) are left out.
+  const uint32_t fields = e.spec.sliding_window != 0 ? 12 : e.spec.kind != nullptr ? 11 : 10;
+  p.pack_array(fields);
   PackStr(p, "BlockStored");
   p.pack_array(static_cast<uint32_t>(keys.size()));
   for (const ChainKey& k : keys) PackHash(p, k, o.hash);
@@ -76,6 +102,11 @@ void PackEvent(Packer& p, const KvEvent& e, const KvCodecOptions& o) {
   PackStr(p, e.ns);  // lora_name: the namespace (docs/kv-events.md "Namespaces")
   p.pack_nil();      // extra_keys
   p.pack_uint32(e.group);
+  if (fields > 10) {
+    if (e.spec.kind != nullptr) PackStr(p, e.spec.kind);
+    else p.pack_nil();
+  }
+  if (fields > 11) p.pack_uint32(e.spec.sliding_window);
 }
 
 }  // namespace

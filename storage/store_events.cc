@@ -40,6 +40,7 @@ void Store::EmitNodeEventLocked(const RadixNode* n, KvEventKind kind, KvMedium m
   e.has_parent = !top;
   e.salted = !ns->salt.empty();
   e.block_tokens = ns->tree->block_tokens();
+  e.spec = KvCacheSpecOf(ns->info.layout);
   e.tokens = n->tokens;
   events_->Publish(std::move(e), force);
 }
