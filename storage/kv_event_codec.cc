@@ -45,7 +45,12 @@ std::string KvEventTopic(uint32_t node_id, const std::string& ns) { return "kv@"
 
 namespace {
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
+// msgpack's output straight into the payload string (no sbuffer, no copy).
+struct StringSink {
+  std::string* out;
+  void write(const char* p, size_t n) { out->append(p, n); }
+};
+using Packer = msgpack::packer<StringSink>;
 
 void PackHash(Packer& p, const ChainKey& k, KvHashFormat f) {
   if (f == KvHashFormat::kInt) {
@@ -112,14 +117,20 @@ void PackEvent(Packer& p, const KvEvent& e, const KvCodecOptions& o) {
 }  // namespace
 
 std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const KvCodecOptions& o) {
-  msgpack::sbuffer buf;
+  std::string out;
+  size_t need = 16;
+  for (const KvEvent& e : events) {  // at most: 17 bytes a hash, 5 a token, the strings, 64 the rest
+    need += 64 + e.ns.size() + 5 * e.tokens.size() + (e.block_tokens ? 17 * (e.tokens.size() / e.block_tokens + 1) : 0);
+  }
+  out.reserve(need);
+  StringSink buf{&out};
   Packer p(buf);
   p.pack_array(3);
   p.pack_double(ts);
   p.pack_array(static_cast<uint32_t>(events.size()));
   for (const KvEvent& e : events) PackEvent(p, e, o);
   p.pack_int(o.data_parallel_rank);
-  return std::string(buf.data(), buf.size());
+  return out;
 }
 
 }  // namespace ptstore::storage
