@@ -71,7 +71,38 @@ void PackStr(Packer& p, std::string_view s) {
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
-void PackEvent(Packer& p, const KvEvent& e, const KvCodecOptions& o) {
+// The elements of a uint array as msgpack-c's pack_uint32 writes each (the
+// smallest form: fixint, uint8, uint16, uint32), in bulk: a token array is
+// most of a BlockStored's bytes.
+void PackUints(StringSink& out, std::span<const uint32_t> v) {
+  char chunk[5 * 256];
+  size_t n = 0;
+  for (uint32_t t : v) {
+    if (n > sizeof(chunk) - 5) {
+      out.write(chunk, n);
+      n = 0;
+    }
+    if (t < 0x80) {
+      chunk[n++] = static_cast<char>(t);
+    } else if (t < 0x100) {
+      chunk[n++] = static_cast<char>(0xcc);
+      chunk[n++] = static_cast<char>(t);
+    } else if (t < 0x10000) {
+      chunk[n++] = static_cast<char>(0xcd);
+      chunk[n++] = static_cast<char>(t >> 8);
+      chunk[n++] = static_cast<char>(t);
+    } else {
+      chunk[n++] = static_cast<char>(0xce);
+      chunk[n++] = static_cast<char>(t >> 24);
+      chunk[n++] = static_cast<char>(t >> 16);
+      chunk[n++] = static_cast<char>(t >> 8);
+      chunk[n++] = static_cast<char>(t);
+    }
+  }
+  out.write(chunk, n);
+}
+
+void PackEvent(Packer& p, StringSink& out, const KvEvent& e, const KvCodecOptions& o) {
   if (e.kind == KvEventKind::kCleared) {
     p.pack_array(1);
     PackStr(p, "AllBlocksCleared");
@@ -98,9 +129,7 @@ void PackEvent(Packer& p, const KvEvent& e, const KvCodecOptions& o) {
   else p.pack_nil();
   const bool tokens = !e.salted || o.salted_tokens;
   p.pack_array(tokens ? static_cast<uint32_t>(e.tokens.size()) : 0);
-  if (tokens) {
-    for (uint32_t t : e.tokens) p.pack_uint32(t);
-  }
+  if (tokens) PackUints(out, e.tokens);
   p.pack_uint32(e.block_tokens);
   p.pack_nil();  // lora_id
   PackStr(p, medium);
@@ -128,7 +157,7 @@ std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const
   p.pack_array(3);
   p.pack_double(ts);
   p.pack_array(static_cast<uint32_t>(events.size()));
-  for (const KvEvent& e : events) PackEvent(p, e, o);
+  for (const KvEvent& e : events) PackEvent(p, buf, e, o);
   p.pack_int(o.data_parallel_rank);
   return out;
 }

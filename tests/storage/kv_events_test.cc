@@ -106,6 +106,24 @@ TEST(KvEventCodecTest, CacheSpecFieldsFollowTheLayout) {
   EXPECT_EQ(h.get().via.array.ptr[1].via.array.ptr[0].via.array.size, 4u);
 }
 
+// Token ids are written as msgpack-c's own packer writes them (the smallest
+// form each), byte for byte, across every size class.
+TEST(KvEventCodecTest, TokenIdsAreMsgpacksOwnEncoding) {
+  std::vector<uint32_t> toks = {0, 1, 127, 128, 255, 256, 65535, 65536, 0xfffffffe, 0xffffffff, 31999, 7};
+  for (int i = 0; i < 700; i++) toks.push_back(static_cast<uint32_t>(i * 2654435761u) >> (i % 32));
+  toks.resize(toks.size() / 4 * 4);
+  KvEvent e = Stored("m", toks);
+  const std::string payload = EncodeKvEventBatch(1, std::span(&e, 1), {});
+  auto h = Decode(payload);
+  const msgpack::object& ev = h.get().via.array.ptr[1].via.array.ptr[0];
+  EXPECT_EQ(ev.via.array.ptr[3].as<std::vector<uint32_t>>(), toks);
+  msgpack::sbuffer want;
+  msgpack::packer<msgpack::sbuffer> pk(want);
+  pk.pack_array(static_cast<uint32_t>(toks.size()));
+  for (uint32_t t : toks) pk.pack_uint32(t);
+  EXPECT_NE(payload.find(std::string(want.data(), want.size())), std::string::npos);
+}
+
 TEST(KvEventCodecTest, RemovedClearedSaltedAndByteHashes) {
   KvEvent child = Stored("m", {9, 9, 9, 9}, /*salted=*/true);
   child.has_parent = true;
