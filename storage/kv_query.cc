@@ -77,13 +77,17 @@ std::optional<core::HttpResponse> Parse(const std::string& text, bool by_hash, A
   }
   if (body.contains("instance_id") && !body["instance_id"].is_null()) {
     const Json& i = body["instance_id"];
-    const std::string s = i.is_string() ? i.get<std::string>() : "";
-    char* end = nullptr;
-    const unsigned long id = s.rfind("node-", 0) == 0 && s.size() > 5 ? std::strtoul(s.c_str() + 5, &end, 10) : 0;
-    if (end == nullptr || *end != '\0' || id > UINT32_MAX) {
-      return JsonError(400, "\"instance_id\" must name a member as \"node-<id>\"", "instance_id");
+    if (i.is_number_unsigned() && i.get<uint64_t>() <= UINT32_MAX) {
+      a->instance = i.get<uint32_t>();  // Dynamo's numeric instance ids: the node id
+    } else {
+      const std::string s = i.is_string() ? i.get<std::string>() : "";
+      char* end = nullptr;
+      const unsigned long id = s.rfind("node-", 0) == 0 && s.size() > 5 ? std::strtoul(s.c_str() + 5, &end, 10) : 0;
+      if (end == nullptr || *end != '\0' || id > UINT32_MAX) {
+        return JsonError(400, "\"instance_id\" must name a member as \"node-<id>\" or its id", "instance_id");
+      }
+      a->instance = static_cast<uint32_t>(id);
     }
-    a->instance = static_cast<uint32_t>(id);
   }
   if (!by_hash) {
     if (!body.contains("token_ids") || !body["token_ids"].is_array()) {

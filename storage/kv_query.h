@@ -32,7 +32,8 @@
 // or does not answer in time is left out and named in "unanswered" (never
 // an error). <rank> is the stream's data_parallel_rank. "block_size",
 // when given, must be the namespace's; "lora_name" null, "" or the
-// namespace; "instance_id" ("node-<id>") keeps that member only;
+// namespace; "instance_id" ("node-<id>", or the id as a number) keeps that
+// member only;
 // "tenant_id" is echoed; "cache_salt" (string or null) and "lora_id" are
 // accepted and unused (a namespace's salt is its own). A body that is not
 // such JSON, an unknown field, a bad value: 400 {"error": ..., "field": ...};

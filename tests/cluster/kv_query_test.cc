@@ -176,6 +176,9 @@ TEST_F(KvQueryClusterTest, EveryMemberByTierDeadMemberAndBadBodies) {
   Json j = Query(2, {{"model_name", kNs}, {"token_ids", asked}, {"instance_id", "node-1"}});
   EXPECT_EQ(Answered(j, 1), want1);
   EXPECT_FALSE(j["instances"].contains("node-0")) << j.dump();
+  j = Query(2, {{"model_name", kNs}, {"token_ids", asked}, {"instance_id", 0}});
+  EXPECT_EQ(Answered(j, 0), want0);
+  EXPECT_FALSE(j["instances"].contains("node-1")) << j.dump();
 
   // By block hash: the int form (low 64 bits, also as Dynamo's negative
   // i64) and the whole chain keys give the same answer; a wrong third hash
