@@ -68,6 +68,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kSetTimesReply: return "SetTimesReply";
     case MsgType::kChanges: return "Changes";
     case MsgType::kChangesReply: return "ChangesReply";
+    case MsgType::kPeerTiers: return "PeerTiers";
+    case MsgType::kPeerTiersReply: return "PeerTiersReply";
   }
   return "Unknown";
 }
@@ -566,6 +568,8 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kSetTimesReply: return DecodeAs<SetTimesReply>(body);
     case MsgType::kChanges: return DecodeAs<ChangesRequest>(body);
     case MsgType::kChangesReply: return DecodeAs<ChangesReply>(body);
+    case MsgType::kPeerTiers: return DecodeAs<PeerTiers>(body);
+    case MsgType::kPeerTiersReply: return DecodeAs<PeerTiersReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

@@ -56,9 +56,12 @@ enum class MsgType : uint16_t {
   kSetTimes = 58, kSetTimesReply = 59,
   // Client -> local ptstored: the changes of the index since a position (mounts poll it).
   kChanges = 60, kChangesReply = 61,
+  // Node to node: in which media does the peer hold these increments, and
+  // which tokens do these block hashes name there (the KV query API)?
+  kPeerTiers = 62, kPeerTiersReply = 63,
 };
 // The highest type in use (fuzzers and registry tests walk 0..kLastMsgType).
-inline constexpr MsgType kLastMsgType = MsgType::kChangesReply;
+inline constexpr MsgType kLastMsgType = MsgType::kPeerTiersReply;
 const char* MsgTypeName(uint16_t type);
 
 struct ErrorReply {

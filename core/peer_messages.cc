@@ -239,6 +239,50 @@ Status PeerHoldsReply::Decode(Decoder& d) {
   return d.Finish("PeerHoldsReply");
 }
 
+void PeerTiers::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU32(static_cast<uint32_t>(entries.size()));
+  for (const PeerHolds::Entry& x : entries) {
+    e.PutU32Array(x.tokens);
+    e.PutU64(x.from_block);
+  }
+  e.PutU32(static_cast<uint32_t>(hashes.size()));
+  for (const ChainKey& k : hashes) PutKey(e, k);
+  e.PutBool(low64);
+}
+Status PeerTiers::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "entries", 12, &n));
+  entries.resize(n);
+  for (PeerHolds::Entry& x : entries) {
+    PTS_RETURN_IF_ERROR(d.GetU32Array("entry.tokens", &x.tokens));
+    PTS_RETURN_IF_ERROR(d.GetU64("entry.from_block", &x.from_block));
+  }
+  PTS_RETURN_IF_ERROR(GetCount(d, "hashes", 16, &n));
+  hashes.resize(n);
+  for (ChainKey& k : hashes) PTS_RETURN_IF_ERROR(GetKey(d, "hash", &k));
+  PTS_RETURN_IF_ERROR(d.GetBool("low64", &low64));
+  return d.Finish("PeerTiers");
+}
+
+void PeerTiersReply::Encode(Encoder& e) const {
+  e.PutU32(static_cast<uint32_t>(media.size()));
+  for (uint8_t m : media) e.PutU8(m);
+  e.PutU32Array(tokens);
+}
+Status PeerTiersReply::Decode(Decoder& d) {
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "media", 1, &n));
+  media.resize(n);
+  for (uint8_t& m : media) {
+    PTS_RETURN_IF_ERROR(d.GetU8("media", &m));
+    if (m > 3) return Status(Code::kProtocol, "PeerTiersReply: media " + std::to_string(m) + " is not a set of DRAM (1) and SSD (2)");
+  }
+  PTS_RETURN_IF_ERROR(d.GetU32Array("tokens", &tokens));
+  return d.Finish("PeerTiersReply");
+}
+
 void LocateRequest::Encode(Encoder& e) const {
   e.PutString(ns);
   e.PutU32(static_cast<uint32_t>(keys.size()));

@@ -160,6 +160,31 @@ struct PeerHoldsReply {
   Status Decode(Decoder& d);
 };
 
+// Node -> node, for the KV query API (storage/kv_query.h): in which media
+// the peer holds each entry (as PeerHolds asks: every block of `tokens` from
+// `from_block` on), and which tokens `hashes` name in its index: the longest
+// run of them, from the namespace's root, that it knows (block hashes as the
+// KV-event stream publishes them; `low64`: only each chain key's low 64 bits
+// are given, the int form).
+struct PeerTiers {
+  static constexpr MsgType kType = MsgType::kPeerTiers;
+  std::string ns;
+  std::vector<PeerHolds::Entry> entries;
+  std::vector<ChainKey> hashes;
+  bool low64 = false;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct PeerTiersReply {
+  static constexpr MsgType kType = MsgType::kPeerTiersReply;
+  // One per entry: bit 1 every block in DRAM, bit 2 every block on SSD (the
+  // KvMedium bits); 0 not held whole.
+  std::vector<uint8_t> media;
+  std::vector<uint32_t> tokens;  // what `hashes` name here (whole blocks; may be empty)
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
 // Client -> its node: the nodes that hold each of these increments (by the
 // chain keys this node's index names them with).
 struct LocateRequest {

@@ -50,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -176,6 +177,30 @@ class Cluster : public RemoteFetcher {
   // cluster, LocatePrefixLocal.
   Result<PrefixLocation> LocatePrefix(const std::string& ns, std::span<const uint32_t> tokens);
 
+  // The KV query API (storage/kv_query.h, cluster_query.cc). A prompt's
+  // longest match on every member by tier: after Refresh (the root's shard
+  // is asked, as a load would), each increment of the match this node's
+  // index knows is asked of every live member in parallel (one PeerTiers
+  // each); a member answers in which media it holds it. Each member's
+  // entry is then its longest run from the prompt's start held in any
+  // medium, wholly in DRAM, wholly on SSD. A member that is dead, departed
+  // or does not answer within rpc_timeout_ms has no entry and is named in
+  // `unanswered`: never an error, never more than one deadline.
+  struct MemberTiers {
+    uint32_t node = 0;
+    uint64_t held_tokens = 0, dram_tokens = 0, ssd_tokens = 0;
+  };
+  struct ClusterTiers {
+    uint64_t matched_tokens = 0;          // what this node's index matches (held anywhere or not)
+    std::vector<MemberTiers> members;     // self first, then by id; members holding nothing included
+    std::vector<uint32_t> unanswered;     // members asked (or dead) without an answer, by id
+  };
+  Result<ClusterTiers> QueryTiers(const std::string& ns, std::span<const uint32_t> tokens);
+  // The tokens that block hashes name in the cluster (Store::TokensOfHashes
+  // here, then, unless that names them all, every live member's, the
+  // longest answer whose chain keys check out).
+  Result<std::vector<uint32_t>> TokensOfHashes(const std::string& ns, std::span<const ChainKey> hashes, bool low64);
+
   // RemoteFetcher.
   void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, std::vector<FetchRequest>& requests) override;
 
@@ -238,6 +263,9 @@ class Cluster : public RemoteFetcher {
   // (node id, answer per entry) per peer; a peer that did not answer (or is
   // not alive) has an empty answer.
   std::vector<std::pair<uint32_t, std::vector<bool>>> AskHolders(const core::PeerHolds& q);
+  // The same for PeerTiers: one answer per member (self excluded), nullopt
+  // where it is not alive or did not answer (cluster_query.cc).
+  std::vector<std::pair<uint32_t, std::optional<core::PeerTiersReply>>> AskTiers(const core::PeerTiers& q);
 
   // Fetch from one owner (cluster_fetch.cc).
   void FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_t> tokens, FetchRequest& req);

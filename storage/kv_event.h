@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ptstore/keys.h"
+#include "ptstore/layout.h"
 
 namespace ptstore::storage {
 
@@ -23,6 +24,18 @@ enum class KvMedium : uint8_t { kCpu = 1, kStorage = 2 };  // bits of RadixNode:
 
 // vLLM's medium strings: "CPU" (vllm/v1/kv_offload/cpu), "STORAGE" for SSD.
 const char* KvMediumName(KvMedium m);
+
+// BlockStored's cache-spec fields (kv_cache_spec_kind,
+// kv_cache_spec_sliding_window): vLLM's KVCacheSpecKind value of the
+// namespace's layout and its attention window (0: None). A block holds every
+// group of a layout, so, as vLLM's get_kv_cache_spec_kind does for a group
+// of several specs, one kind for all groups is that kind and mixed kinds are
+// "unknown"; the window is the groups' one window, None when they differ.
+struct KvCacheSpec {
+  const char* kind = nullptr;  // a static string; nullptr: None
+  uint32_t sliding_window = 0;
+};
+KvCacheSpec KvCacheSpecOf(const Layout& layout);
 
 struct KvEvent {
   KvEventKind kind = KvEventKind::kStored;
@@ -33,6 +46,7 @@ struct KvEvent {
   bool has_parent = false;        // false: the run starts at block 0 (parent_block_hash None)
   bool salted = false;            // the namespace has a salt (token ids withheld unless configured)
   uint32_t block_tokens = 0;
+  KvCacheSpec spec;               // kStored only
   std::vector<uint32_t> tokens;   // whole blocks
 };
 

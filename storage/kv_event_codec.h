@@ -4,13 +4,16 @@
 //   batch       = [ts: float64, events: [event...], data_parallel_rank: int]
 //   BlockStored = ["BlockStored", block_hashes, parent_block_hash|nil,
 //                  token_ids, block_size, lora_id=nil, medium, lora_name,
-//                  extra_keys=nil, group_idx]
+//                  extra_keys=nil, group_idx, kv_cache_spec_kind
+//                  [, kv_cache_spec_sliding_window]]
 //   BlockRemoved     = ["BlockRemoved", block_hashes, medium, group_idx]
 //   AllBlocksCleared = ["AllBlocksCleared"]
 //
 // msgspec's array_like structs with tag=True put the class name first, and
 // with omit_defaults=True drop trailing fields equal to their defaults only:
-// group_idx is set, so extra_keys (default None) before it is written as nil.
+// group_idx is set, so extra_keys (default None) before it is written as nil,
+// and kv_cache_spec_sliding_window (None unless the layout has one window,
+// storage/kv_event.h KvCacheSpec) is left out when None.
 // Block hashes are ints (the chain key's low 64 bits, as vLLM's
 // VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES makes them from bytes) or the key's
 // 16 bytes (big-endian, as ToHex prints it).

@@ -1,6 +1,13 @@
 #include "storage/kv_event_publisher.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <future>
 #include <zmq.hpp>
 
 #include "core/logging.h"
@@ -53,24 +60,55 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEvents
   p->stats_.incarnation = p->incarnation_;
   p->stats_.next_seq = KvSeq(p->incarnation_, 0);
   p->resync_ = std::move(resync);
-  p->sockets_ = std::make_unique<Sockets>();
-  Sockets& s = *p->sockets_;
+  // The thread makes the sockets (so ZMQ's I/O thread, started by the first
+  // socket, inherits its lower priority) and says how binding went.
+  std::promise<Status> bound;
+  std::future<Status> bound_f = bound.get_future();
+  p->thread_ = std::thread([raw = p.get(), &bound] {
+    raw->Lower();
+    Status st = raw->Bind();
+    const bool ok = st.ok();
+    bound.set_value(std::move(st));
+    if (ok) raw->Loop();
+  });
+  Status st = bound_f.get();
+  if (!st.ok()) {
+    p->thread_.join();
+    return st;
+  }
+  return p;
+}
+
+void KvEventPublisher::Lower() {
+  // Below the save path: the publisher runs on the cycles saves leave
+  // (kNiceIncrement). Best effort: a failure leaves it where it was.
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  if (errno == 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), std::min(19, now + kNiceIncrement)) != 0) {
+    PTS_DEBUG("events", "cannot lower the publisher's priority: " << std::strerror(errno));
+  }
+}
+
+Status KvEventPublisher::Bind() {
+  sockets_ = std::make_unique<Sockets>();
+  Sockets& s = *sockets_;
   try {
-    s.pub.set(zmq::sockopt::sndhwm, static_cast<int>(std::min<uint64_t>(options.hwm, INT32_MAX)));
+    s.pub.set(zmq::sockopt::sndhwm, static_cast<int>(std::min<uint64_t>(options_.hwm, INT32_MAX)));
     s.pub.set(zmq::sockopt::linger, 0);
-    s.pub.bind(Endpoint(options.bind, options.port));
-    p->endpoint_ = s.pub.get(zmq::sockopt::last_endpoint);
+    s.pub.bind(Endpoint(options_.bind, options_.port));
+    endpoint_ = s.pub.get(zmq::sockopt::last_endpoint);
     // A replay of the whole buffer to one subscriber must not hit the
     // ROUTER's high-water mark (it would drop silently).
-    s.replay.set(zmq::sockopt::sndhwm, static_cast<int>(std::min<uint64_t>(2 * options.buffer_batches + 16, INT32_MAX)));
+    s.replay.set(zmq::sockopt::sndhwm,
+                 static_cast<int>(std::min<uint64_t>(2 * options_.buffer_batches + 16, INT32_MAX)));
     s.replay.set(zmq::sockopt::linger, 0);
-    s.replay.bind(Endpoint(options.bind, options.replay_port));
-    p->replay_endpoint_ = s.replay.get(zmq::sockopt::last_endpoint);
+    s.replay.bind(Endpoint(options_.bind, options_.replay_port));
+    replay_endpoint_ = s.replay.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
-    return Unavailable(std::string("kv events: cannot bind on ") + options.bind + ": " + e.what());
+    sockets_.reset();
+    return Unavailable(std::string("kv events: cannot bind on ") + options_.bind + ": " + e.what());
   }
-  p->thread_ = std::thread([raw = p.get()] { raw->Loop(); });
-  return p;
+  return Status::OK();
 }
 
 KvEventPublisher::~KvEventPublisher() {

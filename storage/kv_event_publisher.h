@@ -19,6 +19,10 @@
 // than the stream loses messages at the PUB socket's high-water mark (ZMQ
 // never blocks a PUB) and sees the gap in the sequence numbers.
 //
+// The publisher's thread, and ZMQ's I/O thread it starts, run kNiceIncrement
+// nice levels below the thread that called Start (best effort): on a busy
+// machine they take the cycles saves leave, not the saves' own.
+//
 // Thread safety: Publish and Stats from any thread; Start/destruction by
 // one owner.
 #pragma once
@@ -49,7 +53,7 @@ struct KvEventsOptions {
   uint64_t buffer_batches = 10000;  // batches kept for replay (vLLM's buffer_steps)
   uint64_t hwm = 100000;            // PUB high-water mark, messages per subscriber
   uint64_t batch_events = 256;      // at most this many events in one batch
-  uint64_t batch_delay_us = 200;    // after a send, gather events this long before the next (0: none)
+  uint64_t batch_delay_us = 1000;   // after a send, gather events this long before the next (0: none)
   KvCodecOptions codec;
   uint32_t node_id = 0;
   uint32_t incarnation = 0;         // 0: seconds since the Unix epoch now
@@ -91,7 +95,10 @@ class KvEventPublisher final : public KvEventSink {
 
  private:
   struct Sockets;
+  static constexpr int kNiceIncrement = 10;
   explicit KvEventPublisher(const KvEventsOptions& options);
+  void Lower();   // the calling thread's nice value + kNiceIncrement
+  Status Bind();  // makes sockets_ and binds them
   void Loop();
   void ServeReplays();
   void Send(std::deque<KvEvent>& events);
@@ -99,7 +106,7 @@ class KvEventPublisher final : public KvEventSink {
   const KvEventsOptions options_;
   uint32_t incarnation_ = 0;
   std::string endpoint_, replay_endpoint_;
-  std::unique_ptr<Sockets> sockets_;  // used by the thread only (after Start)
+  std::unique_ptr<Sockets> sockets_;  // made and used by the thread only
   std::function<void()> resync_;
 
   mutable std::mutex mu_;  // guards queue_, stop_, overflowed_, sent_, stats_ counters below

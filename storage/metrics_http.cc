@@ -38,7 +38,7 @@ MetricsHttpServer::MetricsHttpServer(MetricsHttpOptions options) : http_(ToHttpO
 Status MetricsHttpServer::Start(const std::string& bind, uint16_t port, Render render, Query query) {
   if (!render) return InvalidArgument("the metrics server needs a render function");
   return http_.Start(bind, port, [render = std::move(render), query = std::move(query)](const core::HttpRequest& req) {
-    if (query && req.path == "/query") return query(req);
+    if (query && (req.path == "/query" || req.path == "/query_by_hash")) return query(req);
     if (req.method != "GET") {  // HEAD arrives as GET
       core::HttpResponse r = Error(405);
       r.headers.emplace_back("Allow", "GET, HEAD");

@@ -4,7 +4,8 @@
 //   GET /metrics  200, the text that `render` returns, as
 //                 "text/plain; version=0.0.4; charset=utf-8"
 //   GET /         200, a short HTML page linking /metrics
-//   /query        with a query handler: what it answers (storage/kv_query.h)
+//   /query, /query_by_hash
+//                 with a query handler: what it answers (storage/kv_query.h)
 //   other paths   404;  other methods 405 (HEAD is served like GET, without
 //   a body);  a malformed request 400;  headers over the size cap 431;
 //   another HTTP version 505;  `render` throwing 500.
@@ -55,7 +56,7 @@ class MetricsHttpServer {
   // `port` (0: an ephemeral port; see port()) and starts serving. IOError
   // when the address cannot be bound (in use, not local), InvalidArgument
   // for an address that does not resolve or a second Start.
-  // `query` (optional) answers /query, any method.
+  // `query` (optional) answers /query and /query_by_hash, any method.
   using Query = std::function<core::HttpResponse(const core::HttpRequest&)>;
   Status Start(const std::string& bind, uint16_t port, Render render, Query query = nullptr);
   // Stops serving and closes every connection; joins the thread. Idempotent.

@@ -208,6 +208,20 @@ Status Cluster::DispatchPeer(rdma::FramedSocket& sock, const rdma::Frame& f, uin
       }
       return Reply(sock, f, rep);
     }
+    case MsgType::kPeerTiers: {
+      core::PeerTiers req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      core::PeerTiersReply rep;
+      for (const auto& e : req.entries) {
+        Result<uint8_t> m = store_->HeldMedia(req.ns, e.tokens, e.from_block);
+        rep.media.push_back(m.ok() ? *m : 0);  // an unknown namespace holds nothing
+      }
+      if (!req.hashes.empty()) {
+        Result<std::vector<uint32_t>> t = store_->TokensOfHashes(req.ns, req.hashes, req.low64);
+        if (t.ok()) rep.tokens = std::move(*t);
+      }
+      return Reply(sock, f, rep);
+    }
     case MsgType::kPeerRemove: {
       core::PeerRemove req;
       PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
       if (!w.status().ok()) PTS_ERROR("metrics", w.status().ToString());
       return w.Take();
     };
-    auto query = std::make_shared<storage::KvQuery>(node_store, node_cluster);
+    auto query = std::make_shared<storage::KvQuery>(node_store, node_cluster, cfg.events.codec.data_parallel_rank);
     auto handle = [query](const core::HttpRequest& req) { return query->Handle(req); };
     if (Status st = metrics.Start(cfg.metrics.bind, cfg.metrics.port, render, handle); !st.ok()) {
       return fail(st.WithContext("metrics endpoint"));

@@ -199,6 +199,17 @@ class Store {
     uint32_t block_tokens = 0;
   };
   Result<TierMatch> MatchTiers(const std::string& ns, std::span<const uint32_t> tokens);
+  // The media (KvMedium bits) in which this node holds every block of
+  // `tokens` from block `from_block` on: 0 when it does not hold them all
+  // (the KV query's PeerTiers; as Holds, per medium).
+  Result<uint8_t> HeldMedia(const std::string& ns, std::span<const uint32_t> tokens, uint64_t from_block);
+  // The tokens that the block hashes `hashes` (chain keys of blocks 0, 1,
+  // ... as the KV-event stream publishes them; `low64`: only their low 64
+  // bits count, the int form) name in this node's index: the longest run
+  // of them from the namespace's root that it knows, held here or not.
+  // Empty when the first is unknown. NotFound for an unknown namespace.
+  Result<std::vector<uint32_t>> TokensOfHashes(const std::string& ns, std::span<const ChainKey> hashes,
+                                               bool low64) const;
 
   // ---------------------------------------------------------------- cluster
   // (store_remote.cc, docs/architecture.md "Cluster"). Another node's

@@ -40,6 +40,7 @@ void Store::EmitNodeEventLocked(const RadixNode* n, KvEventKind kind, KvMedium m
   e.has_parent = !top;
   e.salted = !ns->salt.empty();
   e.block_tokens = ns->tree->block_tokens();
+  e.spec = KvCacheSpecOf(ns->info.layout);
   e.tokens = n->tokens;
   events_->Publish(std::move(e), force);
 }
@@ -118,6 +119,65 @@ Result<Store::TierMatch> Store::MatchTiers(const std::string& ns_name, std::span
     if (ssd) r.ssd_tokens = at;
   }
   return r;
+}
+
+Result<uint8_t> Store::HeldMedia(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t from_block) {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const Match m = WalkLocked(*ns, tokens);
+  if (m.blocks != tokens.size() / ns->info.layout.block_tokens || m.blocks <= from_block) return uint8_t{0};
+  uint8_t media = kCpuBit | kStorageBit;
+  uint64_t at = 0;
+  for (const MatchStep& st : m.path) {
+    const bool needed = at + st.blocks > from_block;
+    at += st.blocks;
+    if (needed) media &= HeldMediaLocked(*st.node->tensor);
+  }
+  return media;
+}
+
+Result<std::vector<uint32_t>> Store::TokensOfHashes(const std::string& ns_name, std::span<const ChainKey> hashes,
+                                                    bool low64) const {
+  std::lock_guard lk(mu_);
+  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
+  const uint32_t bt = ns->tree->block_tokens();
+  auto same = [low64](const ChainKey& a, const ChainKey& b) { return low64 ? a.lo == b.lo : a == b; };
+  std::vector<uint32_t> out;
+  const RadixNode* at = ns->tree->root();
+  size_t d = 0;  // blocks matched
+  while (d < hashes.size()) {
+    // The child whose first block is hashes[d]: by its key, or (the int
+    // form) by a scan of the children's keys, which hashes nothing.
+    const RadixNode* next = nullptr;
+    if (!low64) {
+      auto it = at->children.find(hashes[d]);
+      if (it != at->children.end()) next = it->second.get();
+    } else {
+      for (const auto& [k, c] : at->children) {
+        if (k.lo == hashes[d].lo) {
+          next = c.get();
+          break;
+        }
+      }
+    }
+    if (next == nullptr) break;
+    // Every block of it must match (a hash list need not be one chain: the
+    // match ends at the first that differs), each key from the one before.
+    const size_t blocks = next->tokens.size() / bt;
+    const std::span<const uint32_t> toks(next->tokens);
+    ChainKey k = next->first_key;
+    size_t i = 0;
+    for (;;) {
+      out.insert(out.end(), toks.begin() + i * bt, toks.begin() + (i + 1) * bt);
+      ++d;
+      if (++i == blocks || d == hashes.size()) break;
+      k = NextKey(k, toks.subspan(i * bt, bt));
+      if (!same(k, hashes[d])) break;
+    }
+    if (i < blocks) break;  // the run ends inside `next`
+    at = next;
+  }
+  return out;
 }
 
 }  // namespace ptstore::storage

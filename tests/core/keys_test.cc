@@ -104,6 +104,22 @@ TEST(ChainKeyTest, RecipeMatchesDocumentedFormula) {
   EXPECT_EQ(next.lo, n.low64);
 }
 
+TEST(ChainKeyTest, NextKeyOfABlockLargerThanItsBufferIsTheSameHash) {
+  // NextKey hashes small blocks in one call from a stack buffer and streams
+  // larger ones: both are XXH3_128 of (prev, tokens).
+  const ChainKey root = RootKey("ns", "");
+  for (size_t n : {size_t{1}, size_t{1020}, size_t{1021}, size_t{5000}}) {
+    std::vector<uint32_t> block(n);
+    for (size_t i = 0; i < n; ++i) block[i] = static_cast<uint32_t>(i * 2654435761u);
+    std::vector<uint8_t> buf(16 + n * 4);
+    std::memcpy(buf.data(), &root.hi, 8);
+    std::memcpy(buf.data() + 8, &root.lo, 8);
+    std::memcpy(buf.data() + 16, block.data(), n * 4);
+    XXH128_hash_t want = XXH3_128bits(buf.data(), buf.size());
+    EXPECT_EQ(NextKey(root, block), (ChainKey{want.high64, want.low64})) << n << " tokens";
+  }
+}
+
 TEST(ChainKeyTest, RootSeparatesNamespaceAndSalt) {
   ChainKey a = RootKey("mistral", "");
   EXPECT_EQ(a, RootKey("mistral", ""));

@@ -44,18 +44,18 @@ NamespaceInfo SampleInfo(int i) {
 // ---- registry -------------------------------------------------------------
 
 TEST(MsgTypeTest, RequestsAreEvenAndRepliesFollow) {
-  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kChanges); t += 2) {
+  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kPeerTiers); t += 2) {
     std::string req = MsgTypeName(t);
     EXPECT_NE(req, "Unknown") << t;
     EXPECT_EQ(std::string(MsgTypeName(t + 1)), req + "Reply") << t;
   }
   EXPECT_STREQ(MsgTypeName(T(MsgType::kError)), "Error");
-  for (uint16_t t : {0, 62, 63, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
+  for (uint16_t t : {0, 64, 65, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
 }
 
 TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
   std::vector<uint8_t> body = {0, 0, 0, 0};
-  for (uint16_t t : {0, 62, 63, 0x100, 0xffff}) {
+  for (uint16_t t : {0, 64, 65, 0x100, 0xffff}) {
     Status s = DecodeAny(t, body);
     EXPECT_EQ(s.code(), Code::kProtocol) << t;
     EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);

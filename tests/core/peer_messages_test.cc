@@ -74,7 +74,7 @@ TEST(PeerMsgTypeTest, NamesOfTheNewTypes) {
   for (const Name& n : {Name{MsgType::kPeerPing, "PeerPing"}, Name{MsgType::kShardLookup, "ShardLookup"},
                         Name{MsgType::kShardAnnounce, "ShardAnnounce"}, Name{MsgType::kPeerFetch, "PeerFetch"},
                         Name{MsgType::kPeerRelease, "PeerRelease"}, Name{MsgType::kPeerRemove, "PeerRemove"},
-                        Name{MsgType::kClusterStatus, "ClusterStatus"}}) {
+                        Name{MsgType::kClusterStatus, "ClusterStatus"}, Name{MsgType::kPeerTiers, "PeerTiers"}}) {
     EXPECT_STREQ(MsgTypeName(T(n.type)), n.name);
     EXPECT_EQ(std::string(MsgTypeName(T(n.type) + 1)), std::string(n.name) + "Reply");
     EXPECT_EQ(T(n.type) % 2, 0) << n.name;
@@ -110,6 +110,8 @@ TEST(PeerMsgTypeTest, DecodeAnyAcceptsEveryNewType) {
   EXPECT_TRUE(DecodeAny(T(MsgType::kPeerRemove), EncodeBody(PeerRemove{})).ok());
   EXPECT_TRUE(DecodeAny(T(MsgType::kPeerRemoveReply), EncodeBody(RemoveReply{})).ok());
   EXPECT_TRUE(DecodeAny(T(MsgType::kClusterStatusReply), EncodeBody(ClusterStatusReply{})).ok());
+  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerTiers), EncodeBody(PeerTiers{})).ok());
+  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerTiersReply), EncodeBody(PeerTiersReply{})).ok());
   // A body of one type under another is refused (no type is a prefix of all).
   EXPECT_EQ(DecodeAny(T(MsgType::kPeerPing), EncodeBody(PeerPingReply{})).code(), Code::kProtocol);
 }
@@ -269,6 +271,33 @@ TEST(PeerMessagesTest, PeerReleaseAndRemove) {
   RemoveReply orr = RoundTrip(T(MsgType::kPeerRemoveReply), rr);
   EXPECT_EQ(orr.nodes, rr.nodes);
   EXPECT_EQ(orr.bytes, rr.bytes);
+}
+
+TEST(PeerMessagesTest, PeerTiersAndReply) {
+  PeerTiers m;
+  m.ns = "llama-3-70b";
+  m.entries.push_back({SampleTokens(32, 3), 0});
+  m.entries.push_back({SampleTokens(64, 4), 2});
+  m.hashes = {ChainKey{1, 2}, ChainKey{0xfedcba9876543210ULL, 0x0123456789abcdefULL}};
+  m.low64 = true;
+  PeerTiers o = RoundTrip(T(MsgType::kPeerTiers), m);
+  EXPECT_EQ(o.ns, m.ns);
+  ASSERT_EQ(o.entries.size(), 2u);
+  EXPECT_EQ(o.entries[1].tokens, m.entries[1].tokens);
+  EXPECT_EQ(o.entries[1].from_block, 2u);
+  EXPECT_EQ(o.hashes, m.hashes);
+  EXPECT_TRUE(o.low64);
+  PeerTiersReply r;
+  r.media = {3, 0, 1, 2};
+  r.tokens = SampleTokens(16, 9);
+  PeerTiersReply orr = RoundTrip(T(MsgType::kPeerTiersReply), r);
+  EXPECT_EQ(orr.media, r.media);
+  EXPECT_EQ(orr.tokens, r.tokens);
+  // A medium that is not a set of DRAM and SSD is refused, naming it.
+  r.media = {4};
+  Status s = DecodeAny(T(MsgType::kPeerTiersReply), EncodeBody(r));
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_NE(s.message().find("media 4"), std::string::npos) << s.message();
 }
 
 MemberInfo SampleMember(uint32_t id, MemberState state, std::string address) {

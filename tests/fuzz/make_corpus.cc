@@ -260,6 +260,16 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
   PeerHoldsReply held;
   held.held = {true, false};
   out.push_back(Frame(MsgType::kPeerHoldsReply, held));
+  PeerTiers tiers;
+  tiers.ns = "mistral";
+  tiers.entries.push_back({Tokens(32), 1});
+  tiers.hashes = {ChainKey{1, 2}, ChainKey{3, 4}};
+  tiers.low64 = true;
+  out.push_back(Frame(MsgType::kPeerTiers, tiers));
+  PeerTiersReply tiered;
+  tiered.media = {3, 0};
+  tiered.tokens = Tokens(16);
+  out.push_back(Frame(MsgType::kPeerTiersReply, tiered));
   LocateRequest locate;
   locate.ns = "mistral";
   locate.keys = {ChainKey{1, 2}, ChainKey{3, 4}};

@@ -165,6 +165,8 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kSetTimesReply: return CheckTyped<core::SetTimesReply>(type, body, any);
     case MsgType::kChanges: return CheckTyped<core::ChangesRequest>(type, body, any);
     case MsgType::kChangesReply: return CheckTyped<core::ChangesReply>(type, body, any);
+    case MsgType::kPeerTiers: return CheckTyped<core::PeerTiers>(type, body, any);
+    case MsgType::kPeerTiersReply: return CheckTyped<core::PeerTiersReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";

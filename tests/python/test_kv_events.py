@@ -113,8 +113,19 @@ def test_stream_decodes_into_vllm_classes(node):
     assert len(batch) == 3 and isinstance(batch[0], float) and batch[2] == 0, batch  # [ts, events, dp rank]
     assert abs(batch[0] - t0) < 60
     ev = batch[1][0]
-    assert len(ev) == 10, "tag + 9 fields: extra_keys (nil) is written because group_idx after it is set"
-    assert ev[8] is None and isinstance(ev[9], int)
+    # vLLM's BlockStored fields in declaration order (msgspec's array order), read from the snapshot itself.
+    from kv_events_helper import struct_fields
+    names = [n for n, _ in struct_fields(KV.BlockStored)]
+    defaults = dict(struct_fields(KV.BlockStored))
+    assert names[-4:] == ["extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"], names
+    assert all(defaults[n] is None for n in names[-4:]), "trailing fields default to None (omit_defaults drops them)"
+    at = {n: 1 + i for i, n in enumerate(names)}  # position in the tagged array
+    assert ev[0] == "BlockStored"
+    assert len(ev) == at["kv_cache_spec_kind"] + 1, \
+        "tag + fields up to kv_cache_spec_kind: the sliding window (None for a full-attention layout) is left out"
+    assert ev[at["extra_keys"]] is None and isinstance(ev[at["group_idx"]], int)
+    assert ev[at["kv_cache_spec_kind"]] == "full_attention"
+    assert isinstance(ev[at["block_size"]], int) and isinstance(ev[at["token_ids"]], list)
     # Field by field, in vLLM's classes.
     stored = [e for s, p in v.replay_from(0) for e in decode_batch(p, KV).events if isinstance(e, KV.BlockStored)]
     full, tail = stored[0], stored[1]
@@ -124,7 +135,7 @@ def test_stream_decodes_into_vllm_classes(node):
     assert full.parent_block_hash is None, "a prompt's first block has no parent"
     assert full.token_ids == [int(x) for x in a]
     assert len(full.block_hashes) == 8 and len(set(full.block_hashes)) == 8
-    assert full.kv_cache_spec_kind is None and full.kv_cache_spec_sliding_window is None
+    assert full.kv_cache_spec_kind == "full_attention" and full.kv_cache_spec_sliding_window is None
     # b shares 4 blocks: the split's upper half ends at block 3, whose key is the tail's parent.
     upper = keys[0]
     assert full.block_hashes[3] == hkey(upper.key)
@@ -142,6 +153,56 @@ def test_stream_decodes_into_vllm_classes(node):
     assert removed and all(e.medium in ("CPU", "STORAGE") for e in removed)
     assert set(removed[0].block_hashes) == set(tail.block_hashes)
     assert removed[0].group_idx == full.group_idx
+
+
+def spec_kinds():
+    """vLLM's KVCacheSpecKind values, from the snapshot's own vllm/v1/kv_cache_interface.py (read as text: the
+    module needs torch and more to import)."""
+    import ast
+    src = os.path.join(str(standins.vllm_src()), "vllm", "v1", "kv_cache_interface.py")
+    tree = ast.parse(open(src).read())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "KVCacheSpecKind":
+            return {t.targets[0].id: t.value.value for t in node.body if isinstance(t, ast.Assign)}
+    raise AssertionError("no KVCacheSpecKind in " + src)
+
+
+@pytest.mark.parametrize("groups, kind, window", [
+    ([("window", 1024)], "SLIDING_WINDOW", 1024),
+    ([("window", 64), ("window", 64)], "SLIDING_WINDOW", 64),
+    ([("latent", 0)], "MLA_ATTENTION", None),
+    ([("full", 0), ("window", 128)], "UNKNOWN", None),
+    ([("window", 64), ("window", 128)], "SLIDING_WINDOW", None),
+    ([("full", 0), ("state", 0)], "UNKNOWN", None),
+])
+def test_cache_spec_fields_follow_the_layout(node, groups, kind, window):
+    """kv_cache_spec_kind / kv_cache_spec_sliding_window of a namespace's BlockStored, as vLLM's
+    get_kv_cache_spec_kind / get_kv_cache_spec_sliding_window give them for a group of these specs."""
+    G = ptstore.LayoutGroup
+    made = []
+    for k, w in groups:
+        if k == "window":
+            made.append(G("window", 2, kv_heads=2, head_dim=16, dtype="bf16", window=w))
+        elif k == "latent":
+            made.append(G("latent", 2, head_dim=32))
+        elif k == "state":
+            made.append(G("state", 2, state_bytes=256))
+        else:
+            made.append(G("full", 2, kv_heads=2, head_dim=16))
+    layout = ptstore.Layout.from_groups(made, block_tokens=BLOCK)
+    v = subscribe(node)
+    with ptstore.Client(node.socket) as c:
+        c.create_namespace("spec", layout)
+        p = tokens(4 * BLOCK, 7)
+        c.save("spec", p, np.zeros((len(p), layout.bytes_per_token), dtype=np.uint8))  # (tokens, bytes per token)
+        wait_until(lambda: v.poll(100) >= 0 and len(v.held("spec")) == 4, what="4 blocks")
+    raw = [e for s, b in raw_batches(v) for e in b[1] if e[0] == "BlockStored"]
+    assert len(raw) == 1
+    # omit_defaults: the sliding window (last) is written only when it is not None.
+    assert len(raw[0]) == 12 if window is not None else 11, raw[0]
+    stored = [e for s, p in v.replay_from(0) for e in decode_batch(p, KV).events if isinstance(e, KV.BlockStored)]
+    assert stored[0].kv_cache_spec_kind == spec_kinds()[kind]
+    assert stored[0].kv_cache_spec_sliding_window == window
 
 
 MEDIA = {"dram": {"CPU"}, "ssd": {"STORAGE"}, "dram+ssd": {"CPU", "STORAGE"}}

@@ -57,6 +57,73 @@ TEST(KvEventCodecTest, BlockStoredIsVllmsArrayLikeTaggedStruct) {
   EXPECT_EQ(ev.via.array.ptr[9].as<uint32_t>(), KvNamespaceGroup("m"));
 }
 
+// kv_cache_spec_kind / kv_cache_spec_sliding_window: vLLM's KVCacheSpecKind
+// of the layout (vllm/v1/kv_cache_interface.py get_kv_cache_spec_kind's rule
+// for a group of several specs), written after group_idx, the window only
+// when it is not None (omit_defaults).
+TEST(KvEventCodecTest, CacheSpecFieldsFollowTheLayout) {
+  const LayoutGroup full = LayoutGroup::Full(2, 2, 16, DType::kBF16);
+  const LayoutGroup win = LayoutGroup::Window(2, 2, 16, DType::kBF16, 1024);
+  const LayoutGroup win64 = LayoutGroup::Window(2, 2, 16, DType::kBF16, 64);
+  const LayoutGroup latent = LayoutGroup::Latent(2, 32, DType::kBF16);
+  const LayoutGroup state = LayoutGroup::State(2, 256);
+  struct Case {
+    Layout layout;
+    std::string kind;
+    uint32_t window;
+  };
+  Layout dense;
+  dense.layers = 2;
+  dense.kv_heads = 2;
+  dense.head_dim = 16;
+  dense.block_tokens = 4;
+  for (const Case& c : {Case{dense, "full_attention", 0}, Case{Layout::FromGroups({win}, 4), "sliding_window", 1024},
+                        Case{Layout::FromGroups({win64, win64}, 4), "sliding_window", 64},
+                        Case{Layout::FromGroups({latent}, 4), "mla_attention", 0},
+                        Case{Layout::FromGroups({state}, 4), "mamba", 0},
+                        Case{Layout::FromGroups({full, win}, 4), "unknown", 0},
+                        Case{Layout::FromGroups({win, win64}, 4), "sliding_window", 0},
+                        Case{Layout::FromGroups({full, latent, state}, 4), "unknown", 0}}) {
+    ASSERT_TRUE(c.layout.Validate().ok()) << c.layout.ToString();
+    const KvCacheSpec spec = KvCacheSpecOf(c.layout);
+    ASSERT_NE(spec.kind, nullptr);
+    EXPECT_EQ(std::string(spec.kind), c.kind) << c.layout.ToString();
+    EXPECT_EQ(spec.sliding_window, c.window) << c.layout.ToString();
+    KvEvent e = Stored("m", {1, 2, 3, 4});
+    e.spec = spec;
+    auto h = Decode(EncodeKvEventBatch(1, std::span(&e, 1), {}));
+    const msgpack::object& ev = h.get().via.array.ptr[1].via.array.ptr[0];
+    ASSERT_EQ(ev.via.array.size, c.window != 0 ? 12u : 11u) << c.layout.ToString();
+    EXPECT_EQ(ev.via.array.ptr[9].as<uint32_t>(), KvNamespaceGroup("m"));
+    EXPECT_EQ(ev.via.array.ptr[10].as<std::string>(), c.kind);
+    if (c.window != 0) EXPECT_EQ(ev.via.array.ptr[11].as<uint32_t>(), c.window);
+  }
+  // Removals carry no spec (vLLM: "Remove events only need group_idx+hash").
+  KvEvent r = Stored("m", {1, 2, 3, 4});
+  r.kind = KvEventKind::kRemoved;
+  r.spec = KvCacheSpecOf(Layout::FromGroups({win}, 4));
+  auto h = Decode(EncodeKvEventBatch(1, std::span(&r, 1), {}));
+  EXPECT_EQ(h.get().via.array.ptr[1].via.array.ptr[0].via.array.size, 4u);
+}
+
+// Token ids are written as msgpack-c's own packer writes them (the smallest
+// form each), byte for byte, across every size class.
+TEST(KvEventCodecTest, TokenIdsAreMsgpacksOwnEncoding) {
+  std::vector<uint32_t> toks = {0, 1, 127, 128, 255, 256, 65535, 65536, 0xfffffffe, 0xffffffff, 31999, 7};
+  for (int i = 0; i < 700; i++) toks.push_back(static_cast<uint32_t>(i * 2654435761u) >> (i % 32));
+  toks.resize(toks.size() / 4 * 4);
+  KvEvent e = Stored("m", toks);
+  const std::string payload = EncodeKvEventBatch(1, std::span(&e, 1), {});
+  auto h = Decode(payload);
+  const msgpack::object& ev = h.get().via.array.ptr[1].via.array.ptr[0];
+  EXPECT_EQ(ev.via.array.ptr[3].as<std::vector<uint32_t>>(), toks);
+  msgpack::sbuffer want;
+  msgpack::packer<msgpack::sbuffer> pk(want);
+  pk.pack_array(static_cast<uint32_t>(toks.size()));
+  for (uint32_t t : toks) pk.pack_uint32(t);
+  EXPECT_NE(payload.find(std::string(want.data(), want.size())), std::string::npos);
+}
+
 TEST(KvEventCodecTest, RemovedClearedSaltedAndByteHashes) {
   KvEvent child = Stored("m", {9, 9, 9, 9}, /*salted=*/true);
   child.has_parent = true;
