@@ -50,14 +50,14 @@
 namespace ptstore::rdma {
 
 inline constexpr size_t kMinClusterSecretBytes = 32;
-// The peer-protocol versions this build speaks. A build for a mixed-version
-// test defines PTSTORE_PEER_PROTOCOL_MAX lower.
-#ifndef PTSTORE_PEER_PROTOCOL_MAX
-#define PTSTORE_PEER_PROTOCOL_MAX 1
-#endif
+// The peer-protocol versions this release speaks.
 inline constexpr uint16_t kPeerProtocolMin = 1;
-inline constexpr uint16_t kPeerProtocolMax = PTSTORE_PEER_PROTOCOL_MAX;
-inline constexpr core::PeerVersionRange kLocalPeerVersions{kPeerProtocolMin, kPeerProtocolMax};
+inline constexpr uint16_t kPeerProtocolMax = 1;
+// The range this binary speaks: {kPeerProtocolMin, kPeerProtocolMax},
+// defined alone in rdma/peer_version.cc (its own archive member), so that a
+// ptstored for a mixed-version test can link the same file compiled with
+// -DPTSTORE_PEER_PROTOCOL_MAX=<older> and run every other line unchanged.
+core::PeerVersionRange LocalPeerVersions();
 
 // The highest version in both ranges; nullopt when they do not meet.
 std::optional<uint16_t> HighestCommonVersion(core::PeerVersionRange a, core::PeerVersionRange b);
@@ -101,7 +101,7 @@ class AuthInitiator {
  public:
   AuthInitiator(std::string_view secret, uint32_t self_id, std::string peer_addr,
                 std::optional<uint32_t> expected_peer = std::nullopt,
-                core::PeerVersionRange versions = kLocalPeerVersions);
+                core::PeerVersionRange versions = LocalPeerVersions());
   Result<core::AuthHello> Start();
   Result<core::AuthProof> OnHelloReply(const core::AuthHelloReply& reply);
   // OK: the peer is authenticated as peer_id().
@@ -134,7 +134,7 @@ class AuthInitiator {
 class AuthResponder {
  public:
   AuthResponder(std::string_view secret, uint32_t self_id, std::string peer_addr,
-                core::PeerVersionRange versions = kLocalPeerVersions);
+                core::PeerVersionRange versions = LocalPeerVersions());
   Result<core::AuthHelloReply> OnHello(const core::AuthHello& hello);
   // The reply is sent only when the initiator's proof is good.
   Result<core::AuthProofReply> OnProof(const core::AuthProof& proof);

@@ -468,8 +468,8 @@ TEST(AuthSocketTest, SucceedsBothWays) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(*i, rid);
     EXPECT_EQ(*r, iid);
-    EXPECT_EQ(iversion, kPeerProtocolMax);
-    EXPECT_EQ(rversion, kPeerProtocolMax);
+    EXPECT_EQ(iversion, LocalPeerVersions().max);
+    EXPECT_EQ(rversion, LocalPeerVersions().max);
   }
 }
 
