@@ -75,11 +75,14 @@ void Cluster::AcceptLoop() {
 
 void Cluster::ServePeer(int fd, std::string remote) {
   rdma::FramedSocket sock(fd);
-  Result<uint32_t> peer = rdma::AuthenticateResponder(sock, secret_, self_.node_id, remote, kAuthTimeoutMs);
+  uint16_t version = 0;
+  Result<uint32_t> peer =
+      rdma::AuthenticateResponder(sock, secret_, self_.node_id, remote, kAuthTimeoutMs, &version);
   if (!peer.ok()) {
     if (peer.status().code() == Code::kPermissionDenied) counters_.auth_failures++;
     return;  // logged by the responder
   }
+  PTS_DEBUG("cluster", "node " << *peer << " from " << remote << " authenticated, peer protocol " << version);
   std::shared_ptr<Peer> member = FindPeer(*peer);
   if (member == nullptr) {
     // A node not (yet) in this node's file retries every heartbeat: warned
