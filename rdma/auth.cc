@@ -196,6 +196,7 @@ Result<core::AuthProof> AuthInitiator::OnHelloReply(const core::AuthHelloReply& 
   peer_versions_ = *reply.versions;
   std::optional<uint16_t> v = HighestCommonVersion(versions_, peer_versions_);
   if (!v) {
+    version_refused_ = true;
     return Refuse("no common peer-protocol version: we speak " + VersionRangeName(versions_) + ", it speaks " +
                   VersionRangeName(peer_versions_));
   }
@@ -217,6 +218,11 @@ Status AuthInitiator::OnProofReply(const core::AuthProofReply& reply) {
   }
   step_ = Step::kDone;
   return Status::OK();
+}
+
+Result<std::unique_ptr<FrameMac>> AuthInitiator::SessionMac() const {
+  if (step_ != Step::kDone) return Internal("frame keys asked for before authentication completed");
+  return FrameMac::Derive(secret_, nonce_i_, nonce_r_, self_id_, peer_id_, /*initiator=*/true);
 }
 
 // ---- responder ------------------------------------------------------------
@@ -245,6 +251,7 @@ Result<core::AuthHelloReply> AuthResponder::OnHello(const core::AuthHello& hello
   core::PeerVersionRange theirs = hello.versions.value_or(core::PeerVersionRange{1, 1});
   std::optional<uint16_t> v = HighestCommonVersion(versions_, theirs);
   if (!v) {
+    version_refused_ = true;
     return Refuse("no common peer-protocol version: we speak " + VersionRangeName(versions_) + ", it speaks " +
                   VersionRangeName(theirs) + (hello.versions ? "" : " (its hello names no range)"));
   }
@@ -269,6 +276,11 @@ Result<core::AuthProofReply> AuthResponder::OnProof(const core::AuthProof& proof
                                                           AuthRole::kResponder, vi, vr));
   step_ = Step::kDone;
   return core::AuthProofReply{.mac = mine};
+}
+
+Result<std::unique_ptr<FrameMac>> AuthResponder::SessionMac() const {
+  if (step_ != Step::kDone) return Internal("frame keys asked for before authentication completed");
+  return FrameMac::Derive(secret_, nonce_i_, nonce_r_, peer_id_, self_id_, /*initiator=*/false);
 }
 
 // ---- over a FramedSocket ----------------------------------------------------
@@ -301,20 +313,38 @@ Status ReceiveAs(FramedSocket& sock, int timeout_ms, Machine& machine, const std
   return st;
 }
 
-void SendRefusal(FramedSocket& sock, const Status& st) {
+// `version_reason`: the ranges that did not meet, told to the other side
+// (the hellos carried them in clear anyway); any other reason stays in our
+// log.
+void SendRefusal(FramedSocket& sock, const Status& st, const std::string& version_reason = "") {
   if (st.code() != Code::kPermissionDenied) return;
   core::ErrorReply err;
   err.code = Code::kPermissionDenied;
-  err.message = "authentication refused";  // the reason stays in our log
+  err.message = version_reason.empty() ? "authentication refused" : "authentication refused: " + version_reason;
   sock.SendMessage(0, err).IgnoreError();
+}
+
+std::string VersionReason(uint32_t self_id, core::PeerVersionRange ours, core::PeerVersionRange theirs) {
+  return "no common peer-protocol version (node " + std::to_string(self_id) + " speaks " + VersionRangeName(ours) +
+         ", you speak " + VersionRangeName(theirs) + ")";
+}
+
+// Turns integrity on when the agreed version has it.
+template <typename Machine>
+Status StartSession(FramedSocket& sock, const Machine& m, const std::string& peer_addr, const AuthOptions& o) {
+  if (o.counters != nullptr) o.counters->sessions[std::min<size_t>(m.version(), WireCounters::kVersions - 1)]++;
+  if (m.version() < kPeerProtocolIntegrity) return Status::OK();
+  PTS_ASSIGN_OR_RETURN(std::unique_ptr<FrameMac> mac, m.SessionMac());
+  sock.EnableIntegrity(std::move(mac), "node " + std::to_string(m.peer_id()) + " at " + peer_addr, o.counters);
+  return Status::OK();
 }
 
 }  // namespace
 
 Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, std::optional<uint32_t> expected_peer,
-                                       int timeout_ms, uint16_t* version) {
-  AuthInitiator a(secret.bytes(), self_id, peer_addr, expected_peer);
+                                       int timeout_ms, uint16_t* version, const AuthOptions& options) {
+  AuthInitiator a(secret.bytes(), self_id, peer_addr, expected_peer, options.versions);
   PTS_ASSIGN_OR_RETURN(core::AuthHello hello, a.Start());
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, hello));
 
@@ -322,7 +352,9 @@ Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& 
   PTS_RETURN_IF_ERROR(ReceiveAs(sock, timeout_ms, a, peer_addr, &hr));
   Result<core::AuthProof> proof = a.OnHelloReply(hr);
   if (!proof.ok()) {
-    SendRefusal(sock, proof.status());
+    if (a.version_refused() && options.counters != nullptr) options.counters->version_refusals++;
+    SendRefusal(sock, proof.status(),
+                a.version_refused() ? VersionReason(self_id, options.versions, *hr.versions) : "");
     return proof.status();
   }
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, *proof));
@@ -330,13 +362,15 @@ Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& 
   core::AuthProofReply pr;
   PTS_RETURN_IF_ERROR(ReceiveAs(sock, timeout_ms, a, peer_addr, &pr));
   PTS_RETURN_IF_ERROR(a.OnProofReply(pr));
+  PTS_RETURN_IF_ERROR(StartSession(sock, a, peer_addr, options));
   if (version != nullptr) *version = a.version();
   return a.peer_id();
 }
 
 Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
-                                       const std::string& peer_addr, int timeout_ms, uint16_t* version) {
-  AuthResponder r(secret.bytes(), self_id, peer_addr);
+                                       const std::string& peer_addr, int timeout_ms, uint16_t* version,
+                                       const AuthOptions& options) {
+  AuthResponder r(secret.bytes(), self_id, peer_addr, options.versions);
   auto fail = [&](Status st) -> Status {
     SendRefusal(sock, st);
     return st;
@@ -346,7 +380,13 @@ Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& 
   Status st = ReceiveAs(sock, timeout_ms, r, peer_addr, &hello);
   if (!st.ok()) return fail(std::move(st));
   Result<core::AuthHelloReply> hr = r.OnHello(hello);
-  if (!hr.ok()) return fail(hr.status());
+  if (!hr.ok()) {
+    if (!r.version_refused()) return fail(hr.status());
+    if (options.counters != nullptr) options.counters->version_refusals++;
+    SendRefusal(sock, hr.status(),
+                VersionReason(self_id, options.versions, hello.versions.value_or(core::PeerVersionRange{1, 1})));
+    return hr.status();
+  }
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, *hr));
 
   core::AuthProof proof;
@@ -355,6 +395,7 @@ Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& 
   Result<core::AuthProofReply> pr = r.OnProof(proof);
   if (!pr.ok()) return fail(pr.status());
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, *pr));
+  PTS_RETURN_IF_ERROR(StartSession(sock, r, peer_addr, options));
   if (version != nullptr) *version = r.version();
   return r.peer_id();
 }

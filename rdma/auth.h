@@ -45,14 +45,20 @@
 
 #include "core/messages.h"
 #include "ptstore/status.h"
+#include "rdma/frame_mac.h"
 #include "rdma/framed_socket.h"
 
 namespace ptstore::rdma {
 
 inline constexpr size_t kMinClusterSecretBytes = 32;
-// The peer-protocol versions this release speaks.
+// The peer-protocol versions this release speaks (docs/wire-format.md
+// "Peer protocol versions"): 1, frames as they are; 2, every frame after
+// authentication carries a MAC (rdma/frame_mac.h).
 inline constexpr uint16_t kPeerProtocolMin = 1;
-inline constexpr uint16_t kPeerProtocolMax = 1;
+inline constexpr uint16_t kPeerProtocolMax = 2;
+// The first version whose frames carry MACs; [cluster] require_integrity
+// speaks only from this one on.
+inline constexpr uint16_t kPeerProtocolIntegrity = 2;
 // The range this binary speaks: {kPeerProtocolMin, kPeerProtocolMax},
 // defined alone in rdma/peer_version.cc (its own archive member), so that a
 // ptstored for a mixed-version test can link the same file compiled with
@@ -112,6 +118,11 @@ class AuthInitiator {
   uint32_t peer_id() const { return peer_id_; }
   // The agreed peer-protocol version, once OnHelloReply succeeded.
   uint16_t version() const { return version_; }
+  // True when the exchange ended for want of a common version.
+  bool version_refused() const { return version_refused_; }
+  // The connection's frame keys (rdma/frame_mac.h), once OnProofReply
+  // succeeded.
+  Result<std::unique_ptr<FrameMac>> SessionMac() const;
 
  private:
   enum class Step { kStart, kHelloSent, kProofSent, kDone, kFailed };
@@ -123,6 +134,7 @@ class AuthInitiator {
   core::PeerVersionRange versions_;
   core::PeerVersionRange peer_versions_;
   uint16_t version_ = 0;
+  bool version_refused_ = false;
   Step step_ = Step::kStart;
   core::AuthNonce nonce_i_{};
   core::AuthNonce nonce_r_{};
@@ -143,6 +155,9 @@ class AuthResponder {
   uint32_t peer_id() const { return peer_id_; }
   // The agreed peer-protocol version, once OnHello succeeded.
   uint16_t version() const { return version_; }
+  bool version_refused() const { return version_refused_; }
+  // The connection's frame keys, once OnProof succeeded.
+  Result<std::unique_ptr<FrameMac>> SessionMac() const;
 
  private:
   enum class Step { kStart, kHelloDone, kDone, kFailed };
@@ -153,6 +168,7 @@ class AuthResponder {
   core::PeerVersionRange versions_;
   std::optional<core::PeerVersionRange> peer_versions_;  // nullopt: a hello without a range
   uint16_t version_ = 0;
+  bool version_refused_ = false;
   Step step_ = Step::kStart;
   core::AuthNonce nonce_i_{};
   core::AuthNonce nonce_r_{};
@@ -160,18 +176,32 @@ class AuthResponder {
   bool peer_known_ = false;
 };
 
+// How a node authenticates its connections.
+struct AuthOptions {
+  // The versions offered ([kPeerProtocolIntegrity, max] under
+  // require_integrity).
+  core::PeerVersionRange versions = LocalPeerVersions();
+  // Counts version refusals, and the socket's integrity failures later.
+  WireCounters* counters = nullptr;
+};
+
 // Runs the initiator over `sock` (each receive waits at most timeout_ms) and
-// returns the authenticated peer id. A peer that refuses us, or sends
+// returns the authenticated peer id. When the agreed version is
+// kPeerProtocolIntegrity or later, integrity is on for `sock` from the
+// next frame on (FramedSocket::EnableIntegrity). A peer that refuses us, or sends
 // anything but the expected message, is refused (PermissionDenied); a frame
 // that does not decode is kProtocol, a silent peer kDeadlineExceeded, a
 // closed one kUnavailable. Every failure is logged (PTS_WARN). With
 // `version`, the agreed peer-protocol version is stored there.
 Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, std::optional<uint32_t> expected_peer,
-                                       int timeout_ms, uint16_t* version = nullptr);
+                                       int timeout_ms, uint16_t* version = nullptr,
+                                       const AuthOptions& options = {});
 // Runs the responder; whenever it returns PermissionDenied it first sends
-// ErrorReply{permission_denied} (without the reason, which stays in its log).
+// ErrorReply{permission_denied} (without the reason, which stays in its log,
+// except for a version refusal, which names both ranges: nothing secret).
 Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
-                                       const std::string& peer_addr, int timeout_ms, uint16_t* version = nullptr);
+                                       const std::string& peer_addr, int timeout_ms, uint16_t* version = nullptr,
+                                       const AuthOptions& options = {});
 
 }  // namespace ptstore::rdma

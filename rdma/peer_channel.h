@@ -23,8 +23,12 @@ namespace ptstore::rdma {
 
 class PeerChannel {
  public:
+  // `auth`: the versions offered and the counters (rdma/auth.h); with an
+  // agreed version of kPeerProtocolIntegrity or later every connection
+  // carries MACs, and a reply whose MAC fails ends its call with Corruption
+  // (logged, counted) and closes that connection.
   PeerChannel(uint32_t self_id, uint32_t peer_id, std::string host, uint16_t port, const ClusterSecret* secret,
-              size_t max_idle = 4);
+              AuthOptions auth = {}, size_t max_idle = 4);
   PeerChannel(const PeerChannel&) = delete;
   PeerChannel& operator=(const PeerChannel&) = delete;
 
@@ -95,6 +99,7 @@ class PeerChannel {
   const uint16_t port_;
   const std::string address_;
   const ClusterSecret* secret_;
+  const AuthOptions auth_;
   const size_t max_idle_;
   std::mutex mu_;
   std::vector<std::unique_ptr<FramedSocket>> idle_;  // GUARDED_BY(mu_)
