@@ -95,6 +95,13 @@ Status Cluster::FetchTcp(Peer* p, rdma::PeerChannel::Conn& c, const core::PeerFe
     const uint64_t n = rep.segments[i].blocks * bb;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (n > 0) PTS_RETURN_IF_ERROR(c->ReceiveRaw(arena + req.segments[i].arena_offset, n, std::max<int64_t>(left, 1)));
+  }
+  // With frame MACs, the bytes count only once their tag matched: a run that
+  // was altered on the way fails the fetch (its blocks a miss), before any
+  // of them is marked fetched.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  PTS_RETURN_IF_ERROR(c->FinishReceiveRaw(std::max<int64_t>(left, 1)));
+  for (size_t i = 0; i < rep.segments.size(); ++i) {
     req.segments[i].fetched_blocks = rep.segments[i].blocks;
     req.segments[i].gone = rep.segments[i].gone;
   }
