@@ -164,6 +164,16 @@ TEST(RequireIntegrityTest, AnOldBuildCannotRequireIt) {
   EXPECT_NE(st.message().find("require_integrity needs peer protocol 2"), std::string::npos) << st.ToString();
 }
 
+TEST(RequireIntegrityTest, AValueThatIsNotABooleanIsRefusedNamingTheKey) {
+  TestCluster::Options o;
+  o.nodes = 1;
+  o.cluster_config = {"require_integrity = \"yes\""};
+  TestCluster cluster(o);
+  Status st = cluster.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'require_integrity' has the wrong type"), std::string::npos) << st.ToString();
+}
+
 // Two nodes; node 0 reaches node 1 only through the proxy (node 1 reaches
 // node 0 directly).
 class TamperTest : public ::testing::Test {
