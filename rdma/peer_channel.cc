@@ -40,6 +40,7 @@ Result<PeerChannel::Conn> PeerChannel::Acquire(int timeout_ms) {
     if (!idle_.empty()) {
       c.sock_ = std::move(idle_.back());
       idle_.pop_back();
+      c.reused_ = true;
       return c;
     }
   }

@@ -43,6 +43,9 @@ class PeerChannel {
     FramedSocket* operator->() const { return sock_.get(); }
     FramedSocket& socket() const { return *sock_; }
     void Poison() { poisoned_ = true; }
+    // It came from the idle pool (not opened for this call): the peer may
+    // have closed it meanwhile.
+    bool reused() const { return reused_; }
     uint64_t NextRequestId() { return ++request_id_; }
 
    private:
@@ -50,6 +53,7 @@ class PeerChannel {
     PeerChannel* channel_ = nullptr;
     std::unique_ptr<FramedSocket> sock_;
     bool poisoned_ = false;
+    bool reused_ = false;
     uint64_t request_id_ = 0;
     uint64_t generation_ = 0;
   };

@@ -106,6 +106,7 @@ struct ClusterCounters {
   std::atomic<uint64_t> removals_applied{0};     // from other nodes
   std::atomic<uint64_t> fetch_requests{0};       // requests to owners
   std::atomic<uint64_t> fetch_failures{0};
+  std::atomic<uint64_t> fetch_retries{0};        // fetches made again on another connection
   std::atomic<uint64_t> bytes_tcp{0};            // fetched over the TCP stream
   std::atomic<uint64_t> bytes_rma{0};            // fetched by RMA reads
   std::atomic<uint64_t> auth_failures{0};        // peers refused (wrong or no secret)

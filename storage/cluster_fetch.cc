@@ -54,8 +54,23 @@ void Cluster::FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_
   counters_.fetch_requests++;
   const auto t0 = Clock::now();
   Result<rdma::PeerChannel::Conn> c = p->channel->Acquire(options_.connect_timeout_ms);
-  Status st = c.ok() ? (rma ? FetchRma(p, *c, msg, req, bb, timeout_ms) : FetchTcp(p, *c, msg, req, bb, timeout_ms))
-                     : c.status();
+  auto attempt = [&] {
+    return c.ok() ? (rma ? FetchRma(p, *c, msg, req, bb, timeout_ms) : FetchTcp(p, *c, msg, req, bb, timeout_ms))
+                  : c.status();
+  };
+  Status st = attempt();
+  // Once more on another connection when this one failed its MACs (a tamper
+  // on the way: it is closed, and nothing it carried was kept) or was found
+  // closed after idling in the pool (e.g. the owner closed it when it
+  // refused a tampered frame). Anything else is the owner's answer or its
+  // absence.
+  if (c.ok() && (st.code() == Code::kCorruption || (st.code() == Code::kUnavailable && c->reused()))) {
+    c->Poison();
+    counters_.fetch_retries++;
+    PTS_DEBUG("cluster", "fetch from node " << p->member.node_id << " again on another connection: " << st.ToString());
+    c = p->channel->Acquire(options_.connect_timeout_ms);
+    st = attempt();
+  }
   counters_.fetch_latency.Observe(Clock::now() - t0);
   if (!st.ok()) {
     if (c.ok()) c->Poison();

@@ -18,6 +18,10 @@ void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster) {
             c.fetch_requests.load());
   w.Counter("ptstore_fetch_failures_total", "Fetch requests that failed (the load was cut short: a miss).",
             c.fetch_failures.load());
+  w.Counter("ptstore_fetch_retries_total",
+            "Fetch requests made again on another connection: the first failed its frame MACs, or was found "
+            "closed after idling in the pool.",
+            c.fetch_retries.load());
   w.Family("ptstore_fetched_bytes_total", MetricType::kCounter, "Bytes fetched from other nodes, by data path.");
   w.Sample(c.bytes_tcp.load(), {{"path", "tcp"}});
   w.Sample(c.bytes_rma.load(), {{"path", "rma"}});

@@ -209,13 +209,19 @@ class TamperTest : public ::testing::Test {
 
   // Arms the proxy, loads through node 0: right bytes (LoadAndCheck checks
   // every one) or a miss; then the tamper was refused on node `refuser`,
-  // logged and counted, and later loads get every byte again.
-  void ExpectRefused(TamperProxy::Mode mode, core::MsgType type, size_t refuser) {
+  // logged and counted, and later loads get every byte again. `retried`:
+  // node 0 itself refused it, so its fetch was made again on another
+  // connection and the load got every byte.
+  void ExpectRefused(TamperProxy::Mode mode, core::MsgType type, size_t refuser, bool retried = false) {
     const double before = Metric(*cluster_, refuser, "ptstore_peer_integrity_failures_total");
     ASSERT_EQ(before, 0);
     proxy_->Arm(mode, static_cast<uint16_t>(type));
     const uint64_t got = LoadAndCheck(*clients_[0], prompt_);
     EXPECT_TRUE(got == 0 || got == 64u) << got;
+    if (retried) {
+      EXPECT_EQ(got, 64u);
+      EXPECT_EQ(Metric(*cluster_, 0, "ptstore_fetch_retries_total"), 1);
+    }
     EXPECT_EQ(proxy_->fired(), 1) << "the proxy never saw what it was armed for";
     EXPECT_TRUE(WaitLog(*cluster_, refuser, "frame integrity check failed")) << cluster_->node(refuser).ReadLog();
     EXPECT_EQ(Metric(*cluster_, refuser, "ptstore_peer_integrity_failures_total"), 1);
@@ -245,11 +251,11 @@ TEST_F(TamperTest, AReplayedRequestIsRefusedByItsReceiver) {
 }
 
 TEST_F(TamperTest, AnInjectedReplyIsRefused) {
-  ExpectRefused(TamperProxy::Mode::kInjectReply, core::MsgType::kPeerFetchReply, 0);
+  ExpectRefused(TamperProxy::Mode::kInjectReply, core::MsgType::kPeerFetchReply, 0, /*retried=*/true);
 }
 
-TEST_F(TamperTest, AlteredFetchedBytesAreAMissNeverWrongBytes) {
-  ExpectRefused(TamperProxy::Mode::kFlipBulk, core::MsgType::kPeerFetchReply, 0);
+TEST_F(TamperTest, AlteredFetchedBytesAreNeverServedAndTheFetchIsMadeAgain) {
+  ExpectRefused(TamperProxy::Mode::kFlipBulk, core::MsgType::kPeerFetchReply, 0, /*retried=*/true);
   // The altered bytes reached node 0's arena but were never served.
   EXPECT_EQ(LoadAndCheck(*clients_[0], prompt_), 64u);
 }
