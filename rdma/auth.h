@@ -24,6 +24,11 @@
 // refused by the initiator (a new responder always sends one, so its absence
 // means it was stripped).
 //
+// From version 2 (kPeerProtocolIntegrity) on, the frames that follow the
+// exchange carry MACs under keys derived from the secret and both nonces
+// (rdma/frame_mac.h); AuthenticateInitiator/AuthenticateResponder turn that
+// on for their socket.
+//
 // Both nonces make every MAC unique to one connection (a recorded proof is
 // worthless later), the role byte stops a peer from reflecting our own MAC
 // back. MACs are compared with CRYPTO_memcmp. A wrong or missing secret
