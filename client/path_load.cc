@@ -20,7 +20,7 @@ using client::ClientCore;
 
 namespace {
 
-// An open directory of the mount, closed on scope exit.
+// An open directory or file of the mount, closed on scope exit.
 struct Fd {
   int fd = -1;
   ~Fd() {
@@ -98,16 +98,20 @@ Result<uint64_t> Client::LoadPath(const std::string& path, void* dst, uint64_t c
   }
   if (info.kind != PTSTORE_KIND_INCREMENT) return uint64_t{0};  // the root or a namespace: no prefix
 
+  // Pins are held by the increment's open kv file (include/ptstore/ioctl.h).
+  Fd kv;
+  kv.fd = ::openat(d.fd, "kv", O_RDONLY | O_CLOEXEC);
+  if (kv.fd < 0) return IoctlError(path + "/kv", "open", errno);
   auto pin = std::make_unique<ptstore_ioc_pin>();
   pin->version = PTSTORE_IOCTL_VERSION;
   pin->flags = PTSTORE_PIN_WHOLE_PREFIX;
-  if (::ioctl(d.fd, PTSTORE_IOC_PIN, pin.get()) != 0) return IoctlError(path, "PTSTORE_IOC_PIN", errno);
+  if (::ioctl(kv.fd, PTSTORE_IOC_PIN, pin.get()) != 0) return IoctlError(path + "/kv", "PTSTORE_IOC_PIN", errno);
   const uint64_t lease = pin->lease;
   auto unpin = [&] {
     ptstore_ioc_unpin u{};
     u.version = PTSTORE_IOCTL_VERSION;
     u.lease = lease;
-    (void)::ioctl(d.fd, PTSTORE_IOC_UNPIN, &u);  // closing the directory releases it anyway
+    (void)::ioctl(kv.fd, PTSTORE_IOC_UNPIN, &u);  // closing the kv file releases it anyway
   };
   const uint64_t total_bytes = pin->bytes;
   const uint64_t tokens = pin->tokens;
@@ -138,7 +142,7 @@ Result<uint64_t> Client::LoadPath(const std::string& path, void* dst, uint64_t c
     pin->version = PTSTORE_IOCTL_VERSION;
     pin->lease = lease;
     pin->first = next;
-    if (::ioctl(d.fd, PTSTORE_IOC_PIN, pin.get()) != 0) {
+    if (::ioctl(kv.fd, PTSTORE_IOC_PIN, pin.get()) != 0) {
       const int err = errno;
       unpin();
       return IoctlError(path, "PTSTORE_IOC_PIN (next page)", err);

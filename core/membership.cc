@@ -229,6 +229,12 @@ Result<Membership> Membership::Build(std::vector<Member> members, std::vector<st
   return ms;
 }
 
+Result<Membership> Membership::FromMembers(std::vector<Member> members, std::string_view origin) {
+  std::vector<std::string> where;
+  for (const Member& m : members) where.push_back(std::string(origin) + ": node " + std::to_string(m.node_id));
+  return Build(std::move(members), std::move(where), "", origin);
+}
+
 std::vector<uint32_t> Membership::node_ids() const {
   std::vector<uint32_t> ids;
   ids.reserve(members_.size());

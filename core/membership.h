@@ -60,6 +60,9 @@ class Membership {
   static Result<Membership> Parse(std::string_view text, std::string_view origin);
   static Result<Membership> ParseToml(std::string_view text, std::string_view origin);
   static Result<Membership> ParseNodeList(std::string_view text, std::string_view origin);
+  // A member list from elsewhere (etcd: storage/etcd_membership.h), checked
+  // as a file's is; `origin` names where it came from in errors.
+  static Result<Membership> FromMembers(std::vector<Member> members, std::string_view origin);
 
   // Sorted by node id; never empty.
   const std::vector<Member>& members() const { return members_; }

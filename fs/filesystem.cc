@@ -41,16 +41,15 @@ struct OpenFile : OpenHandle {
   std::string content;
   // .layout opened for writing: the text written so far (guarded by mu).
   std::string written;
+  // kv: the ioctl leases of this open file (include/ptstore/ioctl.h).
+  LeaseSet leases;
 };
 
-// An open directory (fi->fh): a listing taken at its first readdir (at
-// cache generation `gen`) and the ioctl leases of this open file.
+// An open directory (fi->fh), on a mount without a change watcher (see
+// OpenDirOp): a listing taken at its first readdir.
 struct OpenDir : OpenHandle {
   NodeRef ref;
-  uint64_t gen = 0;
-  bool listed = false;  // entries were taken (at the first readdir)
-  std::vector<DirEntry> entries;
-  LeaseSet leases;
+  std::shared_ptr<const Listing> listing;  // null until the first readdir
 };
 
 Filesystem* Fs(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
@@ -381,29 +380,66 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-// The listing is taken at the first readdir, not here: a walk opens a
-// directory again each time it goes back up through it (fts opens ".."),
-// and the kernel serves those from its cached listing without a readdir.
+// With a change watcher (the default) the mount opens no directory: the
+// first opendir is answered ENOSYS, after which the kernel sends none (nor
+// a releasedir), keeps every directory's listing in its cache and drops it
+// when the watcher invalidates the directory. A walk then costs no opendir
+// and releasedir round trip per directory. Without a watcher nothing would
+// invalidate a cached listing, so directories are opened (and their
+// listings not cached by the kernel).
+//
+// Opened or not, the listing is taken at the first readdir, not at open: a
+// walk opens a directory again each time it goes back up through it (fts
+// opens ".."), and the kernel serves those from its cached listing.
 void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Filesystem* fs = Fs(req);
+  if (fs->watcher() != nullptr) return (void)fuse_reply_err(req, ENOSYS);
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
-  Filesystem* fs = Fs(req);
-  auto d = std::make_unique<OpenDir>();
-  d->gen = fs->cache().generation();
   // ENOENT here for a directory that is gone (from the cache when it knows).
   Status there = Status::OK();
   if (ref.kind == NodeKind::kNamespace) there = fs->tree().Namespace(ref.ns).status();
   if (ref.kind == NodeKind::kIncrement) there = fs->tree().Node(ref.ns, ref.key).status();
   if (!there.ok()) return ReplyStatus(req, there);
+  auto d = std::make_unique<OpenDir>();
   d->ref = ref;
-  // The kernel may keep the listing (and serve the next opendirs from it)
-  // while the watcher invalidates it on every change below this directory.
-  if (fs->TimesFor(d->gen).fresh) {
-    fi->cache_readdir = 1;
-    fi->keep_cache = 1;
-  }
   fi->fh = fs->Keep(std::move(d));
   if (fuse_reply_open(req, fi) != 0) fs->Close(fi->fh);  // the kernel did not take it
+}
+
+// The listing a readdir at `off` reads from: the open directory's, or (no
+// handle: see OpenDirOp) the one the same reader took at offset 0 of this
+// stream. A new one from offset 0, and whenever none is kept.
+Result<std::shared_ptr<const Listing>> ListingFor(fuse_req_t req, Filesystem* fs, fuse_ino_t ino, off_t off,
+                                                  fuse_file_info* fi) {
+  OpenDir* d = fi->fh != 0 ? Dir(fi) : nullptr;
+  const uint64_t reader = static_cast<uint64_t>(fuse_req_ctx(req)->pid);
+  const uint64_t now = static_cast<uint64_t>(Now());
+  if (off != 0) {
+    std::shared_ptr<const Listing> kept = d != nullptr ? d->listing : fs->listings().Get(ino, reader, now);
+    if (kept) return kept;
+  }
+  NodeRef ref;
+  if (d != nullptr) {
+    ref = d->ref;
+  } else {
+    auto r = fs->inodes().Get(ino);
+    if (!r) return NotFound("inode " + std::to_string(ino) + " is no longer known");
+    ref = std::move(*r);
+  }
+  auto listing = std::make_shared<Listing>();
+  listing->gen = fs->cache().generation();
+  listing->taken_ns = now;
+  auto entries = fs->tree().List(ref);
+  if (!entries.ok()) return entries.status();
+  NoticeVanished(fs, ino, ref, *entries);
+  listing->entries = std::move(*entries);
+  if (d != nullptr) {
+    d->listing = listing;
+  } else {
+    fs->listings().Put(ino, reader, listing);
+  }
+  return std::shared_ptr<const Listing>(std::move(listing));
 }
 
 // readdir and readdirplus. Offsets: 0 ".", 1 "..", 2.. the listing; an
@@ -411,23 +447,17 @@ void OpenDirOp(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // and ".." to the kernel (one lookup each), with its attributes.
 void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   Filesystem* fs = Fs(req);
-  OpenDir* d = Dir(fi);
-  if (off == 0 || !d->listed) {
-    // A listing from offset 0 (a first readdir, or a rewinddir) is taken now.
-    d->gen = fs->cache().generation();
-    auto entries = fs->tree().List(d->ref);
-    if (!entries.ok()) return ReplyStatus(req, entries.status());
-    NoticeVanished(fs, ino, d->ref, *entries);
-    d->entries = std::move(*entries);
-    d->listed = true;
-  }
+  if (fi->fh == 0 && !fs->inodes().Get(ino)) return (void)fuse_reply_err(req, ESTALE);
+  auto got = ListingFor(req, fs, ino, off, fi);
+  if (!got.ok()) return ReplyStatus(req, got.status());
+  const Listing& listing = **got;
   // Not zero-filled: the kernel asks for as much as the caller's getdents
-  // buffer (up to a MiB), and only `used` bytes go back.
+  // buffer, and only `used` bytes go back.
   std::unique_ptr<char[]> buf(new char[size]);
   size_t used = 0;
-  const size_t total = d->entries.size() + 2;
+  const size_t total = listing.entries.size() + 2;
   auto lock = fs->lock_reply();
-  const Filesystem::CacheTimes times = fs->TimesFor(d->gen);
+  const Filesystem::CacheTimes times = fs->TimesFor(listing.gen);
   for (size_t i = static_cast<size_t>(off); i < total; ++i) {
     fuse_entry_param e{};
     std::string name;
@@ -441,7 +471,7 @@ void ReadDirAny(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
       e.attr.st_ino = FUSE_ROOT_ID;  // the kernel fills in the real parent
       e.attr.st_mode = S_IFDIR;
     } else {
-      entry = &d->entries[i - 2];
+      entry = &listing.entries[i - 2];
       name = entry->name;
       e.attr = entry->st;
       e.attr.st_ino = fs->inodes().Peek(entry->ref);
@@ -483,7 +513,7 @@ void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fi
 }
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Fs(req)->Close(fi->fh);  // releases the ioctl leases of this open directory
+  if (fi->fh != 0) Fs(req)->Close(fi->fh);
   fuse_reply_err(req, 0);
 }
 
@@ -592,8 +622,18 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi, unsigned flags,
            const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
   if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);  // 32-bit callers: not supported
-  if (!(flags & FUSE_IOCTL_DIR)) return (void)fuse_reply_err(req, ENOTTY);  // only directories speak it
-  OpenDir* d = Dir(fi);
+  // A directory (with or without a handle: see OpenDirOp) answers INFO; an
+  // open kv file holds the leases of PIN and UNPIN.
+  NodeRef node;
+  LeaseSet* leases = nullptr;
+  if (flags & FUSE_IOCTL_DIR) {
+    if (!Resolve(req, ino, &node)) return;
+  } else {
+    OpenFile* f = File(fi);
+    if (f->ref.kind != NodeKind::kKvFile) return (void)fuse_reply_err(req, ENOTTY);
+    node = f->ref;
+    leases = &f->leases;
+  }
   const fuse_ctx* ctx = fuse_req_ctx(req);
   storage::Credentials who;
   who.pid = ctx->pid;
@@ -607,7 +647,7 @@ void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_fil
   }
   if (ng > 0) who.groups.assign(groups.begin(), groups.begin() + std::min<int>(ng, static_cast<int>(groups.size())));
   std::vector<uint8_t> out;
-  int err = HandleIoctl(Fs(req)->tree(), d->ref, d->leases, who, cmd, in_buf, in_bufsz, &out);
+  int err = HandleIoctl(Fs(req)->tree(), node, leases, who, cmd, in_buf, in_bufsz, &out);
   if (err != 0) return (void)fuse_reply_err(req, err);
   if (out.size() > out_bufsz) out.resize(out_bufsz);
   fuse_reply_ioctl(req, 0, out.empty() ? nullptr : out.data(), out.size());

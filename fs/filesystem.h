@@ -23,6 +23,7 @@
 
 #include "fs/inode_table.h"
 #include "fs/invalidator.h"
+#include "fs/listing_cache.h"
 #include "fs/meta_cache.h"
 #include "fs/options.h"
 #include "fs/tree.h"
@@ -65,6 +66,7 @@ class Filesystem {
   TreeView& tree() { return *tree_; }
   Invalidator& invalidator() { return invalidator_; }
   MetaCache& cache() { return cache_; }
+  ListingCache& listings() { return listings_; }
   const ChangeWatcher* watcher() const { return watcher_.get(); }
 
   // How long the kernel may keep an entry and attributes built from what
@@ -97,6 +99,7 @@ class Filesystem {
   std::unique_ptr<TreeView> tree_;
   Invalidator invalidator_;
   MetaCache cache_;
+  ListingCache listings_;
   std::shared_mutex reply_mu_;
   std::unique_ptr<ChangeWatcher> watcher_;
   std::atomic<uint64_t> requests_{0};

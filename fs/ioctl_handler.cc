@@ -121,10 +121,12 @@ void FillPage(const LeaseSet::Lease& lease, uint32_t first, ptstore_ioc_pin* arg
   }
 }
 
-int Pin(TreeView& tree, const NodeRef& dir, LeaseSet& leases, const storage::Credentials& caller, const void* in,
+int Pin(TreeView& tree, const NodeRef& dir, LeaseSet* held, const storage::Credentials& caller, const void* in,
         size_t in_size, std::vector<uint8_t>* out) {
   auto arg = std::make_unique<ptstore_ioc_pin>();
   if (int err = ReadArg(in, in_size, arg.get())) return err;
+  if (held == nullptr) return EISDIR;  // pins are held by an open kv file
+  LeaseSet& leases = *held;
   if ((arg->flags & ~PTSTORE_PIN_WHOLE_PREFIX) != 0) return EINVAL;
   if (dir.kind != NodeKind::kIncrement) return EINVAL;  // only increments have bytes
   NamespaceInfo ns;
@@ -157,18 +159,25 @@ int Pin(TreeView& tree, const NodeRef& dir, LeaseSet& leases, const storage::Cre
   return 0;
 }
 
-int Unpin(LeaseSet& leases, const void* in, size_t in_size, std::vector<uint8_t>* out) {
+int Unpin(LeaseSet* leases, const void* in, size_t in_size, std::vector<uint8_t>* out) {
   ptstore_ioc_unpin arg;
   if (int err = ReadArg(in, in_size, &arg)) return err;
-  if (!leases.Remove(arg.lease)) return EINVAL;
+  if (leases == nullptr) return EISDIR;
+  if (!leases->Remove(arg.lease)) return EINVAL;
   out->clear();
   return 0;
 }
 
 }  // namespace
 
-int HandleIoctl(TreeView& tree, const NodeRef& dir, LeaseSet& leases, const storage::Credentials& caller,
+int HandleIoctl(TreeView& tree, const NodeRef& node, LeaseSet* leases, const storage::Credentials& caller,
                 unsigned int cmd, const void* in, size_t in_size, std::vector<uint8_t>* out) {
+  NodeRef dir = node;
+  if (node.kind == NodeKind::kKvFile) {
+    dir.kind = NodeKind::kIncrement;  // a kv file speaks for its increment
+  } else if (!node.IsDir()) {
+    return ENOTTY;
+  }
   switch (cmd) {
     case PTSTORE_IOC_INFO: return Info(tree, dir, caller, in, in_size, out);
     case PTSTORE_IOC_PIN: return Pin(tree, dir, leases, caller, in, in_size, out);

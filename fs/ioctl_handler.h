@@ -1,11 +1,13 @@
 // The ioctl fast path of a mount (include/ptstore/ioctl.h, ptstore(7)):
-// INFO, PIN (paged) and UNPIN on an open namespace or increment directory.
+// INFO on a directory or a kv file, PIN (paged) and UNPIN on an open kv
+// file.
 //
-// Leases belong to the open directory (a LeaseSet per handle): the mount
+// Leases belong to the open kv file (a LeaseSet per handle): the mount
 // holds the store's pins for them and releases them on UNPIN or when the
-// directory is closed (releasedir: also when the process dies). Lease ids
-// are local to the open directory. A pin also ends when the store's lease
-// time passes (30 s by default): copy promptly.
+// file is closed (release: also when the process dies). Lease ids are
+// local to the open file. Directories hold none: the mount answers opendir
+// with ENOSYS, so their ioctls come without an open handle. A pin also ends
+// when the store's lease time passes (30 s by default): copy promptly.
 //
 // Thread safety: a LeaseSet may be used from many threads at once.
 #pragma once
@@ -52,10 +54,12 @@ class LeaseSet {
   uint64_t next_ = 1;
 };
 
-// Handles one ioctl on the open directory `dir` for `caller`: `in` holds
-// the command's argument (in_size bytes); on success *out is the reply's
-// argument. Returns 0 or the errno documented in include/ptstore/ioctl.h.
-int HandleIoctl(TreeView& tree, const NodeRef& dir, LeaseSet& leases, const storage::Credentials& caller,
+// Handles one ioctl on `node` (a directory, or an increment's kv file) for
+// `caller`: `leases` are the open kv file's (nullptr for a directory: PIN
+// and UNPIN fail with EISDIR); `in` holds the command's argument (in_size
+// bytes); on success *out is the reply's argument. Returns 0 or the errno
+// documented in include/ptstore/ioctl.h (ENOTTY for other files).
+int HandleIoctl(TreeView& tree, const NodeRef& node, LeaseSet* leases, const storage::Credentials& caller,
                 unsigned int cmd, const void* in, size_t in_size, std::vector<uint8_t>* out);
 
 }  // namespace ptstore::fs

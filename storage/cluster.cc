@@ -60,6 +60,11 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptio
                            rdma::VersionRangeName(rdma::LocalPeerVersions()));
   }
   PTS_ASSIGN_OR_RETURN(core::Membership m, core::Membership::Load(options.cluster_file));
+  return Start(store, options, std::move(m));
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options,
+                                                core::Membership m) {
   const uint32_t id = store->options().node_id;
   PTS_ASSIGN_OR_RETURN(core::Member self, m.Self(id));
   std::string secret_file = options.secret_file.empty() ? m.secret_file() : options.secret_file;

@@ -75,7 +75,9 @@ namespace ptstore::storage {
 using Clock = std::chrono::steady_clock;
 
 struct ClusterOptions {
-  std::string cluster_file;           // membership (core/membership.h)
+  std::string cluster_file;           // membership (core/membership.h), or etcd://... (storage/etcd_membership.h)
+  std::string advertise;              // etcd: this node's HOST:PORT as the others reach it
+  int etcd_lease_s = 5;               // etcd: the TTL of this node's registration
   std::string secret_file;            // overrides the cluster file's secret_file
   core::DataPath data_path = core::DataPath::kTcp;
   std::string fabric_provider = "tcp";  // libfabric provider for the rma path
@@ -136,6 +138,10 @@ class Cluster : public RemoteFetcher {
   // (port 0 in the file picks one: tests), opens the RMA endpoint when the
   // data path is rma, and starts the heartbeats. The store must outlive it.
   static Result<std::unique_ptr<Cluster>> Start(Store* store, const ClusterOptions& options);
+  // The same with the members given (etcd: storage/etcd_membership.h);
+  // options.cluster_file then only names where they came from.
+  static Result<std::unique_ptr<Cluster>> Start(Store* store, const ClusterOptions& options,
+                                                core::Membership membership);
   ~Cluster() override;  // Stop()
   void Stop();
 
@@ -147,6 +153,9 @@ class Cluster : public RemoteFetcher {
   // restart: the listening socket stays). The secret is not re-read. On
   // success, a one-line summary ("joined 2; left none; moved none").
   Result<std::string> Reload();
+  // Applies the member list `next` as Reload applies the file's (the same
+  // refusals); `origin` names where it came from in logs and errors.
+  Result<std::string> ApplyMembership(core::Membership next, const std::string& origin);
 
   // Before a lookup, pin or save of `tokens`: unless this node's index
   // matches every whole block, asks the root's shard and files its answer.

@@ -61,4 +61,17 @@ void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster) {
   for (const auto& m : st.members) w.Sample(m.owned_bytes, {{"node", std::to_string(m.id)}});
 }
 
+void AppendEtcdMetrics(core::PromWriter& w, const EtcdMembershipCounters& c) {
+  w.Gauge("ptstore_etcd_reachable", "1 when this node's last call to etcd succeeded, else 0.",
+          uint64_t{c.reachable.load() ? 1u : 0u});
+  w.Counter("ptstore_etcd_membership_updates_total", "Member lists from etcd handed to the cluster.",
+            c.updates.load());
+  w.Counter("ptstore_etcd_registrations_total", "Puts of this node's entry (1 at start, 1 per lease that expired).",
+            c.registrations.load());
+  w.Counter("ptstore_etcd_failures_total", "Calls to etcd that failed (unreachable, no leader, a broken watch).",
+            c.failures.load());
+  w.Counter("ptstore_etcd_bad_entries_total", "Entries under the prefix skipped as not a member's.",
+            c.bad_entries.load());
+}
+
 }  // namespace ptstore::storage

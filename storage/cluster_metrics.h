@@ -4,9 +4,12 @@
 
 #include "core/prometheus.h"
 #include "storage/cluster.h"
+#include "storage/etcd_membership.h"
 
 namespace ptstore::storage {
 
 void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster);
+// Membership in etcd (storage/etcd_membership.h): reachability and counts.
+void AppendEtcdMetrics(core::PromWriter& w, const EtcdMembershipCounters& c);
 
 }  // namespace ptstore::storage

@@ -15,6 +15,7 @@
 //  * a save that matches blocks a departed member owned stores them again
 //    (CheckRemoteMatch treats them as lost).
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -76,15 +77,24 @@ void Cluster::SweepRetired() {
 }
 
 Result<std::string> Cluster::Reload() {
+  const std::string& file = options_.cluster_file;
+  Result<core::Membership> next = core::Membership::Load(file);
+  if (!next.ok()) {
+    counters_.reloads_refused++;
+    return Status(next.status().code(),
+                  "cluster file " + file + " refused, membership unchanged: " + next.status().message());
+  }
+  return ApplyMembership(std::move(*next), "cluster file " + file);
+}
+
+Result<std::string> Cluster::ApplyMembership(core::Membership next_members, const std::string& origin) {
   std::lock_guard reload(reload_mu_);
   if (stopping_.load()) return Aborted("the cluster is stopping");
-  const std::string& file = options_.cluster_file;
-  auto refuse = [this, &file](const Status& why) {
+  auto refuse = [this, &origin](const Status& why) {
     counters_.reloads_refused++;
-    return Status(why.code(), "cluster file " + file + " refused, membership unchanged: " + why.message());
+    return Status(why.code(), origin + " refused, membership unchanged: " + why.message());
   };
-  Result<core::Membership> next = core::Membership::Load(file);
-  if (!next.ok()) return refuse(next.status());
+  std::optional<core::Membership> next(std::move(next_members));
   Result<core::Member> me = next->Self(self_.node_id);
   if (!me.ok()) return refuse(me.status());
   if (me->host != self_.host || (self_.port != 0 && me->port != self_.port)) {
@@ -94,7 +104,7 @@ Result<std::string> Cluster::Reload() {
   }
   if (!next->secret_file().empty() && options_.secret_file.empty() &&
       next->secret_file() != membership_.secret_file()) {
-    PTS_WARN("cluster", "cluster file " << file << ": secret_file changed to " << next->secret_file()
+    PTS_WARN("cluster", origin << ": secret_file changed to " << next->secret_file()
                                         << "; the secret is read only at start (restart to change it)");
   }
 
@@ -164,7 +174,7 @@ Result<std::string> Cluster::Reload() {
   }
   const std::string summary =
       "joined " + IdList(joined) + "; left " + IdList(left) + "; moved " + IdList(moved);
-  PTS_INFO("cluster", "cluster file " << file << " reloaded: " << membership_.size() << " members; " << summary);
+  PTS_INFO("cluster", origin << " reloaded: " << membership_.size() << " members; " << summary);
   return summary;
 }
 

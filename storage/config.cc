@@ -165,9 +165,11 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     ClusterOptions& c = config->cluster;
     PTS_RETURN_IF_ERROR(CheckKeys(*cluster, "cluster",
                                   {"file", "secret_file", "data_path", "fabric_provider", "rpc_timeout_ms",
-                                   "heartbeat_ms", "dead_after", "replicate_after", "negative_ttl_ms",
-                                   "require_integrity"}));
+                                   "heartbeat_ms", "dead_after", "replicate_after", "negative_ttl_ms", "advertise",
+                                   "etcd_lease_s", "require_integrity"}));
     PTS_RETURN_IF_ERROR(Field(*cluster, "file", &c.cluster_file));
+    PTS_RETURN_IF_ERROR(Field(*cluster, "advertise", &c.advertise));
+    PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "etcd_lease_s", 2, 3600, &c.etcd_lease_s));
     PTS_RETURN_IF_ERROR(Field(*cluster, "secret_file", &c.secret_file));
     std::string path;
     PTS_RETURN_IF_ERROR(Field(*cluster, "data_path", &path));

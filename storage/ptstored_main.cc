@@ -10,11 +10,13 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 
 #include "core/logging.h"
 #include "core/sd_notify.h"
 #include "core/signals.h"
 #include "storage/config.h"
+#include "storage/etcd_membership.h"
 #include "storage/kv_event_publisher.h"
 #include "storage/kv_query.h"
 #include "storage/cluster_metrics.h"
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   std::string ssd_dir, ssd_capacity, ssd_sync;
   bool ssd_compress = false;
   std::string metrics_port, metrics_bind;
-  std::string cluster_file, secret_file, data_path, fabric_provider;
+  std::string cluster_file, secret_file, data_path, fabric_provider, advertise;
   std::optional<uint32_t> replicate_after;
   bool events = false;
   std::optional<uint16_t> events_port, events_replay_port;
@@ -73,8 +75,13 @@ int main(int argc, char** argv) {
   app.add_option("--ssd-sync", ssd_sync, "when SSD writes are made durable: none, segment or record");
   app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics on this TCP port (auto: any free one; 0: off)");
   app.add_option("--metrics-bind", metrics_bind, "address of the metrics port (default 127.0.0.1)");
-  app.add_option("--cluster", cluster_file, "cluster file (TOML [[node]] list or one host[:port] per line): join a cluster")
-      ->check(CLI::ExistingFile);
+  app.add_option("--cluster", cluster_file,
+                 "cluster file (TOML [[node]] list or one host[:port] per line), or etcd://HOST:PORT[,...]/PREFIX: "
+                 "join a cluster")
+      ->check([](const std::string& v) {
+        return storage::IsEtcdUrl(v) ? std::string() : CLI::ExistingFile(v);
+      });
+  app.add_option("--advertise", advertise, "with --cluster etcd://...: the HOST:PORT other nodes reach this one at");
   app.add_option("--secret-file", secret_file, "the cluster's shared secret (>= 32 bytes, mode 0600)");
   app.add_option("--data-path", data_path, "how remote loads move bytes: tcp (a stream) or rma (libfabric fi_read)");
   app.add_option("--fabric-provider", fabric_provider, "libfabric provider for --data-path rma (default tcp)");
@@ -109,6 +116,7 @@ int main(int argc, char** argv) {
   if (node_id) cfg.store.node_id = *node_id;
   if (!cluster_file.empty()) cfg.cluster.cluster_file = cluster_file;
   if (!secret_file.empty()) cfg.cluster.secret_file = secret_file;
+  if (!advertise.empty()) cfg.cluster.advertise = advertise;
   if (!data_path.empty()) {
     auto p = storage::ParseDataPath(data_path);
     if (!p.ok()) return fail(p.status().WithContext("--data-path"));
@@ -172,7 +180,39 @@ int main(int argc, char** argv) {
                                 << ", replica share " << cfg.store.replica_share);
 
   std::unique_ptr<storage::Cluster> cluster;
-  if (!cfg.cluster.cluster_file.empty()) {
+  std::unique_ptr<storage::EtcdMembership> etcd;
+  const bool in_etcd = storage::IsEtcdUrl(cfg.cluster.cluster_file);
+  if (in_etcd) {
+    // Members from etcd (storage/etcd_membership.h): register, then start
+    // the cluster with the members registered now; changes follow.
+    storage::EtcdMembershipOptions eo;
+    eo.url = cfg.cluster.cluster_file;
+    eo.lease_ttl_s = cfg.cluster.etcd_lease_s;
+    eo.timeout_ms = cfg.cluster.rpc_timeout_ms;
+    eo.incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+    auto self = core::ParseMemberAddress(cfg.cluster.advertise, "[cluster] advertise / --advertise");
+    if (cfg.cluster.advertise.empty()) {
+      return fail(InvalidArgument("--cluster " + eo.url +
+                                  " needs this node's address: set [cluster] advertise or --advertise HOST:PORT"));
+    }
+    if (!self.ok()) return fail(self.status());
+    eo.self = *self;
+    eo.self.node_id = cfg.store.node_id;
+    core::Membership initial;
+    auto joined = storage::EtcdMembership::Join(eo, &initial);
+    if (!joined.ok()) return fail(joined.status().WithContext("joining the cluster"));
+    etcd = std::move(*joined);
+    auto c = storage::Cluster::Start(store->get(), cfg.cluster, std::move(initial));
+    if (!c.ok()) return fail(c.status().WithContext("joining the cluster"));
+    cluster = std::move(*c);
+    cfg.server.cluster = cluster.get();
+    storage::Cluster* raw = cluster.get();
+    const std::string origin = "members in " + etcd->url();
+    etcd->Run([raw, origin](const core::Membership& m) {
+      Result<std::string> r = raw->ApplyMembership(m, origin);
+      if (!r.ok()) PTS_ERROR("cluster", r.status().ToString());
+    });
+  } else if (!cfg.cluster.cluster_file.empty()) {
     auto c = storage::Cluster::Start(store->get(), cfg.cluster);
     if (!c.ok()) return fail(c.status().WithContext("joining the cluster"));
     cluster = std::move(*c);
@@ -199,7 +239,8 @@ int main(int argc, char** argv) {
   if (cfg.metrics.enabled) {
     storage::Store* node_store = store->get();
     storage::Cluster* node_cluster = cluster.get();
-    auto render = [node_store, node_cluster, &server, &cfg, &events_pub, start_time] {
+    const storage::EtcdMembership* node_etcd = etcd.get();
+    auto render = [node_store, node_cluster, node_etcd, &server, &cfg, &events_pub, start_time] {
       storage::NodeMetrics node;
       node.node_id = cfg.store.node_id;
       node.version = PTSTORE_VERSION;
@@ -212,6 +253,7 @@ int main(int argc, char** argv) {
       storage::AppendStoreMetrics(w, node_store->Stats());
       storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
       if (node_cluster != nullptr) storage::AppendClusterMetrics(w, *node_cluster);
+      if (node_etcd != nullptr) storage::AppendEtcdMetrics(w, node_etcd->counters());
       if (events_pub) storage::AppendKvEventMetrics(w, events_pub->Stats());
       if (!w.status().ok()) PTS_ERROR("metrics", w.status().ToString());
       return w.Take();
@@ -243,6 +285,10 @@ int main(int argc, char** argv) {
       PTS_INFO("main", "SIGHUP: no cluster file (one node alone): nothing to reload; send SIGTERM to stop");
       return;
     }
+    if (etcd) {
+      PTS_INFO("main", "SIGHUP: the members come from " << etcd->url() << " and follow it: nothing to reload");
+      return;
+    }
     PTS_INFO("main", "SIGHUP: reloading cluster file " << cfg.cluster.cluster_file);
     notify("RELOADING=1\nSTATUS=reloading the cluster file");
     Result<std::string> r = cluster->Reload();
@@ -251,6 +297,9 @@ int main(int argc, char** argv) {
   };
   core::WaitForStopSignal(sigs, on_hangup);
   notify("STOPPING=1\nSTATUS=shutting down");
+  // Leave etcd first: the others drop this node now, not when its lease
+  // expires (they lose misses, not time).
+  if (etcd) etcd->Leave();
   metrics.Stop();
   server.Stop();
   if (cluster) cluster->Stop();

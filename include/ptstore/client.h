@@ -192,8 +192,9 @@ class Client {
 
   // Loads the prefix that ends at `path`, an increment directory of a
   // PTStore mount (ptstore(7)), into `dst`, through the mount's ioctl
-  // (include/ptstore/ioctl.h; no read(2) of kv files): pins it, copies it
-  // out of this client's arena mapping, unpins. The mount must front the
+  // (include/ptstore/ioctl.h; no read(2) of kv files): pins it (on the
+  // increment's kv file), copies it out of this client's arena mapping,
+  // unpins. The mount must front the
   // same ptstored as this client (checked by node id and arena size), and
   // this client must map the arena. Returns the tokens loaded; `capacity`
   // below the prefix's bytes is InvalidArgument. Paths longer than PATH_MAX

@@ -1,29 +1,38 @@
 /* The ioctl ABI of a PTStore mount (mount.ptstore, ptstore(7)).
  *
- * A process that knows only a path opens a directory of the mount (a
- * namespace or an increment; O_RDONLY | O_DIRECTORY) and asks:
+ * A process that knows only a path asks:
  *
- *   PTSTORE_IOC_INFO   what the directory is (namespace, layout, increment
- *                      geometry, tier, the store's arena size and node id);
- *   PTSTORE_IOC_PIN    pin the prefix that ends at this increment (or only
+ *   PTSTORE_IOC_INFO   what a directory (the root, a namespace or an
+ *                      increment; O_RDONLY | O_DIRECTORY) or an increment's
+ *                      kv file is (namespace, layout, increment geometry,
+ *                      tier, the store's arena size and node id);
+ *   PTSTORE_IOC_PIN    pin the prefix that ends at an increment (or only
  *                      the increment's own bytes) and get its extents in the
  *                      store's shared arena, paged: the first call pins and
  *                      returns up to PTSTORE_IOC_MAX_EXTENTS extents, later
  *                      calls with the lease and `first` return the rest;
  *   PTSTORE_IOC_UNPIN  release a lease of this open file.
  *
+ * PIN and UNPIN are asked of the increment's kv file, opened O_RDONLY:
+ * pins belong to that open file, and closing it (or the process dying)
+ * releases them. A directory answers INFO only (PIN there: EISDIR), because
+ * the mount does not open directories (it answers the kernel's opendir with
+ * ENOSYS, so a walk of the tree costs no opendir and releasedir round trip
+ * per directory), so an open directory has nothing to hold a pin.
+ *
  * The bytes are then copied out of the arena, which the process maps by
  * connecting to the local ptstored (libptstore: Client::LoadPath does all
- * of this). Pins belong to the open file: closing it (or the process
- * dying) releases them. The caller needs read permission on the namespace.
+ * of this). The caller needs read permission on the namespace.
  *
  * A FUSE mount only passes "restricted" ioctls, whose argument size is
  * encoded in the command and under 16 KiB: every struct here is fixed-size
  * and smaller. The ABI is versioned: a caller sets `version` to
  * PTSTORE_IOCTL_VERSION; a mount that does not speak it fails the call with
- * EPROTO. Errors: ENOTTY (not a PTStore directory), ENOENT (the increment
- * is gone), EACCES, EINVAL (bad version/flags/paging), ENOMEM (the prefix
- * does not fit in the arena at once), EIO (the store failed).
+ * EPROTO (version 1 pinned on the increment's directory). Errors: ENOTTY
+ * (not a PTStore directory or kv file), EISDIR (PIN or UNPIN on a
+ * directory), ENOENT (the increment is gone), EACCES, EINVAL (bad
+ * version/flags/paging), ENOMEM (the prefix does not fit in the arena at
+ * once), EIO (the store failed).
  *
  * This header is C and C++.
  */
@@ -33,7 +42,7 @@
 #include <linux/ioctl.h>
 #include <stdint.h>
 
-#define PTSTORE_IOCTL_VERSION 1u
+#define PTSTORE_IOCTL_VERSION 2u
 #define PTSTORE_IOC_MAGIC 0xB7
 
 /* ptstore_ioc_info.kind */

@@ -676,11 +676,34 @@ TEST_F(FsIoctlTest, InfoDescribesRootNamespaceAndIncrement) {
     EXPECT_EQ(info.kind, kind);
     auto pin = std::make_unique<ptstore_ioc_pin>();
     pin->version = PTSTORE_IOCTL_VERSION;
-    EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, pin.get()); }), EINVAL);  // nothing to pin
+    EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, pin.get()); }), EISDIR);  // pins need a kv file
     close(fd);
   }
-  // A kv file is not a directory: not a PTStore ioctl target.
+  // Nor does an increment's directory pin: its kv file does.
+  fd = open(M(path).c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  {
+    auto pin = std::make_unique<ptstore_ioc_pin>();
+    pin->version = PTSTORE_IOCTL_VERSION;
+    EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, pin.get()); }), EISDIR);
+    ptstore_ioc_unpin un{PTSTORE_IOCTL_VERSION, 0, 1};
+    EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_UNPIN, &un); }), EISDIR);
+    pin->version = 1;  // the ABI that pinned on directories
+    EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_PIN, pin.get()); }), EPROTO);
+  }
+  close(fd);
+  // The kv file speaks for its increment.
   fd = open(M(path + "/kv").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  info = {};
+  info.version = PTSTORE_IOCTL_VERSION;
+  ASSERT_EQ(ioctl(fd, PTSTORE_IOC_INFO, &info), 0) << strerror(errno);
+  EXPECT_EQ(info.kind, PTSTORE_KIND_INCREMENT);
+  EXPECT_EQ(info.tokens, node.tokens);
+  close(fd);
+  // The tokens file is not a PTStore ioctl target.
+  fd = open(M(path + "/tokens").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
   info.version = PTSTORE_IOCTL_VERSION;
   EXPECT_EQ(ErrnoOf([&] { return ioctl(fd, PTSTORE_IOC_INFO, &info); }), ENOTTY);
   close(fd);
@@ -705,9 +728,15 @@ TEST_F(FsIoctlTest, PinPagesALongPrefixUnpinsAndCopiesByteExact) {
     keys.push_back(k);
   }
   ASSERT_EQ(keys.size(), kBlocks);
-  int fd = OpenChain("ns", keys);
+  int dir = OpenChain("ns", keys);
+  ASSERT_GE(dir, 0) << strerror(errno);
+  const uint64_t before_open = client_->Stats()->active_leases;
+  // Pins are held by the open kv file (which itself pins its increment for reads).
+  int fd = openat(dir, "kv", O_RDONLY);
   ASSERT_GE(fd, 0) << strerror(errno);
+  close(dir);
   const uint64_t base_leases = client_->Stats()->active_leases;
+  EXPECT_EQ(base_leases, before_open + 1);
 
   auto pin = std::make_unique<ptstore_ioc_pin>();
   pin->version = PTSTORE_IOCTL_VERSION;
@@ -766,12 +795,13 @@ TEST_F(FsIoctlTest, PinPagesALongPrefixUnpinsAndCopiesByteExact) {
   EXPECT_EQ(own->total, 1u);
   EXPECT_EQ(own->bytes, bb);
   EXPECT_EQ(own->tokens, layout_.block_tokens);
-  // Closing the directory releases what it still holds.
+  EXPECT_EQ(client_->Stats()->active_leases, base_leases + 1);
+  // Closing the kv file releases what it still holds.
   close(fd);
-  for (int i = 0; i < 100 && client_->Stats()->active_leases != base_leases; ++i) {
+  for (int i = 0; i < 100 && client_->Stats()->active_leases != before_open; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_EQ(client_->Stats()->active_leases, base_leases);
+  EXPECT_EQ(client_->Stats()->active_leases, before_open);
 }
 
 TEST_F(FsIoctlTest, PinsOfAKilledProcessAreReleased) {
@@ -782,7 +812,7 @@ TEST_F(FsIoctlTest, PinsOfAKilledProcessAreReleased) {
   ASSERT_EQ(pipe(pipefd), 0);
   pid_t pid = fork();
   if (pid == 0) {
-    int fd = open(inc.c_str(), O_RDONLY | O_DIRECTORY);
+    int fd = open((inc + "/kv").c_str(), O_RDONLY);
     auto pin = std::make_unique<ptstore_ioc_pin>();
     pin->version = PTSTORE_IOCTL_VERSION;
     char ok = (fd >= 0 && ioctl(fd, PTSTORE_IOC_PIN, pin.get()) == 0 && pin->total == 1) ? 'y' : 'n';
@@ -793,7 +823,7 @@ TEST_F(FsIoctlTest, PinsOfAKilledProcessAreReleased) {
   char ok = 0;
   ASSERT_EQ(read(pipefd[0], &ok, 1), 1);
   EXPECT_EQ(ok, 'y');
-  EXPECT_EQ(client_->Stats()->active_leases, base + 1);
+  EXPECT_EQ(client_->Stats()->active_leases, base + 2);  // the open kv file's own pin and the ioctl's
   kill(pid, SIGKILL);
   int status;
   waitpid(pid, &status, 0);

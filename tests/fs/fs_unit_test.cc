@@ -6,6 +6,7 @@
 
 #include "fs/errors.h"
 #include "fs/inode_table.h"
+#include "fs/listing_cache.h"
 #include "fs/options.h"
 #include "fs/tree.h"
 #include "fs/xattrs.h"
@@ -141,6 +142,38 @@ TEST(Options, TakesAGroupedLayoutWithColonsForSpaces) {
   EXPECT_NE(b.status().message().find("layout group 0 (full) is missing field 'kv_heads'"), std::string::npos)
       << b.status().message();
   fuse_opt_free_args(&bad_args);
+}
+
+TEST(ListingCache, KeepsAListingPerInodeAndReaderForItsLaterCallsAndForgetsTheOldest) {
+  ListingCache c;
+  auto listing = [](uint64_t gen, uint64_t at) {
+    auto l = std::make_shared<Listing>();
+    l->gen = gen;
+    l->taken_ns = at;
+    return l;
+  };
+  const uint64_t t0 = 1'000'000'000;
+  c.Put(5, 100, listing(1, t0));
+  c.Put(5, 200, listing(2, t0));
+  ASSERT_NE(c.Get(5, 100, t0), nullptr);
+  EXPECT_EQ(c.Get(5, 100, t0)->gen, 1u);
+  EXPECT_EQ(c.Get(5, 200, t0)->gen, 2u);  // another reader of the same directory: its own
+  EXPECT_EQ(c.Get(6, 100, t0), nullptr);
+  c.Put(5, 100, listing(3, t0));  // a new stream from offset 0 replaces it
+  EXPECT_EQ(c.Get(5, 100, t0)->gen, 3u);
+  // Too old for the same stream: none.
+  EXPECT_NE(c.Get(5, 100, t0 + ListingCache::kMaxAgeNs), nullptr);
+  EXPECT_EQ(c.Get(5, 100, t0 + ListingCache::kMaxAgeNs + 1), nullptr);
+  // Bounded: the least recently used goes.
+  for (uint64_t ino = 10; ino < 10 + ListingCache::kMaxListings; ++ino) {
+    c.Put(ino, 1, listing(ino, t0));
+    ASSERT_NE(c.Get(5, 200, t0), nullptr);  // kept in use
+  }
+  EXPECT_EQ(c.size(), ListingCache::kMaxListings);
+  EXPECT_NE(c.Get(5, 200, t0), nullptr);
+  EXPECT_EQ(c.Get(5, 100, t0), nullptr);  // the oldest unused went
+  EXPECT_EQ(c.Get(10, 1, t0), nullptr);
+  EXPECT_NE(c.Get(11, 1, t0), nullptr);
 }
 
 }  // namespace

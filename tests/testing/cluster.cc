@@ -153,9 +153,15 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
   Daemon::Options o;
   o.arena_size = options_.arena_size;
   o.extra_args = {"--node-id",        std::to_string(i),
-                  "--cluster",        node_cluster_files_[i].empty() ? cluster_file_ : node_cluster_files_[i],
+                  "--cluster",        !options_.etcd_url.empty()          ? options_.etcd_url
+                                      : !node_cluster_files_[i].empty() ? node_cluster_files_[i]
+                                                                        : cluster_file_,
                   "--data-path",      options_.data_path,
                   "--replicate-after", std::to_string(options_.replicate_after)};
+  if (!options_.etcd_url.empty()) {
+    o.extra_args.insert(o.extra_args.end(), {"--advertise", address(i)});
+    if (secret_file.empty()) o.extra_args.insert(o.extra_args.end(), {"--secret-file", secret_file_});
+  }
   if (!secret_file.empty()) o.extra_args.insert(o.extra_args.end(), {"--secret-file", secret_file});
   const std::string config = dir_ + "/node" + std::to_string(i) + ".toml";
   std::ofstream(config) << "[cluster]\nheartbeat_ms = " << options_.heartbeat_ms
@@ -163,6 +169,8 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
                         << (options_.negative_ttl_ms >= 0
                                 ? "negative_ttl_ms = " + std::to_string(options_.negative_ttl_ms) + "\n"
                                 : std::string())
+                        << (options_.etcd_lease_s > 0 ? "etcd_lease_s = " + std::to_string(options_.etcd_lease_s) + "\n"
+                                                      : std::string())
                         << (i < options_.cluster_config.size() ? options_.cluster_config[i] + "\n" : std::string());
   o.extra_args.insert(o.extra_args.end(), {"--config", config});
   o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());

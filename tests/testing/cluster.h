@@ -37,6 +37,10 @@ class TestCluster {
     // only them (the others join later: WriteClusterFile, StartNode,
     // Hangup); 0: every node.
     size_t listed = 0;
+    // Members in etcd (tests/testing/etcd.h) instead of the cluster file:
+    // node i runs with --cluster etcd_url --advertise address(i).
+    std::string etcd_url;
+    int etcd_lease_s = 0;  // [cluster] etcd_lease_s; 0: the daemon's default
     // Node i runs binaries[i] instead of this build's ptstored when given
     // and not empty (e.g. the ptstored-peer-v1 of the upgrade tests).
     std::vector<std::string> binaries;

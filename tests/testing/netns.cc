@@ -53,6 +53,7 @@ std::string NetnsLab::WhyNot() {
 Status NetnsLab::Create(size_t hosts) {
   // A subnet per lab, so that two labs at once (two test binaries) differ.
   const std::string net = "10.213." + std::to_string(getpid() % 250 + 1) + ".";
+  net_ = net;
   PTS_RETURN_IF_ERROR(Must({"link", "add", bridge_, "type", "bridge"}));
   bridge_made_ = true;
   PTS_RETURN_IF_ERROR(Must({"link", "set", bridge_, "up"}));
@@ -74,6 +75,15 @@ Status NetnsLab::Create(size_t hosts) {
     addrs_.push_back(addr);
   }
   return Status::OK();
+}
+
+Result<std::string> NetnsLab::BridgeAddress() {
+  if (!bridge_made_) return Internal("NetnsLab::BridgeAddress before Create");
+  if (bridge_addr_.empty()) {
+    PTS_RETURN_IF_ERROR(Must({"addr", "add", net_ + "254/24", "dev", bridge_}));
+    bridge_addr_ = net_ + "254";
+  }
+  return bridge_addr_;
 }
 
 std::vector<std::string> NetnsLab::Wrapper(size_t i) const { return {kIp, "netns", "exec", namespaces_[i]}; }

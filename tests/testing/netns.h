@@ -29,6 +29,10 @@ class NetnsLab {
   const std::string& host(size_t i) const { return addrs_[i]; }
   std::vector<std::string> hosts() const { return addrs_; }
   std::vector<std::string> Wrapper(size_t i) const;
+  // An address of the test's own namespace on the lab's bridge (made at
+  // the first call): the hosts reach a server the test runs there (etcd),
+  // and a host that is cut off does not.
+  Result<std::string> BridgeAddress();
   // Partition host i from the others (its veth goes down), and back.
   Status Cut(size_t i);
   Status Heal(size_t i);
@@ -39,6 +43,8 @@ class NetnsLab {
   std::vector<std::string> namespaces_;
   std::vector<std::string> links_;  // the bridge-side veth ends
   std::vector<std::string> addrs_;
+  std::string net_;  // "10.213.N."
+  std::string bridge_addr_;
   bool bridge_made_ = false;
 };
 
