@@ -90,7 +90,7 @@ namespace {
 struct Options {
   uint64_t tokens = 8192;
   int reps = 15;
-  std::vector<std::string> paths = {"tcp", "rma"};
+  std::vector<std::string> paths = {"tcp", "tcp-v1", "rma"};
   bool redis = true;
   std::string redis_server = "redis-server";
   uint64_t redis_value = 1 << 20;
@@ -277,7 +277,10 @@ Result<ClusterPtr> StartCluster(size_t nodes, const std::string& arena, const st
   co.negative_ttl_ms = negative_ttl_ms;
   co.nodes = nodes;
   co.arena_size = arena;
-  co.data_path = path.rfind("rma", 0) == 0 ? "rma" : path;
+  co.data_path = path.rfind("rma", 0) == 0 ? "rma" : "tcp";
+  // tcp-v1: both nodes the ptstored-peer-v1 build, peer protocol 1, frames
+  // without MACs (the baseline of the MACs' cost).
+  if (path == "tcp-v1") co.binaries = std::vector<std::string>(nodes, PTSTORE_PTSTORED_PEER_V1_PATH);
   co.replicate_after = replicate_after;
   co.heartbeat_ms = g_heartbeat_ms;
   co.rpc_timeout_ms = g_rpc_timeout_ms;
@@ -994,6 +997,22 @@ Status RunLoads(const Options& o, json* out, std::vector<PathResult>* results) {
                      }());
     if (out) (*out)[path + "_vs_tcp_load"] = {{"paired", Paired(tl, l)}, {"of_medians", OfMedians(tl, l)}};
   }
+  // The frame MACs' cost: the same TCP stream with them (tcp, peer protocol
+  // 2) over without them (tcp-v1), in the same repetitions.
+  if (have_tcp && std::find(o.paths.begin(), o.paths.end(), "tcp-v1") != o.paths.end()) {
+    const Method& tl = find("tcp:remote_load");
+    const Method& tp = find("tcp:remote_pin_copy");
+    const Method& vl = find("tcp-v1:remote_load");
+    const Method& vp = find("tcp-v1:remote_pin_copy");
+    vs_tcp += Format("frame integrity (tcp, peer protocol 2: GMAC on every frame and on the fetched bytes) / without "
+                     "(tcp-v1, protocol 1), throughput: Client::Load %.2f paired (%.2f of medians); Pin + CopyTo %.2f "
+                     "paired (%.2f of medians)\n",
+                     Paired(vl, tl), OfMedians(vl, tl), Paired(vp, tp), OfMedians(vp, tp));
+    if (out) {
+      (*out)["integrity_vs_none_load"] = {{"paired", Paired(vl, tl)}, {"of_medians", OfMedians(vl, tl)}};
+      (*out)["integrity_vs_none_pin_copy"] = {{"paired", Paired(vp, tp)}, {"of_medians", OfMedians(vp, tp)}};
+    }
+  }
   if (out) {
     json jm;
     for (const Method& m : methods) {
@@ -1486,13 +1505,13 @@ Status Run(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_cluster: a PTStore cluster on loopback vs raw TCP and Redis (issue 4)"};
   Options o;
-  std::string paths = "tcp,rma", nodes = "2,4,8";
+  std::string paths = "tcp,tcp-v1,rma", nodes = "2,4,8";
   bool no_redis = false, no_lookups = false, no_scale = false, no_loads = false;
   app.add_option("--tokens", o.tokens, "prefix length of the remote load (Mistral geometry: 128 KiB per token)");
   app.add_option("--reps", o.reps, "repetitions of the remote-load methods")->check(CLI::Range(1, 100));
   app.add_option("--paths", paths,
-                 "data paths to measure, comma-separated: tcp, rma (libfabric tcp provider), rma-<provider> (e.g. "
-                 "rma-shm)");
+                 "data paths to measure, comma-separated: tcp, tcp-v1 (the TCP stream between nodes of peer "
+                 "protocol 1: no frame MACs), rma (libfabric tcp provider), rma-<provider> (e.g. rma-shm)");
   app.add_flag("--no-loads", no_loads, "skip the remote-load comparison (sections 1-3)");
   app.add_flag("--no-redis", no_redis, "skip the Redis baseline");
   app.add_option("--redis-server", o.redis_server, "redis-server binary");
@@ -1529,8 +1548,9 @@ int main(int argc, char** argv) {
   };
   o.paths = no_loads ? std::vector<std::string>{} : split(paths);
   for (const std::string& p : o.paths) {
-    if (p != "tcp" && p.rfind("rma", 0) != 0) {
-      std::fprintf(stderr, "bench_cluster: --paths takes tcp, rma and rma-<libfabric provider>, not %s\n", p.c_str());
+    if (p != "tcp" && p != "tcp-v1" && p.rfind("rma", 0) != 0) {
+      std::fprintf(stderr, "bench_cluster: --paths takes tcp, tcp-v1, rma and rma-<libfabric provider>, not %s\n",
+                   p.c_str());
       return 2;
     }
   }

@@ -470,19 +470,49 @@ Status ChangesReply::Decode(Decoder& d) {
 void AuthHello::Encode(Encoder& e) const {
   e.PutU32(node_id);
   e.PutRaw(nonce.data(), nonce.size());
+  if (versions) {
+    e.PutU16(versions->min);
+    e.PutU16(versions->max);
+  }
 }
 Status AuthHello::Decode(Decoder& d) {
   PTS_RETURN_IF_ERROR(d.GetU32("node_id", &node_id));
   PTS_RETURN_IF_ERROR(d.GetRaw("nonce", nonce.data(), nonce.size()));
+  versions.reset();
+  if (d.remaining() > 0) {
+    PeerVersionRange r;
+    PTS_RETURN_IF_ERROR(d.GetU16("versions.min", &r.min));
+    PTS_RETURN_IF_ERROR(d.GetU16("versions.max", &r.max));
+    if (r.min == 0 || r.min > r.max) {
+      return ProtocolError("AuthHello: peer-protocol version range [" + std::to_string(r.min) + ", " +
+                              std::to_string(r.max) + "] is empty or names version 0");
+    }
+    versions = r;
+  }
   return d.Finish("AuthHello");
 }
 void AuthHelloReply::Encode(Encoder& e) const {
   e.PutU32(node_id);
   e.PutRaw(nonce.data(), nonce.size());
+  if (versions) {
+    e.PutU16(versions->min);
+    e.PutU16(versions->max);
+  }
 }
 Status AuthHelloReply::Decode(Decoder& d) {
   PTS_RETURN_IF_ERROR(d.GetU32("node_id", &node_id));
   PTS_RETURN_IF_ERROR(d.GetRaw("nonce", nonce.data(), nonce.size()));
+  versions.reset();
+  if (d.remaining() > 0) {
+    PeerVersionRange r;
+    PTS_RETURN_IF_ERROR(d.GetU16("versions.min", &r.min));
+    PTS_RETURN_IF_ERROR(d.GetU16("versions.max", &r.max));
+    if (r.min == 0 || r.min > r.max) {
+      return ProtocolError("AuthHelloReply: peer-protocol version range [" + std::to_string(r.min) + ", " +
+                              std::to_string(r.max) + "] is empty or names version 0");
+    }
+    versions = r;
+  }
   return d.Finish("AuthHelloReply");
 }
 void AuthProof::Encode(Encoder& e) const { e.PutRaw(mac.data(), mac.size()); }

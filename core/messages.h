@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -295,10 +296,20 @@ inline constexpr size_t kAuthMacBytes = 32;
 using AuthNonce = std::array<uint8_t, kAuthNonceBytes>;
 using AuthMac = std::array<uint8_t, kAuthMacBytes>;
 
+// The peer-protocol versions a node speaks (rdma/auth.h, docs/wire-format.md
+// "Peer protocol versions"). Optional trailing fields of AuthHello and
+// AuthHelloReply: absent (a node from before negotiation) means {1, 1}.
+struct PeerVersionRange {
+  uint16_t min = 1;
+  uint16_t max = 1;
+  bool operator==(const PeerVersionRange&) const = default;
+};
+
 struct AuthHello {  // initiator -> responder
   static constexpr MsgType kType = MsgType::kAuthHello;
   uint32_t node_id = 0;
   AuthNonce nonce{};
+  std::optional<PeerVersionRange> versions;
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };
@@ -306,6 +317,7 @@ struct AuthHelloReply {  // responder -> initiator
   static constexpr MsgType kType = MsgType::kAuthHelloReply;
   uint32_t node_id = 0;
   AuthNonce nonce{};
+  std::optional<PeerVersionRange> versions;  // sent only when the hello had one
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,10 @@ std::string NodeName(bool known, uint32_t id, const std::string& addr) {
 
 void AppendU32(std::string* s, uint32_t v) {
   for (int i = 0; i < 4; ++i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void AppendU16(std::string* s, uint16_t v) {
+  s->push_back(static_cast<char>(v & 0xff));
+  s->push_back(static_cast<char>(v >> 8));
 }
 
 }  // namespace
@@ -92,17 +97,38 @@ Result<ClusterSecret> ClusterSecret::Load(const std::string& path) {
   return s;
 }
 
+// ---- versions --------------------------------------------------------------
+
+std::optional<uint16_t> HighestCommonVersion(core::PeerVersionRange a, core::PeerVersionRange b) {
+  uint16_t lo = std::max(a.min, b.min);
+  uint16_t hi = std::min(a.max, b.max);
+  if (lo > hi) return std::nullopt;
+  return hi;
+}
+
+std::string VersionRangeName(core::PeerVersionRange r) {
+  return "[" + std::to_string(r.min) + ", " + std::to_string(r.max) + "]";
+}
+
 // ---- primitives -----------------------------------------------------------
 
 Result<core::AuthMac> ComputeAuthMac(std::string_view secret, const core::AuthNonce& initiator_nonce,
                              const core::AuthNonce& responder_nonce, uint32_t initiator_id,
-                             uint32_t responder_id, AuthRole role) {
+                             uint32_t responder_id, AuthRole role,
+                             const core::PeerVersionRange* initiator_versions,
+                             const core::PeerVersionRange* responder_versions) {
   std::string msg(kAuthLabel);
   msg.append(reinterpret_cast<const char*>(initiator_nonce.data()), initiator_nonce.size());
   msg.append(reinterpret_cast<const char*>(responder_nonce.data()), responder_nonce.size());
   AppendU32(&msg, initiator_id);
   AppendU32(&msg, responder_id);
   msg.push_back(static_cast<char>(role));
+  if (initiator_versions != nullptr && responder_versions != nullptr) {
+    AppendU16(&msg, initiator_versions->min);
+    AppendU16(&msg, initiator_versions->max);
+    AppendU16(&msg, responder_versions->min);
+    AppendU16(&msg, responder_versions->max);
+  }
   core::AuthMac mac{};
   unsigned int len = 0;
   // An empty key is legal for HMAC; secrets are checked to be >= 32 bytes
@@ -130,8 +156,12 @@ bool MacEqual(const core::AuthMac& a, const core::AuthMac& b) { return CRYPTO_me
 // ---- initiator ------------------------------------------------------------
 
 AuthInitiator::AuthInitiator(std::string_view secret, uint32_t self_id, std::string peer_addr,
-                             std::optional<uint32_t> expected_peer)
-    : secret_(secret), self_id_(self_id), peer_addr_(std::move(peer_addr)), expected_peer_(expected_peer) {}
+                             std::optional<uint32_t> expected_peer, core::PeerVersionRange versions)
+    : secret_(secret),
+      self_id_(self_id),
+      peer_addr_(std::move(peer_addr)),
+      expected_peer_(expected_peer),
+      versions_(versions) {}
 
 Status AuthInitiator::Refuse(std::string why) {
   step_ = Step::kFailed;
@@ -147,7 +177,7 @@ Result<core::AuthHello> AuthInitiator::Start() {
   if (secret_.size() < kMinClusterSecretBytes) return Refuse("this node has no usable cluster secret");
   PTS_ASSIGN_OR_RETURN(nonce_i_, RandomNonce());
   step_ = Step::kHelloSent;
-  return core::AuthHello{.node_id = self_id_, .nonce = nonce_i_};
+  return core::AuthHello{.node_id = self_id_, .nonce = nonce_i_, .versions = versions_};
 }
 
 Result<core::AuthProof> AuthInitiator::OnHelloReply(const core::AuthHelloReply& reply) {
@@ -159,9 +189,21 @@ Result<core::AuthProof> AuthInitiator::OnHelloReply(const core::AuthHelloReply& 
                 std::to_string(*expected_peer_));
   }
   if (reply.nonce == nonce_i_) return Refuse("it echoed our nonce");
+  if (!reply.versions) {
+    return Refuse("its AuthHelloReply names no peer-protocol versions (we speak " + VersionRangeName(versions_) +
+                  "; a responder that read our range always answers with its own)");
+  }
+  peer_versions_ = *reply.versions;
+  std::optional<uint16_t> v = HighestCommonVersion(versions_, peer_versions_);
+  if (!v) {
+    version_refused_ = true;
+    return Refuse("no common peer-protocol version: we speak " + VersionRangeName(versions_) + ", it speaks " +
+                  VersionRangeName(peer_versions_));
+  }
+  version_ = *v;
   nonce_r_ = reply.nonce;
-  PTS_ASSIGN_OR_RETURN(core::AuthMac mac,
-                       ComputeAuthMac(secret_, nonce_i_, nonce_r_, self_id_, peer_id_, AuthRole::kInitiator));
+  PTS_ASSIGN_OR_RETURN(core::AuthMac mac, ComputeAuthMac(secret_, nonce_i_, nonce_r_, self_id_, peer_id_,
+                                                         AuthRole::kInitiator, &versions_, &peer_versions_));
   step_ = Step::kProofSent;
   return core::AuthProof{.mac = mac};
 }
@@ -169,16 +211,25 @@ Result<core::AuthProof> AuthInitiator::OnHelloReply(const core::AuthHelloReply& 
 Status AuthInitiator::OnProofReply(const core::AuthProofReply& reply) {
   if (step_ != Step::kProofSent) return Refuse("AuthProofReply out of order");
   PTS_ASSIGN_OR_RETURN(core::AuthMac want,
-                       ComputeAuthMac(secret_, nonce_i_, nonce_r_, self_id_, peer_id_, AuthRole::kResponder));
-  if (!MacEqual(want, reply.mac)) return Refuse("its proof does not match the cluster secret");
+                       ComputeAuthMac(secret_, nonce_i_, nonce_r_, self_id_, peer_id_, AuthRole::kResponder,
+                                      &versions_, &peer_versions_));
+  if (!MacEqual(want, reply.mac)) {
+    return Refuse("its proof does not match the cluster secret (or the version ranges were altered on the way)");
+  }
   step_ = Step::kDone;
   return Status::OK();
 }
 
+Result<std::unique_ptr<FrameMac>> AuthInitiator::SessionMac() const {
+  if (step_ != Step::kDone) return Internal("frame keys asked for before authentication completed");
+  return FrameMac::Derive(secret_, nonce_i_, nonce_r_, self_id_, peer_id_, /*initiator=*/true);
+}
+
 // ---- responder ------------------------------------------------------------
 
-AuthResponder::AuthResponder(std::string_view secret, uint32_t self_id, std::string peer_addr)
-    : secret_(secret), self_id_(self_id), peer_addr_(std::move(peer_addr)) {}
+AuthResponder::AuthResponder(std::string_view secret, uint32_t self_id, std::string peer_addr,
+                             core::PeerVersionRange versions)
+    : secret_(secret), self_id_(self_id), peer_addr_(std::move(peer_addr)), versions_(versions) {}
 
 Status AuthResponder::Refuse(std::string why) {
   step_ = Step::kFailed;
@@ -194,20 +245,42 @@ Result<core::AuthHelloReply> AuthResponder::OnHello(const core::AuthHello& hello
   if (secret_.size() < kMinClusterSecretBytes) return Refuse("this node has no usable cluster secret");
   PTS_ASSIGN_OR_RETURN(nonce_r_, RandomNonce());
   if (hello.nonce == nonce_r_) return Refuse("its nonce equals ours");
+  // A hello without a range comes from a node from before negotiation,
+  // which speaks version 1 only.
+  peer_versions_ = hello.versions;
+  core::PeerVersionRange theirs = hello.versions.value_or(core::PeerVersionRange{1, 1});
+  std::optional<uint16_t> v = HighestCommonVersion(versions_, theirs);
+  if (!v) {
+    version_refused_ = true;
+    return Refuse("no common peer-protocol version: we speak " + VersionRangeName(versions_) + ", it speaks " +
+                  VersionRangeName(theirs) + (hello.versions ? "" : " (its hello names no range)"));
+  }
+  version_ = *v;
   nonce_i_ = hello.nonce;
   step_ = Step::kHelloDone;
-  return core::AuthHelloReply{.node_id = self_id_, .nonce = nonce_r_};
+  core::AuthHelloReply reply{.node_id = self_id_, .nonce = nonce_r_};
+  if (hello.versions) reply.versions = versions_;
+  return reply;
 }
 
 Result<core::AuthProofReply> AuthResponder::OnProof(const core::AuthProof& proof) {
   if (step_ != Step::kHelloDone) return Refuse("AuthProof out of order");
-  PTS_ASSIGN_OR_RETURN(core::AuthMac want,
-                       ComputeAuthMac(secret_, nonce_i_, nonce_r_, peer_id_, self_id_, AuthRole::kInitiator));
-  if (!MacEqual(want, proof.mac)) return Refuse("its proof does not match the cluster secret");
-  PTS_ASSIGN_OR_RETURN(core::AuthMac mine,
-                       ComputeAuthMac(secret_, nonce_i_, nonce_r_, peer_id_, self_id_, AuthRole::kResponder));
+  const core::PeerVersionRange* vi = peer_versions_ ? &*peer_versions_ : nullptr;
+  const core::PeerVersionRange* vr = peer_versions_ ? &versions_ : nullptr;
+  PTS_ASSIGN_OR_RETURN(core::AuthMac want, ComputeAuthMac(secret_, nonce_i_, nonce_r_, peer_id_, self_id_,
+                                                          AuthRole::kInitiator, vi, vr));
+  if (!MacEqual(want, proof.mac)) {
+    return Refuse("its proof does not match the cluster secret (or the version ranges were altered on the way)");
+  }
+  PTS_ASSIGN_OR_RETURN(core::AuthMac mine, ComputeAuthMac(secret_, nonce_i_, nonce_r_, peer_id_, self_id_,
+                                                          AuthRole::kResponder, vi, vr));
   step_ = Step::kDone;
   return core::AuthProofReply{.mac = mine};
+}
+
+Result<std::unique_ptr<FrameMac>> AuthResponder::SessionMac() const {
+  if (step_ != Step::kDone) return Internal("frame keys asked for before authentication completed");
+  return FrameMac::Derive(secret_, nonce_i_, nonce_r_, peer_id_, self_id_, /*initiator=*/false);
 }
 
 // ---- over a FramedSocket ----------------------------------------------------
@@ -240,20 +313,38 @@ Status ReceiveAs(FramedSocket& sock, int timeout_ms, Machine& machine, const std
   return st;
 }
 
-void SendRefusal(FramedSocket& sock, const Status& st) {
+// `version_reason`: the ranges that did not meet, told to the other side
+// (the hellos carried them in clear anyway); any other reason stays in our
+// log.
+void SendRefusal(FramedSocket& sock, const Status& st, const std::string& version_reason = "") {
   if (st.code() != Code::kPermissionDenied) return;
   core::ErrorReply err;
   err.code = Code::kPermissionDenied;
-  err.message = "authentication refused";  // the reason stays in our log
+  err.message = version_reason.empty() ? "authentication refused" : "authentication refused: " + version_reason;
   sock.SendMessage(0, err).IgnoreError();
+}
+
+std::string VersionReason(uint32_t self_id, core::PeerVersionRange ours, core::PeerVersionRange theirs) {
+  return "no common peer-protocol version (node " + std::to_string(self_id) + " speaks " + VersionRangeName(ours) +
+         ", you speak " + VersionRangeName(theirs) + ")";
+}
+
+// Turns integrity on when the agreed version has it.
+template <typename Machine>
+Status StartSession(FramedSocket& sock, const Machine& m, const std::string& peer_addr, const AuthOptions& o) {
+  if (o.counters != nullptr) o.counters->sessions[std::min<size_t>(m.version(), WireCounters::kVersions - 1)]++;
+  if (m.version() < kPeerProtocolIntegrity) return Status::OK();
+  PTS_ASSIGN_OR_RETURN(std::unique_ptr<FrameMac> mac, m.SessionMac());
+  sock.EnableIntegrity(std::move(mac), "node " + std::to_string(m.peer_id()) + " at " + peer_addr, o.counters);
+  return Status::OK();
 }
 
 }  // namespace
 
 Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, std::optional<uint32_t> expected_peer,
-                                       int timeout_ms) {
-  AuthInitiator a(secret.bytes(), self_id, peer_addr, expected_peer);
+                                       int timeout_ms, uint16_t* version, const AuthOptions& options) {
+  AuthInitiator a(secret.bytes(), self_id, peer_addr, expected_peer, options.versions);
   PTS_ASSIGN_OR_RETURN(core::AuthHello hello, a.Start());
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, hello));
 
@@ -261,7 +352,9 @@ Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& 
   PTS_RETURN_IF_ERROR(ReceiveAs(sock, timeout_ms, a, peer_addr, &hr));
   Result<core::AuthProof> proof = a.OnHelloReply(hr);
   if (!proof.ok()) {
-    SendRefusal(sock, proof.status());
+    if (a.version_refused() && options.counters != nullptr) options.counters->version_refusals++;
+    SendRefusal(sock, proof.status(),
+                a.version_refused() ? VersionReason(self_id, options.versions, *hr.versions) : "");
     return proof.status();
   }
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, *proof));
@@ -269,12 +362,15 @@ Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& 
   core::AuthProofReply pr;
   PTS_RETURN_IF_ERROR(ReceiveAs(sock, timeout_ms, a, peer_addr, &pr));
   PTS_RETURN_IF_ERROR(a.OnProofReply(pr));
+  PTS_RETURN_IF_ERROR(StartSession(sock, a, peer_addr, options));
+  if (version != nullptr) *version = a.version();
   return a.peer_id();
 }
 
 Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
-                                       const std::string& peer_addr, int timeout_ms) {
-  AuthResponder r(secret.bytes(), self_id, peer_addr);
+                                       const std::string& peer_addr, int timeout_ms, uint16_t* version,
+                                       const AuthOptions& options) {
+  AuthResponder r(secret.bytes(), self_id, peer_addr, options.versions);
   auto fail = [&](Status st) -> Status {
     SendRefusal(sock, st);
     return st;
@@ -284,7 +380,13 @@ Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& 
   Status st = ReceiveAs(sock, timeout_ms, r, peer_addr, &hello);
   if (!st.ok()) return fail(std::move(st));
   Result<core::AuthHelloReply> hr = r.OnHello(hello);
-  if (!hr.ok()) return fail(hr.status());
+  if (!hr.ok()) {
+    if (!r.version_refused()) return fail(hr.status());
+    if (options.counters != nullptr) options.counters->version_refusals++;
+    SendRefusal(sock, hr.status(),
+                VersionReason(self_id, options.versions, hello.versions.value_or(core::PeerVersionRange{1, 1})));
+    return hr.status();
+  }
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, *hr));
 
   core::AuthProof proof;
@@ -293,6 +395,8 @@ Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& 
   Result<core::AuthProofReply> pr = r.OnProof(proof);
   if (!pr.ok()) return fail(pr.status());
   PTS_RETURN_IF_ERROR(sock.SendMessage(0, *pr));
+  PTS_RETURN_IF_ERROR(StartSession(sock, r, peer_addr, options));
+  if (version != nullptr) *version = r.version();
   return r.peer_id();
 }
 

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/logging.h"
+
 namespace ptstore::rdma {
 
 Frame::Frame(Frame&& o) noexcept
@@ -44,14 +46,24 @@ void FramedSocket::Shutdown() {
 Status FramedSocket::Send(uint16_t type, uint64_t request_id, std::span<const uint8_t> body, int pass_fd) {
   uint8_t header[core::kFrameHeaderBytes];
   core::EncodeFrameHeader(type, request_id, body, header);
-  struct iovec iov[2] = {{header, sizeof(header)}, {const_cast<uint8_t*>(body.data()), body.size()}};
-  size_t total = sizeof(header) + body.size();
+  FrameTag tag{};
+  if (mac_ != nullptr) {
+    FrameMac::Half& h = mac_->send();
+    PTS_RETURN_IF_ERROR(h.Begin(RecordKind::kFrame));
+    PTS_RETURN_IF_ERROR(h.Update(header, sizeof(header)));
+    PTS_RETURN_IF_ERROR(h.Update(body.data(), body.size()));
+    PTS_ASSIGN_OR_RETURN(tag, h.Finish());
+  }
+  struct iovec iov[3] = {{header, sizeof(header)},
+                         {const_cast<uint8_t*>(body.data()), body.size()},
+                         {tag.data(), mac_ != nullptr ? tag.size() : 0}};
+  size_t total = sizeof(header) + body.size() + iov[2].iov_len;
   size_t sent = 0;
   bool fd_sent = pass_fd < 0;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   while (sent < total) {
     // Skip what is already out.
-    struct iovec cur[2];
+    struct iovec cur[3];
     int n = 0;
     size_t skip = sent;
     for (auto& v : iov) {
@@ -134,7 +146,54 @@ Status FramedSocket::ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd)
   return Status::OK();
 }
 
+void FramedSocket::EnableIntegrity(std::unique_ptr<FrameMac> mac, std::string peer, WireCounters* counters) {
+  mac_ = std::move(mac);
+  peer_ = std::move(peer);
+  counters_ = counters;
+}
+
+Status FramedSocket::IntegrityFailure(Status st) {
+  if (counters_ != nullptr) counters_->integrity_failures++;
+  st = st.WithContext("from " + peer_);
+  PTS_WARN("peer", st.ToString() << "; closing the connection");
+  return st;
+}
+
+Status FramedSocket::FinishSendRaw() {
+  if (mac_ == nullptr || !mac_->send().open()) return Status::OK();
+  PTS_ASSIGN_OR_RETURN(FrameTag tag, mac_->send().Finish());
+  return SendBytes(tag.data(), tag.size());
+}
+
+Status FramedSocket::FinishReceiveRaw(int timeout_ms) {
+  if (mac_ == nullptr || !mac_->receive().open()) return Status::OK();
+  FrameTag tag{};
+  int fd = -1;
+  Status st = ReadFull(tag.data(), tag.size(), timeout_ms, &fd);
+  if (fd >= 0) close(fd);
+  PTS_RETURN_IF_ERROR(st);
+  st = mac_->receive().Check(tag);
+  if (!st.ok()) return IntegrityFailure(st.WithContext("bulk bytes"));
+  return Status::OK();
+}
+
 Status FramedSocket::SendRaw(const uint8_t* p, size_t n) {
+  if (mac_ == nullptr || n == 0) return SendBytes(p, n);
+  FrameMac::Half& h = mac_->send();
+  if (!h.open()) PTS_RETURN_IF_ERROR(h.Begin(RecordKind::kBulk));
+  // In pieces: each is still in cache when it is sent, and the receiver
+  // works on one piece while this side MACs the next.
+  constexpr size_t kPiece = 256u << 10;
+  for (size_t done = 0; done < n;) {
+    const size_t m = std::min(kPiece, n - done);
+    PTS_RETURN_IF_ERROR(h.Update(p + done, m));
+    PTS_RETURN_IF_ERROR(SendBytes(p + done, m));
+    done += m;
+  }
+  return Status::OK();
+}
+
+Status FramedSocket::SendBytes(const uint8_t* p, size_t n) {
   size_t sent = 0;
   while (sent < n) {
     ssize_t w = send(fd_, p + sent, n - sent, MSG_NOSIGNAL);
@@ -150,9 +209,29 @@ Status FramedSocket::SendRaw(const uint8_t* p, size_t n) {
 
 Status FramedSocket::ReceiveRaw(uint8_t* p, size_t n, int timeout_ms) {
   int fd = -1;
-  Status st = ReadFull(p, n, timeout_ms, &fd);
-  if (fd >= 0) close(fd);
-  return st;
+  if (mac_ == nullptr || n == 0) {
+    Status st = ReadFull(p, n, timeout_ms, &fd);
+    if (fd >= 0) close(fd);
+    return st;
+  }
+  FrameMac::Half& h = mac_->receive();
+  if (!h.open()) PTS_RETURN_IF_ERROR(h.Begin(RecordKind::kBulk));
+  // In pieces that are still in cache when the MAC reads them.
+  constexpr size_t kPiece = 256u << 10;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (size_t done = 0; done < n;) {
+    const size_t m = std::min(kPiece, n - done);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return DeadlineExceeded("no reply from the peer within " + std::to_string(timeout_ms) + " ms");
+    Status st = ReadFull(p + done, m, static_cast<int>(left), &fd);
+    if (fd >= 0) close(fd);
+    fd = -1;
+    PTS_RETURN_IF_ERROR(st);
+    PTS_RETURN_IF_ERROR(h.Update(p + done, m));
+    done += m;
+  }
+  return Status::OK();
 }
 
 Result<Frame> FramedSocket::ReceiveWithin(int frame_ms) {
@@ -174,7 +253,12 @@ Result<Frame> FramedSocket::Receive(int timeout_ms) {
   Frame f;
   uint8_t header[core::kFrameHeaderBytes];
   PTS_RETURN_IF_ERROR(ReadFull(header, sizeof(header), timeout_ms, &f.fd));
-  PTS_ASSIGN_OR_RETURN(core::FrameHeader h, core::DecodeFrameHeader(header));
+  Result<core::FrameHeader> hr = core::DecodeFrameHeader(header);
+  if (!hr.ok() && mac_ != nullptr) {
+    // An authenticated peer sends well-formed frames: this one was altered.
+    return IntegrityFailure(Status(Code::kCorruption, "frame integrity check failed: " + hr.status().message()));
+  }
+  PTS_ASSIGN_OR_RETURN(core::FrameHeader h, std::move(hr));
   f.type = h.type;
   f.request_id = h.request_id;
   // Grow the body as bytes arrive: a header alone must not make us hold
@@ -186,6 +270,17 @@ Result<Frame> FramedSocket::Receive(int timeout_ms) {
     f.body.resize(have + n);
     PTS_RETURN_IF_ERROR(ReadFull(f.body.data() + have, n, timeout_ms, &f.fd));
     have += n;
+  }
+  if (mac_ != nullptr) {
+    FrameTag tag{};
+    PTS_RETURN_IF_ERROR(ReadFull(tag.data(), tag.size(), timeout_ms, &f.fd));
+    FrameMac::Half& m = mac_->receive();
+    PTS_RETURN_IF_ERROR(m.Begin(RecordKind::kFrame));
+    PTS_RETURN_IF_ERROR(m.Update(header, sizeof(header)));
+    PTS_RETURN_IF_ERROR(m.Update(f.body.data(), f.body.size()));
+    if (Status st = m.Check(tag); !st.ok()) {
+      return IntegrityFailure(st.WithContext(std::string(core::MsgTypeName(f.type)) + " frame"));
+    }
   }
   PTS_RETURN_IF_ERROR(core::VerifyFrameChecksum(header, f.body));
   return f;

@@ -5,17 +5,30 @@
 // DeadlineExceeded, one that goes away Unavailable, one that sends garbage
 // Protocol. Nothing blocks forever.
 //
+// Between nodes, once authentication agreed on peer protocol 2 or later,
+// EnableIntegrity puts a MAC on every record (rdma/frame_mac.h): Send
+// appends a 16-byte tag after each frame, SendRaw's bytes up to
+// FinishSendRaw are one record whose tag FinishSendRaw sends, and the
+// receiving calls check them. A record whose tag does not match (altered,
+// replayed, reordered, injected) fails with Corruption "frame integrity
+// check failed ...", logged (PTS_WARN, naming the peer) and counted; the
+// caller must then close the connection (nothing after it can be trusted).
+//
 // Thread safety: Send and Receive may each be called by one thread at a
-// time; Shutdown may be called from any thread to wake a blocked Receive.
+// time (SendRaw/FinishSendRaw with Send, ReceiveRaw/FinishReceiveRaw with
+// Receive); Shutdown may be called from any thread to wake a blocked
+// Receive. EnableIntegrity before any other thread uses the socket.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/messages.h"
 #include "core/wire.h"
+#include "rdma/frame_mac.h"
 #include "ptstore/status.h"
 
 namespace ptstore::rdma {
@@ -58,6 +71,16 @@ class FramedSocket {
   // DeadlineExceeded if all n bytes have not arrived within timeout_ms.
   Status SendRaw(const uint8_t* p, size_t n);
   Status ReceiveRaw(uint8_t* p, size_t n, int timeout_ms);
+  // With integrity on: end the run of raw bytes sent (received) since the
+  // last frame as one record: send (receive and check) its tag. No-ops when
+  // integrity is off or no raw bytes were sent (received).
+  Status FinishSendRaw();
+  Status FinishReceiveRaw(int timeout_ms);
+
+  // From now on every record carries a MAC under `mac`. `peer` names the
+  // other end in logs; `counters` (may be null) counts tag failures.
+  void EnableIntegrity(std::unique_ptr<FrameMac> mac, std::string peer, WireCounters* counters);
+  bool integrity() const { return mac_ != nullptr; }
   void Shutdown();
   int fd() const { return fd_; }
 
@@ -70,8 +93,14 @@ class FramedSocket {
 
  private:
   Status ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd);
+  Status SendBytes(const uint8_t* p, size_t n);
+  // Logs and counts an integrity failure; returns it with the peer named.
+  Status IntegrityFailure(Status st);
 
   int fd_;
+  std::unique_ptr<FrameMac> mac_;
+  std::string peer_;
+  WireCounters* counters_ = nullptr;
 };
 
 // Decodes a frame body as M, naming M when it fails.

@@ -6,13 +6,14 @@
 namespace ptstore::rdma {
 
 PeerChannel::PeerChannel(uint32_t self_id, uint32_t peer_id, std::string host, uint16_t port,
-                         const ClusterSecret* secret, size_t max_idle)
+                         const ClusterSecret* secret, AuthOptions auth, size_t max_idle)
     : self_id_(self_id),
       peer_id_(peer_id),
       host_(std::move(host)),
       port_(port),
       address_(host_ + ":" + std::to_string(port_)),
       secret_(secret),
+      auth_(auth),
       max_idle_(max_idle) {}
 
 PeerChannel::Conn::~Conn() {
@@ -39,12 +40,13 @@ Result<PeerChannel::Conn> PeerChannel::Acquire(int timeout_ms) {
     if (!idle_.empty()) {
       c.sock_ = std::move(idle_.back());
       idle_.pop_back();
+      c.reused_ = true;
       return c;
     }
   }
   PTS_ASSIGN_OR_RETURN(int fd, ConnectTcp(host_, port_, timeout_ms));
   auto sock = std::make_unique<FramedSocket>(fd);
-  Result<uint32_t> peer = AuthenticateInitiator(*sock, *secret_, self_id_, address_, peer_id_, timeout_ms);
+  Result<uint32_t> peer = AuthenticateInitiator(*sock, *secret_, self_id_, address_, peer_id_, timeout_ms, nullptr, auth_);
   if (!peer.ok()) return peer.status();
   c.sock_ = std::move(sock);
   return c;

@@ -23,8 +23,12 @@ namespace ptstore::rdma {
 
 class PeerChannel {
  public:
+  // `auth`: the versions offered and the counters (rdma/auth.h); with an
+  // agreed version of kPeerProtocolIntegrity or later every connection
+  // carries MACs, and a reply whose MAC fails ends its call with Corruption
+  // (logged, counted) and closes that connection.
   PeerChannel(uint32_t self_id, uint32_t peer_id, std::string host, uint16_t port, const ClusterSecret* secret,
-              size_t max_idle = 4);
+              AuthOptions auth = {}, size_t max_idle = 4);
   PeerChannel(const PeerChannel&) = delete;
   PeerChannel& operator=(const PeerChannel&) = delete;
 
@@ -39,6 +43,9 @@ class PeerChannel {
     FramedSocket* operator->() const { return sock_.get(); }
     FramedSocket& socket() const { return *sock_; }
     void Poison() { poisoned_ = true; }
+    // It came from the idle pool (not opened for this call): the peer may
+    // have closed it meanwhile.
+    bool reused() const { return reused_; }
     uint64_t NextRequestId() { return ++request_id_; }
 
    private:
@@ -46,6 +53,7 @@ class PeerChannel {
     PeerChannel* channel_ = nullptr;
     std::unique_ptr<FramedSocket> sock_;
     bool poisoned_ = false;
+    bool reused_ = false;
     uint64_t request_id_ = 0;
     uint64_t generation_ = 0;
   };
@@ -95,6 +103,7 @@ class PeerChannel {
   const uint16_t port_;
   const std::string address_;
   const ClusterSecret* secret_;
+  const AuthOptions auth_;
   const size_t max_idle_;
   std::mutex mu_;
   std::vector<std::unique_ptr<FramedSocket>> idle_;  // GUARDED_BY(mu_)

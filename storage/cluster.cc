@@ -45,7 +45,20 @@ Cluster::Cluster(Store* store, ClusterOptions options, core::Membership membersh
       peers_(std::make_shared<const PeerList>()),
       member_count_(membership_.size()) {}
 
+rdma::AuthOptions Cluster::PeerAuth() {
+  rdma::AuthOptions a;
+  a.versions = rdma::LocalPeerVersions();
+  if (options_.require_integrity) a.versions.min = std::max(a.versions.min, rdma::kPeerProtocolIntegrity);
+  a.counters = &counters_.wire;
+  return a;
+}
+
 Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options) {
+  if (options.require_integrity && rdma::LocalPeerVersions().max < rdma::kPeerProtocolIntegrity) {
+    return InvalidArgument("[cluster] require_integrity needs peer protocol " +
+                           std::to_string(rdma::kPeerProtocolIntegrity) + " (frame MACs); this ptstored speaks " +
+                           rdma::VersionRangeName(rdma::LocalPeerVersions()));
+  }
   PTS_ASSIGN_OR_RETURN(core::Membership m, core::Membership::Load(options.cluster_file));
   return Start(store, options, std::move(m));
 }
@@ -67,7 +80,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptio
     if (mem.node_id == id) continue;
     auto p = std::make_shared<Peer>();
     p->member = mem;
-    p->channel = std::make_unique<rdma::PeerChannel>(id, mem.node_id, mem.host, mem.port, &c->secret_);
+    p->channel = std::make_unique<rdma::PeerChannel>(id, mem.node_id, mem.host, mem.port, &c->secret_, c->PeerAuth());
     peers->push_back(std::move(p));
   }
   c->peers_ = std::move(peers);

@@ -92,6 +92,10 @@ struct ClusterOptions {
   int negative_ttl_ms = 250;
   // A fetch may take rpc_timeout_ms plus its bytes at this rate.
   double min_fetch_bytes_per_s = 200e6;
+  // Speak only peer-protocol versions whose frames carry MACs
+  // (rdma::kPeerProtocolIntegrity on): a node of an older version is
+  // refused at authentication. Off during a rolling upgrade from version 1.
+  bool require_integrity = false;
 };
 
 // Counters and latencies of the cluster layer (metrics).
@@ -105,9 +109,11 @@ struct ClusterCounters {
   std::atomic<uint64_t> removals_applied{0};     // from other nodes
   std::atomic<uint64_t> fetch_requests{0};       // requests to owners
   std::atomic<uint64_t> fetch_failures{0};
+  std::atomic<uint64_t> fetch_retries{0};        // fetches made again on another connection
   std::atomic<uint64_t> bytes_tcp{0};            // fetched over the TCP stream
   std::atomic<uint64_t> bytes_rma{0};            // fetched by RMA reads
   std::atomic<uint64_t> auth_failures{0};        // peers refused (wrong or no secret)
+  rdma::WireCounters wire;                       // version refusals, frame MAC failures
   std::atomic<uint64_t> reloads{0};              // cluster file reloads applied (SIGHUP)
   std::atomic<uint64_t> reloads_refused{0};      // and refused (membership unchanged)
   core::LatencyHistogram lookup_latency;
@@ -241,6 +247,9 @@ class Cluster : public RemoteFetcher {
 
   // A new member: its channel and heartbeat thread.
   std::shared_ptr<Peer> NewPeer(const core::Member& m);
+  // The versions this node offers (require_integrity: only those with frame
+  // MACs) and the counters, for every connection in and out.
+  rdma::AuthOptions PeerAuth();
   // A member that left (or moved): marked removed (its connections to this
   // node close at their next request), heartbeat joined, channel closed;
   // kept in retired_ until no one else holds it.

@@ -54,8 +54,23 @@ void Cluster::FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_
   counters_.fetch_requests++;
   const auto t0 = Clock::now();
   Result<rdma::PeerChannel::Conn> c = p->channel->Acquire(options_.connect_timeout_ms);
-  Status st = c.ok() ? (rma ? FetchRma(p, *c, msg, req, bb, timeout_ms) : FetchTcp(p, *c, msg, req, bb, timeout_ms))
-                     : c.status();
+  auto attempt = [&] {
+    return c.ok() ? (rma ? FetchRma(p, *c, msg, req, bb, timeout_ms) : FetchTcp(p, *c, msg, req, bb, timeout_ms))
+                  : c.status();
+  };
+  Status st = attempt();
+  // Once more on another connection when this one failed its MACs (a tamper
+  // on the way: it is closed, and nothing it carried was kept) or was found
+  // closed after idling in the pool (e.g. the owner closed it when it
+  // refused a tampered frame). Anything else is the owner's answer or its
+  // absence.
+  if (c.ok() && (st.code() == Code::kCorruption || (st.code() == Code::kUnavailable && c->reused()))) {
+    c->Poison();
+    counters_.fetch_retries++;
+    PTS_DEBUG("cluster", "fetch from node " << p->member.node_id << " again on another connection: " << st.ToString());
+    c = p->channel->Acquire(options_.connect_timeout_ms);
+    st = attempt();
+  }
   counters_.fetch_latency.Observe(Clock::now() - t0);
   if (!st.ok()) {
     if (c.ok()) c->Poison();
@@ -95,6 +110,13 @@ Status Cluster::FetchTcp(Peer* p, rdma::PeerChannel::Conn& c, const core::PeerFe
     const uint64_t n = rep.segments[i].blocks * bb;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (n > 0) PTS_RETURN_IF_ERROR(c->ReceiveRaw(arena + req.segments[i].arena_offset, n, std::max<int64_t>(left, 1)));
+  }
+  // With frame MACs, the bytes count only once their tag matched: a run that
+  // was altered on the way fails the fetch (its blocks a miss), before any
+  // of them is marked fetched.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  PTS_RETURN_IF_ERROR(c->FinishReceiveRaw(std::max<int64_t>(left, 1)));
+  for (size_t i = 0; i < rep.segments.size(); ++i) {
     req.segments[i].fetched_blocks = rep.segments[i].blocks;
     req.segments[i].gone = rep.segments[i].gone;
   }

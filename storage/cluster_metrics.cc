@@ -18,11 +18,29 @@ void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster) {
             c.fetch_requests.load());
   w.Counter("ptstore_fetch_failures_total", "Fetch requests that failed (the load was cut short: a miss).",
             c.fetch_failures.load());
+  w.Counter("ptstore_fetch_retries_total",
+            "Fetch requests made again on another connection: the first failed its frame MACs, or was found "
+            "closed after idling in the pool.",
+            c.fetch_retries.load());
   w.Family("ptstore_fetched_bytes_total", MetricType::kCounter, "Bytes fetched from other nodes, by data path.");
   w.Sample(c.bytes_tcp.load(), {{"path", "tcp"}});
   w.Sample(c.bytes_rma.load(), {{"path", "rma"}});
   w.Counter("ptstore_peer_auth_failures_total", "Connections from or to peers refused by the cluster secret check.",
             c.auth_failures.load());
+  w.Counter("ptstore_peer_version_refusals_total",
+            "Connections from or to peers refused for want of a common peer-protocol version (or one with frame "
+            "MACs under require_integrity).",
+            c.wire.version_refusals.load());
+  w.Counter("ptstore_peer_integrity_failures_total",
+            "Node-to-node frames or bulk runs whose MAC did not match (altered, replayed, reordered or injected): "
+            "each closed its connection.",
+            c.wire.integrity_failures.load());
+  w.Family("ptstore_peer_sessions_total", MetricType::kCounter,
+           "Node-to-node connections authenticated (in and out), by the peer-protocol version agreed; version 2 "
+           "and later carry frame MACs.");
+  for (size_t v = 1; v <= rdma::kPeerProtocolMax && v < rdma::WireCounters::kVersions; ++v) {
+    w.Sample(c.wire.sessions[v].load(), {{"version", std::to_string(v)}});
+  }
   w.Family("ptstore_rpc_latency_seconds", MetricType::kHistogram, "Latency of node-to-node RPCs by kind.");
   w.Histogram(c.lookup_latency.Snapshot(), {{"rpc", "shard_lookup"}});
   w.Histogram(c.fetch_latency.Snapshot(), {{"rpc", "fetch"}});

@@ -39,7 +39,7 @@ std::string IdList(const std::vector<uint32_t>& ids) {
 std::shared_ptr<Cluster::Peer> Cluster::NewPeer(const core::Member& m) {
   auto p = std::make_shared<Peer>();
   p->member = m;
-  p->channel = std::make_unique<rdma::PeerChannel>(self_.node_id, m.node_id, m.host, m.port, &secret_);
+  p->channel = std::make_unique<rdma::PeerChannel>(self_.node_id, m.node_id, m.host, m.port, &secret_, PeerAuth());
   Peer* raw = p.get();
   raw->heartbeat = std::thread([this, raw] { HeartbeatLoop(raw); });
   return p;

@@ -166,7 +166,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     PTS_RETURN_IF_ERROR(CheckKeys(*cluster, "cluster",
                                   {"file", "secret_file", "data_path", "fabric_provider", "rpc_timeout_ms",
                                    "heartbeat_ms", "dead_after", "replicate_after", "negative_ttl_ms", "advertise",
-                                   "etcd_lease_s"}));
+                                   "etcd_lease_s", "require_integrity"}));
     PTS_RETURN_IF_ERROR(Field(*cluster, "file", &c.cluster_file));
     PTS_RETURN_IF_ERROR(Field(*cluster, "advertise", &c.advertise));
     PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "etcd_lease_s", 2, 3600, &c.etcd_lease_s));
@@ -177,6 +177,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       PTS_ASSIGN_OR_RETURN(c.data_path, ParseDataPath(path));
     }
     PTS_RETURN_IF_ERROR(Field(*cluster, "fabric_provider", &c.fabric_provider));
+    PTS_RETURN_IF_ERROR(Field(*cluster, "require_integrity", &c.require_integrity));
     PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "rpc_timeout_ms", 10, 600000, &c.rpc_timeout_ms));
     PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "heartbeat_ms", 10, 600000, &c.heartbeat_ms));
     PTS_RETURN_IF_ERROR(RangedField(*cluster, "cluster", "dead_after", 1, 1000, &c.dead_after));

@@ -75,11 +75,18 @@ void Cluster::AcceptLoop() {
 
 void Cluster::ServePeer(int fd, std::string remote) {
   rdma::FramedSocket sock(fd);
-  Result<uint32_t> peer = rdma::AuthenticateResponder(sock, secret_, self_.node_id, remote, kAuthTimeoutMs);
+  uint16_t version = 0;
+  Result<uint32_t> peer =
+      rdma::AuthenticateResponder(sock, secret_, self_.node_id, remote, kAuthTimeoutMs, &version, PeerAuth());
   if (!peer.ok()) {
-    if (peer.status().code() == Code::kPermissionDenied) counters_.auth_failures++;
+    // Version refusals are counted apart (ptstore_peer_version_refusals_total).
+    if (peer.status().code() == Code::kPermissionDenied &&
+        peer.status().message().find("no common peer-protocol version") == std::string::npos) {
+      counters_.auth_failures++;
+    }
     return;  // logged by the responder
   }
+  PTS_DEBUG("cluster", "node " << *peer << " from " << remote << " authenticated, peer protocol " << version);
   std::shared_ptr<Peer> member = FindPeer(*peer);
   if (member == nullptr) {
     // A node not (yet) in this node's file retries every heartbeat: warned
@@ -309,6 +316,8 @@ Status Cluster::ServeFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const
       if (!st.ok()) break;
     }
   }
+  // With frame MACs, the bytes' tag follows them (rdma/frame_mac.h).
+  if (st.ok()) st = sock.FinishSendRaw();
   release_all();
   if (!st.ok()) {
     // Mid-stream: the reader cannot make sense of this connection any more.

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -26,6 +27,8 @@ using core::AuthHello;
 using core::AuthHelloReply;
 using core::AuthProof;
 using core::AuthProofReply;
+using core::AuthNonce;
+using core::PeerVersionRange;
 
 const std::string kSecret(40, 's');
 const std::string kOther(40, 'o');
@@ -251,10 +254,12 @@ TEST(AuthStateTest, ReflectedProofIsRefused) {
   // A peer without the secret echoes our nonce and our own proof back.
   AuthInitiator a(kSecret, 1, "peer", 2);
   AuthHello h = *a.Start();
-  ExpectDenied(a.OnHelloReply(AuthHelloReply{.node_id = 2, .nonce = h.nonce}).status(), "echoed our nonce");
+  ExpectDenied(
+      a.OnHelloReply(AuthHelloReply{.node_id = 2, .nonce = h.nonce, .versions = LocalPeerVersions()}).status(),
+      "echoed our nonce");
   AuthInitiator b(kSecret, 1, "peer", 2);
   AuthHello h2 = *b.Start();
-  AuthHelloReply hr{.node_id = 2};
+  AuthHelloReply hr{.node_id = 2, .versions = LocalPeerVersions()};
   hr.nonce.fill(9);
   AuthProof p = *b.OnHelloReply(hr);
   ExpectDenied(b.OnProofReply(AuthProofReply{.mac = p.mac}), "does not match");
@@ -285,8 +290,25 @@ TEST(AuthStateTest, TruncatedAndOversizedMessagesDoNotDecode) {
   std::vector<uint8_t> hello = e.Take();
   for (core::MsgType t : {core::MsgType::kAuthHello, core::MsgType::kAuthHelloReply}) {
     uint16_t type = static_cast<uint16_t>(t);
+    // 36 bytes (id and nonce, no version range) is a hello from before
+    // negotiation and decodes; every other prefix does not.
     for (size_t n = 0; n < hello.size(); ++n) {
+      if (n == 36) {
+        EXPECT_TRUE(core::DecodeAny(type, std::span(hello).first(n)).ok());
+        continue;
+      }
       EXPECT_EQ(core::DecodeAny(type, std::span(hello).first(n)).code(), Code::kProtocol) << n;
+    }
+    std::vector<uint8_t> longer = hello;
+    longer.push_back(0);
+    EXPECT_EQ(core::DecodeAny(type, longer).code(), Code::kProtocol);
+    // Ranges that are empty or name version 0 are refused by the decoder.
+    for (auto [lo, hi] : {std::pair<uint16_t, uint16_t>{0, 1}, {3, 2}}) {
+      std::vector<uint8_t> bad = hello;
+      bad[36] = static_cast<uint8_t>(lo), bad[37] = 0, bad[38] = static_cast<uint8_t>(hi), bad[39] = 0;
+      Status st = core::DecodeAny(type, bad);
+      EXPECT_EQ(st.code(), Code::kProtocol);
+      EXPECT_NE(st.message().find("version range"), std::string::npos) << st.ToString();
     }
   }
   std::vector<uint8_t> mac(32, 7);
@@ -298,6 +320,126 @@ TEST(AuthStateTest, TruncatedAndOversizedMessagesDoNotDecode) {
     longer.push_back(0);
     EXPECT_EQ(core::DecodeAny(type, longer).code(), Code::kProtocol);
   }
+}
+
+// ---- peer-protocol versions ----------------------------------------------------
+
+TEST(AuthVersionTest, HighestCommonVersion) {
+  EXPECT_EQ(HighestCommonVersion({1, 2}, {1, 1}), 1);
+  EXPECT_EQ(HighestCommonVersion({1, 1}, {1, 2}), 1);
+  EXPECT_EQ(HighestCommonVersion({1, 3}, {2, 5}), 3);
+  EXPECT_EQ(HighestCommonVersion({2, 2}, {2, 2}), 2);
+  EXPECT_FALSE(HighestCommonVersion({3, 4}, {1, 2}).has_value());
+  EXPECT_EQ(VersionRangeName({1, 2}), "[1, 2]");
+}
+
+TEST(AuthVersionTest, RangesAreInsideTheMac) {
+  AuthNonce a{}, b{};
+  a.fill(1), b.fill(2);
+  PeerVersionRange v12{1, 2}, v11{1, 1};
+  auto plain = *ComputeAuthMac(kSecret, a, b, 1, 2, AuthRole::kInitiator);
+  auto with = *ComputeAuthMac(kSecret, a, b, 1, 2, AuthRole::kInitiator, &v12, &v12);
+  EXPECT_NE(plain, with);
+  EXPECT_NE(with, *ComputeAuthMac(kSecret, a, b, 1, 2, AuthRole::kInitiator, &v11, &v12));
+  EXPECT_NE(with, *ComputeAuthMac(kSecret, a, b, 1, 2, AuthRole::kInitiator, &v12, &v11));
+}
+
+struct VersionedExchange {
+  Status initiator, responder;
+  uint16_t iversion = 0, rversion = 0;
+};
+
+// One exchange between an initiator speaking `iv` and a responder speaking
+// `rv`; `alter` may rewrite the hello and the reply on the way (a man in the
+// middle).
+VersionedExchange RunVersioned(PeerVersionRange iv, PeerVersionRange rv,
+                               const std::function<void(AuthHello&, AuthHelloReply&, int)>& alter = {}) {
+  VersionedExchange x;
+  AuthInitiator a(kSecret, 1, "10.0.0.2:7400", 2, iv);
+  AuthResponder r(kSecret, 2, "10.0.0.1:51000", rv);
+  AuthHelloReply unused;
+  AuthHello hello = Wire(*a.Start());
+  if (alter) alter(hello, unused, 0);
+  auto hr = r.OnHello(hello);
+  if (!hr.ok()) return x.responder = hr.status(), x;
+  AuthHelloReply reply = Wire(*hr);
+  if (alter) alter(hello, reply, 1);
+  auto p = a.OnHelloReply(reply);
+  if (!p.ok()) return x.initiator = p.status(), x;
+  auto pr = r.OnProof(Wire(*p));
+  if (!pr.ok()) return x.responder = pr.status(), x;
+  x.initiator = a.OnProofReply(Wire(*pr));
+  x.iversion = a.version(), x.rversion = r.version();
+  return x;
+}
+
+TEST(AuthVersionTest, NewAndPreviousVersionAgreeEitherWay) {
+  // v (speaks [1, 2]) with v-1 (speaks [1, 1]), as initiator and as responder.
+  for (auto [iv, rv] : {std::pair<PeerVersionRange, PeerVersionRange>{{1, 2}, {1, 1}}, {{1, 1}, {1, 2}}}) {
+    VersionedExchange x = RunVersioned(iv, rv);
+    ASSERT_TRUE(x.initiator.ok()) << x.initiator.ToString();
+    ASSERT_TRUE(x.responder.ok()) << x.responder.ToString();
+    EXPECT_EQ(x.iversion, 1);
+    EXPECT_EQ(x.rversion, 1);
+  }
+  VersionedExchange x = RunVersioned({1, 2}, {1, 2});
+  ASSERT_TRUE(x.initiator.ok()) << x.initiator.ToString();
+  EXPECT_EQ(x.iversion, 2);
+  EXPECT_EQ(x.rversion, 2);
+}
+
+TEST(AuthVersionTest, NoCommonVersionIsRefusedNamingBothRanges) {
+  VersionedExchange x = RunVersioned({3, 4}, {1, 2});
+  ExpectDenied(x.responder, "no common peer-protocol version: we speak [1, 2], it speaks [3, 4]");
+  // The initiator checks too (a responder that answers regardless).
+  x = RunVersioned({1, 2}, {1, 2}, [](AuthHello&, AuthHelloReply& r, int step) {
+    if (step == 1) r.versions = PeerVersionRange{5, 6};
+  });
+  ExpectDenied(x.initiator, "no common peer-protocol version: we speak [1, 2], it speaks [5, 6]");
+}
+
+TEST(AuthVersionTest, ADowngradeOnTheWayIsRefused) {
+  // Rewriting the initiator's range to [1, 1] would make both use version 1;
+  // the ranges are in the MACs, so the proofs do not match.
+  VersionedExchange x = RunVersioned({1, 2}, {1, 2}, [](AuthHello& h, AuthHelloReply&, int step) {
+    if (step == 0) h.versions = PeerVersionRange{1, 1};
+  });
+  ExpectDenied(x.responder, "does not match");
+  // The same with the responder's range: the initiator then proves over
+  // the ranges it saw, which the responder (checking first) refuses.
+  x = RunVersioned({1, 2}, {1, 2}, [](AuthHello&, AuthHelloReply& r, int step) {
+    if (step == 1) r.versions = PeerVersionRange{1, 1};
+  });
+  ExpectDenied(x.responder, "does not match");
+  // Stripping the responder's range entirely.
+  x = RunVersioned({1, 2}, {1, 2}, [](AuthHello&, AuthHelloReply& r, int step) {
+    if (step == 1) r.versions.reset();
+  });
+  ExpectDenied(x.initiator, "names no peer-protocol versions");
+  // Stripping the initiator's range: the responder answers as to a node from
+  // before negotiation (no range), which the initiator refuses.
+  x = RunVersioned({1, 2}, {1, 2}, [](AuthHello& h, AuthHelloReply&, int step) {
+    if (step == 0) h.versions.reset();
+  });
+  ExpectDenied(x.initiator, "names no peer-protocol versions");
+}
+
+TEST(AuthVersionTest, AHelloWithoutARangeIsServedAsVersionOne) {
+  // A node from before negotiation: a 36-byte hello, and the MACs of then.
+  AuthResponder r(kSecret, 2, "10.0.0.1:51000", {1, 2});
+  AuthHello hello{.node_id = 1};
+  hello.nonce.fill(4);
+  auto hr = r.OnHello(Wire(hello));
+  ASSERT_TRUE(hr.ok()) << hr.status().ToString();
+  EXPECT_FALSE(Wire(*hr).versions.has_value());
+  EXPECT_EQ(r.version(), 1);
+  auto mac = *ComputeAuthMac(kSecret, hello.nonce, hr->nonce, 1, 2, AuthRole::kInitiator);
+  auto pr = r.OnProof(AuthProof{.mac = mac});
+  ASSERT_TRUE(pr.ok()) << pr.status().ToString();
+  EXPECT_EQ(pr->mac, *ComputeAuthMac(kSecret, hello.nonce, hr->nonce, 1, 2, AuthRole::kResponder));
+  // A responder whose lowest version is 2 refuses it.
+  AuthResponder r2(kSecret, 2, "10.0.0.1:51000", {2, 2});
+  ExpectDenied(r2.OnHello(Wire(hello)).status(), "its hello names no range");
 }
 
 // ---- over a socketpair ---------------------------------------------------------
@@ -319,15 +461,18 @@ TEST(AuthSocketTest, SucceedsBothWays) {
   for (int dir = 0; dir < 2; ++dir) {
     Pair p;
     uint32_t iid = dir ? 11 : 3, rid = dir ? 3 : 11;
+    uint16_t iversion = 0, rversion = 0;
     auto responder = std::async(std::launch::async, [&] {
-      return AuthenticateResponder(*p.b, s, rid, "initiator-addr", 2000);
+      return AuthenticateResponder(*p.b, s, rid, "initiator-addr", 2000, &rversion);
     });
-    Result<uint32_t> i = AuthenticateInitiator(*p.a, s, iid, "responder-addr", rid, 2000);
+    Result<uint32_t> i = AuthenticateInitiator(*p.a, s, iid, "responder-addr", rid, 2000, &iversion);
     Result<uint32_t> r = responder.get();
     ASSERT_TRUE(i.ok()) << i.status().ToString();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(*i, rid);
     EXPECT_EQ(*r, iid);
+    EXPECT_EQ(iversion, LocalPeerVersions().max);
+    EXPECT_EQ(rversion, LocalPeerVersions().max);
   }
 }
 
@@ -356,7 +501,7 @@ TEST(AuthSocketTest, ForgedResponderIsRefused) {
   Pair p;
   auto fake = std::async(std::launch::async, [&]() -> Status {
     PTS_ASSIGN_OR_RETURN(Frame f, p.b->Receive(2000));
-    PTS_RETURN_IF_ERROR(p.b->SendMessage(0, AuthHelloReply{.node_id = 2}));
+    PTS_RETURN_IF_ERROR(p.b->SendMessage(0, AuthHelloReply{.node_id = 2, .versions = LocalPeerVersions()}));
     PTS_ASSIGN_OR_RETURN(Frame g, p.b->Receive(2000));
     return p.b->SendMessage(0, AuthProofReply{});
   });

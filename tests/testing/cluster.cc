@@ -78,6 +78,7 @@ Status TestCluster::Start() {
   running_.assign(options_.nodes, false);
   node_args_ = options_.node_args;
   node_args_.resize(options_.nodes);
+  node_cluster_files_.resize(options_.nodes);
   for (size_t i = 0; i < listed; ++i) PTS_RETURN_IF_ERROR(StartNode(i));
   return Status::OK();
 }
@@ -152,7 +153,9 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
   Daemon::Options o;
   o.arena_size = options_.arena_size;
   o.extra_args = {"--node-id",        std::to_string(i),
-                  "--cluster",        options_.etcd_url.empty() ? cluster_file_ : options_.etcd_url,
+                  "--cluster",        !options_.etcd_url.empty()          ? options_.etcd_url
+                                      : !node_cluster_files_[i].empty() ? node_cluster_files_[i]
+                                                                        : cluster_file_,
                   "--data-path",      options_.data_path,
                   "--replicate-after", std::to_string(options_.replicate_after)};
   if (!options_.etcd_url.empty()) {
@@ -167,11 +170,17 @@ Status TestCluster::StartNode(size_t i, const std::string& secret_file) {
                                 ? "negative_ttl_ms = " + std::to_string(options_.negative_ttl_ms) + "\n"
                                 : std::string())
                         << (options_.etcd_lease_s > 0 ? "etcd_lease_s = " + std::to_string(options_.etcd_lease_s) + "\n"
-                                                      : std::string());
+                                                      : std::string())
+                        << (i < options_.cluster_config.size() ? options_.cluster_config[i] + "\n" : std::string());
   o.extra_args.insert(o.extra_args.end(), {"--config", config});
   o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());
   o.extra_args.insert(o.extra_args.end(), node_args_[i].begin(), node_args_[i].end());
   if (i < options_.wrappers.size()) o.wrapper = options_.wrappers[i];
+  if (i < options_.binaries.size() && !options_.binaries[i].empty()) {
+    // The daemon runs `wrapper... ptstored args...`: this shell drops the
+    // ptstored path ($1) and execs the other binary in place (same pid).
+    o.wrapper.insert(o.wrapper.end(), {"/bin/sh", "-c", "shift; exec \"$0\" \"$@\"", options_.binaries[i]});
+  }
   daemons_[i] = std::make_unique<Daemon>();
   return daemons_[i]->Start(o);
 }

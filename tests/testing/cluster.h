@@ -41,6 +41,12 @@ class TestCluster {
     // node i runs with --cluster etcd_url --advertise address(i).
     std::string etcd_url;
     int etcd_lease_s = 0;  // [cluster] etcd_lease_s; 0: the daemon's default
+    // Node i runs binaries[i] instead of this build's ptstored when given
+    // and not empty (e.g. the ptstored-peer-v1 of the upgrade tests).
+    std::vector<std::string> binaries;
+    // Lines added to node i's [cluster] config section (e.g.
+    // "require_integrity = true").
+    std::vector<std::string> cluster_config;
   };
   explicit TestCluster(Options options);
   ~TestCluster();  // stops every node, removes the directory
@@ -52,6 +58,9 @@ class TestCluster {
   Status StartNode(size_t i, const std::string& secret_file = "");
   // Extra arguments of node i from its next start on.
   void SetNodeArgs(size_t i, std::vector<std::string> args) { node_args_[i] = std::move(args); }
+  // Node i reads `path` as its cluster file from its next start on (e.g. one
+  // that lists another node at a proxy's port); empty: the cluster's.
+  void SetClusterFileOf(size_t i, std::string path) { node_cluster_files_[i] = std::move(path); }
   void Kill(size_t i) { daemons_[i]->Kill(); }
   int Stop(size_t i) { return daemons_[i]->Stop(); }
   // Rewrites the cluster file (atomically: a node re-reading it never sees
@@ -94,6 +103,7 @@ class TestCluster {
   std::vector<uint16_t> ports_;
   std::vector<bool> running_;
   std::vector<std::vector<std::string>> node_args_;
+  std::vector<std::string> node_cluster_files_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
 };
 
