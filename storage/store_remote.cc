@@ -271,12 +271,13 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     const uint64_t blocks = LiveTokens(*t) / bt;
     if (blocks == 0) continue;
     bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
-    Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep);
-    if (!off.ok() && keep) {
+    // Within its namespace's DRAM quota, like a save of it.
+    Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep, t->ns);
+    if (!off.ok() && keep && t->in_index) {
       // No room to keep it (larger than the replica share, or the share is
       // pinned): this load still gets it, as a transient copy.
       keep = false;
-      off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/true);
+      off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/true, t->ns);
     }
     if (!off.ok()) {
       PTS_DEBUG("cluster", "no room to fetch " << blocks * bb << " bytes: " << off.status().ToString());
@@ -358,6 +359,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
       t->in_dram = true;
       t->arena_offset = j.off;
       t->allocated = alloc_.AllocatedSize(j.off);
+      ChargeLocked(t);
       stats_.replica_bytes += t->allocated;
       stats_.remote_fetches++;
       stats_.remote_fetch_bytes += seg.fetched_blocks * bb;
