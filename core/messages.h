@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/wire.h"
+#include "ptstore/quota.h"
 #include "ptstore/types.h"
 
 namespace ptstore::core {
@@ -56,9 +57,12 @@ enum class MsgType : uint16_t {
   kSetTimes = 58, kSetTimesReply = 59,
   // Client -> local ptstored: the changes of the index since a position (mounts poll it).
   kChanges = 60, kChangesReply = 61,
+  // Client -> local ptstored: set a namespace's quotas (owner or root), read them.
+  kSetQuota = 62, kSetQuotaReply = 63,
+  kQuotas = 64, kQuotasReply = 65,
 };
 // The highest type in use (fuzzers and registry tests walk 0..kLastMsgType).
-inline constexpr MsgType kLastMsgType = MsgType::kChangesReply;
+inline constexpr MsgType kLastMsgType = MsgType::kQuotasReply;
 const char* MsgTypeName(uint16_t type);
 
 struct ErrorReply {
@@ -280,6 +284,40 @@ struct ChangesRequest {
 struct ChangesReply {
   static constexpr MsgType kType = MsgType::kChangesReply;
   TreeChanges changes;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// Sets the quotas `set` names (bit 0: DRAM, bit 1: SSD; at least one, no
+// other bits) of namespace `ns` on this node; 0 is no limit. Only the
+// namespace's owner or root may (ptstore/quota.h).
+inline constexpr uint8_t kQuotaSetDram = 1;
+inline constexpr uint8_t kQuotaSetSsd = 2;
+struct SetQuotaRequest {
+  static constexpr MsgType kType = MsgType::kSetQuota;
+  std::string ns;
+  uint8_t set = 0;
+  uint64_t dram_quota = 0;
+  uint64_t ssd_quota = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct SetQuotaReply {
+  static constexpr MsgType kType = MsgType::kSetQuotaReply;
+  NamespaceQuota quota;  // as it is afterwards
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+// The quotas and use of namespace `ns` (empty: of every namespace).
+struct QuotasRequest {
+  static constexpr MsgType kType = MsgType::kQuotas;
+  std::string ns;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct QuotasReply {
+  static constexpr MsgType kType = MsgType::kQuotasReply;
+  std::vector<NamespaceQuota> quotas;
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };
