@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
       storage::AppendNodeMetrics(w, node);
       storage::AppendStoreMetrics(w, node_store->Stats());
       storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
+      storage::AppendNamespaceQuotaMetrics(w, node_store->ListQuotas());
       if (node_cluster != nullptr) storage::AppendClusterMetrics(w, *node_cluster);
       if (events_pub) storage::AppendKvEventMetrics(w, events_pub->Stats());
       if (!w.status().ok()) PTS_ERROR("metrics", w.status().ToString());
