@@ -513,6 +513,21 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
       }
     }
   }
+  if (!off.ok() && off.status().code() == Code::kResourceExhausted) {
+    // Its quota has no room, and none can be made: what stands in the way is
+    // this save's own prefix (held while it hangs below it) or its pinned
+    // data. Only the latter is the error a full arena gives; otherwise
+    // nothing is stored, as when not one block fits.
+    Result<Namespace*> now = FindLocked(ns_name);
+    if (now.ok() && (*now)->id == ns_id && (*now)->dram_quota != 0 &&
+        (*now)->dram_bytes + (*now)->dram_pending + AlignUp(new_blocks * bb, alloc_.alignment()) >
+            (*now)->dram_quota &&
+        !NamespaceHasPinnedLocked(**now)) {
+      ns = *now;
+      new_blocks = 0;
+      off = uint64_t{0};
+    }
+  }
   if (!off.ok()) {
     finish_claim();
     return off.status();

@@ -365,6 +365,8 @@ class Store {
   // Blocks of `bb` bytes that fit in `room` bytes of the arena.
   uint64_t BlocksThatFit(uint64_t room, uint64_t bb) const;
   NamespaceQuota QuotaOfLocked(const Namespace& ns) const;
+  // Whether any of ns's tensors in DRAM is pinned.
+  bool NamespaceHasPinnedLocked(const Namespace& ns) const;
   // The record of namespace `ns` (its quotas included), not yet sequenced.
   RecordHeader NamespaceRecordLocked(const Namespace& ns) const;
   // Frees DRAM by one GDSF step among owned tensors: drops one (no SSD

@@ -101,6 +101,11 @@ bool Store::NamespaceSsdRoomLocked(Namespace* ns, uint64_t need) {
   return true;
 }
 
+bool Store::NamespaceHasPinnedLocked(const Namespace& ns) const {
+  auto pinned = [](const Tensor* t) { return t->pins != 0; };
+  return queue_[0].PickVictimIn(&ns, pinned) != nullptr || queue_[1].PickVictimIn(&ns, pinned) != nullptr;
+}
+
 NamespaceQuota Store::QuotaOfLocked(const Namespace& ns) const {
   NamespaceQuota q;
   q.ns = ns.info.name;
