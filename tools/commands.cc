@@ -341,7 +341,7 @@ int RunStat(const StatOptions& opt, std::ostream& out, std::ostream& err) {
     Emit(out, j);
   } else {
     out << RenderStats(c.node_id(), *stats, report);
-    if (quotas.ok() && !quotas->empty()) out << "\n" << RenderQuotas(*quotas);
+    if (quotas.ok() && !quotas->empty()) out << "\n" << RenderQuotas(*quotas, stats->ssd_capacity != 0 || AnySsd(*quotas));
     if (in_cluster) out << "\n" << RenderCluster(*cluster);
   }
   return kExitOk;

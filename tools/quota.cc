@@ -22,21 +22,30 @@ Json TierJson(uint64_t used, uint64_t quota) {
 
 }  // namespace
 
-std::string RenderQuotas(const std::vector<NamespaceQuota>& quotas) {
-  using A = Table::Align;
-  Table t({{"NAMESPACE"},
-           {"DRAM USED", A::kRight},
-           {"DRAM QUOTA", A::kRight},
-           {"DRAM %", A::kRight},
-           {"SSD USED", A::kRight},
-           {"SSD QUOTA", A::kRight},
-           {"SSD %", A::kRight},
-           {"EVICTED", A::kRight},
-           {"CUT SAVES", A::kRight}});
+bool AnySsd(const std::vector<NamespaceQuota>& quotas) {
   for (const NamespaceQuota& q : quotas) {
-    t.AddRow({q.ns, HumanBytes(q.dram_bytes), QuotaText(q.dram_quota), Share(q.dram_bytes, q.dram_quota),
-              HumanBytes(q.ssd_bytes), QuotaText(q.ssd_quota), Share(q.ssd_bytes, q.ssd_quota),
-              std::to_string(q.dram_evictions + q.ssd_evictions), std::to_string(q.cut_saves)});
+    if (q.ssd_quota != 0 || q.ssd_bytes != 0 || q.ssd_evictions != 0) return true;
+  }
+  return false;
+}
+
+std::string RenderQuotas(const std::vector<NamespaceQuota>& quotas, bool with_ssd) {
+  using A = Table::Align;
+  std::vector<Table::Column> cols = {{"NAMESPACE"}, {"DRAM USED", A::kRight}, {"DRAM QUOTA", A::kRight},
+                                     {"DRAM %", A::kRight}};
+  if (with_ssd) {
+    cols.insert(cols.end(), {{"SSD USED", A::kRight}, {"SSD QUOTA", A::kRight}, {"SSD %", A::kRight}});
+  }
+  cols.insert(cols.end(), {{"EVICTED", A::kRight}, {"CUT SAVES", A::kRight}});
+  Table t(std::move(cols));
+  for (const NamespaceQuota& q : quotas) {
+    std::vector<std::string> row = {q.ns, HumanBytes(q.dram_bytes), QuotaText(q.dram_quota),
+                                    Share(q.dram_bytes, q.dram_quota)};
+    if (with_ssd) {
+      row.insert(row.end(), {HumanBytes(q.ssd_bytes), QuotaText(q.ssd_quota), Share(q.ssd_bytes, q.ssd_quota)});
+    }
+    row.insert(row.end(), {std::to_string(q.dram_evictions + q.ssd_evictions), std::to_string(q.cut_saves)});
+    t.AddRow(std::move(row));
   }
   return t.rows() ? t.Render() : "";
 }
@@ -100,7 +109,7 @@ int RunQuota(const QuotaOptions& opt, std::ostream& out, std::ostream& err) {
     j["quotas"] = QuotasJson(quotas);
     Emit(out, j);
   } else {
-    out << RenderQuotas(quotas);
+    out << RenderQuotas(quotas, AnySsd(quotas));
   }
   return kExitOk;
 }

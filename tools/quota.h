@@ -30,10 +30,12 @@ struct QuotaOptions {
 };
 int RunQuota(const QuotaOptions& options, std::ostream& out, std::ostream& err);
 
-// NAMESPACE, DRAM USED, DRAM QUOTA, DRAM %, SSD USED, SSD QUOTA, SSD %,
-// EVICTED (to keep under quota: DRAM evictions + SSD drops), CUT SAVES.
-// A quota of 0 shows "-" and its share "-".
-std::string RenderQuotas(const std::vector<NamespaceQuota>& quotas);
+// NAMESPACE, DRAM USED, DRAM QUOTA, DRAM %, with `with_ssd` SSD USED, SSD
+// QUOTA, SSD %, then EVICTED (to keep under quota: DRAM evictions + SSD
+// drops), CUT SAVES. A quota of 0 shows "-" and its share "-".
+std::string RenderQuotas(const std::vector<NamespaceQuota>& quotas, bool with_ssd);
+// Whether any of them has an SSD quota or SSD use (the SSD columns matter).
+bool AnySsd(const std::vector<NamespaceQuota>& quotas);
 // {"namespace", "dram": {"used", "quota" (null: none), "ratio"},
 //  "ssd": {...}, "dram_evictions", "ssd_evictions", "cut_saves"}
 Json ToJson(const NamespaceQuota& q);
