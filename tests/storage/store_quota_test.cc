@@ -8,6 +8,8 @@
 // Prompts of 16 tokens are 4 blocks of 1 KiB: one 4 KiB arena allocation
 // (the arena's alignment), so the expected use is a count of prompts.
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -282,6 +284,44 @@ TEST_F(StoreQuotaTest, QuotasSurviveARestartWithTheSsdTier) {
   EXPECT_LE(a.ssd_bytes, 64 * kKiB);
   EXPECT_GT(a.ssd_bytes, 0u);
   EXPECT_EQ(store_->Stats().recovery_dropped, 0u);
+}
+
+TEST_F(StoreQuotaTest, ConcurrentSavesNeverPassTheQuotaAndUseStaysExact) {
+  for (bool ssd : {false, true}) {
+    SCOPED_TRACE(ssd ? "with an SSD tier" : "DRAM only");
+    Open(Options(ssd));
+    Set("a", 64 * kKiB, ssd ? std::optional<uint64_t>(256 * kKiB) : std::nullopt);
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> worst{0}, worst_ssd{0};
+    std::thread watch([&] {
+      while (!done) {
+        const NamespaceQuota q = Quota("a");
+        worst = std::max<uint64_t>(worst, q.dram_bytes);
+        worst_ssd = std::max<uint64_t>(worst_ssd, q.ssd_bytes);
+      }
+    });
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 4; ++w) {
+      writers.emplace_back([&, w] {
+        for (int i = 0; i < 60; ++i) {
+          // Every fourth prompt continues an earlier one of the same writer.
+          Tokens t = i % 4 == 3 ? Cat(Prompt("a", w * 1000 + i - 1), Gen(w * 1000 + i, 8)) : Prompt("a", w * 1000 + i);
+          auto r = Save("a", t);
+          EXPECT_TRUE(r.ok()) << r.status().ToString();
+          Load("a", t);
+        }
+      });
+    }
+    for (auto& t : writers) t.join();
+    done = true;
+    watch.join();
+    EXPECT_LE(worst.load(), 64 * kKiB);
+    if (ssd) EXPECT_LE(worst_ssd.load(), 256 * kKiB);
+    // Exact afterwards: what the namespace is charged is what the arena holds.
+    store_->FlushSsd();
+    EXPECT_EQ(Quota("a").dram_bytes, store_->Stats().used_bytes);
+    if (ssd) EXPECT_EQ(Quota("a").ssd_bytes + Quota("b").ssd_bytes + 2 * 4 * kKiB, store_->Stats().ssd_live_bytes);
+  }
 }
 
 TEST(NamespaceRecordTest, QuotasRoundTripAndRecordsWithoutThemAreUnchanged) {
