@@ -263,6 +263,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     std::map<uint32_t, size_t> by_owner;
   };
   const NamespaceDef def{ns.info, ns.salt};
+  const uint64_t ns_id = ns.id;  // `ns` may be dropped while the lock is released
   const uint32_t bt = ns.info.layout.block_tokens;
   const uint64_t bb = ns.info.layout.BytesPerBlock();
   std::vector<Job> jobs;
@@ -293,6 +294,8 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     std::vector<uint32_t> names = PrefixTokensLocked(t->nodes.back());
     names.resize(std::min<uint64_t>(names.size(), (first + blocks) * bt));
     jobs.push_back(Job{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
+    // Counted against the namespace's quota while it is fetched.
+    AddPendingLocked(ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
   }
   // The groups' names: the longest prefixes first, each shorter one a
   // group of its own only if no longer one begins with it. Then every job,
@@ -339,6 +342,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
   for (const Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
+    AddPendingLocked(ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
     const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
     bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
     if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
