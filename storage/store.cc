@@ -559,14 +559,14 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   tensors_.emplace(t->id.value, std::move(owned));
   // Counted against the quota while it is copied (ChargeLocked takes over
   // once it is in the index).
-  AddPendingLocked(ns_id, static_cast<int64_t>(t->allocated));
+  AddPendingLocked(ns_name, ns_id, static_cast<int64_t>(t->allocated));
 
   // The copy runs without the lock: the region is ours, the path is pinned.
   lk.unlock();
   core::CopyBytes(arena_->data() + t->arena_offset, data + (m.blocks - first_block) * bb, bytes, bytes);
   lk.lock();
 
-  AddPendingLocked(ns_id, -static_cast<int64_t>(t->allocated));
+  AddPendingLocked(ns_name, ns_id, -static_cast<int64_t>(t->allocated));
   finish_claim();
   Result<Namespace*> again = FindLocked(ns_name);
   Match m2;

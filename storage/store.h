@@ -348,9 +348,9 @@ class Store {
   // The arena's part of AllocateLocked (no quota).
   Result<uint64_t> ArenaAllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
                                        bool transient);
-  // Adds `delta` to the dram_pending of the namespace whose id is `ns_id`,
-  // if it is still there.
-  void AddPendingLocked(uint64_t ns_id, int64_t delta);
+  // Adds `delta` to the dram_pending of namespace `name` if it is still the
+  // one whose id is `ns_id`.
+  void AddPendingLocked(const std::string& name, uint64_t ns_id, int64_t delta);
   // Quotas (store_quota.cc). Brings t's charges against its namespace up to
   // date with where t is (Tensor::charged_*); call after every change of
   // in_index, in_dram, allocated, on_ssd or ssd.

@@ -31,12 +31,11 @@ void Store::ChargeLocked(Tensor* t) {
   t->charged_ssd = ssd;
 }
 
-void Store::AddPendingLocked(uint64_t ns_id, int64_t delta) {
-  for (auto& [name, n] : namespaces_) {
-    if (n->id != ns_id) continue;
-    n->dram_pending = static_cast<uint64_t>(static_cast<int64_t>(n->dram_pending) + delta);
-    return;
-  }
+void Store::AddPendingLocked(const std::string& name, uint64_t ns_id, int64_t delta) {
+  auto it = namespaces_.find(name);
+  if (it == namespaces_.end() || it->second->id != ns_id) return;  // dropped (or made again) meanwhile
+  Namespace& n = *it->second;
+  n.dram_pending = static_cast<uint64_t>(static_cast<int64_t>(n.dram_pending) + delta);
 }
 
 uint64_t Store::BlocksThatFit(uint64_t room, uint64_t bb) const {

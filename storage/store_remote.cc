@@ -295,7 +295,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     names.resize(std::min<uint64_t>(names.size(), (first + blocks) * bt));
     jobs.push_back(Job{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
     // Counted against the namespace's quota while it is fetched.
-    AddPendingLocked(ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
+    AddPendingLocked(def.info.name, ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
   }
   // The groups' names: the longest prefixes first, each shorter one a
   // group of its own only if no longer one begins with it. Then every job,
@@ -342,7 +342,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
   for (const Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
-    AddPendingLocked(ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
+    AddPendingLocked(def.info.name, ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
     const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
     bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
     if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {

@@ -353,14 +353,15 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
     SsdLocation loc;
     uint64_t off = 0;
     Status status;
-    uint64_t ns_id = 0;  // its namespace, charged dram_pending for it meanwhile
+    std::string ns_name;  // its namespace, charged dram_pending for it meanwhile
+    uint64_t ns_id = 0;
     uint64_t pending = 0;
   };
   std::vector<Job> jobs;
   for (Tensor* t : missing) {
     if (t->io != Tensor::Io::kNone || t->in_dram || !t->on_ssd || !t->in_index) continue;
     t->io = Tensor::Io::kFilling;
-    jobs.push_back(Job{t, t->ssd, 0, Status::OK(), t->ns->id, 0});
+    jobs.push_back(Job{t, t->ssd, 0, Status::OK(), t->ns->info.name, t->ns->id, 0});
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     // Within its namespace's DRAM quota (its own tensors make room), while
@@ -379,7 +380,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
     }
     jobs[i].off = *off;
     jobs[i].pending = alloc_.AllocatedSize(*off);
-    AddPendingLocked(jobs[i].ns_id, static_cast<int64_t>(jobs[i].pending));
+    AddPendingLocked(jobs[i].ns_name, jobs[i].ns_id, static_cast<int64_t>(jobs[i].pending));
   }
   if (!jobs.empty()) {
     uint8_t* arena = arena_->data();
@@ -402,7 +403,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
   for (Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
-    AddPendingLocked(j.ns_id, -static_cast<int64_t>(j.pending));
+    AddPendingLocked(j.ns_name, j.ns_id, -static_cast<int64_t>(j.pending));
     if (j.status.ok() && t->in_index && t->on_ssd && t->ssd == j.loc) {
       t->in_dram = true;
       t->arena_offset = j.off;
