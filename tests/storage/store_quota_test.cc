@@ -324,6 +324,43 @@ TEST_F(StoreQuotaTest, ConcurrentSavesNeverPassTheQuotaAndUseStaysExact) {
   }
 }
 
+TEST_F(StoreQuotaTest, QuotaChangesWhileSavingKeepTheAccountingExact) {
+  Open(Options(true, 16 * kMiB, 1 * kMiB * 64));
+  std::atomic<bool> done{false};
+  std::thread changer([&] {
+    for (int i = 0; !done; ++i) {
+      auto r = store_->SetQuota("a", QuotaChange{(i % 2 ? 32 : 96) * kKiB, (i % 3 ? 128 : 512) * kKiB});
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 3; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 80; ++i) {
+        const Tokens t = Prompt("a", w * 1000 + i);
+        auto r = Save("a", t);
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        Load("a", t);
+        if (i % 10 == 9) store_->Remove("a", Prompt("a", w * 1000 + i - 5)).status().IgnoreError();
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  done = true;
+  changer.join();
+  store_->FlushSsd();
+  const NamespaceQuota q = Quota("a");
+  EXPECT_LE(q.dram_bytes, q.dram_quota);
+  EXPECT_LE(q.ssd_bytes, q.ssd_quota);
+  EXPECT_EQ(q.dram_bytes, store_->Stats().used_bytes);
+  EXPECT_EQ(q.ssd_bytes + Quota("b").ssd_bytes + 2 * 4 * kKiB, store_->Stats().ssd_live_bytes);
+  // And after a restart the last quotas are the ones in force.
+  const NamespaceQuota last = q;
+  Open(Options(true, 16 * kMiB, 1 * kMiB * 64), /*create=*/false);
+  EXPECT_EQ(Quota("a").dram_quota, last.dram_quota);
+  EXPECT_EQ(Quota("a").ssd_quota, last.ssd_quota);
+}
+
 TEST(NamespaceRecordTest, QuotasRoundTripAndRecordsWithoutThemAreUnchanged) {
   RecordHeader h;
   h.kind = RecordKind::kNamespace;
