@@ -14,6 +14,10 @@
 // back first (an SSD hit). Namespaces are recorded there too, and Open
 // rebuilds the index from the segments after a restart (store_recovery.cc).
 //
+// Quotas (store_quota.cc, ptstore/quota.h): each namespace's DRAM and SSD
+// use is counted exactly; over its quota a namespace makes room among its
+// own tensors only, and a save stores the prefix that fits.
+//
 // A cache miss is never an error: lookups and pins of unknown prefixes
 // return 0 matched tokens, and a record that fails its checksum is a miss
 // (it is dropped, never served). Errors are for unknown namespaces, bad
