@@ -397,6 +397,36 @@ Result<PrefixNodeInfo> Client::SetTimes(const std::string& ns, const ChainKey& k
   return rep.node;
 }
 
+Result<NamespaceQuota> Client::SetQuota(const std::string& ns, const QuotaChange& change) {
+  if (!change.dram && !change.ssd) return InvalidArgument("set quota of namespace '" + ns + "': no tier given");
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::SetQuotaRequest req;
+  req.ns = ns;
+  if (change.dram) {
+    req.set |= core::kQuotaSetDram;
+    req.dram_quota = *change.dram;
+  }
+  if (change.ssd) {
+    req.set |= core::kQuotaSetSsd;
+    req.ssd_quota = *change.ssd;
+  }
+  core::SetQuotaReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kSetQuota, req, MsgType::kSetQuotaReply, &rep));
+  return rep.quota;
+}
+
+Result<std::vector<NamespaceQuota>> Client::Quotas(const std::string& ns) {
+  PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
+  core::QuotasRequest req{ns};
+  core::QuotasReply rep;
+  PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kQuotas, req, MsgType::kQuotasReply, &rep));
+  if (!ns.empty() && (rep.quotas.size() != 1 || rep.quotas[0].ns != ns)) {
+    return ProtocolError("Quotas of namespace '" + ns + "' answered for " + std::to_string(rep.quotas.size()) +
+                         " namespaces");
+  }
+  return std::move(rep.quotas);
+}
+
 Result<TreeChanges> Client::Changes(uint64_t epoch, uint64_t since, uint32_t max) {
   PTS_ASSIGN_OR_RETURN(ClientCore::Held h, core_->Acquire());
   core::ChangesRequest req{epoch, since, max};

@@ -70,6 +70,10 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kChangesReply: return "ChangesReply";
     case MsgType::kPeerTiers: return "PeerTiers";
     case MsgType::kPeerTiersReply: return "PeerTiersReply";
+    case MsgType::kSetQuota: return "SetQuota";
+    case MsgType::kSetQuotaReply: return "SetQuotaReply";
+    case MsgType::kQuotas: return "Quotas";
+    case MsgType::kQuotasReply: return "QuotasReply";
   }
   return "Unknown";
 }
@@ -467,6 +471,69 @@ Status ChangesReply::Decode(Decoder& d) {
   return d.Finish("ChangesReply");
 }
 
+namespace {
+void PutQuota(Encoder& e, const NamespaceQuota& q) {
+  e.PutString(q.ns);
+  e.PutU64(q.dram_quota);
+  e.PutU64(q.ssd_quota);
+  e.PutU64(q.dram_bytes);
+  e.PutU64(q.ssd_bytes);
+  e.PutU64(q.dram_evictions);
+  e.PutU64(q.ssd_evictions);
+  e.PutU64(q.cut_saves);
+}
+Status GetQuota(Decoder& d, NamespaceQuota* q) {
+  PTS_RETURN_IF_ERROR(d.GetString("quota.ns", &q->ns, 4096));
+  PTS_RETURN_IF_ERROR(d.GetU64("quota.dram_quota", &q->dram_quota));
+  PTS_RETURN_IF_ERROR(d.GetU64("quota.ssd_quota", &q->ssd_quota));
+  PTS_RETURN_IF_ERROR(d.GetU64("quota.dram_bytes", &q->dram_bytes));
+  PTS_RETURN_IF_ERROR(d.GetU64("quota.ssd_bytes", &q->ssd_bytes));
+  PTS_RETURN_IF_ERROR(d.GetU64("quota.dram_evictions", &q->dram_evictions));
+  PTS_RETURN_IF_ERROR(d.GetU64("quota.ssd_evictions", &q->ssd_evictions));
+  return d.GetU64("quota.cut_saves", &q->cut_saves);
+}
+constexpr size_t kMinQuotaBytes = 4 + 7 * 8;  // empty name, seven u64
+}  // namespace
+
+void SetQuotaRequest::Encode(Encoder& e) const {
+  e.PutString(ns);
+  e.PutU8(set);
+  e.PutU64(dram_quota);
+  e.PutU64(ssd_quota);
+}
+Status SetQuotaRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  PTS_RETURN_IF_ERROR(d.GetU8("set", &set));
+  if (set == 0 || (set & ~(kQuotaSetDram | kQuotaSetSsd)) != 0) {
+    return ProtocolError("field 'set' has value " + std::to_string(set) +
+                         ": bit 0 (DRAM) and/or bit 1 (SSD), nothing else");
+  }
+  PTS_RETURN_IF_ERROR(d.GetU64("dram_quota", &dram_quota));
+  PTS_RETURN_IF_ERROR(d.GetU64("ssd_quota", &ssd_quota));
+  return d.Finish("SetQuota");
+}
+void SetQuotaReply::Encode(Encoder& e) const { PutQuota(e, quota); }
+Status SetQuotaReply::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(GetQuota(d, &quota));
+  return d.Finish("SetQuotaReply");
+}
+void QuotasRequest::Encode(Encoder& e) const { e.PutString(ns); }
+Status QuotasRequest::Decode(Decoder& d) {
+  PTS_RETURN_IF_ERROR(d.GetString("ns", &ns, 4096));
+  return d.Finish("Quotas");
+}
+void QuotasReply::Encode(Encoder& e) const {
+  e.PutU32(static_cast<uint32_t>(quotas.size()));
+  for (const NamespaceQuota& q : quotas) PutQuota(e, q);
+}
+Status QuotasReply::Decode(Decoder& d) {
+  uint32_t n;
+  PTS_RETURN_IF_ERROR(GetCount(d, "quotas", kMinQuotaBytes, &n));
+  quotas.resize(n);
+  for (NamespaceQuota& q : quotas) PTS_RETURN_IF_ERROR(GetQuota(d, &q));
+  return d.Finish("QuotasReply");
+}
+
 void AuthHello::Encode(Encoder& e) const {
   e.PutU32(node_id);
   e.PutRaw(nonce.data(), nonce.size());
@@ -600,6 +667,10 @@ Status DecodeAny(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kChangesReply: return DecodeAs<ChangesReply>(body);
     case MsgType::kPeerTiers: return DecodeAs<PeerTiers>(body);
     case MsgType::kPeerTiersReply: return DecodeAs<PeerTiersReply>(body);
+    case MsgType::kSetQuota: return DecodeAs<SetQuotaRequest>(body);
+    case MsgType::kSetQuotaReply: return DecodeAs<SetQuotaReply>(body);
+    case MsgType::kQuotas: return DecodeAs<QuotasRequest>(body);
+    case MsgType::kQuotasReply: return DecodeAs<QuotasReply>(body);
   }
   return ProtocolError("unknown message type " + std::to_string(type));
 }

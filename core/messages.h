@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/wire.h"
+#include "ptstore/quota.h"
 #include "ptstore/types.h"
 
 namespace ptstore::core {
@@ -60,9 +61,12 @@ enum class MsgType : uint16_t {
   // Node to node: in which media does the peer hold these increments, and
   // which tokens do these block hashes name there (the KV query API)?
   kPeerTiers = 62, kPeerTiersReply = 63,
+  // Client -> local ptstored: set a namespace's quotas (owner or root), read them.
+  kSetQuota = 64, kSetQuotaReply = 65,
+  kQuotas = 66, kQuotasReply = 67,
 };
 // The highest type in use (fuzzers and registry tests walk 0..kLastMsgType).
-inline constexpr MsgType kLastMsgType = MsgType::kPeerTiersReply;
+inline constexpr MsgType kLastMsgType = MsgType::kQuotasReply;
 const char* MsgTypeName(uint16_t type);
 
 struct ErrorReply {
@@ -284,6 +288,40 @@ struct ChangesRequest {
 struct ChangesReply {
   static constexpr MsgType kType = MsgType::kChangesReply;
   TreeChanges changes;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+
+// Sets the quotas `set` names (bit 0: DRAM, bit 1: SSD; at least one, no
+// other bits) of namespace `ns` on this node; 0 is no limit. Only the
+// namespace's owner or root may (ptstore/quota.h).
+inline constexpr uint8_t kQuotaSetDram = 1;
+inline constexpr uint8_t kQuotaSetSsd = 2;
+struct SetQuotaRequest {
+  static constexpr MsgType kType = MsgType::kSetQuota;
+  std::string ns;
+  uint8_t set = 0;
+  uint64_t dram_quota = 0;
+  uint64_t ssd_quota = 0;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct SetQuotaReply {
+  static constexpr MsgType kType = MsgType::kSetQuotaReply;
+  NamespaceQuota quota;  // as it is afterwards
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+// The quotas and use of namespace `ns` (empty: of every namespace).
+struct QuotasRequest {
+  static constexpr MsgType kType = MsgType::kQuotas;
+  std::string ns;
+  void Encode(Encoder& e) const;
+  Status Decode(Decoder& d);
+};
+struct QuotasReply {
+  static constexpr MsgType kType = MsgType::kQuotasReply;
+  std::vector<NamespaceQuota> quotas;
   void Encode(Encoder& e) const;
   Status Decode(Decoder& d);
 };

@@ -517,18 +517,38 @@ void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+// The node's figures at the root; inside a namespace (its directory and
+// everything below it: df /mnt/ptstore/NS), the namespace's: its quotas as
+// the size (the node's arena or SSD capacity for a tier without one) and
+// what counts against them as used, so df's Used is the namespace's use;
+// available is what is left of that, but never more than the node has free.
 void StatFs(fuse_req_t req, fuse_ino_t ino) {
-  auto s = Fs(req)->client()->Stats();
+  NodeRef ref;
+  if (!Resolve(req, ino, &ref)) return;
+  Filesystem* fs = Fs(req);
+  auto s = fs->client()->Stats();
   if (!s.ok()) return ReplyStatus(req, s.status());
   constexpr uint64_t kBsize = 4096;
-  const uint64_t capacity = s->arena_bytes + s->ssd_capacity;
-  const uint64_t used = s->used_bytes + s->ssd_file_bytes;
+  const uint64_t node_capacity = s->arena_bytes + s->ssd_capacity;
+  const uint64_t node_used = s->used_bytes + s->ssd_file_bytes;
+  const uint64_t node_free = node_capacity > node_used ? node_capacity - node_used : 0;
+  uint64_t capacity = node_capacity, used = node_used, avail = node_free;
+  if (ref.kind != NodeKind::kRoot && !ref.ns.empty()) {
+    auto q = fs->client()->Quotas(ref.ns);
+    if (!q.ok()) return ReplyStatus(req, q.status());
+    const NamespaceQuota& nq = q->front();
+    const uint64_t dram = nq.dram_quota != 0 ? nq.dram_quota : s->arena_bytes;
+    const uint64_t ssd = nq.ssd_quota != 0 ? nq.ssd_quota : s->ssd_capacity;
+    capacity = dram + ssd;
+    used = nq.dram_bytes + nq.ssd_bytes;
+    avail = std::min(capacity > used ? capacity - used : 0, node_free);
+  }
   struct statvfs st {};
   st.f_bsize = kBsize;
   st.f_frsize = kBsize;
   st.f_blocks = capacity / kBsize;
   st.f_bfree = capacity > used ? (capacity - used) / kBsize : 0;
-  st.f_bavail = st.f_bfree;
+  st.f_bavail = avail / kBsize;
   st.f_files = s->prefix_nodes + s->namespaces;
   st.f_ffree = 0;
   st.f_favail = 0;
@@ -544,7 +564,9 @@ int XattrsOf(Filesystem* fs, const NodeRef& ref, std::vector<std::pair<std::stri
   if (ref.kind == NodeKind::kNamespace) {
     auto ns = fs->tree().Namespace(ref.ns);
     if (!ns.ok()) return ErrnoOf(ns.status());
-    *attrs = NamespaceXattrs(*ns);
+    auto quota = fs->client()->Quotas(ref.ns);
+    if (!quota.ok()) return ErrnoOf(quota.status());
+    *attrs = NamespaceXattrs(*ns, &quota->front());
   } else if (ref.kind == NodeKind::kIncrement || ref.kind == NodeKind::kKvFile) {
     auto inc = fs->tree().Increment(ref.ns, ref.key);
     if (!inc.ok()) return ErrnoOf(inc.status());
@@ -595,6 +617,20 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   fuse_reply_buf(req, list.data(), list.size());
 }
 
+// Sets a namespace's quota for the caller: the mount's own connection may
+// do anything, so the rule of the server (the namespace's owner or root) is
+// applied here to the credentials of the process that asked. An errno.
+int SetQuotaAs(fuse_req_t req, Filesystem* fs, const std::string& ns_name, QuotaTier tier, uint64_t bytes) {
+  auto ns = fs->client()->GetNamespace(ns_name);
+  if (!ns.ok()) return ErrnoOf(ns.status());
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (ctx->uid != 0 && ctx->uid != ns->uid) return EPERM;
+  QuotaChange change;
+  (tier == QuotaTier::kDram ? change.dram : change.ssd) = bytes;
+  auto q = fs->client()->SetQuota(ns_name, change);
+  return q.ok() ? 0 : ErrnoOf(q.status());
+}
+
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   NodeRef ref;
   if (!Resolve(req, ino, &ref)) return;
@@ -611,12 +647,28 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
     }
     return (void)fuse_reply_err(req, err);
   }
+  if (ref.kind == NodeKind::kNamespace) {
+    if (std::optional<QuotaTier> tier = QuotaXattrTier(n)) {
+      std::string text(value, size);
+      while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+      auto bytes = ParseQuotaBytes(text);
+      if (!bytes.ok()) return (void)fuse_reply_err(req, EINVAL);
+      return (void)fuse_reply_err(req, SetQuotaAs(req, fs, ref.ns, *tier, *bytes));
+    }
+  }
   // Our own attributes are facts of the store; other names have nowhere to go.
   fuse_reply_err(req, n.rfind(kXattrPrefix, 0) == 0 ? EPERM : ENOTSUP);
 }
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  fuse_reply_err(req, std::string(name).rfind(kXattrPrefix, 0) == 0 ? EPERM : ENOTSUP);
+  const std::string n = name;
+  if (std::optional<QuotaTier> tier = QuotaXattrTier(n)) {
+    NodeRef ref;
+    if (!Resolve(req, ino, &ref)) return;
+    // No quota is a quota of 0.
+    if (ref.kind == NodeKind::kNamespace) return (void)fuse_reply_err(req, SetQuotaAs(req, Fs(req), ref.ns, *tier, 0));
+  }
+  fuse_reply_err(req, n.rfind(kXattrPrefix, 0) == 0 ? EPERM : ENOTSUP);
 }
 
 void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi, unsigned flags,

@@ -24,13 +24,29 @@ std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNod
   };
 }
 
-std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns) {
+std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns,
+                                                                 const NamespaceQuota* quota) {
   const std::string p = kXattrPrefix;
-  return {
+  std::vector<std::pair<std::string, std::string>> out = {
       {p + "layout", ns.layout.ToString()},
       {p + "bytes", std::to_string(ns.bytes)},
       {p + "prefixes", std::to_string(ns.prefixes)},
   };
+  if (quota != nullptr) {
+    out.push_back({p + "quota.dram", std::to_string(quota->dram_quota)});
+    out.push_back({p + "quota.ssd", std::to_string(quota->ssd_quota)});
+    out.push_back({p + "used.dram", std::to_string(quota->dram_bytes)});
+    out.push_back({p + "used.ssd", std::to_string(quota->ssd_bytes)});
+  }
+  return out;
+}
+
+std::optional<QuotaTier> QuotaXattrTier(const std::string& name) {
+  const std::string prefix = kQuotaXattrPrefix;
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  auto tier = ParseQuotaTier(name.substr(prefix.size()));
+  if (!tier.ok()) return std::nullopt;
+  return *tier;
 }
 
 std::optional<std::string> FindXattr(const std::vector<std::pair<std::string, std::string>>& attrs,

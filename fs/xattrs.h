@@ -16,6 +16,12 @@
 //   user.ptstore.layout       the layout (settable while nothing is stored)
 //   user.ptstore.bytes        bytes stored in the namespace on this node
 //   user.ptstore.prefixes     increments stored in it
+//   user.ptstore.quota.dram   its DRAM quota on this node, in bytes (0: none);
+//                             settable by its owner or root: a size such as
+//                             4GiB (ptstore/quota.h); removing it is 0
+//   user.ptstore.quota.ssd    its SSD quota, the same way
+//   user.ptstore.used.dram    the bytes counted against its DRAM quota
+//   user.ptstore.used.ssd     the bytes counted against its SSD quota
 // On the root of the mount:
 //   user.ptstore.fuse_requests  requests the daemon has served since the mount
 //   user.ptstore.socket         the ptstored socket it is a client of
@@ -26,12 +32,14 @@
 #include <string>
 #include <vector>
 
+#include "ptstore/quota.h"
 #include "ptstore/types.h"
 
 namespace ptstore::fs {
 
 inline constexpr const char* kXattrPrefix = "user.ptstore.";
 inline constexpr const char* kLayoutXattr = "user.ptstore.layout";
+inline constexpr const char* kQuotaXattrPrefix = "user.ptstore.quota.";  // + "dram" / "ssd"
 
 // Names and values of an increment's attributes, in listing order.
 // `where` (Client::Locate of its key) gives user.ptstore.replicas; without
@@ -41,7 +49,11 @@ std::vector<std::pair<std::string, std::string>> IncrementXattrs(const PrefixNod
 // Copies of an increment on nodes other than its owner.
 uint64_t ReplicaCount(const IncrementLocation& where);
 // Names and values of a namespace's attributes.
-std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns);
+// With `quota` (Client::Quotas of it), also its quotas and use.
+std::vector<std::pair<std::string, std::string>> NamespaceXattrs(const NamespaceInfo& ns,
+                                                                 const NamespaceQuota* quota = nullptr);
+// The tier a user.ptstore.quota.TIER name sets, if it is one.
+std::optional<QuotaTier> QuotaXattrTier(const std::string& name);
 
 // The value of `name` in `attrs`, if there.
 std::optional<std::string> FindXattr(const std::vector<std::pair<std::string, std::string>>& attrs,

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "storage/tensor.h"
@@ -43,11 +44,22 @@ class Gdsf {
   double inflation_ = 0;
 };
 
-// Tensors of one cache class ordered by priority, lowest first.
+// Tensors of one cache class ordered by priority, lowest first, and the
+// same per namespace (Tensor::ns, which never changes while queued): a
+// namespace over its quota picks its own victims without walking others'.
 class EvictionQueue {
  public:
-  void Add(Tensor* t) { set_.insert({t->priority, t}); }
-  void Remove(Tensor* t) { set_.erase({t->priority, t}); }
+  void Add(Tensor* t) {
+    set_.insert({t->priority, t});
+    by_ns_[t->ns].insert({t->priority, t});
+  }
+  void Remove(Tensor* t) {
+    if (set_.erase({t->priority, t}) == 0) return;
+    auto it = by_ns_.find(t->ns);
+    if (it == by_ns_.end()) return;
+    it->second.erase({t->priority, t});
+    if (it->second.empty()) by_ns_.erase(it);
+  }
   void Update(Tensor* t, double priority) {
     Remove(t);
     t->priority = priority;
@@ -61,11 +73,22 @@ class EvictionQueue {
     }
     return nullptr;
   }
+  // The same among the tensors of namespace `ns` only.
+  template <typename Pred>
+  Tensor* PickVictimIn(const Namespace* ns, Pred may_go) const {
+    auto it = by_ns_.find(ns);
+    if (it == by_ns_.end()) return nullptr;
+    for (const auto& [prio, t] : it->second) {
+      if (may_go(t)) return t;
+    }
+    return nullptr;
+  }
   bool Contains(Tensor* t) const { return set_.count({t->priority, t}) != 0; }
   size_t size() const { return set_.size(); }
 
  private:
   std::set<std::pair<double, Tensor*>> set_;
+  std::unordered_map<const Namespace*, std::set<std::pair<double, Tensor*>>> by_ns_;
 };
 
 }  // namespace ptstore::storage

@@ -136,6 +136,32 @@ void AppendNamespaceMetrics(core::PromWriter& w, const std::vector<NamespaceInfo
   for (const NamespaceInfo& n : namespaces) w.Sample(n.prefixes, {{"namespace", n.name}});
 }
 
+void AppendNamespaceQuotaMetrics(core::PromWriter& w, const std::vector<NamespaceQuota>& quotas) {
+  w.Family("ptstore_namespace_quota_bytes", MetricType::kGauge,
+           "A namespace's quota on this node by tier (dram, ssd); 0: no limit.");
+  for (const NamespaceQuota& q : quotas) {
+    w.Sample(q.dram_quota, {{"namespace", q.ns}, {"tier", "dram"}});
+    w.Sample(q.ssd_quota, {{"namespace", q.ns}, {"tier", "ssd"}});
+  }
+  w.Family("ptstore_namespace_used_bytes", MetricType::kGauge,
+           "What a namespace's increments take on this node by tier (dram: arena bytes, ssd: record bytes), "
+           "counted against its quota.");
+  for (const NamespaceQuota& q : quotas) {
+    w.Sample(q.dram_bytes, {{"namespace", q.ns}, {"tier", "dram"}});
+    w.Sample(q.ssd_bytes, {{"namespace", q.ns}, {"tier", "ssd"}});
+  }
+  w.Family("ptstore_namespace_quota_evictions_total", MetricType::kCounter,
+           "A namespace's increments evicted from DRAM (tier dram) or dropped from SSD (tier ssd) to keep it "
+           "under its quota.");
+  for (const NamespaceQuota& q : quotas) {
+    w.Sample(q.dram_evictions, {{"namespace", q.ns}, {"tier", "dram"}});
+    w.Sample(q.ssd_evictions, {{"namespace", q.ns}, {"tier", "ssd"}});
+  }
+  w.Family("ptstore_namespace_cut_saves_total", MetricType::kCounter,
+           "Saves into a namespace that stored less than asked (or nothing) because of its DRAM quota.");
+  for (const NamespaceQuota& q : quotas) w.Sample(q.cut_saves, {{"namespace", q.ns}});
+}
+
 std::string RenderStoreMetrics(const StoreStats& s, const NodeMetrics& node,
                                const std::vector<NamespaceInfo>& namespaces) {
   core::PromWriter w;

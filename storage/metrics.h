@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/prometheus.h"
+#include "ptstore/quota.h"
 #include "ptstore/types.h"
 
 namespace ptstore::storage {
@@ -51,6 +52,11 @@ void AppendStoreMetrics(core::PromWriter& w, const StoreStats& s);
 // ptstore_namespace_bytes and ptstore_namespace_prefix_nodes, labelled by
 // namespace (one series per model: few).
 void AppendNamespaceMetrics(core::PromWriter& w, const std::vector<NamespaceInfo>& namespaces);
+
+// ptstore_namespace_quota_bytes{namespace,tier}, ptstore_namespace_used_bytes
+// {namespace,tier} (tier "dram" or "ssd"), ptstore_namespace_quota_evictions_total
+// {namespace,tier} and ptstore_namespace_cut_saves_total{namespace}.
+void AppendNamespaceQuotaMetrics(core::PromWriter& w, const std::vector<NamespaceQuota>& quotas);
 
 // The node's whole exposition: node, store and namespace families.
 std::string RenderStoreMetrics(const StoreStats& s, const NodeMetrics& node,

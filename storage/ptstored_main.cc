@@ -252,6 +252,7 @@ int main(int argc, char** argv) {
       storage::AppendNodeMetrics(w, node);
       storage::AppendStoreMetrics(w, node_store->Stats());
       storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
+      storage::AppendNamespaceQuotaMetrics(w, node_store->ListQuotas());
       if (node_cluster != nullptr) storage::AppendClusterMetrics(w, *node_cluster);
       if (node_etcd != nullptr) storage::AppendEtcdMetrics(w, node_etcd->counters());
       if (events_pub) storage::AppendKvEventMetrics(w, events_pub->Stats());

@@ -96,6 +96,10 @@ std::vector<uint8_t> EncodeRecordHeader(const RecordHeader& h, uint64_t seed) {
     e.PutU32(h.uid);
     e.PutU32(h.gid);
     e.PutU32(h.mode);
+    if (h.flags & kRecordQuotas) {
+      e.PutU64(h.dram_quota);
+      e.PutU64(h.ssd_quota);
+    }
   }
   if (h.has_times) core::PutTimes(e, h.times);
   std::vector<uint8_t>& buf = e.buffer();
@@ -156,6 +160,10 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> bytes, uint64_t
       PTS_RETURN_IF_ERROR(d.GetU32("uid", &h.uid));
       PTS_RETURN_IF_ERROR(d.GetU32("gid", &h.gid));
       PTS_RETURN_IF_ERROR(d.GetU32("mode", &h.mode));
+      if (h.flags & kRecordQuotas) {
+        PTS_RETURN_IF_ERROR(d.GetU64("dram_quota", &h.dram_quota));
+        PTS_RETURN_IF_ERROR(d.GetU64("ssd_quota", &h.ssd_quota));
+      }
     } else {
       return Corruption("unknown record kind " + std::to_string(kind));
     }

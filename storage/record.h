@@ -55,6 +55,10 @@ enum class RecordKind : uint16_t { kTensor = 1, kNamespace = 2, kRemote = 3 };
 
 // Record flags.
 inline constexpr uint16_t kRecordCompressed = 1;  // payload is a storage/codec.h stream
+// A namespace record with quotas: u64 dram_quota and u64 ssd_quota follow
+// its mode. Set only when one of them is not 0, so the records of
+// namespaces without quotas are what builds before quotas wrote and read.
+inline constexpr uint16_t kRecordQuotas = 2;
 
 struct SegmentHeader {
   uint32_t version = kFormatVersion;
@@ -92,6 +96,9 @@ struct RecordHeader {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t mode = 0;
+  // kNamespace with kRecordQuotas: its quotas (0: no limit).
+  uint64_t dram_quota = 0;
+  uint64_t ssd_quota = 0;
 
   // Every kind: the increment's times (a tensor's: the newest of its
   // nodes'), or the namespace's creation. Rewritten in place (the size of a

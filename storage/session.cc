@@ -281,6 +281,35 @@ Status Session::Dispatch(rdma::Frame& f) {
                                                   : LocatePrefixLocal(store_, req.ns, req.tokens));
       return Reply(f, rep);
     }
+    case MsgType::kSetQuota: {
+      core::SetQuotaRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(req.ns));
+      if (peer_.uid != 0 && peer_.uid != info.uid) {
+        return PermissionDenied("only the owner (uid " + std::to_string(info.uid) + ") or root may set the quota of "
+                                "namespace '" + req.ns + "' (this client is uid " + std::to_string(peer_.uid) + ")");
+      }
+      QuotaChange change;
+      if (req.set & core::kQuotaSetDram) change.dram = req.dram_quota;
+      if (req.set & core::kQuotaSetSsd) change.ssd = req.ssd_quota;
+      PTS_ASSIGN_OR_RETURN(NamespaceQuota q, store_->SetQuota(req.ns, change));
+      PTS_INFO("server", "session " << id_ << " (uid " << peer_.uid << ") set the quota of namespace '" << req.ns
+                                    << "'");
+      return Reply(f, core::SetQuotaReply{q});
+    }
+    case MsgType::kQuotas: {
+      // Everyone may see them, as everyone sees namespaces' sizes.
+      core::QuotasRequest req;
+      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      core::QuotasReply rep;
+      if (req.ns.empty()) {
+        rep.quotas = store_->ListQuotas();
+      } else {
+        PTS_ASSIGN_OR_RETURN(NamespaceQuota q, store_->GetQuota(req.ns));
+        rep.quotas.push_back(std::move(q));
+      }
+      return Reply(f, rep);
+    }
     case MsgType::kClusterStatus: {
       if (cluster_) return Reply(f, cluster_->MemberStatus());
       core::ClusterStatusReply rep;

@@ -216,6 +216,7 @@ void Store::FreeDramLocked(Tensor* t) {
   (t->cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) -= t->allocated;
   t->in_dram = false;
   t->allocated = 0;
+  ChargeLocked(t);
   SyncTensorEventsLocked(t);
 }
 
@@ -253,6 +254,7 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
     if (t->in_dram) queue_[static_cast<int>(t->cache_class)].Remove(t);
     if (t->on_ssd) ssd_queue_.Remove(t);
     t->in_index = false;
+    ChargeLocked(t);  // its namespace is rid of it now, whatever pins it
     if (t->remote) {
       stats_.remote_tensors--;
       DropStubLocked(t);
@@ -295,13 +297,15 @@ void Store::EvictLocked(Tensor* t) {
   RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
 }
 
-bool Store::DropOneLocked(CacheClass from) {
-  Tensor* victim = queue_[static_cast<int>(from)].PickVictim([](const Tensor* t) {
+bool Store::DropOneLocked(CacheClass from, Namespace* ns) {
+  auto may_go = [](const Tensor* t) {
     if (t->pins != 0 || t->io != Tensor::Io::kNone) return false;
     // A replica of another node's increment only gives up its bytes: its
     // metadata stays (what hangs below it stays reachable).
     return t->remote || (t->holds == 0 && t->foreign_children == 0);
-  });
+  };
+  const EvictionQueue& q = queue_[static_cast<int>(from)];
+  Tensor* victim = ns ? q.PickVictimIn(ns, may_go) : q.PickVictim(may_go);
   if (victim == nullptr) return false;
   if (victim->remote) {
     gdsf_.OnEvict(*victim);
@@ -314,19 +318,21 @@ bool Store::DropOneLocked(CacheClass from) {
   return true;
 }
 
-bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk) {
+bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk, Namespace* ns) {
   const CacheClass from = CacheClass::kOwned;
-  if (!SsdEnabled()) return DropOneLocked(from);
+  if (!SsdEnabled()) return DropOneLocked(from, ns);
   // Owned data with an SSD tier: by GDSF, the victim's DRAM copy goes.
   // One that SSD holds already just frees its DRAM; one that SSD does not
   // hold is spilled first (or, when it cannot be, dropped if it is a leaf).
   const uint64_t gen = ssd_gen_;
-  Tensor* victim = queue_[static_cast<int>(from)].PickVictim([gen](const Tensor* t) {
+  auto may_go = [gen](const Tensor* t) {
     if (t->pins != 0 || t->io != Tensor::Io::kNone) return false;
     if (t->on_ssd) return true;
     if (t->spill_failed_gen != gen) return true;
     return t->holds == 0 && t->foreign_children == 0;
-  });
+  };
+  const EvictionQueue& q = queue_[static_cast<int>(from)];
+  Tensor* victim = ns ? q.PickVictimIn(ns, may_go) : q.PickVictim(may_go);
   if (victim == nullptr) return false;
   if (victim->on_ssd) {
     FreeDramLocked(victim);
@@ -343,7 +349,47 @@ bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk) {
 }
 
 Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
-                                      bool transient) {
+                                      bool transient, Namespace* ns) {
+  if (ns == nullptr || ns->dram_quota == 0) return ArenaAllocateLocked(bytes, cls, lk, transient);
+  // Within the namespace's quota: its own tensors make room first. Both
+  // steps may release the lock (spills), so the namespace is looked up again
+  // after each, and the quota checked again once the bytes are allocated
+  // (another save of it may have taken the room meanwhile).
+  const std::string name = ns->info.name;
+  const uint64_t id = ns->id;
+  auto again = [&]() -> Namespace* {
+    auto it = namespaces_.find(name);
+    return it == namespaces_.end() || it->second->id != id ? nullptr : it->second.get();
+  };
+  auto gone = [&] { return Aborted("namespace '" + name + "' was dropped while making room in it"); };
+  for (;;) {
+    if (!NamespaceRoomLocked(ns, bytes, lk)) {
+      ns = again();
+      if (ns == nullptr) return gone();
+      if (ns->dram_quota == 0) return ArenaAllocateLocked(bytes, cls, lk, transient);
+      if (AlignUp(bytes, alloc_.alignment()) > ns->dram_quota) {
+        return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + " in namespace '" + name +
+                                 "': it is larger than the namespace's DRAM quota of " + Bytes(ns->dram_quota));
+      }
+      return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + " in namespace '" + name +
+                               "': its DRAM quota of " + Bytes(ns->dram_quota) + " is full of pinned data (used " +
+                               Bytes(ns->dram_bytes + ns->dram_pending) + ")");
+    }
+    PTS_ASSIGN_OR_RETURN(uint64_t off, ArenaAllocateLocked(bytes, cls, lk, transient));
+    ns = again();
+    if (ns == nullptr) {
+      alloc_.Free(off);
+      return gone();
+    }
+    if (ns->dram_quota == 0 || ns->dram_bytes + ns->dram_pending + alloc_.AllocatedSize(off) <= ns->dram_quota) {
+      return off;
+    }
+    alloc_.Free(off);
+  }
+}
+
+Result<uint64_t> Store::ArenaAllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
+                                           bool transient) {
   const uint64_t capacity = alloc_.capacity();
   auto exhausted = [&](const char* why) {
     return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + ": " + why + " (arena " +
@@ -442,13 +488,61 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     inflight_done_.notify_all();
   };
 
-  const uint64_t new_blocks = blocks - m.blocks;
-  const uint64_t bytes = new_blocks * bb;
-  Result<uint64_t> off = AllocateLocked(bytes, cache_class, lk);
+  uint64_t new_blocks = blocks - m.blocks;
+  // The namespace's DRAM quota bounds what one save can add: the blocks past
+  // what fits in it are not stored (the prefix that fits is), as a load of
+  // more than the arena holds is not an error either.
+  bool cut = false;
+  if (ns->dram_quota != 0 && new_blocks > BlocksThatFit(ns->dram_quota, bb)) {
+    new_blocks = BlocksThatFit(ns->dram_quota, bb);
+    cut = true;
+  }
+  Result<uint64_t> off = new_blocks == 0 ? Result<uint64_t>(uint64_t{0})
+                                         : AllocateLocked(new_blocks * bb, cache_class, lk, false, ns);
+  if (!off.ok() && off.status().code() == Code::kResourceExhausted && new_blocks > 1) {
+    // Its own pinned data leaves room for fewer blocks: store those.
+    Result<Namespace*> now = FindLocked(ns_name);
+    if (now.ok() && (*now)->id == ns_id && (*now)->dram_quota != 0) {
+      ns = *now;
+      const uint64_t used = ns->dram_bytes + ns->dram_pending;
+      const uint64_t fit = used < ns->dram_quota ? BlocksThatFit(ns->dram_quota - used, bb) : 0;
+      if (fit > 0 && fit < new_blocks) {
+        new_blocks = fit;
+        cut = true;
+        off = AllocateLocked(new_blocks * bb, cache_class, lk, false, ns);
+      }
+    }
+  }
+  if (!off.ok() && off.status().code() == Code::kResourceExhausted) {
+    // Its quota has no room, and none can be made: what stands in the way is
+    // this save's own prefix (held while it hangs below it) or its pinned
+    // data. Only the latter is the error a full arena gives; otherwise
+    // nothing is stored, as when not one block fits.
+    Result<Namespace*> now = FindLocked(ns_name);
+    if (now.ok() && (*now)->id == ns_id && (*now)->dram_quota != 0 &&
+        (*now)->dram_bytes + (*now)->dram_pending + AlignUp(new_blocks * bb, alloc_.alignment()) >
+            (*now)->dram_quota &&
+        !NamespaceHasPinnedLocked(**now)) {
+      ns = *now;
+      new_blocks = 0;
+      off = uint64_t{0};
+    }
+  }
   if (!off.ok()) {
     finish_claim();
     return off.status();
   }
+  if (cut || new_blocks == 0) {
+    Result<Namespace*> now = FindLocked(ns_name);
+    if (now.ok() && (*now)->id == ns_id) (*now)->cut_saves++;
+  }
+  if (new_blocks == 0) {
+    // Not one block fits in the namespace's quota: nothing is stored.
+    finish_claim();
+    return SaveResult{m.blocks * bt, 0, 0};
+  }
+  const uint64_t bytes = new_blocks * bb;
+  const uint64_t end_blocks = m.blocks + new_blocks;
   auto owned = std::make_unique<Tensor>();
   Tensor* t = owned.get();
   t->id = TensorId::Make(NodeId{options_.node_id}, next_tensor_seq_++);
@@ -463,12 +557,16 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
   (cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) += t->allocated;
   tensors_.emplace(t->id.value, std::move(owned));
+  // Counted against the quota while it is copied (ChargeLocked takes over
+  // once it is in the index).
+  AddPendingLocked(ns_name, ns_id, static_cast<int64_t>(t->allocated));
 
   // The copy runs without the lock: the region is ours, the path is pinned.
   lk.unlock();
   core::CopyBytes(arena_->data() + t->arena_offset, data + (m.blocks - first_block) * bb, bytes, bytes);
   lk.lock();
 
+  AddPendingLocked(ns_name, ns_id, -static_cast<int64_t>(t->allocated));
   finish_claim();
   Result<Namespace*> again = FindLocked(ns_name);
   Match m2;
@@ -480,7 +578,8 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   const uint64_t now = WallClockNs();
-  RadixNode* node = ns->tree->Insert(m2, full, keys, t, Times{now, now, now});
+  RadixNode* node = ns->tree->Insert(m2, full.first(end_blocks * bt), std::span<const ChainKey>(keys).first(end_blocks), t,
+                                     Times{now, now, now});
   if (node == nullptr) {
     // A chain-key collision with an increment of other tokens: there is
     // nowhere to file this one. A miss, never a wrong answer: drop it.
@@ -489,6 +588,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return SaveResult{m2.blocks * bt, 0, 0};
   }
   t->in_index = true;
+  ChargeLocked(t);
   SyncTensorEventsLocked(t);
   // The blocks it matched were used (the prompt came again): its ancestors,
   // after the split that made room for it, not the other half of a split.

@@ -14,6 +14,10 @@
 // back first (an SSD hit). Namespaces are recorded there too, and Open
 // rebuilds the index from the segments after a restart (store_recovery.cc).
 //
+// Quotas (store_quota.cc, ptstore/quota.h): each namespace's DRAM and SSD
+// use is counted exactly; over its quota a namespace makes room among its
+// own tensors only, and a save stores the prefix that fits.
+//
 // A cache miss is never an error: lookups and pins of unknown prefixes
 // return 0 matched tokens, and a record that fails its checksum is a miss
 // (it is dropped, never served). Errors are for unknown namespaces, bad
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "core/shm.h"
+#include "ptstore/quota.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "storage/allocator.h"
@@ -87,6 +92,17 @@ struct Namespace {
   ChainKey root_key;
   std::unique_ptr<RadixTree> tree;
   std::optional<SsdLocation> record;  // its namespace record on SSD
+  // Quotas (ptstore/quota.h; 0: no limit) and what counts against them:
+  // Tensor::charged_dram / charged_ssd of its tensors in the index, and the
+  // arena bytes of saves copying into it now (not in the index yet).
+  uint64_t dram_quota = 0;
+  uint64_t ssd_quota = 0;
+  uint64_t dram_bytes = 0;
+  uint64_t ssd_bytes = 0;
+  uint64_t dram_pending = 0;
+  uint64_t dram_evictions = 0;
+  uint64_t ssd_evictions = 0;
+  uint64_t cut_saves = 0;
 };
 
 struct IncrementResult {
@@ -115,12 +131,28 @@ class Store {
                                         uint32_t uid, uint32_t gid, uint32_t mode, bool exist_ok);
   Result<NamespaceInfo> GetNamespace(const std::string& name) const;
   std::vector<NamespaceInfo> ListNamespaces() const;
+  // Quotas (ptstore/quota.h, store_quota.cc). SetQuota sets the tiers
+  // `change` names (0: no limit) and returns the quotas and use afterwards;
+  // a quota below the namespace's use makes it evict its own increments at
+  // once (what is pinned stays until unpinned and the next save). With an
+  // SSD tier the quotas are written to the namespace's record first (a new
+  // record replacing the old, so they survive a restart); if that write
+  // fails nothing changes. InvalidArgument for more than kMaxQuotaBytes or
+  // an SSD quota without an SSD tier; NotFound for an unknown namespace.
+  // Who may set them is the caller's business (the session: owner or root).
+  Result<NamespaceQuota> SetQuota(const std::string& ns, const QuotaChange& change);
+  Result<NamespaceQuota> GetQuota(const std::string& ns) const;
+  std::vector<NamespaceQuota> ListQuotas() const;
+
   // Removes a namespace and everything in it (pinned bytes are freed when
   // their pins go).
   Result<RemoveResult> DropNamespace(const std::string& name);
 
   // Saves the KV of `tokens` (whole blocks; a partial last block is
-  // ignored). `data` holds the bytes of blocks [first_block, n) back to back
+  // ignored). Within the namespace's DRAM quota: the namespace's own
+  // increments make room first (by GDSF); blocks that do not fit even then
+  // are not stored (stored_tokens says how many were), never an error
+  // beyond what a full arena gives. `data` holds the bytes of blocks [first_block, n) back to back
   // and must be exactly (n - first_block) * bytes_per_block long.
   // InvalidArgument if the size is wrong; Aborted if first_block > 0 and
   // the blocks before it are no longer stored (retry with first_block = 0).
@@ -322,13 +354,42 @@ class Store {
   // (pin, hold or mark busy) whatever they need to stay.
   // A `transient` replica (fetched for one load) may exceed the replica
   // share and push owned data out.
+  // With `ns`, the allocation counts against ns's DRAM quota: its own
+  // tensors make room first (NamespaceRoomLocked); ResourceExhausted naming
+  // the namespace when they cannot. ns must stay in namespaces_ (callers
+  // check that it is still there after the lock was released).
   Result<uint64_t> AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
-                                  bool transient = false);
+                                  bool transient = false, Namespace* ns = nullptr);
+  // The arena's part of AllocateLocked (no quota).
+  Result<uint64_t> ArenaAllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
+                                       bool transient);
+  // Adds `delta` to the dram_pending of namespace `name` if it is still the
+  // one whose id is `ns_id`.
+  void AddPendingLocked(const std::string& name, uint64_t ns_id, int64_t delta);
+  // Quotas (store_quota.cc). Brings t's charges against its namespace up to
+  // date with where t is (Tensor::charged_*); call after every change of
+  // in_index, in_dram, allocated, on_ssd or ssd.
+  void ChargeLocked(Tensor* t);
+  // Frees DRAM of `ns` (namespace `name`, id `id`) by GDSF among its own
+  // tensors until `bytes` more fit under its DRAM quota. May release `lk`
+  // (spills): false if the namespace went meanwhile or nothing more can go.
+  bool NamespaceRoomLocked(Namespace* ns, uint64_t bytes, std::unique_lock<std::mutex>& lk);
+  // Drops SSD records of `ns` by GDSF until `need` more bytes fit under its
+  // SSD quota; false if they cannot.
+  bool NamespaceSsdRoomLocked(Namespace* ns, uint64_t need);
+  // Blocks of `bb` bytes that fit in `room` bytes of the arena.
+  uint64_t BlocksThatFit(uint64_t room, uint64_t bb) const;
+  NamespaceQuota QuotaOfLocked(const Namespace& ns) const;
+  // Whether any of ns's tensors in DRAM is pinned.
+  bool NamespaceHasPinnedLocked(const Namespace& ns) const;
+  // The record of namespace `ns` (its quotas included), not yet sequenced.
+  RecordHeader NamespaceRecordLocked(const Namespace& ns) const;
   // Frees DRAM by one GDSF step among owned tensors: drops one (no SSD
   // tier), frees the DRAM copy of one that SSD holds, or spills one
   // (releasing `lk` while writing). False if nothing can go.
-  bool MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk);
-  bool DropOneLocked(CacheClass from);
+  // With `ns`, among ns's tensors only.
+  bool MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk, Namespace* ns = nullptr);
+  bool DropOneLocked(CacheClass from, Namespace* ns = nullptr);
   // Removes `t`'s nodes from its tree (t must be a leaf tensor) and frees it
   // unless pinned.
   void EvictLocked(Tensor* t);

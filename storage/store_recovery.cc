@@ -64,8 +64,12 @@ Status Store::RecoverLocked() {
       continue;
     }
     auto n = std::make_unique<Namespace>();
-    n->id = h.seq;
+    // The namespace's incarnation: the seq of the record that created it
+    // (a record rewritten for a quota keeps it).
+    n->id = h.ns_incarnation != 0 ? h.ns_incarnation : h.seq;
     n->record = r.loc;
+    n->dram_quota = h.dram_quota;
+    n->ssd_quota = h.ssd_quota;
     n->info.name = h.ns_name;
     n->info.layout = h.layout;
     n->info.salted = !h.salt.empty();
@@ -198,6 +202,7 @@ Status Store::RecoverLocked() {
       stats_.remote_tensors++;
       continue;
     }
+    ChargeLocked(t);
     t->priority = gdsf_.Priority(*t);
     ssd_queue_.Add(t);
     PropagateLocked(node, t->priority);
@@ -207,6 +212,9 @@ Status Store::RecoverLocked() {
   }
   // The capacity may be smaller than before the restart.
   MakeSsdRoomLocked(0);
+  for (auto& [name, n] : namespaces_) {
+    if (n->ssd_quota != 0 && n->ssd_bytes > n->ssd_quota) NamespaceSsdRoomLocked(n.get(), 0);
+  }
   PTS_INFO("ssd", "recovered " << namespaces_.size() << " namespace(s) and " << stats_.recovered_tensors
                                << " tensor(s) (" << stats_.recovered_bytes << " bytes) from " << scan.segments
                                << " segment(s); skipped " << scan.corrupt_records << " corrupt record(s), "

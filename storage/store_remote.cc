@@ -263,6 +263,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     std::map<uint32_t, size_t> by_owner;
   };
   const NamespaceDef def{ns.info, ns.salt};
+  const uint64_t ns_id = ns.id;  // `ns` may be dropped while the lock is released
   const uint32_t bt = ns.info.layout.block_tokens;
   const uint64_t bb = ns.info.layout.BytesPerBlock();
   std::vector<Job> jobs;
@@ -271,12 +272,13 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     const uint64_t blocks = LiveTokens(*t) / bt;
     if (blocks == 0) continue;
     bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
-    Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep);
-    if (!off.ok() && keep) {
+    // Within its namespace's DRAM quota, like a save of it.
+    Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep, t->ns);
+    if (!off.ok() && keep && t->in_index) {
       // No room to keep it (larger than the replica share, or the share is
       // pinned): this load still gets it, as a transient copy.
       keep = false;
-      off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/true);
+      off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/true, t->ns);
     }
     if (!off.ok()) {
       PTS_DEBUG("cluster", "no room to fetch " << blocks * bb << " bytes: " << off.status().ToString());
@@ -292,6 +294,8 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     std::vector<uint32_t> names = PrefixTokensLocked(t->nodes.back());
     names.resize(std::min<uint64_t>(names.size(), (first + blocks) * bt));
     jobs.push_back(Job{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
+    // Counted against the namespace's quota while it is fetched.
+    AddPendingLocked(def.info.name, ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
   }
   // The groups' names: the longest prefixes first, each shorter one a
   // group of its own only if no longer one begins with it. Then every job,
@@ -338,6 +342,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
   for (const Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
+    AddPendingLocked(def.info.name, ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
     const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
     bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
     if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
@@ -358,6 +363,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
       t->in_dram = true;
       t->arena_offset = j.off;
       t->allocated = alloc_.AllocatedSize(j.off);
+      ChargeLocked(t);
       stats_.replica_bytes += t->allocated;
       stats_.remote_fetches++;
       stats_.remote_fetch_bytes += seg.fetched_blocks * bb;

@@ -133,6 +133,7 @@ void Store::DropSsdCopyLocked(Tensor* t) {
   ssd_->Forget(t->ssd);
   RewriteRecordLocked(t->ssd, 0);
   t->on_ssd = false;
+  ChargeLocked(t);
   SyncTensorEventsLocked(t);
 }
 
@@ -261,6 +262,10 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
     cleaner_wake_.notify_one();
     return false;
   };
+  if (!NamespaceSsdRoomLocked(t->ns, SsdTier::FootprintBound(h))) {
+    return failed(ResourceExhausted("namespace '" + t->ns->info.name + "' is at its SSD quota of " +
+                                    std::to_string(t->ns->ssd_quota) + " bytes with data that cannot go"));
+  }
   if (!MakeSsdRoomLocked(SsdTier::FootprintBound(h))) {
     return failed(ResourceExhausted("the SSD tier is full of data that cannot go"));
   }
@@ -290,6 +295,13 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
   }
   t->on_ssd = true;
   t->ssd = *loc;
+  ChargeLocked(t);
+  // Other spills of its namespace ran while the lock was released.
+  if (t->ns->ssd_quota != 0 && t->ns->ssd_bytes > t->ns->ssd_quota) NamespaceSsdRoomLocked(t->ns, 0);
+  if (!t->in_index || !t->on_ssd) {
+    MaybeDestroyLocked(t);
+    return true;
+  }
   SyncTensorEventsLocked(t);
   t->record_times = written_times;
   if (TensorTimesLocked(*t) != written_times) NoteTimesChangedLocked(t);
@@ -341,15 +353,22 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
     SsdLocation loc;
     uint64_t off = 0;
     Status status;
+    std::string ns_name;  // its namespace, charged dram_pending for it meanwhile
+    uint64_t ns_id = 0;
+    uint64_t pending = 0;
   };
   std::vector<Job> jobs;
   for (Tensor* t : missing) {
     if (t->io != Tensor::Io::kNone || t->in_dram || !t->on_ssd || !t->in_index) continue;
     t->io = Tensor::Io::kFilling;
-    jobs.push_back(Job{t, t->ssd, 0, Status::OK()});
+    jobs.push_back(Job{t, t->ssd, 0, Status::OK(), t->ns->info.name, t->ns->id, 0});
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
-    Result<uint64_t> off = AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk);
+    // Within its namespace's DRAM quota (its own tensors make room), while
+    // it is still in the index (the lock was released for the last one).
+    Tensor* jt = jobs[i].t;
+    Result<uint64_t> off = jt->in_index ? AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk, false, jt->ns)
+                                        : Result<uint64_t>(Aborted("removed meanwhile"));
     if (!off.ok()) {
       // No room for the rest: the pin serves the part before them.
       for (size_t j = i; j < jobs.size(); ++j) {
@@ -360,6 +379,8 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
       break;
     }
     jobs[i].off = *off;
+    jobs[i].pending = alloc_.AllocatedSize(*off);
+    AddPendingLocked(jobs[i].ns_name, jobs[i].ns_id, static_cast<int64_t>(jobs[i].pending));
   }
   if (!jobs.empty()) {
     uint8_t* arena = arena_->data();
@@ -382,10 +403,12 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
   for (Job& j : jobs) {
     Tensor* t = j.t;
     t->io = Tensor::Io::kNone;
+    AddPendingLocked(j.ns_name, j.ns_id, -static_cast<int64_t>(j.pending));
     if (j.status.ok() && t->in_index && t->on_ssd && t->ssd == j.loc) {
       t->in_dram = true;
       t->arena_offset = j.off;
       t->allocated = alloc_.AllocatedSize(j.off);
+      ChargeLocked(t);
       stats_.owned_bytes += t->allocated;
       queue_[static_cast<int>(t->cache_class)].Add(t);
       SyncTensorEventsLocked(t);
@@ -523,6 +546,7 @@ Result<bool> Store::CompactOnce() {
       // The new copy replaces the old; if the tensor left the index
       // meanwhile, MaybeDestroyLocked below kills the new copy.
       t->ssd = *m.to;
+      ChargeLocked(t);
       ssd_->Forget(m.from);
       t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
       NoteTimesChangedLocked(t);

@@ -62,6 +62,12 @@ struct Tensor {
   double priority = 0;         // GDSF: L + hits * cost / size (>= descendants)
   bool in_index = false;       // false once removed/evicted; freed at pins == 0
 
+  // What it counts against its namespace's quotas now (Store::ChargeLocked):
+  // its allocation while it is in the index and in DRAM, its record's
+  // footprint while it is in the index and on SSD; 0 once out of the index.
+  uint64_t charged_dram = 0;
+  uint64_t charged_ssd = 0;
+
   std::vector<RadixNode*> nodes;  // radix nodes that point into it (a chain)
   // Children of its nodes that belong to other tensors. A tensor is a leaf
   // (evictable before its ancestors) when this is 0.

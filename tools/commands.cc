@@ -1,5 +1,7 @@
 #include "tools/commands.h"
 
+#include "tools/quota.h"
+
 #include <langinfo.h>
 
 #include <CLI/CLI.hpp>
@@ -327,12 +329,19 @@ int RunStat(const StatOptions& opt, std::ostream& out, std::ostream& err) {
   // request: none).
   Result<ClusterStatus> cluster = c.GetClusterStatus();
   const bool in_cluster = cluster.ok() && cluster->enabled;
+  // Every namespace's use against its quotas (or the one asked for).
+  Result<std::vector<NamespaceQuota>> quotas = c.Quotas(opt.ns.value_or(""));
+  if (!quotas.ok()) {
+    err << kProg << ": warning: cannot read the quotas: " << quotas.status().ToString() << "\n";
+  }
   if (opt.json) {
     Json j = StatsReportJson(c.node_id(), *stats, report);
+    if (quotas.ok()) j["quotas"] = QuotasJson(*quotas);
     if (in_cluster) j["cluster"] = ToJson(*cluster);
     Emit(out, j);
   } else {
     out << RenderStats(c.node_id(), *stats, report);
+    if (quotas.ok() && !quotas->empty()) out << "\n" << RenderQuotas(*quotas, stats->ssd_capacity != 0 || AnySsd(*quotas));
     if (in_cluster) out << "\n" << RenderCluster(*cluster);
   }
   return kExitOk;

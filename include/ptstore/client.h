@@ -25,6 +25,7 @@
 
 #include "ptstore/layout.h"
 #include "ptstore/options.h"
+#include "ptstore/quota.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 
@@ -177,6 +178,16 @@ class Client {
   // Returns its listing entry afterwards; NotFound if there is no such
   // increment.
   Result<PrefixNodeInfo> SetTimes(const std::string& ns, const ChainKey& key, uint64_t atime_ns, uint64_t mtime_ns);
+  // Namespace quotas on this node (ptstore/quota.h). SetQuota sets the
+  // tiers `change` names (0: no limit) and returns the quotas and use
+  // afterwards; only the namespace's owner or root may (PermissionDenied
+  // naming the namespace otherwise). InvalidArgument for a quota above
+  // kMaxQuotaBytes, an SSD quota on a node without an SSD tier, or a change
+  // that names no tier. A quota below the namespace's use evicts its own
+  // increments at once.
+  Result<NamespaceQuota> SetQuota(const std::string& ns, const QuotaChange& change);
+  // The quotas and use of one namespace, or (empty `ns`) of every one.
+  Result<std::vector<NamespaceQuota>> Quotas(const std::string& ns = "");
   // The changes of this node's index (increments that appeared or went,
   // uses, namespaces created or dropped; TreeChanges) from position `since`
   // of log `epoch` on, at most `max` (0: the server's limit, 4096): what a

@@ -20,14 +20,15 @@ from ._errors import (Aborted, AlreadyExists, Code, Corruption, DeadlineExceeded
                       InvalidArgument, NotFound, PermissionDenied, ProtocolError, ResourceExhausted, Unavailable,
                       Unimplemented)
 from ._ptstore import (CostModel, Extent, Increment, Layout, LayoutGroup, LoadPlan, LookupResult, NamespaceInfo,
-                       PathInfo, PrefixLocation, PrefixNode, RemoveResult, SaveResult, Stats, mistral_layout, path_info)
+                       NamespaceQuota, parse_quota, PathInfo, PrefixLocation, PrefixNode, RemoveResult, SaveResult, Stats, mistral_layout, path_info)
 from ._arrays import empty_kv, numpy_dtype, torch_dtype
 from ._client import Client, Pin
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Pin", "Layout", "LayoutGroup", "mistral_layout", "NamespaceInfo", "LookupResult", "Extent",
+    "Client", "Pin", "Layout", "LayoutGroup", "mistral_layout", "NamespaceInfo", "NamespaceQuota", "parse_quota",
+    "LookupResult", "Extent",
     "SaveResult", "RemoveResult", "Stats", "PrefixNode", "Increment", "PathInfo", "path_info", "PrefixLocation",
     "CostModel", "LoadPlan", "empty_kv", "numpy_dtype",
     "torch_dtype", "Code", "Error", "NotFound", "InvalidArgument", "AlreadyExists", "PermissionDenied",
@@ -37,6 +38,7 @@ __all__ = [
 
 # The classes of the extension present themselves as ptstore.X.
 for _name in ("CostModel", "Extent", "Increment", "Layout", "LayoutGroup", "LoadPlan", "LookupResult", "NamespaceInfo",
+              "NamespaceQuota",
               "PathInfo", "PrefixLocation", "PrefixNode", "RemoveResult", "SaveResult", "Stats"):
     globals()[_name].__module__ = __name__
 del _name

@@ -10,7 +10,7 @@ import numpy as np
 from . import _ptstore
 from ._arrays import as_tokens, empty_kv, kv_buffer, raw_buffer, shape_of
 from ._errors import InvalidArgument, NotFound
-from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, PrefixLocation,
+from ._ptstore import (CostModel, Extent, Increment, Layout, LoadPlan, LookupResult, NamespaceInfo, NamespaceQuota, PrefixLocation,
                        PrefixNode, RemoveResult, SaveResult, Stats)
 
 TokensLike = Union[Sequence[int], np.ndarray, Any]
@@ -388,6 +388,27 @@ class Client:
         Needs write permission on the namespace. Returns its PrefixNode afterwards.
         """
         return self._call(ns, self._c.set_times, ns, key, atime_ns, mtime_ns)
+
+    # -------------------------------------------------------------- quotas
+    def set_quota(self, ns: str, dram: Union[int, str, None] = None,
+                  ssd: Union[int, str, None] = None) -> NamespaceQuota:
+        """Sets the namespace's DRAM and/or SSD quota on this node; None leaves that tier as it is.
+
+        A quota is an int of bytes or a text such as ``"4GiB"`` or ``"512MB"`` (``parse_quota``); 0 or
+        ``"none"`` is no limit. Only the namespace's owner or root may (PermissionDenied naming it
+        otherwise); a bad size is InvalidArgument. Over its DRAM quota the namespace evicts its own
+        increments (to SSD where there is a tier), never another namespace's. Returns the quotas and use
+        afterwards.
+        """
+        return self._c.set_quota(ns, dram, ssd)
+
+    def quota(self, ns: str) -> NamespaceQuota:
+        """The namespace's quotas and what counts against them on this node."""
+        return self._c.quotas(ns)[0]
+
+    def quotas(self) -> List[NamespaceQuota]:
+        """Every namespace's quotas and use on this node."""
+        return self._c.quotas("")
 
     # ------------------------------------------------------------ helpers
     def _call(self, ns: str, fn: Any, *args: Any) -> Any:

@@ -100,6 +100,33 @@ Status WithPin(const py::object& pin, const std::function<Status(const PinnedPre
 
 std::shared_ptr<Client> ClientOf(const py::object& client) { return client.cast<const PyClient&>().Get(); }
 
+namespace {
+// A quota argument: None (leave it), an int of bytes (0: no limit) or a
+// size text ("4GiB", "none"; ptstore/quota.h). InvalidArgument otherwise.
+std::optional<uint64_t> QuotaArg(const char* tier, const py::object& v) {
+  if (v.is_none()) return std::nullopt;
+  if (py::isinstance<py::bool_>(v)) {
+    throw StatusError(InvalidArgument(std::string(tier) + " quota must be a size (an int of bytes or a text such as '4GiB'), not a bool"));
+  }
+  if (py::isinstance<py::int_>(v)) {
+    const auto n = v.cast<py::int_>();
+    if (n < py::int_(0)) throw StatusError(InvalidArgument(std::string(tier) + " quota " + py::str(v).cast<std::string>() + " is negative"));
+    if (n > py::int_(kMaxQuotaBytes)) {
+      throw StatusError(InvalidArgument(std::string(tier) + " quota " + py::str(v).cast<std::string>() +
+                                        " is too large (at most " + FormatQuotaBytes(kMaxQuotaBytes) + ")"));
+    }
+    return v.cast<uint64_t>();
+  }
+  if (py::isinstance<py::str>(v)) {
+    Result<uint64_t> b = ParseQuotaBytes(v.cast<std::string>());
+    if (!b.ok()) throw StatusError(b.status().WithContext(std::string(tier) + " quota"));
+    return *b;
+  }
+  throw StatusError(InvalidArgument(std::string(tier) + " quota must be an int of bytes or a text such as '4GiB', not " +
+                                    py::str(py::type::handle_of(v)).cast<std::string>()));
+}
+}  // namespace
+
 void BindClient(py::module_& m) {
   using namespace pybind11::literals;
 
@@ -284,6 +311,23 @@ safe: calls from several Python threads run in parallel, the GIL released.
             return Unwrap(NoGil([&] { return cl->SetTimes(ns, k, atime_ns, mtime_ns); }));
           },
           "ns"_a, "key"_a, "atime_ns"_a = 0, "mtime_ns"_a = 0)
+      .def(
+          "set_quota",
+          [](const PyClient& c, const std::string& ns, const py::object& dram, const py::object& ssd) {
+            QuotaChange change;
+            change.dram = QuotaArg("dram", dram);
+            change.ssd = QuotaArg("ssd", ssd);
+            auto cl = c.Get();
+            return Unwrap(NoGil([&] { return cl->SetQuota(ns, change); }));
+          },
+          "ns"_a, "dram"_a = py::none(), "ssd"_a = py::none())
+      .def(
+          "quotas",
+          [](const PyClient& c, const std::string& ns) {
+            auto cl = c.Get();
+            return Unwrap(NoGil([&] { return cl->Quotas(ns); }));
+          },
+          "ns"_a = "")
       .def(
           "get_increment",
           [](const PyClient& c, const std::string& ns, const std::string& key) {

@@ -512,6 +512,33 @@ changed copy. Raises InvalidArgument for a field out of range.
         return os.str();
       });
 
+  // ------------------------------------------------------ NamespaceQuota
+  py::class_<NamespaceQuota>(m, "NamespaceQuota",
+                             "A namespace's DRAM and SSD quotas on this node (0: no limit) and what counts against them.")
+      .def_readonly("ns", &NamespaceQuota::ns, "The namespace.")
+      .def_readonly("dram_quota", &NamespaceQuota::dram_quota, "DRAM quota in bytes (0: no limit).")
+      .def_readonly("ssd_quota", &NamespaceQuota::ssd_quota, "SSD quota in bytes (0: no limit).")
+      .def_readonly("dram_bytes", &NamespaceQuota::dram_bytes, "Arena bytes its increments take now.")
+      .def_readonly("ssd_bytes", &NamespaceQuota::ssd_bytes, "SSD tier bytes its increments' records take now.")
+      .def_readonly("dram_evictions", &NamespaceQuota::dram_evictions,
+                    "Its increments evicted from DRAM to keep it under its DRAM quota.")
+      .def_readonly("ssd_evictions", &NamespaceQuota::ssd_evictions,
+                    "Its SSD records dropped to keep it under its SSD quota.")
+      .def_readonly("cut_saves", &NamespaceQuota::cut_saves,
+                    "Saves that stored less than asked (or nothing) because of its DRAM quota.")
+      .def("__eq__", [](const NamespaceQuota& a, const NamespaceQuota& b) { return a == b; }, py::is_operator())
+      .def("__repr__", [](const NamespaceQuota& q) {
+        std::ostringstream os;
+        os << "NamespaceQuota(ns='" << q.ns << "', dram_quota=" << q.dram_quota << ", ssd_quota=" << q.ssd_quota
+           << ", dram_bytes=" << q.dram_bytes << ", ssd_bytes=" << q.ssd_bytes << ")";
+        return os.str();
+      });
+  m.def(
+      "parse_quota",
+      [](const std::string& text) { return Unwrap(ParseQuotaBytes(text)); }, "text"_a,
+      "Bytes of a quota as people write it ('4GiB', '512MB', '1.5GiB', '0' or 'none': no limit); "
+      "InvalidArgument naming what is wrong.");
+
   // ------------------------------------------------------------- Extent
   py::class_<Extent>(m, "Extent", "One slice of a prefix: `length` bytes at `offset` inside tensor `tensor`.")
       .def_property_readonly(

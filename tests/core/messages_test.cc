@@ -44,18 +44,18 @@ NamespaceInfo SampleInfo(int i) {
 // ---- registry -------------------------------------------------------------
 
 TEST(MsgTypeTest, RequestsAreEvenAndRepliesFollow) {
-  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kPeerTiers); t += 2) {
+  for (uint16_t t = T(MsgType::kHello); t <= T(MsgType::kQuotas); t += 2) {
     std::string req = MsgTypeName(t);
     EXPECT_NE(req, "Unknown") << t;
     EXPECT_EQ(std::string(MsgTypeName(t + 1)), req + "Reply") << t;
   }
   EXPECT_STREQ(MsgTypeName(T(MsgType::kError)), "Error");
-  for (uint16_t t : {0, 64, 65, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
+  for (uint16_t t : {0, 68, 69, 1000, 0xffff}) EXPECT_STREQ(MsgTypeName(t), "Unknown") << t;
 }
 
 TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
   std::vector<uint8_t> body = {0, 0, 0, 0};
-  for (uint16_t t : {0, 64, 65, 0x100, 0xffff}) {
+  for (uint16_t t : {0, 68, 69, 0x100, 0xffff}) {
     Status s = DecodeAny(t, body);
     EXPECT_EQ(s.code(), Code::kProtocol) << t;
     EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);
@@ -564,6 +564,35 @@ TEST(MessagesTest, ChangesRoundTrip) {
     EXPECT_EQ(s.code(), Code::kProtocol) << int{bad};
     EXPECT_NE(s.message().find("change.kind"), std::string::npos) << s.message();
   }
+}
+
+TEST(MessagesTest, QuotasRoundTrip) {
+  SetQuotaRequest q{"mistral", kQuotaSetDram | kQuotaSetSsd, 4ull << 30, 1ull << 40};
+  SetQuotaRequest oq = RoundTrip(T(MsgType::kSetQuota), q);
+  EXPECT_EQ(oq.ns, q.ns);
+  EXPECT_EQ(oq.set, q.set);
+  EXPECT_EQ(oq.dram_quota, q.dram_quota);
+  EXPECT_EQ(oq.ssd_quota, q.ssd_quota);
+  // `set` names DRAM and/or SSD, nothing else.
+  for (uint8_t bad : {uint8_t{0}, uint8_t{4}, uint8_t{7}, uint8_t{0xff}}) {
+    SetQuotaRequest one{"m", kQuotaSetDram, 1, 2};
+    std::vector<uint8_t> body = EncodeBody(one);
+    body[4 + 1] = bad;  // after the name's length and its one byte
+    Status st = DecodeAny(T(MsgType::kSetQuota), body);
+    EXPECT_EQ(st.code(), Code::kProtocol) << int{bad};
+    EXPECT_NE(st.message().find("'set'"), std::string::npos) << st.message();
+  }
+  NamespaceQuota a{"a", 1, 2, 3, 4, 5, 6, 7};
+  SetQuotaReply r{a};
+  EXPECT_EQ(RoundTrip(T(MsgType::kSetQuotaReply), r).quota, a);
+  QuotasRequest g{"a"};
+  EXPECT_EQ(RoundTrip(T(MsgType::kQuotas), g).ns, "a");
+  QuotasReply all;
+  all.quotas = {a, NamespaceQuota{"b", 0, 0, 0, 0, 0, 0, 0}};
+  EXPECT_EQ(RoundTrip(T(MsgType::kQuotasReply), all).quotas, all.quotas);
+  // A count larger than the body can hold is refused before allocating.
+  std::vector<uint8_t> body = {0xff, 0xff, 0xff, 0x7f};
+  EXPECT_EQ(DecodeAny(T(MsgType::kQuotasReply), body).code(), Code::kProtocol);
 }
 
 TEST(MessagesTest, SetTimesRoundTrip) {

@@ -309,6 +309,12 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> SampleFrames() {
                              TreeChange{ChangeKind::kTimes, "mistral", ChainKey{1, 2}, ChainKey{}},
                              TreeChange{ChangeKind::kNamespace, "llama", ChainKey{}, ChainKey{}}};
   out.push_back(Frame(MsgType::kChangesReply, changed));
+  SetQuotaRequest set_quota{"mistral", kQuotaSetDram | kQuotaSetSsd, 4ull << 30, 200ull << 30};
+  out.push_back(Frame(MsgType::kSetQuota, set_quota));
+  NamespaceQuota quota{"mistral", 4ull << 30, 200ull << 30, 1ull << 30, 3ull << 30, 17, 4, 1};
+  out.push_back(Frame(MsgType::kSetQuotaReply, SetQuotaReply{quota}));
+  out.push_back(Frame(MsgType::kQuotas, QuotasRequest{""}));
+  out.push_back(Frame(MsgType::kQuotasReply, QuotasReply{{quota, NamespaceQuota{"llama", 0, 0, 0, 0, 0, 0, 0}}}));
   return out;
 }
 

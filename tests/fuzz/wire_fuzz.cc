@@ -167,6 +167,10 @@ std::string CheckBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kChangesReply: return CheckTyped<core::ChangesReply>(type, body, any);
     case MsgType::kPeerTiers: return CheckTyped<core::PeerTiers>(type, body, any);
     case MsgType::kPeerTiersReply: return CheckTyped<core::PeerTiersReply>(type, body, any);
+    case MsgType::kSetQuota: return CheckTyped<core::SetQuotaRequest>(type, body, any);
+    case MsgType::kSetQuotaReply: return CheckTyped<core::SetQuotaReply>(type, body, any);
+    case MsgType::kQuotas: return CheckTyped<core::QuotasRequest>(type, body, any);
+    case MsgType::kQuotasReply: return CheckTyped<core::QuotasReply>(type, body, any);
   }
   if (any.ok()) return "unknown type " + std::to_string(type) + " decoded OK";
   return "";

@@ -22,7 +22,7 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PY_DIR = "usr/lib/python3/dist-packages"
 
 SBIN = ["ptstored", "ptstore-fuse", "mount.ptstore", "mount.fuse.ptstore", "ptstore-fsck"]
-BIN = ["ptstore-ls", "ptstore-stat", "ptstore-put", "ptstore-get", "ptstore-sched"]
+BIN = ["ptstore-ls", "ptstore-stat", "ptstore-quota", "ptstore-put", "ptstore-get", "ptstore-sched"]
 FILES = [
     "usr/lib/systemd/system/ptstored.service",
     "usr/lib/systemd/system/mnt-ptstore.mount",
@@ -31,6 +31,7 @@ FILES = [
     "usr/share/ptstore/profiles.toml",
     "usr/include/ptstore/client.h",
     "usr/include/ptstore/status.h",
+    "usr/include/ptstore/quota.h",
 ]
 
 

@@ -1382,3 +1382,50 @@ TEST_F(StoreRemoteTest, ConcurrentRemotePinsWithSavesAndRemovals) {
 }  // namespace
 }  // namespace ptstore::storage
 
+
+namespace ptstore::storage {
+namespace {
+
+// Quotas (ptstore/quota.h) on a node that fetches: the bytes of another
+// node's increments kept here count against the namespace's DRAM quota
+// like its own, and make room among the namespace's data only.
+TEST_F(StoreRemoteTest, KeptReplicasCountAgainstTheNamespaceQuotaAndEvictOnlyItsOwn) {
+  ASSERT_TRUE(N(1).CreateNamespace("other", SmallLayout(), "", 1000, 1000, 0755, false).ok());
+  std::vector<uint8_t> kv;
+  std::vector<Tokens> others;
+  for (int i = 0; i < 4; ++i) {
+    others.push_back(Gen(900 + i, 16 * kBt));
+    kv = Kv(others.back(), 0, others.back().size());
+    ASSERT_TRUE(N(1).Save("other", others.back(), kv.data(), kv.size(), 0).ok());
+  }
+  // 16 blocks of 1 KiB: one 16 KiB allocation per prompt; room for 3.
+  ASSERT_TRUE(N(1).SetQuota(kNs, QuotaChange{48 * kKiB, {}}).ok());
+  std::vector<Tokens> prompts;
+  for (int i = 0; i < 8; ++i) {
+    prompts.push_back(Gen(800 + i, 16 * kBt));
+    SaveOn(0, prompts.back());
+    Share(0, 1, prompts.back());
+    EXPECT_EQ(PinCheck(1, prompts.back()), prompts.back().size());
+    EXPECT_EQ(PinCheck(1, prompts.back()), prompts.back().size());  // the second load keeps it
+    auto q = N(1).GetQuota(kNs);
+    ASSERT_TRUE(q.ok());
+    EXPECT_LE(q->dram_bytes, 48 * kKiB) << i;
+  }
+  auto q = N(1).GetQuota(kNs);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->dram_bytes, 48 * kKiB);
+  EXPECT_GT(q->dram_evictions, 0u);
+  EXPECT_EQ(N(1).Stats().replica_bytes, 48 * kKiB);
+  // The other namespace kept everything; every prompt still loads (fetched
+  // again where the quota evicted its replica).
+  for (const Tokens& t : others) {
+    std::vector<uint8_t> out(t.size() * kBpt);
+    auto r = N(1).LoadCopy("other", t, out.data(), out.size());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, t.size());
+  }
+  for (const Tokens& t : prompts) EXPECT_EQ(PinCheck(1, t), t.size());
+}
+
+}  // namespace
+}  // namespace ptstore::storage

@@ -9,6 +9,7 @@
 
 #include "tests/testing/temp_dir.h"
 #include "tools/commands.h"
+#include "tools/quota.h"
 #include "tools/transfer.h"
 
 namespace ptstore::tools {
@@ -707,6 +708,33 @@ TEST(ToolsTransfer, WholeFilesReadAndWritten) {
   Status w = WriteWholeFile(dir.Join("no/such/dir"), "x", 1);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.message().find("cannot create '" + dir.Join("no/such/dir") + "'"), std::string::npos) << w.message();
+}
+
+TEST(QuotaFormatTest, TableAndJson) {
+  std::vector<NamespaceQuota> qs = {NamespaceQuota{"flood", 8ull << 20, 0, 8ull << 20, 0, 368, 0, 2},
+                                    NamespaceQuota{"steady", 0, 0, 10ull << 20, 0, 0, 0, 0}};
+  EXPECT_FALSE(AnySsd(qs));
+  const std::string t = RenderQuotas(qs, false);
+  EXPECT_EQ(t,
+            "NAMESPACE  DRAM USED  DRAM QUOTA  DRAM %  EVICTED  CUT SAVES\n"
+            "flood        8.0 MiB     8.0 MiB  100.0%      368          2\n"
+            "steady      10.0 MiB           -       -        0          0\n");
+  qs[1].ssd_quota = 1ull << 30;
+  EXPECT_TRUE(AnySsd(qs));
+  EXPECT_NE(RenderQuotas(qs, true).find("SSD QUOTA"), std::string::npos);
+  EXPECT_NE(RenderQuotas(qs, true).find("1.0 GiB"), std::string::npos);
+  Json j = QuotasJson(qs);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["namespace"], "flood");
+  EXPECT_EQ(j[0]["dram"]["quota"], 8ull << 20);
+  EXPECT_EQ(j[0]["dram"]["used"], 8ull << 20);
+  EXPECT_DOUBLE_EQ(j[0]["dram"]["ratio"].get<double>(), 1.0);
+  EXPECT_TRUE(j[0]["ssd"]["quota"].is_null());
+  EXPECT_TRUE(j[1]["dram"]["quota"].is_null());
+  EXPECT_TRUE(j[1]["dram"]["ratio"].is_null());
+  EXPECT_EQ(j[1]["ssd"]["quota"], 1ull << 30);
+  EXPECT_EQ(j[0]["dram_evictions"], 368);
+  EXPECT_EQ(j[0]["cut_saves"], 2);
 }
 
 }  // namespace
