@@ -422,6 +422,12 @@ class Store {
   // Keeps the SSD tier's live bytes under its eviction mark with room for
   // `need` more bytes, dropping SSD copies by GDSF. False if it cannot.
   bool MakeSsdRoomLocked(uint64_t need);
+  // What MakeSsdRoomLocked (and a namespace's SSD quota) may take: the SSD
+  // copy of a tensor DRAM holds, or an SSD-only leaf nothing holds.
+  static bool SsdEvictable(const Tensor* t);
+  // Takes `v` off SSD: its SSD copy when DRAM holds it, else the tensor
+  // itself, out of the index (counted as an SSD eviction).
+  void EvictFromSsdLocked(Tensor* v);
   // The tensor's SSD copy goes (its record is killed on disk in the
   // background); the tensor itself stays if it is in DRAM.
   void DropSsdCopyLocked(Tensor* t);

@@ -79,23 +79,11 @@ bool Store::NamespaceSsdRoomLocked(Namespace* ns, uint64_t need) {
   if (need > ns->ssd_quota) return false;
   while (ns->ssd_bytes + need > ns->ssd_quota) {
     // As the tier does when it is full (MakeSsdRoomLocked), among this
-    // namespace's records only: the SSD copy of one that DRAM holds, or an
-    // SSD-only leaf nothing holds.
-    Tensor* v = ssd_queue_.PickVictimIn(ns, [](const Tensor* t) {
-      if (t->io != Tensor::Io::kNone) return false;
-      return t->in_dram || (t->holds == 0 && t->pins == 0 && t->foreign_children == 0);
-    });
+    // namespace's records only.
+    Tensor* v = ssd_queue_.PickVictimIn(ns, SsdEvictable);
     if (v == nullptr) return false;
     ns->ssd_evictions++;
-    stats_.ssd_evictions++;
-    if (v->in_dram) {
-      DropSsdCopyLocked(v);
-    } else {
-      gdsf_.OnEvict(*v);
-      NoteLostLocked(v);
-      RemoveResult ignored;
-      RemoveSubtreeLocked(v->ns, v->nodes.front(), &ignored);
-    }
+    EvictFromSsdLocked(v);
   }
   return true;
 }

@@ -142,24 +142,30 @@ void Store::DropSsdCopyLocked(Tensor* t) {
 bool Store::MakeSsdRoomLocked(uint64_t need) {
   const auto mark = static_cast<uint64_t>(kSsdEvictAt * static_cast<double>(ssd_->capacity()));
   while (ssd_->live_bytes() + need > mark) {
-    // The SSD copy of a tensor that DRAM holds can always go; an SSD-only
-    // tensor goes from the index, so only a leaf nothing holds.
-    Tensor* v = ssd_queue_.PickVictim([](const Tensor* t) {
-      if (t->io != Tensor::Io::kNone) return false;
-      return t->in_dram || (t->holds == 0 && t->pins == 0 && t->foreign_children == 0);
-    });
+    Tensor* v = ssd_queue_.PickVictim(SsdEvictable);
     if (v == nullptr) return false;
-    stats_.ssd_evictions++;
-    if (v->in_dram) {
-      DropSsdCopyLocked(v);
-    } else {
-      gdsf_.OnEvict(*v);
-      NoteLostLocked(v);
-      RemoveResult ignored;
-      RemoveSubtreeLocked(v->ns, v->nodes.front(), &ignored);
-    }
+    EvictFromSsdLocked(v);
   }
   return true;
+}
+
+bool Store::SsdEvictable(const Tensor* t) {
+  // The SSD copy of a tensor that DRAM holds can always go; an SSD-only
+  // tensor goes from the index, so only a leaf nothing holds.
+  if (t->io != Tensor::Io::kNone) return false;
+  return t->in_dram || (t->holds == 0 && t->pins == 0 && t->foreign_children == 0);
+}
+
+void Store::EvictFromSsdLocked(Tensor* v) {
+  stats_.ssd_evictions++;
+  if (v->in_dram) {
+    DropSsdCopyLocked(v);
+  } else {
+    gdsf_.OnEvict(*v);
+    NoteLostLocked(v);
+    RemoveResult ignored;
+    RemoveSubtreeLocked(v->ns, v->nodes.front(), &ignored);
+  }
 }
 
 bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
