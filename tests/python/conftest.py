@@ -4,8 +4,14 @@ and deterministic KV for numpy and torch."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -29,6 +35,42 @@ def mount_skip_reason() -> str:
     if not fuse or not os.access(fuse, os.X_OK):
         return "no ptstore-fuse ($PTSTORE_FUSE)"
     return ""
+
+
+def _unmount(path: str) -> None:
+    if os.path.ismount(path):
+        if subprocess.run(["fusermount3", "-u", path], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+@contextlib.contextmanager
+def mounted(socket: str, prefix: str = "ptstore-mount-py-"):
+    """A ptstored (its `socket`) mounted by this build's ptstore-fuse on a fresh temporary directory;
+    always unmounted, ptstore-fuse stopped and the directory removed at the end."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    mnt = os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    log = open(os.path.join(d, "ptstore-fuse.log"), "wb")
+    proc = subprocess.Popen([os.environ["PTSTORE_FUSE"], mnt, "-f", "-o", f"socket={socket},allow_other"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mnt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with open(log.name, errors="replace") as f:
+                    pytest.fail(f"ptstore-fuse did not mount: {f.read()}")
+            time.sleep(0.02)
+        yield mnt
+    finally:
+        _unmount(mnt)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            _unmount(mnt)
+        log.close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,7 @@ the rest. Needs root, /dev/fuse and $PTSTORE_FUSE (set by ctest); skipped otherw
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
-import tempfile
 import time
 from collections import Counter
 
@@ -25,7 +22,7 @@ from vllm_src.testing import require_vllm_src
 require_vllm_src()
 KV = standins.import_vllm(["vllm.distributed.kv_events"])["vllm.distributed.kv_events"]
 
-from conftest import as_kv, kv_bits, mount_skip_reason, tokens  # noqa: E402
+from conftest import as_kv, kv_bits, mount_skip_reason, mounted, tokens  # noqa: E402
 from kv_events_helper import NodeView, decode_batch, endpoints, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(mount_skip_reason()), reason=mount_skip_reason() or "ok")
@@ -47,30 +44,8 @@ def node():
 
 @pytest.fixture()
 def mount(node):
-    d = tempfile.mkdtemp(prefix="ptstore-mount-kv-")
-    mnt = os.path.join(d, "mnt")
-    os.mkdir(mnt)
-    log = open(os.path.join(d, "ptstore-fuse.log"), "wb")
-    proc = subprocess.Popen([os.environ["PTSTORE_FUSE"], mnt, "-f", "-o", f"socket={node.socket},allow_other"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mnt):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                with open(log.name, errors="replace") as f:
-                    pytest.fail(f"ptstore-fuse did not mount: {f.read()}")
-            time.sleep(0.02)
+    with mounted(node.socket, prefix="ptstore-mount-kv-") as mnt:
         yield mnt
-    finally:
-        if os.path.ismount(mnt) and subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        log.close()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def events_since(view, seq, cls):

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
-import subprocess
 import tempfile
 import time
 
@@ -17,7 +14,7 @@ import numpy as np
 import pytest
 
 import ptstore
-from conftest import as_kv, empty, kv_bits, mount_skip_reason, raw, tokens
+from conftest import as_kv, empty, kv_bits, mount_skip_reason, mounted, raw, tokens
 
 KEY = re.compile(r"^[0-9a-f]{32}$")
 
@@ -25,39 +22,11 @@ KEY = re.compile(r"^[0-9a-f]{32}$")
 pytestmark = pytest.mark.skipif(bool(mount_skip_reason()), reason=mount_skip_reason() or "ok")
 
 
-def _unmount(path: str) -> None:
-    if os.path.ismount(path):
-        if subprocess.run(["fusermount3", "-u", path], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", path], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def mount(daemon):
     """The session's ptstored mounted on a fresh temporary directory."""
-    d = tempfile.mkdtemp(prefix="ptstore-mount-py-")
-    mnt = os.path.join(d, "mnt")
-    os.mkdir(mnt)
-    log = open(os.path.join(d, "ptstore-fuse.log"), "wb")
-    proc = subprocess.Popen([os.environ["PTSTORE_FUSE"], mnt, "-f", "-o", f"socket={daemon.socket},allow_other"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mnt):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                with open(log.name, errors="replace") as f:
-                    pytest.fail(f"ptstore-fuse did not mount: {f.read()}")
-            time.sleep(0.02)
+    with mounted(daemon.socket) as mnt:
         yield mnt
-    finally:
-        _unmount(mnt)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            _unmount(mnt)
-        log.close()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _increments(root: str):
