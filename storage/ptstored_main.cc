@@ -22,28 +22,12 @@
 #include "storage/cluster_metrics.h"
 #include "storage/metrics.h"
 #include "storage/metrics_http.h"
+#include "storage/node.h"
 #include "storage/server.h"
 #include "storage/store.h"
 
 using namespace ptstore;
 
-namespace {
-
-// The KV-event stream's incarnation: seconds since the Unix epoch, and with
-// an SSD tier more than the last one recorded there (a restart within the
-// same second, or a clock set back, still gets a new one).
-uint32_t NextIncarnation(const std::string& ssd_dir) {
-  uint32_t inc = static_cast<uint32_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  if (ssd_dir.empty()) return inc;
-  const std::string path = ssd_dir + "/kv-events.incarnation";
-  uint64_t last = 0;
-  if (std::ifstream in(path); in >> last) inc = static_cast<uint32_t>(std::max<uint64_t>(inc, last + 1));
-  std::ofstream(path, std::ios::trunc) << inc << "\n";
-  return inc;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ptstored: the PTStore node server (DRAM arena of KV prefixes)"};
@@ -170,86 +154,28 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(std::filesystem::path(cfg.server.socket_path).parent_path(), ec);
 
   const double start_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  auto t0 = std::chrono::steady_clock::now();
-  auto store = storage::Store::Open(cfg.store);
-  if (!store.ok()) return fail(store.status().WithContext("opening the store"));
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  PTS_INFO("store", "arena of " << (*store)->arena_bytes() / double(1 << 20) << " MiB ready in " << secs << " s"
-                                << ((*store)->huge_pages() ? " (huge pages)" : "")
-                                << (cfg.store.prefault ? ", pre-faulted" : "") << "; node " << cfg.store.node_id
-                                << ", replica share " << cfg.store.replica_share);
-
-  std::unique_ptr<storage::Cluster> cluster;
-  std::unique_ptr<storage::EtcdMembership> etcd;
-  const bool in_etcd = storage::IsEtcdUrl(cfg.cluster.cluster_file);
-  if (in_etcd) {
-    // Members from etcd (storage/etcd_membership.h): register, then start
-    // the cluster with the members registered now; changes follow.
-    storage::EtcdMembershipOptions eo;
-    eo.url = cfg.cluster.cluster_file;
-    eo.lease_ttl_s = cfg.cluster.etcd_lease_s;
-    eo.timeout_ms = cfg.cluster.rpc_timeout_ms;
-    eo.incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-    auto self = core::ParseMemberAddress(cfg.cluster.advertise, "[cluster] advertise / --advertise");
-    if (cfg.cluster.advertise.empty()) {
-      return fail(InvalidArgument("--cluster " + eo.url +
-                                  " needs this node's address: set [cluster] advertise or --advertise HOST:PORT"));
-    }
-    if (!self.ok()) return fail(self.status());
-    eo.self = *self;
-    eo.self.node_id = cfg.store.node_id;
-    core::Membership initial;
-    auto joined = storage::EtcdMembership::Join(eo, &initial);
-    if (!joined.ok()) return fail(joined.status().WithContext("joining the cluster"));
-    etcd = std::move(*joined);
-    auto c = storage::Cluster::Start(store->get(), cfg.cluster, std::move(initial));
-    if (!c.ok()) return fail(c.status().WithContext("joining the cluster"));
-    cluster = std::move(*c);
-    cfg.server.cluster = cluster.get();
-    storage::Cluster* raw = cluster.get();
-    const std::string origin = "members in " + etcd->url();
-    etcd->Run([raw, origin](const core::Membership& m) {
-      Result<std::string> r = raw->ApplyMembership(m, origin);
-      if (!r.ok()) PTS_ERROR("cluster", r.status().ToString());
-    });
-  } else if (!cfg.cluster.cluster_file.empty()) {
-    auto c = storage::Cluster::Start(store->get(), cfg.cluster);
-    if (!c.ok()) return fail(c.status().WithContext("joining the cluster"));
-    cluster = std::move(*c);
-    cfg.server.cluster = cluster.get();
-  }
-  // KV events: the publisher announces AllBlocksCleared and what the store
-  // recovered before anything else can change it.
-  std::unique_ptr<storage::KvEventPublisher> events_pub;
-  if (cfg.events.enabled) {
-    cfg.events.node_id = cfg.store.node_id;
-    cfg.events.incarnation = NextIncarnation(cfg.store.ssd.dir);
-    storage::Store* s = store->get();
-    auto p = storage::KvEventPublisher::Start(cfg.events, [s] { s->AnnounceEvents(); });
-    if (!p.ok()) return fail(p.status());
-    events_pub = std::move(*p);
-    s->SetEventSink(events_pub.get());
-    PTS_INFO("events", "kv events on " << events_pub->endpoint() << " replay " << events_pub->replay_endpoint()
-                                       << " incarnation " << events_pub->incarnation());
-  }
-  storage::Server server(store->get(), cfg.server);
+  auto opened = storage::Node::Open(cfg);
+  if (!opened.ok()) return fail(opened.status());
+  storage::Node& node = **opened;
+  storage::Server server(&node, cfg.server);
   // The metrics endpoint starts before the socket, so that its port is in
   // the log once clients can connect.
   storage::MetricsHttpServer metrics;
   if (cfg.metrics.enabled) {
-    storage::Store* node_store = store->get();
-    storage::Cluster* node_cluster = cluster.get();
-    const storage::EtcdMembership* node_etcd = etcd.get();
-    auto render = [node_store, node_cluster, node_etcd, &server, &cfg, &events_pub, start_time] {
-      storage::NodeMetrics node;
-      node.node_id = cfg.store.node_id;
-      node.version = PTSTORE_VERSION;
-      node.start_time = start_time;
-      node.sessions_open = server.sessions_open();
-      node.sessions_total = server.sessions_served();
-      node.sessions_refused = server.sessions_refused();
+    storage::Store* node_store = &node.store();
+    storage::Cluster* node_cluster = node.cluster();
+    const storage::EtcdMembership* node_etcd = node.etcd();
+    const storage::KvEventPublisher* events_pub = node.events();
+    auto render = [node_store, node_cluster, node_etcd, events_pub, &server, &cfg, start_time] {
+      storage::NodeMetrics info;
+      info.node_id = cfg.store.node_id;
+      info.version = PTSTORE_VERSION;
+      info.start_time = start_time;
+      info.sessions_open = server.sessions_open();
+      info.sessions_total = server.sessions_served();
+      info.sessions_refused = server.sessions_refused();
       core::PromWriter w;
-      storage::AppendNodeMetrics(w, node);
+      storage::AppendNodeMetrics(w, info);
       storage::AppendStoreMetrics(w, node_store->Stats());
       storage::AppendNamespaceMetrics(w, node_store->ListNamespaces());
       storage::AppendNamespaceQuotaMetrics(w, node_store->ListQuotas());
@@ -274,25 +200,21 @@ int main(int argc, char** argv) {
     if (Status st = core::SdNotify(state); !st.ok()) PTS_WARN("main", "notifying the service manager: " << st.ToString());
   };
   const std::string serving = "STATUS=serving on " + cfg.server.socket_path;
-  auto members = [&cluster] {
-    return cluster ? "; " + std::to_string(cluster->member_count()) + " cluster members" : std::string();
+  auto members = [&node] {
+    return node.cluster() ? "; " + std::to_string(node.member_count()) + " cluster members" : std::string();
   };
   notify("READY=1\n" + serving + members());
 
   // SIGHUP: the cluster file again (storage/cluster.h, Reload). A file that
   // cannot be applied is logged and changes nothing.
   auto on_hangup = [&] {
-    if (!cluster) {
-      PTS_INFO("main", "SIGHUP: no cluster file (one node alone): nothing to reload; send SIGTERM to stop");
-      return;
-    }
-    if (etcd) {
-      PTS_INFO("main", "SIGHUP: the members come from " << etcd->url() << " and follow it: nothing to reload");
+    if (!node.cluster() || node.etcd()) {  // nothing to reload: Reload says why
+      PTS_INFO("main", "SIGHUP: " << node.Reload().value());
       return;
     }
     PTS_INFO("main", "SIGHUP: reloading cluster file " << cfg.cluster.cluster_file);
     notify("RELOADING=1\nSTATUS=reloading the cluster file");
-    Result<std::string> r = cluster->Reload();
+    Result<std::string> r = node.Reload();
     if (!r.ok()) PTS_ERROR("cluster", r.status().ToString());
     notify("READY=1\n" + serving + members() + (r.ok() ? "" : "; last reload refused: " + r.status().message()));
   };
@@ -300,21 +222,11 @@ int main(int argc, char** argv) {
   notify("STOPPING=1\nSTATUS=shutting down");
   // Leave etcd first: the others drop this node now, not when its lease
   // expires (they lose misses, not time).
-  if (etcd) etcd->Leave();
+  node.Leave();
   metrics.Stop();
   server.Stop();
-  if (cluster) cluster->Stop();
-  if (cfg.persist_on_shutdown && !cfg.store.ssd.dir.empty()) {
-    Result<uint64_t> n = (*store)->PersistAll();
-    if (!n.ok()) PTS_WARN("main", "persisting to SSD at shutdown: " << n.status().ToString());
-  } else {
-    (*store)->SyncTimes();  // what is on SSD comes back with the times it has now
-  }
-  if (events_pub) {
-    (*store)->SetEventSink(nullptr);
-    events_pub.reset();  // sends what is queued
-  }
-  StoreStats s = (*store)->Stats();
+  node.Stop(cfg.persist_on_shutdown);
+  StoreStats s = node.store().Stats();
   PTS_INFO("main", "served " << s.hits << " hits, " << s.misses << " misses, " << s.saves << " saves; bye");
   return 0;
 }

@@ -8,11 +8,12 @@
 
 #include "core/logging.h"
 #include "rdma/framed_socket.h"
+#include "storage/node.h"
 #include "storage/session.h"
 
 namespace ptstore::storage {
 
-Server::Server(Store* store, ServerOptions options) : store_(store), options_(std::move(options)) {}
+Server::Server(Node* node, ServerOptions options) : node_(node), options_(std::move(options)) {}
 
 Server::~Server() { Stop(); }
 
@@ -64,7 +65,7 @@ void Server::AcceptLoop() {
         continue;
       }
     }
-    auto s = std::make_unique<Session>(store_, &options_, fd, next_session_++, *creds);
+    auto s = std::make_unique<Session>(node_, &options_, fd, next_session_++, *creds);
     s->Start();
     sessions_.push_back(std::move(s));
   }
@@ -83,7 +84,7 @@ void Server::ReapLoop() {
     reap_cv_.wait_for(lk, std::chrono::milliseconds(options_.lease_reap_ms));
     if (stopping_.load()) break;
     lk.unlock();
-    store_->ExpireLeases(Store::Clock::now());
+    node_->store().ExpireLeases(Store::Clock::now());
     lk.lock();
   }
 }

@@ -38,15 +38,15 @@ struct ServerOptions {
   // A frame that has begun must be complete within this time, or the session
   // is closed: a peer that sends half a frame and stalls holds no thread.
   uint32_t frame_timeout_ms = 10000;
-  // This node's part in a cluster (nullptr: a single node). Not owned.
-  class Cluster* cluster = nullptr;
 };
 
+class Node;
 class Session;
 
 class Server {
  public:
-  Server(Store* store, ServerOptions options);
+  // Sessions serve `node` (storage/node.h), which must outlive the server.
+  Server(Node* node, ServerOptions options);
   ~Server();  // Stop()
 
   Status Start();
@@ -63,7 +63,7 @@ class Server {
   void AcceptLoop();
   void ReapLoop();
 
-  Store* store_;
+  Node* const node_;
   const ServerOptions options_;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};

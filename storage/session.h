@@ -1,5 +1,6 @@
 // One client connection of ptstored: decodes requests, checks permissions,
-// calls the Store, encodes replies.
+// calls the node (storage/node.h: the store, and the cluster around it),
+// encodes replies.
 //
 // Thread safety: a Session runs on its own thread; Stop() may be called from
 // another thread to end it.
@@ -18,12 +19,13 @@
 
 namespace ptstore::storage {
 
+class Node;
 struct ServerOptions;
 
 class Session {
  public:
   // `peer`: the connection's kernel-checked credentials (SO_PEERCRED).
-  Session(Store* store, const ServerOptions* options, int fd, uint64_t id, const Credentials& peer);
+  Session(Node* node, const ServerOptions* options, int fd, uint64_t id, const Credentials& peer);
   ~Session();  // joins the thread
 
   void Start();
@@ -36,6 +38,32 @@ class Session {
   // Handles one request and sends its reply; a failure it returns is sent
   // back by the caller as an ErrorReply.
   Status Dispatch(rdma::Frame& f);
+  // One handler per request type (Dispatch picks it): decode, check, do,
+  // reply. The connection and namespaces are in session.cc, prefixes and
+  // locations in session_requests.cc.
+  Status OnHello(rdma::Frame& f);
+  Status OnRegisterBuffer(rdma::Frame& f);
+  Status OnUnregisterBuffer(rdma::Frame& f);
+  Status OnCreateNamespace(rdma::Frame& f);
+  Status OnGetNamespace(rdma::Frame& f);
+  Status OnListNamespaces(rdma::Frame& f);
+  Status OnDropNamespace(rdma::Frame& f);
+  Status OnSave(rdma::Frame& f);
+  Status OnLookup(rdma::Frame& f);
+  Status OnPin(rdma::Frame& f);
+  Status OnLoadCopy(rdma::Frame& f);
+  Status OnRelease(rdma::Frame& f);
+  Status OnRemove(rdma::Frame& f);
+  Status OnStats(rdma::Frame& f);
+  Status OnListTree(rdma::Frame& f);
+  Status OnIncrement(rdma::Frame& f);
+  Status OnSetTimes(rdma::Frame& f);
+  Status OnChanges(rdma::Frame& f);
+  Status OnLocate(rdma::Frame& f);
+  Status OnLocatePrefix(rdma::Frame& f);
+  Status OnSetQuota(rdma::Frame& f);
+  Status OnQuotas(rdma::Frame& f);
+  Status OnClusterStatus(rdma::Frame& f);
   // Replies to `req` with `m` as message type req.type + 1.
   template <typename M>
   Status Reply(const rdma::Frame& req, const M& m, int pass_fd = -1) {
@@ -47,9 +75,9 @@ class Session {
   // The registered buffer range [offset, offset + bytes), or an error.
   Result<uint8_t*> BufferRange(uint32_t buffer_id, uint64_t offset, uint64_t bytes);
 
-  Store* store_;
+  Node* const node_;
+  Store* const store_;  // node_->store(): namespaces, listings, leases, quotas
   const ServerOptions* options_;
-  class Cluster* cluster_;  // nullptr: a single node
   rdma::FramedSocket socket_;
   const uint64_t id_;
   Credentials peer_;
