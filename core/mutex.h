@@ -24,6 +24,7 @@
 // thread; a scoped lock object belongs to the thread that made it.
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -74,6 +75,23 @@ class SCOPED_CAPABILITY UniqueLock {
 
   void Unlock() RELEASE() { lock_.unlock(); }
   void Lock() ACQUIRE() { lock_.lock(); }
+  // The same, for a lock passed by reference into a function that
+  // REQUIRES(mu) and drops it part-way (for I/O): the analysis cannot see
+  // which mutex a UniqueLock parameter holds, so the callee names it:
+  //   void SpillLocked(UniqueLock& lk) REQUIRES(mu_) {
+  //     lk.Unlock(mu_);  ...I/O...  lk.Lock(mu_);
+  //   }
+  // `mu` must be the mutex this lock was made with (asserted in debug builds).
+  // Not analysed inside: the analysis would see mu released by a std call
+  // it does not know (std::unique_lock carries no annotations).
+  void Unlock(Mutex& mu) RELEASE(mu) NO_THREAD_SAFETY_ANALYSIS {
+    assert(lock_.mutex() == &mu.mu_);
+    lock_.unlock();
+  }
+  void Lock(Mutex& mu) ACQUIRE(mu) NO_THREAD_SAFETY_ANALYSIS {
+    assert(lock_.mutex() == &mu.mu_);
+    lock_.lock();
+  }
 
  private:
   friend class CondVar;

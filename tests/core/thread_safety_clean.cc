@@ -47,6 +47,21 @@ class Queue {
     table_ = v;
   }
   size_t SizeLocked() const REQUIRES(mu_) { return items_.size(); }
+  // A lock passed by reference, dropped for I/O and retaken by the callee.
+  int TakeWithIo() EXCLUDES(mu_) {
+    UniqueLock lock(mu_);
+    items_.push_back(1);
+    DropForIoLocked(lock);
+    int v = items_.back();
+    items_.pop_back();
+    return v;
+  }
+  void DropForIoLocked(UniqueLock& lock) REQUIRES(mu_) {
+    lock.Unlock(mu_);
+    Io();
+    lock.Lock(mu_);
+    items_.push_back(static_cast<int>(items_.size()));
+  }
 
  private:
   void Io() EXCLUDES(mu_) {}
@@ -63,5 +78,6 @@ int main() {
   Queue q;
   q.Put(1);
   q.Write(q.TakeAndPutBack());
+  q.TakeWithIo();
   return q.Read() + (q.WaitBriefly() ? 0 : 1) - 1;
 }

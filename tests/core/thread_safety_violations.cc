@@ -24,10 +24,16 @@ class Violations {
     ptstore::core::MutexLock lock(mu_);
     Takes();  // 5: Takes excludes mu_
   }
+  void ReturnsWithLockDropped(ptstore::core::UniqueLock& lock) REQUIRES(mu_) {
+    lock.Unlock(mu_);
+  }  // 6: mu_ must be held again at the end (REQUIRES)
 
  private:
   void NeedsLock() REQUIRES(mu_) {}
   void Takes() EXCLUDES(mu_) { ptstore::core::MutexLock lock(mu_); }
+ public:
+  ptstore::core::Mutex& mu() RETURN_CAPABILITY(mu_) { return mu_; }
+ private:
   ptstore::core::Mutex mu_;
   int value_ GUARDED_BY(mu_) = 0;
   ptstore::core::SharedMutex shared_mu_;
@@ -41,6 +47,10 @@ int main() {
   v.WriteWithoutLock();
   v.CallWithoutLock();
   v.DoubleLock();
+  {
+    ptstore::core::UniqueLock lock(v.mu());
+    v.ReturnsWithLockDropped(lock);
+  }
   v.WriteUnderReaderLock();
   return v.ReadAfterUnlock();
 }
