@@ -4,9 +4,6 @@
 #include "storage/cluster.h"
 #include "storage/cluster_peer.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -16,8 +13,8 @@
 
 #include "core/logging.h"
 #include "core/rendezvous.h"
-#include "rdma/fabric.h"
-#include "rdma/tcp.h"
+#include "storage/cluster/rma_transport.h"
+#include "storage/cluster/tcp_transport.h"
 
 namespace ptstore::storage {
 
@@ -35,23 +32,15 @@ uint64_t NewIncarnation() {
 }  // namespace
 
 Cluster::Cluster(Store* store, ClusterOptions options, core::Membership membership, core::Member self,
-                 rdma::ClusterSecret secret)
+                 std::unique_ptr<PeerTransport> transport)
     : store_(store),
       options_(std::move(options)),
       self_(std::move(self)),
-      secret_(std::move(secret)),
       incarnation_(NewIncarnation()),
+      transport_(std::move(transport)),
       membership_(std::move(membership)),
       peers_(std::make_shared<const PeerList>()),
-      member_count_(membership_.size()) {}
-
-rdma::AuthOptions Cluster::PeerAuth() {
-  rdma::AuthOptions a;
-  a.versions = rdma::LocalPeerVersions();
-  if (options_.require_integrity) a.versions.min = std::max(a.versions.min, rdma::kPeerProtocolIntegrity);
-  a.counters = &counters_.wire;
-  return a;
-}
+      member_count_(0) {}
 
 Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options) {
   if (options.require_integrity && rdma::LocalPeerVersions().max < rdma::kPeerProtocolIntegrity) {
@@ -65,8 +54,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptio
 
 Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options,
                                                 core::Membership m) {
-  const uint32_t id = store->options().node_id;
-  PTS_ASSIGN_OR_RETURN(core::Member self, m.Self(id));
+  PTS_ASSIGN_OR_RETURN(core::Member self, m.Self(store->options().node_id));
   std::string secret_file = options.secret_file.empty() ? m.secret_file() : options.secret_file;
   if (secret_file.empty()) {
     return InvalidArgument("cluster file " + options.cluster_file +
@@ -74,36 +62,48 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptio
                            "secret_file in the cluster file or [cluster] secret_file)");
   }
   PTS_ASSIGN_OR_RETURN(rdma::ClusterSecret secret, rdma::ClusterSecret::Load(secret_file));
-  std::unique_ptr<Cluster> c(new Cluster(store, options, std::move(m), std::move(self), std::move(secret)));
+  std::unique_ptr<PeerTransport> transport;
+  if (options.data_path == core::DataPath::kRma) {
+    PTS_ASSIGN_OR_RETURN(transport, RmaTransport::Create(options, self, std::move(secret), store));
+  } else {
+    transport = std::make_unique<TcpTransport>(options, self, std::move(secret),
+                                               const_cast<uint8_t*>(store->arena_base()));
+  }
+  return Start(store, options, std::move(m), std::move(transport));
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::Start(Store* store, const ClusterOptions& options, core::Membership m,
+                                                std::unique_ptr<PeerTransport> transport) {
+  const uint32_t id = store->options().node_id;
+  PTS_ASSIGN_OR_RETURN(core::Member self, m.Self(id));
+  const std::vector<core::Member> members = m.members();
+  std::unique_ptr<Cluster> c(new Cluster(store, options, std::move(m), std::move(self), std::move(transport)));
+  c->member_count_.store(members.size());
+  PTS_RETURN_IF_ERROR(c->transport_->Open(c.get(), &c->counters_));
+  c->port_ = c->transport_->port();
   auto peers = std::make_shared<PeerList>();
-  for (const core::Member& mem : c->membership_.members()) {
+  for (const core::Member& mem : members) {
     if (mem.node_id == id) continue;
     auto p = std::make_shared<Peer>();
     p->member = mem;
-    p->channel = std::make_unique<rdma::PeerChannel>(id, mem.node_id, mem.host, mem.port, &c->secret_, c->PeerAuth());
+    p->link = c->transport_->Connect(mem);
     peers->push_back(std::move(p));
   }
-  c->peers_ = std::move(peers);
-  if (options.data_path == core::DataPath::kRma) {
-    rdma::FabricOptions fo;
-    fo.provider = options.fabric_provider;
-    fo.node = c->self_.host;
-    PTS_ASSIGN_OR_RETURN(c->fabric_, rdma::Fabric::Open(fo));
-    PTS_RETURN_IF_ERROR(c->fabric_->RegisterRegion(const_cast<uint8_t*>(store->arena_base()), store->arena_bytes(),
-                                                   uint64_t{id} + 1));
+  {
+    core::MutexLock lk(c->peers_mu_);
+    c->peers_ = peers;
   }
-  PTS_RETURN_IF_ERROR(c->Listen());
+  c->transport_->Serve();
   store->SetFetcher(c.get());
-  c->accept_thread_ = std::thread([p = c.get()] { p->AcceptLoop(); });
   c->maintenance_thread_ = std::thread([p = c.get()] { p->MaintenanceLoop(); });
-  for (const auto& p : *c->peers_) {
+  for (const auto& p : *peers) {
     Peer* raw = p.get();
     raw->heartbeat = std::thread([c = c.get(), raw] { c->HeartbeatLoop(raw); });
   }
-  PTS_INFO("cluster", "node " << id << " of " << c->membership_.size() << " listening on " << c->self_.host << ":"
-                              << c->port_ << ", loads over "
-                              << core::DataPathName(options.data_path)
-                              << (c->fabric_ ? " (" + options.fabric_provider + ")" : std::string()));
+  const std::string provider = c->transport_->fabric_provider();
+  PTS_INFO("cluster", "node " << id << " of " << members.size() << " listening on " << c->self_.host << ":"
+                              << c->port_ << ", loads over " << c->transport_->data_path()
+                              << (provider.empty() ? std::string() : " (" + provider + ")"));
   return c;
 }
 
@@ -112,31 +112,26 @@ Cluster::~Cluster() { Stop(); }
 void Cluster::Stop() {
   if (stopping_.exchange(true)) return;
   store_->SetFetcher(nullptr);
-  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
-  if (accept_thread_.joinable()) accept_thread_.join();
-  wake_.notify_all();
+  // No peer is served past here (tcp: the listener and every served
+  // connection are closed and joined).
+  transport_->Stop();
+  {
+    core::MutexLock lk(wake_mu_);
+    wake_.NotifyAll();
+  }
   if (maintenance_thread_.joinable()) maintenance_thread_.join();
   // Reload is not running: it holds reload_mu_ throughout.
-  std::lock_guard reload(reload_mu_);
+  core::MutexLock reload(reload_mu_);
   for (const auto& p : *Peers()) {
-    p->hb_cv.notify_all();
+    {
+      core::MutexLock lk(p->hb_mu);
+      p->hb_cv.NotifyAll();
+    }
     if (p->heartbeat.joinable()) p->heartbeat.join();
-    p->channel->Reset();
+    p->link->Reset();
   }
-  {
-    std::lock_guard lk(peers_mu_);
-    retired_.clear();  // their heartbeats are joined; the fabric goes below
-  }
-  std::list<ServedConn> conns;
-  {
-    std::lock_guard lk(conns_mu_);
-    for (ServedConn& c : conns_) shutdown(c.fd, SHUT_RDWR);
-    conns.swap(conns_);
-  }
-  for (ServedConn& c : conns) c.thread.join();
-  if (listen_fd_ >= 0) close(listen_fd_);
-  listen_fd_ = -1;
-  fabric_.reset();
+  core::MutexLock lk(peers_mu_);
+  retired_.clear();  // their heartbeats are joined; their links go with them
 }
 
 // ------------------------------------------------------------ membership
@@ -148,7 +143,7 @@ bool Cluster::IsAlive(const Peer* p) const {
 }
 
 std::shared_ptr<const Cluster::PeerList> Cluster::Peers() const {
-  std::lock_guard lk(peers_mu_);
+  core::MutexLock lk(peers_mu_);
   return peers_;
 }
 
@@ -168,7 +163,7 @@ std::shared_ptr<Cluster::Peer> Cluster::FindPeer(uint32_t id) const {
 }
 
 bool Cluster::Departed(uint32_t id) const {
-  std::lock_guard lk(peers_mu_);
+  core::MutexLock lk(peers_mu_);
   return std::find(departed_.begin(), departed_.end(), id) != departed_.end();
 }
 
@@ -182,18 +177,19 @@ uint32_t Cluster::ShardFor(const NamespaceDef& def, std::span<const uint32_t> to
 }
 
 void Cluster::HeartbeatLoop(Peer* p) {
-  std::mutex m;
-  std::unique_lock lk(m);
+  core::UniqueLock lk(p->hb_mu);
   while (!stopping_.load() && !p->removed.load()) {
+    lk.Unlock();
     Ping(p);
-    p->hb_cv.wait_for(lk, std::chrono::milliseconds(options_.heartbeat_ms),
-                      [&] { return stopping_.load() || p->removed.load(); });
+    lk.Lock();
+    p->hb_cv.WaitFor(lk, std::chrono::milliseconds(options_.heartbeat_ms),
+                     [&] { return stopping_.load() || p->removed.load(); });
   }
 }
 
 void Cluster::Ping(Peer* p) {
   const auto t0 = Clock::now();
-  Result<core::PeerPingReply> rep = p->channel->Call<core::PeerPing, core::PeerPingReply>(
+  Result<core::PeerPingReply> rep = p->link->Call<core::PeerPing, core::PeerPingReply>(
       core::PeerPing{self_.node_id, incarnation_}, std::min(options_.rpc_timeout_ms, options_.heartbeat_ms * 2));
   const auto rtt = Clock::now() - t0;
   if (!rep.ok()) {
@@ -213,8 +209,9 @@ void Cluster::Ping(Peer* p) {
 void Cluster::MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::nanoseconds rtt) {
   bool changed = false;
   bool restarted = false;
+  p->link->OnPing(rep);  // rma: the peer's fabric address, before loads see it alive
   {
-    std::lock_guard lk(p->mu);
+    core::MutexLock lk(p->mu);
     restarted = p->seen && p->last.incarnation != rep.incarnation;
     changed = p->state.load() == MemberState::kDead || restarted;
     if (restarted) PTS_INFO("cluster", "node " << p->member.node_id << " restarted");
@@ -223,20 +220,6 @@ void Cluster::MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::na
     p->last_seen = Clock::now();
     p->rtt_us = static_cast<uint64_t>(rtt.count() / 1000);
     p->misses = 0;
-    if (fabric_ && !rep.fabric_address.empty() && rep.fabric_address != p->fabric_address) {
-      if (p->fabric_ready) fabric_->RemovePeer(p->fabric_handle);
-      p->fabric_ready = false;
-      auto bytes = std::span(reinterpret_cast<const uint8_t*>(rep.fabric_address.data()), rep.fabric_address.size());
-      Result<uint64_t> h = fabric_->AddPeer(bytes);
-      if (h.ok()) {
-        p->fabric_handle = *h;
-        p->fabric_ready = true;
-        p->fabric_address = rep.fabric_address;
-      } else {
-        PTS_WARN("cluster", "node " << p->member.node_id << ": its RMA address does not work: "
-                                     << h.status().ToString() << "; loads from it use TCP");
-      }
-    }
     p->state.store(MemberState::kAlive);
   }
   if (restarted) {
@@ -250,16 +233,16 @@ void Cluster::MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::na
   }
   if (changed) {
     PTS_INFO("cluster", "node " << p->member.node_id << " at " << p->member.Address() << " is alive");
-    std::lock_guard lk(wake_mu_);
+    core::MutexLock lk(wake_mu_);
     reannounce_ = true;
-    wake_.notify_all();
+    wake_.NotifyAll();
   }
 }
 
 void Cluster::MarkFailed(Peer* p, const ptstore::Status& why) {
   bool died = false;
   {
-    std::lock_guard lk(p->mu);
+    core::MutexLock lk(p->mu);
     p->misses++;
     const MemberState before = p->state.load();
     // A refused connection is a dead node; a silent one gets dead_after tries.
@@ -274,10 +257,10 @@ void Cluster::MarkFailed(Peer* p, const ptstore::Status& why) {
   if (died) {
     PTS_WARN("cluster", "node " << p->member.node_id << " at " << p->member.Address()
                                 << " is dead: " << why.ToString());
-    p->channel->Reset();
-    std::lock_guard lk(wake_mu_);
+    p->link->Reset();
+    core::MutexLock lk(wake_mu_);
     reannounce_ = true;  // its roots moved to other shards
-    wake_.notify_all();
+    wake_.NotifyAll();
   } else {
     PTS_DEBUG("cluster", "node " << p->member.node_id << ": " << why.ToString());
   }
@@ -288,7 +271,7 @@ core::ClusterStatusReply Cluster::MemberStatus() const {
   r.self_id = self_.node_id;
   r.enabled = true;
   r.data_path = core::DataPathName(options_.data_path);
-  r.fabric_provider = fabric_ ? options_.fabric_provider : "";
+  r.fabric_provider = transport_->fabric_provider();
   const StoreStats s = store_->Stats();
   core::MemberInfo me;
   me.id = self_.node_id;
@@ -302,7 +285,7 @@ core::ClusterStatusReply Cluster::MemberStatus() const {
   r.members.push_back(me);
   const auto now = Clock::now();
   for (const auto& p : *Peers()) {
-    std::lock_guard lk(p->mu);
+    core::MutexLock lk(p->mu);
     core::MemberInfo m;
     m.id = p->member.node_id;
     m.address = p->member.Address();
@@ -360,7 +343,7 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   // of: that answer is about one first block only).
   const bool cacheable = options_.negative_ttl_ms > 0 && local->blocks > 0;
   if (cacheable) {
-    std::lock_guard lk(negative_mu_);
+    core::MutexLock lk(negative_mu_);
     for (uint64_t key : {prefix_key, prompt_key}) {
       auto it = negative_.find(key);
       if (it != negative_.end() && now - it->second < std::chrono::milliseconds(options_.negative_ttl_ms)) {
@@ -371,7 +354,7 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
   }
   counters_.shard_lookups++;
   const auto t0 = Clock::now();
-  Result<core::ShardLookupReply> rep = p->channel->Call<core::ShardLookup, core::ShardLookupReply>(
+  Result<core::ShardLookupReply> rep = p->link->Call<core::ShardLookup, core::ShardLookupReply>(
       core::ShardLookup{*def, std::vector<uint32_t>(tokens.begin(), tokens.begin() + whole * bt)},
       options_.rpc_timeout_ms);
   counters_.lookup_latency.Observe(Clock::now() - t0);
@@ -387,7 +370,7 @@ void Cluster::Refresh(const std::string& ns, std::span<const uint32_t> tokens) {
     // The shard matched no more than this node: it knows no continuation of
     // this node's match when it matched less, or when its index stops there.
     const bool nothing_past_prefix = rep->blocks < local->blocks || !rep->continues;
-    std::lock_guard lk(negative_mu_);
+    core::MutexLock lk(negative_mu_);
     if (negative_.size() > 100000) negative_.clear();  // bounded; they expire fast anyway
     negative_[nothing_past_prefix ? prefix_key : prompt_key] = now;
   }
@@ -438,7 +421,7 @@ void Cluster::CheckRemoteMatch(const std::string& ns, std::span<const uint32_t> 
     // A node that is down may come back with its data; one this node's file
     // does not know yet (it joined, and this node has not reloaded) too.
     if (p == nullptr || !IsAlive(p.get())) continue;
-    Result<core::PeerHoldsReply> r = p->channel->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
+    Result<core::PeerHoldsReply> r = p->link->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
     if (!r.ok()) {
       MarkFailed(p.get(), r.status());
       continue;
@@ -477,10 +460,10 @@ void Cluster::Announce(const std::string& ns, std::span<const uint32_t> tokens) 
   msg.entries.push_back({std::vector<uint32_t>(tokens.begin(), tokens.begin() + own->blocks * def->info.layout.block_tokens),
                          own->ranges});
   counters_.announces++;
-  Result<core::EmptyReply> r = p->channel->Call<core::ShardAnnounce, core::EmptyReply>(msg, options_.rpc_timeout_ms);
+  Result<core::EmptyReply> r = p->link->Call<core::ShardAnnounce, core::EmptyReply>(msg, options_.rpc_timeout_ms);
   if (!r.ok()) {
     MarkFailed(p.get(), r.status());
-    std::lock_guard lk(wake_mu_);
+    core::MutexLock lk(wake_mu_);
     reannounce_ = true;  // the shard learns it later
   }
 }
@@ -500,7 +483,7 @@ void Cluster::SendRemoval(const core::PeerRemove& msg, uint32_t skip_id) {
     Peer* p = up.get();
     if (p->member.node_id == skip_id) continue;
     auto queue = [p, &msg] {
-      std::lock_guard lk(p->mu);
+      core::MutexLock lk(p->mu);
       if (p->pending.size() < kMaxPendingRemovals) p->pending.push_back(msg);
     };
     if (!IsAlive(p)) {
@@ -508,7 +491,7 @@ void Cluster::SendRemoval(const core::PeerRemove& msg, uint32_t skip_id) {
       continue;
     }
     sends.emplace_back([this, p, &msg, queue] {
-      Result<core::RemoveReply> r = p->channel->Call<core::PeerRemove, core::RemoveReply>(msg, options_.rpc_timeout_ms);
+      Result<core::RemoveReply> r = p->link->Call<core::PeerRemove, core::RemoveReply>(msg, options_.rpc_timeout_ms);
       if (!r.ok()) {
         queue();
         MarkFailed(p, r.status());
@@ -522,16 +505,16 @@ void Cluster::DeliverPending(Peer* p) {
   for (;;) {
     core::PeerRemove msg;
     {
-      std::lock_guard lk(p->mu);
+      core::MutexLock lk(p->mu);
       if (p->pending.empty()) return;
       msg = p->pending.front();
     }
-    Result<core::RemoveReply> r = p->channel->Call<core::PeerRemove, core::RemoveReply>(msg, options_.rpc_timeout_ms);
+    Result<core::RemoveReply> r = p->link->Call<core::PeerRemove, core::RemoveReply>(msg, options_.rpc_timeout_ms);
     if (!r.ok()) {
       MarkFailed(p, r.status());
       return;
     }
-    std::lock_guard lk(p->mu);
+    core::MutexLock lk(p->mu);
     if (!p->pending.empty()) p->pending.pop_front();
   }
 }
@@ -545,7 +528,7 @@ std::vector<std::pair<uint32_t, std::vector<bool>>> Cluster::AskHolders(const co
     if (!IsAlive(peer)) continue;
     calls.emplace_back([this, peer, &q, &answers, p] {
       Result<core::PeerHoldsReply> r =
-          peer->channel->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
+          peer->link->Call<core::PeerHolds, core::PeerHoldsReply>(q, options_.rpc_timeout_ms);
       if (r.ok() && r->held.size() == q.entries.size()) answers[p] = {peer->member.node_id, std::move(r->held)};
     });
   }
@@ -664,8 +647,8 @@ void Cluster::MaintenanceLoop() {
   while (!stopping_.load()) {
     bool reannounce = false;
     {
-      std::unique_lock lk(wake_mu_);
-      wake_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping_.load() || reannounce_; });
+      core::UniqueLock lk(wake_mu_);
+      wake_.WaitFor(lk, std::chrono::milliseconds(100), [&]() REQUIRES(wake_mu_) { return stopping_.load() || reannounce_; });
       if (stopping_.load()) return;
       reannounce = std::exchange(reannounce_, false);
     }
@@ -711,7 +694,7 @@ void Cluster::ReannounceAll() {
       part.entries.assign(std::make_move_iterator(b.entries.begin() + i), std::make_move_iterator(b.entries.begin() + end));
       counters_.announces++;
       Result<core::EmptyReply> r =
-          p->channel->Call<core::ShardAnnounce, core::EmptyReply>(part, options_.rpc_timeout_ms * 4);
+          p->link->Call<core::ShardAnnounce, core::EmptyReply>(part, options_.rpc_timeout_ms * 4);
       if (!r.ok()) {
         MarkFailed(p.get(), r.status());
         failed = true;
@@ -721,7 +704,7 @@ void Cluster::ReannounceAll() {
   }
   if (entries) PTS_DEBUG("cluster", "announced " << entries << " owned increment(s) to their shards");
   if (failed) {
-    std::lock_guard lk(wake_mu_);
+    core::MutexLock lk(wake_mu_);
     reannounce_ = true;
   }
 }

@@ -15,7 +15,10 @@
 // sends one request per owner carrying all of that owner's segments, to all
 // owners in parallel, and the bytes land in this node's arena over a TCP
 // stream or by one-sided RMA reads (libfabric) from the owner's registered
-// arena. A dead owner, an unreachable one or a deadline is a miss.
+// arena, or, inside one process, copied from the owner's arena: which, is
+// the PeerTransport's business (storage/cluster/peer_transport.h), and every
+// peer message goes through it. A dead owner, an unreachable one or a
+// deadline is a miss.
 //
 // Removals (rm -r, Remove, evictions of owned data with no copy left) go to
 // the root's shard, which applies them and sends them to every other
@@ -38,18 +41,16 @@
 // a caller holds its snapshot (shared_ptr) for as long as it uses a Peer, so
 // a member removed meanwhile stays valid, marked removed (never alive),
 // until its last user lets go. Lock order: reload_mu_, then peers_mu_, then
-// a Peer's mu or conns_mu_.
+// a Peer's mu; negative_mu_, refused_mu_ and wake_mu_ are taken alone.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,18 +59,13 @@
 #include <vector>
 
 #include "core/membership.h"
+#include "core/mutex.h"
 #include "core/peer_messages.h"
 #include "core/prometheus.h"
 #include "rdma/auth.h"
-#include "rdma/peer_channel.h"
+#include "storage/cluster/peer_transport.h"
 #include "storage/remote.h"
 #include "storage/store.h"
-
-namespace ptstore::rdma {
-class Fabric;
-class FramedSocket;
-struct Frame;
-}
 
 namespace ptstore::storage {
 
@@ -133,7 +129,7 @@ Result<std::vector<IncrementLocation>> LocateLocal(Store* store, const std::stri
 Result<PrefixLocation> LocatePrefixLocal(Store* store, const std::string& ns, std::span<const uint32_t> tokens,
                                          core::PeerHolds* query = nullptr);
 
-class Cluster : public RemoteFetcher {
+class Cluster : public RemoteFetcher, private PeerService {
  public:
   // Reads the membership, loads the secret, listens on this node's address
   // (port 0 in the file picks one: tests), opens the RMA endpoint when the
@@ -143,8 +139,17 @@ class Cluster : public RemoteFetcher {
   // options.cluster_file then only names where they came from.
   static Result<std::unique_ptr<Cluster>> Start(Store* store, const ClusterOptions& options,
                                                 core::Membership membership);
+  // The same over `transport` (the tcp or rma one the others make, or an
+  // in-process LoopbackNet's: storage/cluster/loopback_transport.h); no
+  // secret is read (the transport has it, if it needs one).
+  // options.data_path is then only what status reports.
+  static Result<std::unique_ptr<Cluster>> Start(Store* store, const ClusterOptions& options,
+                                                core::Membership membership,
+                                                std::unique_ptr<PeerTransport> transport);
   ~Cluster() override;  // Stop()
-  void Stop();
+  // Stops serving peers, the heartbeats and the maintenance; loads no
+  // longer fetch. Idempotent.
+  void Stop() EXCLUDES(reload_mu_, peers_mu_);
 
   // Re-reads options.cluster_file and applies the difference to the running
   // cluster: joins, leaves, address changes (see the top of this file).
@@ -153,10 +158,10 @@ class Cluster : public RemoteFetcher {
   // lacks this node, or moves this node to another address (that needs a
   // restart: the listening socket stays). The secret is not re-read. On
   // success, a one-line summary ("joined 2; left none; moved none").
-  Result<std::string> Reload();
+  Result<std::string> Reload() EXCLUDES(reload_mu_);
   // Applies the member list `next` as Reload applies the file's (the same
   // refusals); `origin` names where it came from in logs and errors.
-  Result<std::string> ApplyMembership(core::Membership next, const std::string& origin);
+  Result<std::string> ApplyMembership(core::Membership next, const std::string& origin) EXCLUDES(reload_mu_);
 
   // Before a lookup, pin or save of `tokens`: unless this node's index
   // matches every whole block, asks the root's shard and files its answer.
@@ -210,7 +215,7 @@ class Cluster : public RemoteFetcher {
   // RemoteFetcher.
   void Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, std::vector<FetchRequest>& requests) override;
 
-  core::ClusterStatusReply MemberStatus() const;
+  core::ClusterStatusReply MemberStatus() const EXCLUDES(peers_mu_);
   // The members as of the last successful Start or Reload (self included).
   size_t member_count() const;
   const ClusterCounters& counters() const { return counters_; }
@@ -221,44 +226,39 @@ class Cluster : public RemoteFetcher {
   struct Peer;
   using PeerList = std::vector<std::shared_ptr<Peer>>;
   Cluster(Store* store, ClusterOptions options, core::Membership membership, core::Member self,
-          rdma::ClusterSecret secret);
-  Status Listen();
-  void AcceptLoop();
-  // Serves one authenticated peer connection until it closes (or the peer
-  // is no longer a member: its next request closes it).
-  void ServePeer(int fd, std::string remote);
-  Status DispatchPeer(rdma::FramedSocket& sock, const rdma::Frame& f, uint64_t session);
-  // Pins what a peer asks for and sends it (TCP) or its addresses (RMA;
-  // pins kept in `rma_fetches` until the peer's PeerRelease).
-  Status ServeFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req, uint64_t session,
-                    std::map<uint64_t, std::vector<uint64_t>>* rma_fetches, uint64_t* next_fetch);
+          std::unique_ptr<PeerTransport> transport);
+
+  // PeerService (peer_service.cc): the owner side of every peer message.
+  bool Admit(uint32_t peer, const std::string& remote, bool first) override EXCLUDES(refused_mu_);
+  uint64_t NewSession() override { return next_session_++; }
+  void EndSession(uint64_t session) override;
+  void Release(const std::vector<uint64_t>& leases, uint64_t session) override;
+  Result<std::vector<uint8_t>> Handle(const rdma::Frame& f, uint64_t session) override;
+  Result<ServedFetch> PinFetch(const core::PeerFetch& req, uint64_t session) override;
   // Creates the namespace a peer names if this node does not have it.
   Status EnsureNamespace(const NamespaceDef& def);
 
-  void HeartbeatLoop(Peer* p);
+  void HeartbeatLoop(Peer* p) EXCLUDES(wake_mu_);
   void Ping(Peer* p);
-  void MarkFailed(Peer* p, const ptstore::Status& why);
-  void MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::nanoseconds rtt);
+  void MarkFailed(Peer* p, const ptstore::Status& why) EXCLUDES(wake_mu_);
+  void MarkAlive(Peer* p, const core::PeerPingReply& rep, std::chrono::nanoseconds rtt) EXCLUDES(wake_mu_);
   // Background: re-announces owned data after membership changes, drains
   // lost increments, retries removals.
-  void MaintenanceLoop();
-  void ReannounceAll();
+  void MaintenanceLoop() EXCLUDES(wake_mu_);
+  void ReannounceAll() EXCLUDES(wake_mu_);
   void DeliverPending(Peer* p);
 
-  // A new member: its channel and heartbeat thread.
+  // A new member: its link and heartbeat thread.
   std::shared_ptr<Peer> NewPeer(const core::Member& m);
-  // The versions this node offers (require_integrity: only those with frame
-  // MACs) and the counters, for every connection in and out.
-  rdma::AuthOptions PeerAuth();
   // A member that left (or moved): marked removed (its connections to this
   // node close at their next request), heartbeat joined, channel closed;
   // kept in retired_ until no one else holds it.
-  void RetirePeer(const std::shared_ptr<Peer>& p);
+  void RetirePeer(const std::shared_ptr<Peer>& p) EXCLUDES(peers_mu_);
   // Frees retired members no one holds any more (their RMA addresses).
-  void SweepRetired();
+  void SweepRetired() EXCLUDES(peers_mu_);
 
   // The current member list (never null).
-  std::shared_ptr<const PeerList> Peers() const;
+  std::shared_ptr<const PeerList> Peers() const EXCLUDES(peers_mu_);
   // The live node ids (self included), and the shard of a prompt's root.
   std::vector<uint32_t> AliveIds() const;
   uint32_t ShardFor(const NamespaceDef& def, std::span<const uint32_t> tokens) const;
@@ -267,7 +267,7 @@ class Cluster : public RemoteFetcher {
   // A member that answers its pings and has not been removed.
   bool IsAlive(const Peer* p) const;
   // Whether `id` was a member and a Reload removed it (and none re-added it).
-  bool Departed(uint32_t id) const;
+  bool Departed(uint32_t id) const EXCLUDES(peers_mu_);
   // Asks every alive peer, in parallel, which entries of `q` it holds: one
   // (node id, answer per entry) per peer; a peer that did not answer (or is
   // not alive) has an empty answer.
@@ -278,53 +278,40 @@ class Cluster : public RemoteFetcher {
 
   // Fetch from one owner (cluster_fetch.cc).
   void FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_t> tokens, FetchRequest& req);
-  Status FetchTcp(Peer* p, rdma::PeerChannel::Conn& c, const core::PeerFetch& msg, FetchRequest& req,
-                  uint64_t block_bytes, int timeout_ms);
-  Status FetchRma(Peer* p, rdma::PeerChannel::Conn& c, const core::PeerFetch& msg, FetchRequest& req,
-                  uint64_t block_bytes, int timeout_ms);
   void SendRemoval(const core::PeerRemove& msg, uint32_t skip_id);
 
   Store* store_;
   const ClusterOptions options_;
   const core::Member self_;
-  const rdma::ClusterSecret secret_;
   const uint64_t incarnation_;
-  std::mutex reload_mu_;                  // serializes Reload
-  core::Membership membership_;           // GUARDED_BY(reload_mu_): the file as last applied
-  mutable std::mutex peers_mu_;
-  std::shared_ptr<const PeerList> peers_;  // GUARDED_BY(peers_mu_); replaced whole
-  PeerList retired_;                       // GUARDED_BY(peers_mu_)
-  std::vector<uint32_t> departed_;         // GUARDED_BY(peers_mu_): ids a Reload removed
+  // Declared before the members: their links go before it does.
+  const std::unique_ptr<PeerTransport> transport_;
+  core::Mutex reload_mu_;                                 // serializes Reload
+  core::Membership membership_ GUARDED_BY(reload_mu_);    // the file as last applied
+  mutable core::Mutex peers_mu_;
+  std::shared_ptr<const PeerList> peers_ GUARDED_BY(peers_mu_);  // replaced whole
+  PeerList retired_ GUARDED_BY(peers_mu_);
+  std::vector<uint32_t> departed_ GUARDED_BY(peers_mu_);  // ids a Reload removed
   std::atomic<size_t> member_count_{0};
-  std::unique_ptr<rdma::Fabric> fabric_;  // rma data path only
   mutable ClusterCounters counters_;
 
-  int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_session_{1ull << 62};
-  std::thread accept_thread_;
   std::thread maintenance_thread_;
-  std::mutex conns_mu_;
-  struct ServedConn {
-    int fd;
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::list<ServedConn> conns_;  // GUARDED_BY(conns_mu_)
 
   // Negative shard answers: (namespace, hash of the prefix tokens the
   // shard matched) -> when.
-  std::mutex negative_mu_;
-  std::unordered_map<uint64_t, Clock::time_point> negative_;  // GUARDED_BY(negative_mu_)
+  core::Mutex negative_mu_;
+  std::unordered_map<uint64_t, Clock::time_point> negative_ GUARDED_BY(negative_mu_);
 
   // Nodes refused for not being members -> when that was last logged.
-  std::mutex refused_mu_;
-  std::unordered_map<uint32_t, Clock::time_point> refused_;  // GUARDED_BY(refused_mu_)
+  core::Mutex refused_mu_;
+  std::unordered_map<uint32_t, Clock::time_point> refused_ GUARDED_BY(refused_mu_);
 
-  std::mutex wake_mu_;
-  std::condition_variable wake_;
-  bool reannounce_ = true;  // GUARDED_BY(wake_mu_); set when membership changes
+  core::Mutex wake_mu_;
+  core::CondVar wake_;
+  bool reannounce_ GUARDED_BY(wake_mu_) = true;  // set when membership changes
 };
 
 }  // namespace ptstore::storage

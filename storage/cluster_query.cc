@@ -44,7 +44,7 @@ std::vector<std::pair<uint32_t, std::optional<core::PeerTiersReply>>> Cluster::A
     if (!IsAlive(peer)) continue;
     calls.emplace_back([this, peer, &q, &answers, p] {
       Result<core::PeerTiersReply> r =
-          peer->channel->Call<core::PeerTiers, core::PeerTiersReply>(q, options_.rpc_timeout_ms);
+          peer->link->Call<core::PeerTiers, core::PeerTiersReply>(q, options_.rpc_timeout_ms);
       if (!r.ok()) {
         PTS_DEBUG("cluster", "tiers from node " << peer->member.node_id << ": " << r.status().ToString());
         return;

@@ -19,7 +19,6 @@
 #include <string>
 
 #include "core/logging.h"
-#include "rdma/fabric.h"
 #include "storage/cluster.h"
 #include "storage/cluster_peer.h"
 
@@ -39,7 +38,7 @@ std::string IdList(const std::vector<uint32_t>& ids) {
 std::shared_ptr<Cluster::Peer> Cluster::NewPeer(const core::Member& m) {
   auto p = std::make_shared<Peer>();
   p->member = m;
-  p->channel = std::make_unique<rdma::PeerChannel>(self_.node_id, m.node_id, m.host, m.port, &secret_, PeerAuth());
+  p->link = transport_->Connect(m);
   Peer* raw = p.get();
   raw->heartbeat = std::thread([this, raw] { HeartbeatLoop(raw); });
   return p;
@@ -47,19 +46,23 @@ std::shared_ptr<Cluster::Peer> Cluster::NewPeer(const core::Member& m) {
 
 void Cluster::RetirePeer(const std::shared_ptr<Peer>& p) {
   p->removed.store(true);
-  p->hb_cv.notify_all();
+  {
+    core::MutexLock lk(p->hb_mu);
+    p->hb_cv.NotifyAll();
+  }
   if (p->heartbeat.joinable()) p->heartbeat.join();
-  p->channel->Reset();
-  std::lock_guard lk(peers_mu_);
+  p->link->Reset();
+  core::MutexLock lk(peers_mu_);
   retired_.push_back(p);
 }
 
 void Cluster::SweepRetired() {
   PeerList done;
   {
-    std::lock_guard lk(peers_mu_);
+    core::MutexLock lk(peers_mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
-      // Nobody else holds it: no fetch can be using its RMA address.
+      // Nobody else holds it: no fetch can be using its link (rma: its
+      // fabric address, which leaves the Fabric with the link).
       if (it->use_count() == 1) {
         done.push_back(std::move(*it));
         it = retired_.erase(it);
@@ -68,11 +71,7 @@ void Cluster::SweepRetired() {
       }
     }
   }
-  for (auto& p : done) {
-    std::lock_guard lk(p->mu);
-    if (fabric_ && p->fabric_ready) fabric_->RemovePeer(p->fabric_handle);
-    p->fabric_ready = false;
-  }
+  done.clear();  // outside peers_mu_
 }
 
 Result<std::string> Cluster::Reload() {
@@ -87,7 +86,7 @@ Result<std::string> Cluster::Reload() {
 }
 
 Result<std::string> Cluster::ApplyMembership(core::Membership next, const std::string& origin) {
-  std::lock_guard reload(reload_mu_);
+  core::MutexLock reload(reload_mu_);
   if (stopping_.load()) return Aborted("the cluster is stopping");
   auto refuse = [this, &origin](const Status& why) {
     counters_.reloads_refused++;
@@ -124,7 +123,9 @@ Result<std::string> Cluster::ApplyMembership(core::Membership next, const std::s
       std::shared_ptr<Peer> fresh = NewPeer(m);
       {
         // Removals it has not acknowledged still go to it, at its new address.
-        std::scoped_lock lk((*it)->mu, fresh->mu);
+        // `fresh` is nobody else's yet: only the old one's lock matters.
+        core::MutexLock lk((*it)->mu);
+        core::MutexLock lk2(fresh->mu);
         fresh->pending = std::move((*it)->pending);
       }
       list->push_back(std::move(fresh));
@@ -141,7 +142,7 @@ Result<std::string> Cluster::ApplyMembership(core::Membership next, const std::s
   }
   std::sort(list->begin(), list->end(), [](const auto& a, const auto& b) { return a->member.node_id < b->member.node_id; });
   {
-    std::lock_guard lk(peers_mu_);
+    core::MutexLock lk(peers_mu_);
     peers_ = list;
     for (uint32_t id : joined) departed_.erase(std::remove(departed_.begin(), departed_.end(), id), departed_.end());
     for (uint32_t id : left) {
@@ -162,13 +163,13 @@ Result<std::string> Cluster::ApplyMembership(core::Membership next, const std::s
     }
   }
   {
-    std::lock_guard lk(negative_mu_);
+    core::MutexLock lk(negative_mu_);
     negative_.clear();  // answers of the old shards
   }
   {
-    std::lock_guard lk(wake_mu_);
+    core::MutexLock lk(wake_mu_);
     reannounce_ = true;  // roots moved
-    wake_.notify_all();
+    wake_.NotifyAll();
   }
   const std::string summary =
       "joined " + IdList(joined) + "; left " + IdList(left) + "; moved " + IdList(moved);
