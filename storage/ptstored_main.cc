@@ -7,10 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <random>
 
 #include "core/logging.h"
 #include "core/sd_notify.h"

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <unordered_map>
 
 #include "core/logging.h"
 #include "core/messages.h"
