@@ -179,7 +179,7 @@ void Node::Stop(bool persist) {
   stopped_ = true;
   etcd_.reset();  // its watch calls into the cluster: stopped first
   if (cluster_) cluster_->Stop();
-  if (persist && store_->options().ssd.dir.size() > 0) {
+  if (persist && !store_->options().ssd.dir.empty()) {
     Result<uint64_t> n = store_->PersistAll();
     if (!n.ok()) PTS_WARN("main", "persisting to SSD at shutdown: " << n.status().ToString());
   } else {

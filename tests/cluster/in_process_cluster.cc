@@ -30,13 +30,10 @@ Result<uint16_t> FreePort() {
 InProcessCluster::InProcessCluster(Options options) : options_(options), nodes_(options.nodes) {}
 
 InProcessCluster::~InProcessCluster() {
-  for (Node& n : nodes_) {
-    if (n.cluster) n.cluster->Stop();
+  for (auto& n : nodes_) {
+    if (n) n->cluster()->Stop();
   }
-  for (Node& n : nodes_) {
-    n.cluster.reset();
-    n.store.reset();
-  }
+  nodes_.clear();
 }
 
 Status InProcessCluster::Start() {
@@ -83,8 +80,7 @@ Status InProcessCluster::StartNode(uint32_t i) {
   }
   PTS_ASSIGN_OR_RETURN(std::unique_ptr<storage::Cluster> cluster,
                        storage::Cluster::Start(store.get(), co, membership_, std::move(transport)));
-  nodes_[i].store = std::move(store);
-  nodes_[i].cluster = std::move(cluster);
+  nodes_[i] = std::make_unique<storage::Node>(std::move(store), std::move(cluster));
   return Status::OK();
 }
 
@@ -95,7 +91,7 @@ Status InProcessCluster::WaitConverged(const std::vector<uint32_t>& dead) {
     why.clear();
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
       if (!running(i)) continue;
-      for (const core::MemberInfo& m : nodes_[i].cluster->MemberStatus().members) {
+      for (const core::MemberInfo& m : nodes_[i]->cluster()->MemberStatus().members) {
         if (m.id == i) continue;
         const bool want_dead = !running(m.id) || std::find(dead.begin(), dead.end(), m.id) != dead.end();
         const bool is_dead = m.state == core::MemberState::kDead;
@@ -114,18 +110,12 @@ Status InProcessCluster::WaitConverged(const std::vector<uint32_t>& dead) {
 Result<SaveResult> InProcessCluster::Save(uint32_t node, const std::vector<uint32_t>& tokens) {
   const uint64_t whole = tokens.size() / SmallLayout().block_tokens * SmallLayout().block_tokens;
   const std::vector<uint8_t> data = Kv(tokens, 0, whole);
-  storage::Cluster& c = cluster(node);
-  c.Refresh(kNs, tokens);
-  c.CheckRemoteMatch(kNs, tokens);
-  PTS_ASSIGN_OR_RETURN(SaveResult r, store(node).Save(kNs, tokens, data.data(), data.size(), 0));
-  if (r.stored_tokens > 0) c.Announce(kNs, tokens);
-  return r;
+  return nodes_[node]->Save(kNs, tokens, data.data(), data.size(), 0);
 }
 
 Result<uint64_t> InProcessCluster::Load(uint32_t node, const std::vector<uint32_t>& tokens) {
   std::vector<uint8_t> dst(tokens.size() * kBpt);
-  cluster(node).Refresh(kNs, tokens);
-  PTS_ASSIGN_OR_RETURN(uint64_t n, store(node).LoadCopy(kNs, tokens, dst.data(), dst.size()));
+  PTS_ASSIGN_OR_RETURN(uint64_t n, nodes_[node]->LoadCopy(kNs, tokens, dst.data(), dst.size()));
   dst.resize(n * kBpt);
   if (dst != Kv(tokens, 0, n)) {
     return Corruption("node " + std::to_string(node) + " loaded wrong bytes for " + std::to_string(n) + " tokens");
@@ -134,17 +124,12 @@ Result<uint64_t> InProcessCluster::Load(uint32_t node, const std::vector<uint32_
 }
 
 Result<RemoveResult> InProcessCluster::Remove(uint32_t node, const std::vector<uint32_t>& tokens) {
-  storage::RemovalPoint point;
-  cluster(node).Refresh(kNs, tokens);
-  PTS_ASSIGN_OR_RETURN(RemoveResult r, store(node).Remove(kNs, tokens, &point));
-  cluster(node).PropagateRemoval(point);
-  return r;
+  return nodes_[node]->Remove(kNs, tokens);
 }
 
 void InProcessCluster::Kill(uint32_t node) {
   net_.Kill(node);
-  nodes_[node].cluster.reset();
-  nodes_[node].store.reset();
+  nodes_[node].reset();
 }
 
 Status InProcessCluster::Restart(uint32_t node) { return StartNode(node); }

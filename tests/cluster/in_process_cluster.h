@@ -1,9 +1,9 @@
 // A whole PTStore cluster inside one test process: N real Stores, each with
 // a real storage::Cluster, linked by a LoopbackNet (faults injected at the
 // transport: storage/cluster/loopback_transport.h) or by the real TCP
-// transport on loopback ports. What a node's session does around the store
-// (Refresh, CheckRemoteMatch, Save, Announce; Refresh before a load;
-// PropagateRemoval after a removal) is done here the same way.
+// transport on loopback ports. Each node is a storage::Node over its Store
+// and Cluster, so saves, loads and removals take the same steps around the
+// store as a ptstored session's (storage/node.h).
 //
 // Layout and bytes: tests/storage/kv_fixture.h (every load checkable byte
 // for byte). Timings are short (heartbeats of 50 ms, RPC deadlines of
@@ -22,6 +22,7 @@
 #include "ptstore/status.h"
 #include "storage/cluster.h"
 #include "storage/cluster/loopback_transport.h"
+#include "storage/node.h"
 #include "storage/store.h"
 
 namespace ptstore::testing {
@@ -47,10 +48,10 @@ class InProcessCluster {
   // `dead` ones dead), or 5 s: DeadlineExceeded naming who sees whom how.
   Status WaitConverged(const std::vector<uint32_t>& dead = {});
 
-  storage::Store& store(uint32_t i) { return *nodes_[i].store; }
-  storage::Cluster& cluster(uint32_t i) { return *nodes_[i].cluster; }
+  storage::Store& store(uint32_t i) { return nodes_[i]->store(); }
+  storage::Cluster& cluster(uint32_t i) { return *nodes_[i]->cluster(); }
   storage::LoopbackNet& net() { return net_; }
-  bool running(uint32_t i) const { return nodes_[i].cluster != nullptr; }
+  bool running(uint32_t i) const { return nodes_[i] != nullptr; }
 
   // The session's save: the KV of every whole block of `tokens`.
   Result<SaveResult> Save(uint32_t node, const std::vector<uint32_t>& tokens);
@@ -61,22 +62,18 @@ class InProcessCluster {
   Result<RemoveResult> Remove(uint32_t node, const std::vector<uint32_t>& tokens);
 
   // The node's process is gone: killed on the net (loopback), then its
-  // Cluster and Store destroyed (its DRAM lost).
+  // Node (Cluster and Store) destroyed (its DRAM lost).
   void Kill(uint32_t node);
   // A node started again (a new incarnation, an empty arena).
   Status Restart(uint32_t node);
 
  private:
-  struct Node {
-    std::unique_ptr<storage::Store> store;
-    std::unique_ptr<storage::Cluster> cluster;
-  };
   Status StartNode(uint32_t i);
 
   const Options options_;
   storage::LoopbackNet net_;  // outlives every node
   core::Membership membership_;
-  std::vector<Node> nodes_;
+  std::vector<std::unique_ptr<storage::Node>> nodes_;  // null: not running
 };
 
 }  // namespace ptstore::testing
