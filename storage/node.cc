@@ -132,8 +132,11 @@ Result<uint64_t> Node::LoadCopy(const std::string& ns, std::span<const uint32_t>
   return store_->LoadCopy(ns, tokens, dst, capacity);
 }
 
-// Cluster-wide: no node serves the removed bytes afterwards.
+// Cluster-wide: no node serves the removed bytes afterwards. The root's
+// shard is asked first, as before a load, so that a removal sent to a node
+// that never saw the prompt finds what other nodes hold.
 Result<RemoveResult> Node::Remove(const std::string& ns, std::span<const uint32_t> tokens) {
+  if (cluster_) cluster_->Refresh(ns, tokens);
   RemovalPoint point;
   PTS_ASSIGN_OR_RETURN(RemoveResult r, store_->Remove(ns, tokens, &point));
   if (cluster_) cluster_->PropagateRemoval(point);

@@ -86,10 +86,22 @@ TEST_P(InProcessClusterTest, RemovalReachesEveryNode) {
   const Tokens p = Gen(2, kPrompt);
   ASSERT_TRUE(c.Save(0, p).ok());
   ASSERT_EQ(LoadOk(c, 1, p), kPrompt);
-  // On a node that knows the prompt (it loaded it), as in cluster_test.cc: a
-  // node's Remove does not look the prompt up in the cluster first, so on a
-  // node that never saw it the removal is NotFound (docs/architecture.md).
+  // On a node that knows the prompt (it loaded it), as in cluster_test.cc.
   ASSERT_TRUE(c.Remove(1, p).ok());
+  for (uint32_t n = 0; n < 3; ++n) EXPECT_EQ(LoadOk(c, n, p), 0u) << "node " << n;
+}
+
+// A removal sent to a node that never saved, loaded or looked the prompt up
+// (and is not its root's shard) asks the shard first, as a load would, and
+// removes it everywhere.
+TEST_P(InProcessClusterTest, RemovalFromANodeThatNeverSawThePromptReachesEveryNode) {
+  InProcessCluster& c = StartCluster();
+  const Tokens p = PromptShardedTo(1, {0, 1, 2}, 6);
+  ASSERT_TRUE(c.Save(0, p).ok());
+  ASSERT_EQ(LoadOk(c, 1, p), kPrompt);
+  Result<RemoveResult> r = c.Remove(2, p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->nodes, 0u);
   for (uint32_t n = 0; n < 3; ++n) EXPECT_EQ(LoadOk(c, n, p), 0u) << "node " << n;
 }
 
