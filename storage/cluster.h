@@ -108,6 +108,7 @@ struct ClusterCounters {
   std::atomic<uint64_t> fetch_retries{0};        // fetches made again on another connection
   std::atomic<uint64_t> bytes_tcp{0};            // fetched over the TCP stream
   std::atomic<uint64_t> bytes_rma{0};            // fetched by RMA reads
+  std::atomic<uint64_t> bytes_loopback{0};       // fetched in-process (tests: LoopbackNet)
   std::atomic<uint64_t> auth_failures{0};        // peers refused (wrong or no secret)
   rdma::WireCounters wire;                       // version refusals, frame MAC failures
   std::atomic<uint64_t> reloads{0};              // cluster file reloads applied (SIGHUP)

@@ -25,6 +25,7 @@ void AppendClusterMetrics(core::PromWriter& w, const Cluster& cluster) {
   w.Family("ptstore_fetched_bytes_total", MetricType::kCounter, "Bytes fetched from other nodes, by data path.");
   w.Sample(c.bytes_tcp.load(), {{"path", "tcp"}});
   w.Sample(c.bytes_rma.load(), {{"path", "rma"}});
+  if (c.bytes_loopback.load() > 0) w.Sample(c.bytes_loopback.load(), {{"path", "loopback"}});
   w.Counter("ptstore_peer_auth_failures_total", "Connections from or to peers refused by the cluster secret check.",
             c.auth_failures.load());
   w.Counter("ptstore_peer_version_refusals_total",

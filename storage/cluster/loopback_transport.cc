@@ -25,8 +25,8 @@ Status Lost(uint32_t from, uint32_t to, core::MsgType type, Clock::time_point de
 
 class LoopbackLink : public PeerLink {
  public:
-  LoopbackLink(LoopbackNet* net, uint32_t self, uint32_t peer, uint8_t* arena)
-      : net_(net), self_(self), peer_(peer), arena_(arena) {}
+  LoopbackLink(LoopbackNet* net, uint32_t self, uint32_t peer, uint8_t* arena, ClusterCounters* counters)
+      : net_(net), self_(self), peer_(peer), arena_(arena), counters_(counters) {}
 
   Result<std::vector<uint8_t>> Exchange(core::MsgType type, const std::vector<uint8_t>& body,
                                         int timeout_ms) override {
@@ -75,20 +75,24 @@ class LoopbackLink : public PeerLink {
         return ProtocolError("PeerFetch: the owner's extents do not add up to the segment's blocks");
       }
     }
+    uint64_t total = 0;
     for (size_t i = 0; i < served.extents.size(); ++i) {
       uint64_t at = req.segments[i].arena_offset;
       for (const Extent& x : served.extents[i]) {
         std::memcpy(arena_ + at, served.arena() + x.arena_offset, x.length);
         at += x.length;
       }
+      total += at - req.segments[i].arena_offset;
     }
     ApplyFetchReply(served.reply, req);
+    if (counters_ != nullptr) counters_->bytes_loopback += total;
     return Status::OK();
   }
 
   LoopbackNet* const net_;
   const uint32_t self_, peer_;
   uint8_t* const arena_;
+  ClusterCounters* const counters_;  // the fetching node's; null before Open
 };
 
 class LoopbackTransport : public PeerTransport {
@@ -96,8 +100,9 @@ class LoopbackTransport : public PeerTransport {
   LoopbackTransport(LoopbackNet* net, uint32_t self, uint8_t* arena) : net_(net), self_(self), arena_(arena) {}
   ~LoopbackTransport() override { Stop(); }
 
-  Status Open(PeerService* service, ClusterCounters*) override {
+  Status Open(PeerService* service, ClusterCounters* counters) override {
     service_ = service;
+    counters_ = counters;
     return Status::OK();
   }
   void Serve() override {
@@ -109,7 +114,7 @@ class LoopbackTransport : public PeerTransport {
     serving_ = false;
   }
   std::unique_ptr<PeerLink> Connect(const core::Member& m) override {
-    return std::make_unique<LoopbackLink>(net_, self_, m.node_id, arena_);
+    return std::make_unique<LoopbackLink>(net_, self_, m.node_id, arena_, counters_);
   }
   uint16_t port() const override { return 0; }
   std::string data_path() const override { return "loopback"; }
@@ -119,6 +124,7 @@ class LoopbackTransport : public PeerTransport {
   const uint32_t self_;
   uint8_t* const arena_;
   PeerService* service_ = nullptr;
+  ClusterCounters* counters_ = nullptr;
   bool serving_ = false;  // Serve and Stop are called by the owning Cluster's Start and Stop only
 };
 

@@ -79,6 +79,14 @@ TEST_P(InProcessClusterTest, ASaveOnOneNodeLoadsByteExactOnTheOthers) {
   // The bytes stayed the owner's: fetched, not stored again.
   EXPECT_GE(c.cluster(1).counters().fetch_requests.load(), 1u);
   EXPECT_EQ(c.store(1).Stats().owned_bytes, 0u);
+  // Counted by the path that carried them: the whole prompt, once per node.
+  for (uint32_t n : {1u, 2u}) {
+    const storage::ClusterCounters& k = c.cluster(n).counters();
+    const bool loopback = GetParam() == Link::kLoopback;
+    EXPECT_EQ((loopback ? k.bytes_loopback : k.bytes_tcp).load(), kPrompt / kBt * storage::testkv::kBb) << n;
+    EXPECT_EQ((loopback ? k.bytes_tcp : k.bytes_loopback).load(), 0u) << n;
+    EXPECT_EQ(k.bytes_rma.load(), 0u) << n;
+  }
 }
 
 TEST_P(InProcessClusterTest, RemovalReachesEveryNode) {
