@@ -5,6 +5,7 @@
 
 #include "core/logging.h"
 #include "rdma/tcp.h"
+#include "storage/cluster/rma_transport.h"
 #include "storage/cluster/tcp_transport.h"
 #include "tests/storage/kv_fixture.h"
 #include <unistd.h>
@@ -42,7 +43,7 @@ Status InProcessCluster::Start() {
     core::Member m;
     m.node_id = i;
     m.host = "127.0.0.1";
-    if (options_.link == Link::kTcp) {
+    if (options_.link != Link::kLoopback) {
       PTS_ASSIGN_OR_RETURN(m.port, FreePort());
     } else {
       m.port = static_cast<uint16_t>(1 + i);  // never dialled: loopback nodes are named by id
@@ -71,10 +72,15 @@ Status InProcessCluster::StartNode(uint32_t i) {
   co.negative_ttl_ms = 0;  // every lookup asks: what the tests count on
   uint8_t* arena = const_cast<uint8_t*>(store->arena_base());
   std::unique_ptr<storage::PeerTransport> transport;
-  if (options_.link == Link::kTcp) {
+  if (options_.link != Link::kLoopback) {
     PTS_ASSIGN_OR_RETURN(core::Member self, membership_.Self(i));
     PTS_ASSIGN_OR_RETURN(rdma::ClusterSecret secret, rdma::ClusterSecret::FromBytes(std::string(48, 's')));
-    transport = std::make_unique<storage::TcpTransport>(co, self, std::move(secret), arena);
+    if (options_.link == Link::kRma) {
+      co.data_path = core::DataPath::kRma;
+      PTS_ASSIGN_OR_RETURN(transport, storage::RmaTransport::Create(co, self, std::move(secret), store.get()));
+    } else {
+      transport = std::make_unique<storage::TcpTransport>(co, self, std::move(secret), arena);
+    }
   } else {
     transport = net_.Transport(i, arena);
   }

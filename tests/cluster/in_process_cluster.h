@@ -1,7 +1,8 @@
 // A whole PTStore cluster inside one test process: N real Stores, each with
 // a real storage::Cluster, linked by a LoopbackNet (faults injected at the
-// transport: storage/cluster/loopback_transport.h) or by the real TCP
-// transport on loopback ports. Each node is a storage::Node over its Store
+// transport: storage/cluster/loopback_transport.h), by the real TCP
+// transport or by the real RMA transport (libfabric's tcp provider) on
+// loopback ports. Each node is a storage::Node over its Store
 // and Cluster, so saves, loads and removals take the same steps around the
 // store as a ptstored session's (storage/node.h).
 //
@@ -29,7 +30,7 @@ namespace ptstore::testing {
 
 class InProcessCluster {
  public:
-  enum class Link { kLoopback, kTcp };
+  enum class Link { kLoopback, kTcp, kRma };  // kRma: libfabric's tcp provider, one-sided reads
   struct Options {
     size_t nodes = 3;
     Link link = Link::kLoopback;

@@ -1,6 +1,6 @@
 // A whole cluster in one process (tests/cluster/in_process_cluster.h): real
 // Stores and real storage::Clusters over the in-process loopback transport
-// and over the real TCP transport. The same promises as the real-process
+// and over the real TCP and RMA transports. The same promises as the real-process
 // tests (cluster_test.cc: fetch, removal, death, restart, replica adoption),
 // and, over the loopback net, faults real processes cannot time: an owner
 // dying between its pin and the copy, a fetch answered past its deadline,
@@ -82,10 +82,10 @@ TEST_P(InProcessClusterTest, ASaveOnOneNodeLoadsByteExactOnTheOthers) {
   // Counted by the path that carried them: the whole prompt, once per node.
   for (uint32_t n : {1u, 2u}) {
     const storage::ClusterCounters& k = c.cluster(n).counters();
-    const bool loopback = GetParam() == Link::kLoopback;
-    EXPECT_EQ((loopback ? k.bytes_loopback : k.bytes_tcp).load(), kPrompt / kBt * storage::testkv::kBb) << n;
-    EXPECT_EQ((loopback ? k.bytes_tcp : k.bytes_loopback).load(), 0u) << n;
-    EXPECT_EQ(k.bytes_rma.load(), 0u) << n;
+    const uint64_t prompt_bytes = kPrompt / kBt * storage::testkv::kBb;
+    EXPECT_EQ(k.bytes_loopback.load(), GetParam() == Link::kLoopback ? prompt_bytes : 0u) << n;
+    EXPECT_EQ(k.bytes_tcp.load(), GetParam() == Link::kTcp ? prompt_bytes : 0u) << n;
+    EXPECT_EQ(k.bytes_rma.load(), GetParam() == Link::kRma ? prompt_bytes : 0u) << n;
   }
 }
 
@@ -163,8 +163,10 @@ TEST_P(InProcessClusterTest, ARestartedOwnerIsAMissUntilSavedAgainThenLoads) {
   EXPECT_EQ(LoadOk(c, 0, p), kPrompt);
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, InProcessClusterTest, ::testing::Values(Link::kLoopback, Link::kTcp),
-                         [](const auto& info) { return info.param == Link::kTcp ? "tcp" : "loopback"; });
+INSTANTIATE_TEST_SUITE_P(Links, InProcessClusterTest, ::testing::Values(Link::kLoopback, Link::kTcp, Link::kRma),
+                         [](const auto& info) {
+                           return info.param == Link::kTcp ? "tcp" : info.param == Link::kRma ? "rma" : "loopback";
+                         });
 
 // ------------------------------------------------ faults at the transport
 
