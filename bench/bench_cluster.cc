@@ -1,4 +1,4 @@
-// bench_cluster: the cluster layer (storage/cluster.h) with real ptstored
+// bench_cluster: the cluster layer (storage/cluster/cluster.h) with real ptstored
 // processes on loopback ports (the tests' harness, tests/testing/cluster.h),
 // against baselines measured in the same run (issue 4's benchmarks):
 //
@@ -26,7 +26,7 @@
 //     the servers that worked for it).
 //  4. Lookup latency on a 3-node cluster: Client::Lookup on node 1 of
 //     prompts node 0 saved, split by the shard of their root (rendezvous
-//     hashing over the live node ids, as storage/cluster.cc ShardFor):
+//     hashing over the live node ids, as storage/cluster/cluster.cc ShardFor):
 //     node 1 itself, or another node (first lookup: one RPC to the shard;
 //     again: node 1's metadata cache; a prompt longer than what is stored:
 //     one RPC every time). Node 1's metrics must agree with the split.
@@ -164,7 +164,7 @@ std::vector<uint32_t> Ids(size_t n) {
 }
 
 // The node holding the index shard of a prompt's root with every node
-// alive: the same function the nodes use (storage/cluster.cc ShardFor).
+// alive: the same function the nodes use (storage/cluster/cluster.cc ShardFor).
 uint32_t ShardOfPrompt(const std::string& ns, std::span<const uint32_t> tokens, uint32_t block_tokens,
                        size_t nodes) {
   const ChainKey root = NextKey(RootKey(ns, ""), tokens.first(block_tokens));

@@ -1,5 +1,5 @@
 // A small HTTP/1.1 server for JSON APIs and Prometheus scrapes: the one HTTP
-// server of PTStore (ptstored's /metrics through storage/metrics_http.h,
+// server of PTStore (ptstored's /metrics through storage/server/metrics_http.h,
 // ptstore-sched's API through sched/service.h).
 //
 // One request per connection: every response has a Content-Length and

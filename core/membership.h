@@ -60,7 +60,7 @@ class Membership {
   static Result<Membership> Parse(std::string_view text, std::string_view origin);
   static Result<Membership> ParseToml(std::string_view text, std::string_view origin);
   static Result<Membership> ParseNodeList(std::string_view text, std::string_view origin);
-  // A member list from elsewhere (etcd: storage/etcd_membership.h), checked
+  // A member list from elsewhere (etcd: storage/cluster/etcd_membership.h), checked
   // as a file's is; `origin` names where it came from in errors.
   static Result<Membership> FromMembers(std::vector<Member> members, std::string_view origin);
 

@@ -275,7 +275,7 @@ struct SetTimesReply {
 };
 
 // The changes of the node's index from position `since` of log `epoch` on
-// (storage/change_log.h), at most `max` of them; only those of namespaces
+// (storage/cache/change_log.h), at most `max` of them; only those of namespaces
 // the caller may read (and every kNamespace change).
 struct ChangesRequest {
   static constexpr MsgType kType = MsgType::kChanges;

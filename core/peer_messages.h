@@ -160,7 +160,7 @@ struct PeerHoldsReply {
   Status Decode(Decoder& d);
 };
 
-// Node -> node, for the KV query API (storage/kv_query.h): in which media
+// Node -> node, for the KV query API (storage/server/kv_query.h): in which media
 // the peer holds each entry (as PeerHolds asks: every block of `tokens` from
 // `from_block` on), and which tokens `hashes` name in its index: the longest
 // run of them, from the namespace's root, that it knows (block hashes as the

@@ -155,4 +155,17 @@ class PayloadHasher {
 std::string SegmentFileName(uint64_t segment_id);
 std::optional<uint64_t> ParseSegmentFileName(const std::string& name);
 
+// Where a record is, and what the Store needs to read it back.
+struct SsdLocation {
+  uint64_t segment = 0;
+  uint64_t offset = 0;        // of its header
+  uint64_t header_bytes = 0;  // padded
+  uint64_t stored_bytes = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t payload_checksum = 0;
+  uint16_t flags = 0;
+  uint64_t footprint() const { return RecordFootprint(header_bytes, stored_bytes); }
+  bool operator==(const SsdLocation&) const = default;
+};
+
 }  // namespace ptstore::storage

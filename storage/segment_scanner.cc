@@ -7,7 +7,7 @@
 
 #include <xxhash.h>
 
-#include "storage/io_buffers.h"
+#include "storage/ssd/io_buffers.h"
 
 namespace ptstore::storage {
 

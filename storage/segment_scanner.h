@@ -45,9 +45,9 @@
 #include <string>
 
 #include "ptstore/status.h"
-#include "storage/env.h"
+#include "storage/ssd/env.h"
 #include "storage/record.h"
-#include "storage/ssd_tier.h"
+#include "storage/ssd/ssd_tier.h"
 
 namespace ptstore::storage {
 

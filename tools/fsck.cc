@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "storage/codec.h"
-#include "storage/env.h"
+#include "storage/ssd/env.h"
 #include "storage/record.h"
 #include "storage/segment_scanner.h"
 #include "tools/commands.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "storage/cluster.h"
+#include "storage/cluster/cluster.h"
 
 namespace ptstore::storage {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "storage/store.h"
+#include "storage/cache/store.h"
 
 namespace ptstore::storage {
 

@@ -1,4 +1,4 @@
-// The seam between a node's cluster logic (storage/cluster.h) and the link
+// The seam between a node's cluster logic (storage/cluster/cluster.h) and the link
 // to its peers (docs/architecture.md "The transport seam"). Cluster speaks
 // to every other member through a PeerLink and serves them through the
 // PeerService it hands its PeerTransport; it never knows which transport
@@ -17,7 +17,7 @@
 //                      delay, partition, death) injected on the way.
 //
 // The owner side of a fetch has one implementation, PeerService::PinFetch
-// (storage/peer_service.cc): it pins what is asked and says what it holds;
+// (storage/cluster/peer_service.cc): it pins what is asked and says what it holds;
 // each transport only carries the pinned bytes (stream, RMA, memcpy) and
 // lets go of the ServedFetch when they are read.
 //
@@ -44,7 +44,7 @@
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "rdma/framed_socket.h"
-#include "storage/remote.h"
+#include "storage/cache/remote.h"
 
 namespace ptstore::storage {
 

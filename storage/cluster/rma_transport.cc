@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "core/logging.h"
-#include "storage/store.h"
+#include "storage/cache/store.h"
 
 namespace ptstore::storage {
 

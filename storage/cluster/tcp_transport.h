@@ -24,7 +24,7 @@
 #include "core/mutex.h"
 #include "rdma/auth.h"
 #include "rdma/peer_channel.h"
-#include "storage/cluster.h"
+#include "storage/cluster/cluster.h"
 #include "storage/cluster/peer_transport.h"
 
 namespace ptstore::storage {

@@ -1,4 +1,4 @@
-// Elastic membership in etcd (storage/etcd_membership.h) with a real etcd
+// Elastic membership in etcd (storage/cluster/etcd_membership.h) with a real etcd
 // (Debian's etcd-server, started by the test: one member, or three forming
 // one etcd cluster) and real ptstored processes on loopback ports: nodes
 // register and find each other, a node joins under load, a graceful leave is
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ptstore/client.h"
-#include "storage/etcd_client.h"
+#include "storage/cluster/etcd_client.h"
 #include "tests/cluster/kv_check.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/cluster.h"

@@ -4,7 +4,7 @@
 // transport or by the real RMA transport (libfabric's tcp provider) on
 // loopback ports. Each node is a storage::Node over its Store
 // and Cluster, so saves, loads and removals take the same steps around the
-// store as a ptstored session's (storage/node.h).
+// store as a ptstored session's (storage/server/node.h).
 //
 // Layout and bytes: tests/storage/kv_fixture.h (every load checkable byte
 // for byte). Timings are short (heartbeats of 50 ms, RPC deadlines of
@@ -21,10 +21,10 @@
 
 #include "core/membership.h"
 #include "ptstore/status.h"
-#include "storage/cluster.h"
+#include "storage/cluster/cluster.h"
 #include "storage/cluster/loopback_transport.h"
-#include "storage/node.h"
-#include "storage/store.h"
+#include "storage/server/node.h"
+#include "storage/cache/store.h"
 
 namespace ptstore::testing {
 

@@ -1,4 +1,4 @@
-// The KV query API across a real 3-node cluster (storage/kv_query.h): POST
+// The KV query API across a real 3-node cluster (storage/server/kv_query.h): POST
 // /query and /query_by_hash on any node's metrics port answer a prompt's
 // longest match on every member by tier (DRAM arena, SSD tier after
 // spills), as each member's own listing says; a dead member costs its entry

@@ -1,4 +1,4 @@
-// Elastic membership by SIGHUP (storage/cluster.h, Reload), with real
+// Elastic membership by SIGHUP (storage/cluster/cluster.h, Reload), with real
 // ptstored processes on loopback ports: a node that joins is refused until
 // its peers re-read the cluster file, then serves and fetches; a node taken
 // out of the file stops being asked (although it still runs) and the others

@@ -1,4 +1,4 @@
-#include "storage/allocator.h"
+#include "storage/cache/allocator.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/env.h"
+#include "storage/ssd/env.h"
 
 namespace ptstore::storage::testenv {
 

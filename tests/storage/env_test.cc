@@ -1,4 +1,4 @@
-#include "storage/env.h"
+#include "storage/ssd/env.h"
 
 #include <linux/magic.h>
 #include <sys/stat.h>

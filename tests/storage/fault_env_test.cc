@@ -1,4 +1,4 @@
-#include "storage/fault_env.h"
+#include "storage/ssd/fault_env.h"
 
 #include <linux/magic.h>
 #include <sys/vfs.h>

@@ -9,8 +9,8 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "storage/kv_event_codec.h"
-#include "storage/kv_event_publisher.h"
+#include "storage/events/kv_event_codec.h"
+#include "storage/events/kv_event_publisher.h"
 
 namespace ptstore::storage {
 namespace {

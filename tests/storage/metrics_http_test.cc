@@ -1,7 +1,7 @@
 // storage/metrics_http over real TCP sockets on 127.0.0.1: the endpoints and
 // their error statuses, request size and time limits, and that neither silent
 // nor non-reading clients nor many scrapers at once can hold up a scrape.
-#include "storage/metrics_http.h"
+#include "storage/server/metrics_http.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/metrics.h"
+#include "storage/server/metrics.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/prometheus_text.h"
 

@@ -1,7 +1,7 @@
 // storage/metrics: every StoreStats field reaches the exposition under a
 // ptstore_ name, the exposition reads back as valid Prometheus text, and
 // other writers can append their families to it.
-#include "storage/metrics.h"
+#include "storage/server/metrics.h"
 
 #include <cstring>
 #include <fstream>
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/config.h"
+#include "storage/server/config.h"
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/temp_dir.h"
 

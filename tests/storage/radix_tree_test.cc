@@ -6,7 +6,7 @@
 // prefix (each token's KV depends on every token before it, as real KV does).
 // Every match is turned back into bytes through the nodes' (tensor, offset,
 // length) slices and compared with the expected KV byte for byte.
-#include "storage/radix_tree.h"
+#include "storage/index/radix_tree.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -25,7 +25,7 @@
 #include <pthread.h>
 
 #include "ptstore/keys.h"
-#include "storage/tensor.h"
+#include "storage/index/tensor.h"
 
 namespace ptstore::storage {
 namespace {

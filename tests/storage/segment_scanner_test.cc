@@ -13,8 +13,8 @@
 #include <memory>
 #include <vector>
 
-#include "storage/env.h"
-#include "storage/ssd_tier.h"
+#include "storage/ssd/env.h"
+#include "storage/ssd/ssd_tier.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/temp_dir.h"
 

@@ -1,4 +1,4 @@
-#include "storage/ssd_tier.h"
+#include "storage/ssd/ssd_tier.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -22,8 +22,8 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/env.h"
-#include "storage/fault_env.h"
+#include "storage/ssd/env.h"
+#include "storage/ssd/fault_env.h"
 #include "storage/record.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/temp_dir.h"

@@ -1,4 +1,4 @@
-// The change log of a store (storage/change_log.h, Client::Changes): what a
+// The change log of a store (storage/cache/change_log.h, Client::Changes): what a
 // save, a split, a use, a removal, an eviction and a namespace's creation
 // and drop log, in order; positions and epochs; a log that wrapped says
 // `lost`.
@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/change_log.h"
-#include "storage/store.h"
+#include "storage/cache/change_log.h"
+#include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 
 namespace ptstore::storage {

@@ -32,7 +32,7 @@
 #include "ptstore/layout.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
-#include "storage/store.h"
+#include "storage/cache/store.h"
 
 namespace ptstore::storage {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/store.h"
+#include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
 

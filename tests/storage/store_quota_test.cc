@@ -1,4 +1,4 @@
-// Byte quotas per namespace in the store (storage/store_quota.cc): exact
+// Byte quotas per namespace in the store (storage/cache/store_quota.cc): exact
 // accounting of each namespace's DRAM and SSD use, a flood in one namespace
 // evicting only its own increments, saves larger than the quota storing the
 // prefix that fits, pinned data, lowering a quota, SSD quotas, and quotas
@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "storage/record.h"
-#include "storage/store.h"
+#include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
 

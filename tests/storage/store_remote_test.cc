@@ -1,4 +1,4 @@
-// Tests of the node store's cluster part (storage/store_remote.cc): three
+// Tests of the node store's cluster part (storage/cache/store_remote.cc): three
 // real in-process Stores stand for three nodes (node ids 0, 1, 2), and a
 // RemoteFetcher serves each FetchRequest the way the cluster does, by
 // PinHeld on the owner's Store, copying the pinned bytes from the owner's
@@ -50,8 +50,8 @@
 #include "ptstore/layout.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
-#include "storage/remote.h"
-#include "storage/store.h"
+#include "storage/cache/remote.h"
+#include "storage/cache/store.h"
 
 namespace ptstore::storage {
 namespace {
@@ -96,7 +96,7 @@ struct SeenCall {
 };
 
 // The cluster of the test: serves node `self`'s fetches from the other
-// in-process stores, like storage/peer_service.cc's ServeFetch plus
+// in-process stores, like storage/cluster/peer_service.cc's ServeFetch plus
 // cluster_fetch.cc's TCP path do over the wire.
 class PeerFetcher : public RemoteFetcher {
  public:

@@ -21,9 +21,9 @@
 
 #include <algorithm>
 
-#include "storage/fault_env.h"
+#include "storage/ssd/fault_env.h"
 #include "storage/record.h"
-#include "storage/store.h"
+#include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
 

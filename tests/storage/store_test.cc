@@ -7,7 +7,7 @@
 // token, 1 KiB a block. The KV of token i depends on its position and on
 // every token id up to it (as real KV does), so a load that returned another
 // branch's bytes, or bytes at the wrong offset, is caught.
-#include "storage/store.h"
+#include "storage/cache/store.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -14,9 +14,9 @@
 
 #include "ptstore/client.h"
 #include "storage/codec.h"
-#include "storage/env.h"
+#include "storage/ssd/env.h"
 #include "storage/record.h"
-#include "storage/ssd_tier.h"
+#include "storage/ssd/ssd_tier.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/segment_files.h"

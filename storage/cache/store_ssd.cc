@@ -1,0 +1,597 @@
+// The Store's SSD tier: spilling owned tensors that GDSF evicts from DRAM,
+// reading them back on a pin, keeping the tier under its capacity by GDSF,
+// and reclaiming dead space by rewriting sparse segments (docs/ssd-tier.md).
+//
+// All file I/O runs with mu_ released. A tensor under I/O is marked in
+// Tensor::io, which keeps its DRAM bytes (a spill reads them) or its record
+// (a fill or a copy reads it) where they are until the I/O ends.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/logging.h"
+#include "storage/cache/store.h"
+
+namespace ptstore::storage {
+
+namespace {
+// The tier evicts by GDSF to keep live bytes under this share of its
+// capacity, so that dead space can be reclaimed before files fill it.
+constexpr double kSsdEvictAt = 0.9;
+}  // namespace
+
+Status Store::OpenSsd() {
+  Env* env = options_.env ? options_.env : Env::Default();
+  PTS_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(env, options_.ssd, options_.node_id));
+  io_ = std::make_unique<IoPool>(ssd_->options().io_threads);
+  {
+    std::unique_lock lk(mu_);
+    PTS_RETURN_IF_ERROR(RecoverLocked());
+  }
+  if (ssd_->options().background_compaction) cleaner_ = std::thread([this] { CleanerLoop(); });
+  const SsdTierStats st = ssd_->Stats();
+  PTS_INFO("ssd", "tier at " << ssd_->options().dir << ": capacity " << st.capacity << " bytes, segments of "
+                             << ssd_->options().segment_bytes << ", compression "
+                             << (ssd_->options().compress ? "on" : "off") << ", sync "
+                             << SyncName(ssd_->options().sync));
+  return Status::OK();
+}
+
+// ------------------------------------------------------------- records
+
+RecordHeader Store::TensorRecordLocked(const Tensor& t, uint64_t* live_bytes) const {
+  RecordHeader h;
+  h.kind = RecordKind::kTensor;
+  h.owner_node = options_.node_id;
+  h.ns_name = t.ns->info.name;
+  h.ns_incarnation = t.ns->id;
+  h.layout = t.ns->info.layout;
+  const RadixNode* first = t.nodes.front();
+  h.parent_key = first->parent->tensor != nullptr ? first->parent->key : ChainKey{};
+  h.start_token = t.start_token;
+  h.hits = t.hits;
+  for (const RadixNode* n : t.nodes) h.tokens.insert(h.tokens.end(), n->tokens.begin(), n->tokens.end());
+  h.live_tokens = h.tokens.size();
+  h.times = TensorTimesLocked(t);
+  *live_bytes = h.tokens.size() * h.layout.BytesPerToken();
+  return h;
+}
+
+void Store::RewriteRecordLocked(const SsdLocation& loc, uint64_t live_tokens) {
+  if (pending_rewrites_.size() >= 64) {
+    // Drop the futures of rewrites that are done.
+    std::erase_if(pending_rewrites_, [](std::future<Status>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+  }
+  SsdTier* tier = ssd_.get();
+  pending_rewrites_.push_back(io_->Submit(
+      [tier, loc, live_tokens]() -> Status {
+        Status s = tier->SetLiveTokens(loc, live_tokens);
+        // A segment reclaimed meanwhile took the record with it.
+        return s.code() == Code::kNotFound ? Status::OK() : s;
+      },
+      IoPool::Priority::kBackground));
+}
+
+std::vector<std::future<Status>> Store::TakeRewritesLocked() {
+  std::vector<std::future<Status>> out;
+  out.swap(pending_rewrites_);
+  return out;
+}
+
+void Store::FlushSsd() {
+  std::vector<std::future<Status>> writes;
+  {
+    std::lock_guard lk(mu_);
+    writes = TakeRewritesLocked();
+  }
+  for (auto& w : writes) w.get().IgnoreError();
+}
+
+uint64_t Store::SyncTimes() {
+  std::vector<std::future<Status>> writes;
+  {
+    std::lock_guard lk(mu_);
+    times_synced_ = Clock::now();
+    if (!SsdEnabled()) return 0;
+    SsdTier* tier = ssd_.get();
+    for (uint64_t id : times_dirty_) {
+      auto it = tensors_.find(id);
+      if (it == tensors_.end()) continue;
+      Tensor* t = it->second.get();
+      if (!t->in_index || t->nodes.empty() || (!t->on_ssd && !t->stub_on_ssd)) continue;
+      const Times times = TensorTimesLocked(*t);
+      if (times == t->record_times) continue;
+      t->record_times = times;
+      const SsdLocation loc = t->on_ssd ? t->ssd : t->stub;
+      writes.push_back(io_->Submit(
+          [tier, loc, times]() -> Status {
+            Status s = tier->SetTimes(loc, times);
+            // A segment reclaimed meanwhile took the record with it.
+            return s.code() == Code::kNotFound ? Status::OK() : s;
+          },
+          IoPool::Priority::kBackground));
+    }
+    times_dirty_.clear();
+  }
+  uint64_t written = 0;
+  for (auto& w : writes) {
+    Status s = w.get();
+    if (s.ok()) {
+      ++written;
+    } else {
+      PTS_WARN("ssd", "writing an increment's times: " << s.ToString());
+    }
+  }
+  return written;
+}
+
+void Store::DropSsdCopyLocked(Tensor* t) {
+  if (!t->on_ssd) return;
+  if (t->in_index) ssd_queue_.Remove(t);
+  ssd_->Forget(t->ssd);
+  RewriteRecordLocked(t->ssd, 0);
+  t->on_ssd = false;
+  ChargeLocked(t);
+  SyncTensorEventsLocked(t);
+}
+
+// ------------------------------------------------------------- spilling
+
+bool Store::MakeSsdRoomLocked(uint64_t need) {
+  const auto mark = static_cast<uint64_t>(kSsdEvictAt * static_cast<double>(ssd_->capacity()));
+  while (ssd_->live_bytes() + need > mark) {
+    Tensor* v = ssd_queue_.PickVictim(SsdEvictable);
+    if (v == nullptr) return false;
+    EvictFromSsdLocked(v);
+  }
+  return true;
+}
+
+bool Store::SsdEvictable(const Tensor* t) {
+  // The SSD copy of a tensor that DRAM holds can always go; an SSD-only
+  // tensor goes from the index, so only a leaf nothing holds.
+  if (t->io != Tensor::Io::kNone) return false;
+  return t->in_dram || (t->holds == 0 && t->pins == 0 && t->foreign_children == 0);
+}
+
+void Store::EvictFromSsdLocked(Tensor* v) {
+  stats_.ssd_evictions++;
+  if (v->in_dram) {
+    DropSsdCopyLocked(v);
+  } else {
+    gdsf_.OnEvict(*v);
+    NoteLostLocked(v);
+    RemoveResult ignored;
+    RemoveSubtreeLocked(v->ns, v->nodes.front(), &ignored);
+  }
+}
+
+bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
+  // Ancestors first (keeping their DRAM copies): a record is only of use
+  // after a restart if the records of its whole prefix are there too.
+  // GDSF keeps ancestors' priority above their descendants', so this
+  // writes little: shared heads, once.
+  std::vector<Tensor*> up;
+  for (const RadixNode* n = t->nodes.front()->parent; n->tensor != nullptr; n = n->parent) {
+    Tensor* a = n->tensor;
+    if (a != t && (up.empty() || up.back() != a)) up.push_back(a);
+  }
+  if (!up.empty()) {
+    t->io = Tensor::Io::kSpilling;  // nobody else takes it meanwhile
+    // Holds keep the ancestors in the index (and their structs alive)
+    // across the lock releases; their bytes may come and go meanwhile.
+    for (Tensor* a : up) a->holds++;
+    for (auto it = up.rbegin(); it != up.rend(); ++it) {
+      Tensor* a = *it;
+      if (a->in_index && a->in_dram && !a->on_ssd && a->io == Tensor::Io::kNone &&
+          a->cache_class == CacheClass::kOwned && !a->remote && a->spill_failed_gen != ssd_gen_) {
+        SpillOneLocked(a, lk, /*free_dram=*/false);
+      } else if (a->in_index && a->remote && !a->stub_on_ssd) {
+        // Another node's increment: its tokens and owner, so that this one
+        // can be placed below it again after a restart.
+        WriteStubLocked(a, lk);
+      }
+    }
+    for (Tensor* a : up) {
+      a->holds--;
+      MaybeDestroyLocked(a);
+    }
+    t->io = Tensor::Io::kNone;
+    io_done_.notify_all();
+    if (!t->in_index || !t->in_dram || t->on_ssd || t->pins != 0) {
+      // It changed while the lock was released: let the caller look again.
+      MaybeDestroyLocked(t);
+      return true;
+    }
+  }
+  return SpillOneLocked(t, lk, free_dram);
+}
+
+Result<SsdLocation> Store::AppendHeaderLocked(RecordHeader h, std::unique_lock<std::mutex>& lk) {
+  appends_in_flight_++;
+  lk.unlock();
+  Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
+  lk.lock();
+  appends_in_flight_--;
+  io_done_.notify_all();
+  return loc;
+}
+
+void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
+  uint64_t ignored;
+  RecordHeader h = TensorRecordLocked(*a, &ignored);
+  h.kind = RecordKind::kRemote;
+  h.owner_node = a->owner;
+  h.seq = next_seq_++;
+  const uint64_t written_tokens = h.tokens.size();
+  const Times written_times = h.times;
+  Result<SsdLocation> loc = AppendHeaderLocked(std::move(h), lk);
+  if (!loc.ok()) {
+    PTS_WARN("ssd", "writing the record of a remote increment: " << loc.status().ToString());
+    return;
+  }
+  if (!a->in_index || a->stub_on_ssd) {
+    // Removed (or written by another spill) meanwhile.
+    ssd_->Forget(*loc);
+    RewriteRecordLocked(*loc, 0);
+    return;
+  }
+  a->stub_on_ssd = true;
+  a->stub = *loc;
+  a->record_times = written_times;
+  if (TensorTimesLocked(*a) != written_times) NoteTimesChangedLocked(a);
+  if (const uint64_t live = LiveTokens(*a); live < written_tokens) RewriteRecordLocked(*loc, live);
+}
+
+void Store::DropStubLocked(Tensor* t) {
+  if (!t->stub_on_ssd) return;
+  ssd_->Forget(t->stub);
+  RewriteRecordLocked(t->stub, 0);
+  t->stub_on_ssd = false;
+}
+
+bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
+  uint64_t bytes = 0;
+  RecordHeader h = TensorRecordLocked(*t, &bytes);
+  const uint64_t written_tokens = h.tokens.size();
+  const Times written_times = h.times;
+  h.seq = next_seq_++;
+  auto failed = [&](const Status& why) {
+    t->spill_failed_gen = ssd_gen_;
+    stats_.ssd_spill_failures++;
+    if (stats_.ssd_spill_failures <= 10 || stats_.ssd_spill_failures % 1000 == 0) {
+      PTS_WARN("ssd", "spill of tensor " << t->id.value << " (" << bytes << " bytes) failed: " << why.ToString()
+                                         << " [" << stats_.ssd_spill_failures << " so far]");
+    }
+    cleaner_wake_.notify_one();
+    return false;
+  };
+  if (!NamespaceSsdRoomLocked(t->ns, SsdTier::FootprintBound(h))) {
+    return failed(ResourceExhausted("namespace '" + t->ns->info.name + "' is at its SSD quota of " +
+                                    std::to_string(t->ns->ssd_quota) + " bytes with data that cannot go"));
+  }
+  if (!MakeSsdRoomLocked(SsdTier::FootprintBound(h))) {
+    return failed(ResourceExhausted("the SSD tier is full of data that cannot go"));
+  }
+  t->io = Tensor::Io::kSpilling;
+  appends_in_flight_++;
+  const uint8_t* src = arena_->data() + t->arena_offset;
+  lk.unlock();
+  Result<SsdLocation> loc = ssd_->Append(std::move(h), std::span<const uint8_t>(src, bytes));
+  lk.lock();
+  appends_in_flight_--;
+  t->io = Tensor::Io::kNone;
+  io_done_.notify_all();
+  if (!loc.ok()) {
+    failed(loc.status());
+    MaybeDestroyLocked(t);
+    return false;
+  }
+  stats_.ssd_spills++;
+  stats_.ssd_spill_bytes += bytes;
+  stats_.ssd_stored_bytes += loc->stored_bytes;
+  if (!t->in_index) {
+    // Removed while it was being written: the record must not outlive it.
+    ssd_->Forget(*loc);
+    RewriteRecordLocked(*loc, 0);
+    MaybeDestroyLocked(t);
+    return true;
+  }
+  t->on_ssd = true;
+  t->ssd = *loc;
+  ChargeLocked(t);
+  // Other spills of its namespace ran while the lock was released.
+  if (t->ns->ssd_quota != 0 && t->ns->ssd_bytes > t->ns->ssd_quota) NamespaceSsdRoomLocked(t->ns, 0);
+  if (!t->in_index || !t->on_ssd) {
+    MaybeDestroyLocked(t);
+    return true;
+  }
+  SyncTensorEventsLocked(t);
+  t->record_times = written_times;
+  if (TensorTimesLocked(*t) != written_times) NoteTimesChangedLocked(t);
+  ssd_queue_.Add(t);
+  if (const uint64_t live = LiveTokens(*t); live < written_tokens) RewriteRecordLocked(*loc, live);
+  if (free_dram && t->pins == 0 && t->in_dram) {
+    // A pin that came meanwhile keeps the DRAM copy; otherwise it goes now.
+    FreeDramLocked(t);
+    stats_.evictions++;
+    stats_.evicted_bytes += t->bytes;
+  }
+  return true;
+}
+
+Result<uint64_t> Store::PersistAll() {
+  std::unique_lock lk(mu_);
+  if (!SsdEnabled()) return uint64_t{0};
+  std::vector<std::pair<double, uint64_t>> order;  // (priority, tensor id)
+  for (const auto& [id, t] : tensors_) {
+    if (t->cache_class == CacheClass::kOwned && t->in_index && t->in_dram && !t->on_ssd) {
+      order.push_back({t->priority, id});
+    }
+  }
+  std::sort(order.begin(), order.end(), std::greater<>());
+  uint64_t written = 0, failed = 0;
+  for (const auto& [prio, id] : order) {
+    auto it = tensors_.find(id);  // the lock was released: look it up again
+    if (it == tensors_.end()) continue;
+    Tensor* t = it->second.get();
+    if (!t->in_index || !t->in_dram || t->on_ssd || t->io != Tensor::Io::kNone) continue;
+    if (SpillLocked(t, lk, /*free_dram=*/false)) {
+      ++written;
+    } else {
+      ++failed;
+    }
+  }
+  PTS_INFO("ssd", "persisted " << written << " tensor(s) to SSD" << (failed ? ", " : "")
+                               << (failed ? std::to_string(failed) + " did not fit or failed" : ""));
+  lk.unlock();
+  SyncTimes();  // and the times of those that were there already
+  return written;
+}
+
+// --------------------------------------------------------------- filling
+
+void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk) {
+  struct Job {
+    Tensor* t;
+    SsdLocation loc;
+    uint64_t off = 0;
+    Status status;
+    std::string ns_name;  // its namespace, charged dram_pending for it meanwhile
+    uint64_t ns_id = 0;
+    uint64_t pending = 0;
+  };
+  std::vector<Job> jobs;
+  for (Tensor* t : missing) {
+    if (t->io != Tensor::Io::kNone || t->in_dram || !t->on_ssd || !t->in_index) continue;
+    t->io = Tensor::Io::kFilling;
+    jobs.push_back(Job{t, t->ssd, 0, Status::OK(), t->ns->info.name, t->ns->id, 0});
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    // Within its namespace's DRAM quota (its own tensors make room), while
+    // it is still in the index (the lock was released for the last one).
+    Tensor* jt = jobs[i].t;
+    Result<uint64_t> off = jt->in_index ? AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk, false, jt->ns)
+                                        : Result<uint64_t>(Aborted("removed meanwhile"));
+    if (!off.ok()) {
+      // No room for the rest: the pin serves the part before them.
+      for (size_t j = i; j < jobs.size(); ++j) {
+        jobs[j].t->io = Tensor::Io::kNone;
+        MaybeDestroyLocked(jobs[j].t);
+      }
+      jobs.resize(i);
+      break;
+    }
+    jobs[i].off = *off;
+    jobs[i].pending = alloc_.AllocatedSize(*off);
+    AddPendingLocked(jobs[i].ns_name, jobs[i].ns_id, static_cast<int64_t>(jobs[i].pending));
+  }
+  if (!jobs.empty()) {
+    uint8_t* arena = arena_->data();
+    lk.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t read_bytes = 0;
+    std::vector<std::future<Status>> reads;
+    for (const Job& j : jobs) {
+      read_bytes += j.loc.payload_bytes;
+      SsdTier* tier = ssd_.get();
+      std::span<uint8_t> dst(arena + j.off, j.loc.payload_bytes);
+      reads.push_back(io_->Submit([tier, loc = j.loc, dst] { return tier->ReadPayload(loc, dst); }));
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) jobs[i].status = reads[i].get();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    PTS_DEBUG("ssd", "filled " << jobs.size() << " tensor(s), " << read_bytes << " bytes in " << secs << " s ("
+                               << (secs > 0 ? read_bytes / secs / 1e9 : 0) << " GB/s)");
+    lk.lock();
+  }
+  for (Job& j : jobs) {
+    Tensor* t = j.t;
+    t->io = Tensor::Io::kNone;
+    AddPendingLocked(j.ns_name, j.ns_id, -static_cast<int64_t>(j.pending));
+    if (j.status.ok() && t->in_index && t->on_ssd && t->ssd == j.loc) {
+      t->in_dram = true;
+      t->arena_offset = j.off;
+      t->allocated = alloc_.AllocatedSize(j.off);
+      ChargeLocked(t);
+      stats_.owned_bytes += t->allocated;
+      queue_[static_cast<int>(t->cache_class)].Add(t);
+      SyncTensorEventsLocked(t);
+      stats_.ssd_fills++;
+      stats_.ssd_fill_bytes += j.loc.payload_bytes;
+    } else {
+      alloc_.Free(j.off);
+      if (!j.status.ok()) {
+        // Never serve what failed its checksum: the tensor leaves the index
+        // (with what hangs below it, which cannot be reached without it),
+        // and a later save stores it again.
+        PTS_ERROR("ssd", "tensor " << t->id.value << ": " << j.status.ToString()
+                                   << "; dropping it and its descendants from the index");
+        DropFromIndexLocked(t);
+      }
+    }
+    MaybeDestroyLocked(t);
+  }
+  io_done_.notify_all();
+}
+
+// ------------------------------------------------------------ compaction
+
+void Store::DropFromIndexLocked(Tensor* t) {
+  if (!t->in_index) return;
+  // Held across the removal so that it cannot be freed under our feet: the
+  // caller frees it (MaybeDestroyLocked) when done with it.
+  t->holds++;
+  RemoveResult ignored;
+  RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+  t->holds--;
+}
+
+Result<bool> Store::CompactOnce() {
+  // One compaction at a time (the cleaner, or a caller): two would copy the
+  // same segment. Lock order: compact_mu_, then mu_.
+  std::lock_guard one(compact_mu_);
+  std::unique_lock lk(mu_);
+  if (!SsdEnabled()) return false;
+  // An append that has finished on disk but not yet reached the index could
+  // be in any segment: wait for a quiet moment.
+  if (appends_in_flight_ > 0) return false;
+  const bool pressure =
+      static_cast<double>(ssd_->file_bytes()) > kSsdEvictAt * static_cast<double>(ssd_->capacity());
+  std::optional<uint64_t> seg = ssd_->PickSegmentToCompact(pressure);
+  if (!seg) return false;
+
+  struct Move {
+    Tensor* t = nullptr;            // a tensor's record (its stub's when `stub`), or
+    bool stub = false;
+    std::string ns_name;            // a namespace's record
+    uint64_t ns_id = 0;
+    SsdLocation from;
+    uint64_t live_tokens = 0;
+    Result<SsdLocation> to = Internal("not copied");
+  };
+  std::vector<Move> moves;
+  for (auto& [id, t] : tensors_) {
+    if (!t->on_ssd || t->ssd.segment != *seg) continue;
+    if (t->io != Tensor::Io::kNone) return false;  // busy: next time
+    Move m;
+    m.t = t.get();
+    m.from = t->ssd;
+    m.live_tokens = LiveTokens(*t);
+    moves.push_back(std::move(m));
+  }
+  for (auto& [id, t] : tensors_) {
+    if (!t->stub_on_ssd || t->stub.segment != *seg) continue;
+    Move m;
+    m.t = t.get();
+    m.stub = true;
+    m.from = t->stub;
+    m.live_tokens = LiveTokens(*t);
+    t->holds++;  // the struct outlives the copy
+    moves.push_back(std::move(m));
+  }
+  for (auto& [name, n] : namespaces_) {
+    if (!n->record || n->record->segment != *seg) continue;
+    Move m;
+    m.ns_name = name;
+    m.ns_id = n->id;
+    m.from = *n->record;
+    moves.push_back(std::move(m));
+  }
+  for (Move& m : moves) {
+    if (m.t && !m.stub) m.t->io = Tensor::Io::kCopying;
+  }
+  lk.unlock();
+  for (Move& m : moves) m.to = ssd_->CopyRecord(m.from);
+  lk.lock();
+
+  bool all_moved = true;
+  for (Move& m : moves) {
+    if (!m.to.ok()) {
+      all_moved = false;
+      PTS_ERROR("ssd", "compaction: " << m.to.status().ToString());
+    }
+    if (m.t == nullptr) {
+      auto it = namespaces_.find(m.ns_name);
+      const bool same = it != namespaces_.end() && it->second->id == m.ns_id && it->second->record == m.from;
+      if (m.to.ok() && same) {
+        it->second->record = *m.to;
+        ssd_->Forget(m.from);
+      } else if (m.to.ok()) {
+        ssd_->Forget(*m.to);  // dropped meanwhile
+        RewriteRecordLocked(*m.to, 0);
+      }
+      continue;
+    }
+    Tensor* t = m.t;
+    if (m.stub) {
+      t->holds--;
+      if (m.to.ok() && t->stub_on_ssd && t->stub == m.from) {
+        t->stub = *m.to;
+        ssd_->Forget(m.from);
+        t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
+        NoteTimesChangedLocked(t);
+        if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub, LiveTokens(*t));
+      } else if (m.to.ok()) {
+        ssd_->Forget(*m.to);  // gone meanwhile
+        RewriteRecordLocked(*m.to, 0);
+      } else if (m.to.status().code() == Code::kCorruption) {
+        t->stub_on_ssd = false;  // written again with the next spill below it
+      }
+      MaybeDestroyLocked(t);
+      continue;
+    }
+    t->io = Tensor::Io::kNone;
+    if (!m.to.ok() && m.to.status().code() != Code::kCorruption) {
+      // The copy failed, not the record: it stays where it is.
+      MaybeDestroyLocked(t);
+      continue;
+    }
+    if (m.to.ok()) {
+      // The new copy replaces the old; if the tensor left the index
+      // meanwhile, MaybeDestroyLocked below kills the new copy.
+      t->ssd = *m.to;
+      ChargeLocked(t);
+      ssd_->Forget(m.from);
+      t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
+      NoteTimesChangedLocked(t);
+      if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
+    } else if (t->in_dram) {
+      DropSsdCopyLocked(t);
+    } else {
+      DropFromIndexLocked(t);  // its only copy is corrupt
+    }
+    MaybeDestroyLocked(t);
+  }
+  stats_.ssd_compactions++;
+  ssd_gen_++;  // space came back: spills that failed may try again
+  io_done_.notify_all();
+  lk.unlock();
+  // Whatever the accounting says is left there belongs to nobody.
+  if (all_moved) PTS_RETURN_IF_ERROR(ssd_->DeleteSegment(*seg));
+  return true;
+}
+
+void Store::CleanerLoop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    cleaner_wake_.wait_for(lk, std::chrono::milliseconds(500));
+    if (stopping_) break;
+    const bool sync_times = options_.times_sync_ms != 0 &&
+                            Clock::now() - times_synced_ >= std::chrono::milliseconds(options_.times_sync_ms);
+    lk.unlock();
+    if (sync_times) SyncTimes();
+    for (int i = 0; i < 8; ++i) {
+      Result<bool> did = CompactOnce();
+      if (!did.ok()) {
+        PTS_WARN("ssd", "compaction: " << did.status().ToString());
+        break;
+      }
+      if (!*did) break;
+    }
+    lk.lock();
+  }
+}
+
+}  // namespace ptstore::storage

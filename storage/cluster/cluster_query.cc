@@ -1,0 +1,124 @@
+// The cluster side of the KV query API (storage/cluster/cluster.h QueryTiers,
+// TokensOfHashes; storage/server/kv_query.h): a prompt's match on every member by
+// tier, and the tokens a list of block hashes names, asked of the live
+// members in parallel with one PeerTiers each.
+#include <algorithm>
+#include <thread>
+
+#include "core/logging.h"
+#include "storage/cluster/cluster.h"
+#include "storage/cluster/cluster_peer.h"
+
+namespace ptstore::storage {
+
+namespace {
+constexpr uint8_t kDram = static_cast<uint8_t>(KvMedium::kCpu);
+constexpr uint8_t kSsd = static_cast<uint8_t>(KvMedium::kStorage);
+
+// A member's longest runs from the prompt's start, from its media per
+// increment (ends[i]: the token the i-th increment ends at).
+Cluster::MemberTiers Fold(uint32_t node, const std::vector<uint64_t>& ends, const std::vector<uint8_t>& media) {
+  Cluster::MemberTiers t;
+  t.node = node;
+  bool held = true, dram = true, ssd = true;
+  for (size_t i = 0; i < ends.size() && i < media.size(); ++i) {
+    held = held && media[i] != 0;
+    dram = dram && (media[i] & kDram);
+    ssd = ssd && (media[i] & kSsd);
+    if (held) t.held_tokens = ends[i];
+    if (dram) t.dram_tokens = ends[i];
+    if (ssd) t.ssd_tokens = ends[i];
+    if (!held) break;
+  }
+  return t;
+}
+}  // namespace
+
+std::vector<std::pair<uint32_t, std::optional<core::PeerTiersReply>>> Cluster::AskTiers(const core::PeerTiers& q) {
+  const std::shared_ptr<const PeerList> peers = Peers();
+  std::vector<std::pair<uint32_t, std::optional<core::PeerTiersReply>>> answers(peers->size());
+  std::vector<std::thread> calls;
+  for (size_t p = 0; p < peers->size(); ++p) {
+    Peer* peer = (*peers)[p].get();
+    answers[p].first = peer->member.node_id;
+    if (!IsAlive(peer)) continue;
+    calls.emplace_back([this, peer, &q, &answers, p] {
+      Result<core::PeerTiersReply> r =
+          peer->link->Call<core::PeerTiers, core::PeerTiersReply>(q, options_.rpc_timeout_ms);
+      if (!r.ok()) {
+        PTS_DEBUG("cluster", "tiers from node " << peer->member.node_id << ": " << r.status().ToString());
+        return;
+      }
+      if (r->media.size() != q.entries.size()) return;  // not an answer to this question
+      answers[p].second = std::move(*r);
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  return answers;
+}
+
+Result<Cluster::ClusterTiers> Cluster::QueryTiers(const std::string& ns, std::span<const uint32_t> tokens) {
+  Refresh(ns, tokens);
+  core::PeerHolds holds;
+  PTS_ASSIGN_OR_RETURN(PrefixLocation loc, LocatePrefixLocal(store_, ns, tokens, &holds));
+  ClusterTiers out;
+  out.matched_tokens = loc.matched_tokens;
+  std::vector<uint64_t> ends;
+  for (const PrefixSpan& s : loc.spans) ends.push_back(s.end_token);
+
+  core::PeerTiers q;
+  q.ns = ns;
+  q.entries = std::move(holds.entries);
+  std::vector<uint8_t> mine;
+  for (const core::PeerHolds::Entry& e : q.entries) {
+    Result<uint8_t> m = store_->HeldMedia(ns, e.tokens, e.from_block);
+    mine.push_back(m.ok() ? *m : 0);
+  }
+  out.members.push_back(Fold(self_.node_id, ends, mine));
+  if (q.entries.empty()) {
+    // Nothing matched anywhere this node knows of: every live member holds nothing.
+    for (const auto& p : *Peers()) {
+      if (IsAlive(p.get())) out.members.push_back(MemberTiers{p->member.node_id, 0, 0, 0});
+      else out.unanswered.push_back(p->member.node_id);
+    }
+  } else {
+    for (auto& [id, answer] : AskTiers(q)) {
+      if (answer) out.members.push_back(Fold(id, ends, answer->media));
+      else out.unanswered.push_back(id);
+    }
+  }
+  std::sort(out.members.begin() + 1, out.members.end(),
+            [](const MemberTiers& a, const MemberTiers& b) { return a.node < b.node; });
+  std::sort(out.unanswered.begin(), out.unanswered.end());
+  return out;
+}
+
+Result<std::vector<uint32_t>> Cluster::TokensOfHashes(const std::string& ns, std::span<const ChainKey> hashes,
+                                                      bool low64) {
+  PTS_ASSIGN_OR_RETURN(std::vector<uint32_t> best, store_->TokensOfHashes(ns, hashes, low64));
+  PTS_ASSIGN_OR_RETURN(NamespaceDef def, store_->GetNamespaceDef(ns));
+  const uint64_t bt = def.info.layout.block_tokens;
+  if (best.size() / bt >= hashes.size()) return best;
+  core::PeerTiers q;
+  q.ns = ns;
+  q.hashes.assign(hashes.begin(), hashes.end());
+  q.low64 = low64;
+  const ChainKey root = RootKey(ns, def.salt);
+  for (auto& [id, answer] : AskTiers(q)) {
+    if (!answer || answer->tokens.size() <= best.size() || answer->tokens.size() % bt != 0 ||
+        answer->tokens.size() / bt > hashes.size()) {
+      continue;
+    }
+    // Only tokens whose chain keys are the hashes asked count.
+    const std::vector<ChainKey> keys = ChainKeys(root, answer->tokens, static_cast<uint32_t>(bt));
+    bool same = true;
+    for (size_t i = 0; i < keys.size() && same; ++i) {
+      same = low64 ? keys[i].lo == hashes[i].lo : keys[i] == hashes[i];
+    }
+    if (same) best = std::move(answer->tokens);
+    else PTS_DEBUG("cluster", "node " << id << " named tokens for block hashes whose keys differ: ignored");
+  }
+  return best;
+}
+
+}  // namespace ptstore::storage

@@ -1,0 +1,319 @@
+#include "storage/events/kv_event_publisher.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <zmq.hpp>
+
+#include "core/logging.h"
+
+namespace ptstore::storage {
+
+struct KvEventPublisher::Sockets {
+  zmq::context_t ctx{1};
+  zmq::socket_t pub{ctx, zmq::socket_type::pub};
+  zmq::socket_t replay{ctx, zmq::socket_type::router};
+  struct Buffered {
+    uint64_t seq;
+    std::string payload;
+  };
+  std::deque<Buffered> buffer;  // the last buffer_batches batches, oldest first
+};
+
+namespace {
+
+std::string SeqBytes(int64_t seq) {
+  std::string b(8, '\0');
+  uint64_t u = static_cast<uint64_t>(seq);
+  for (int i = 0; i < 8; i++) b[i] = static_cast<char>(u >> (56 - 8 * i));
+  return b;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string Endpoint(const std::string& bind, uint16_t port) {
+  return "tcp://" + bind + ":" + (port == 0 ? std::string("*") : std::to_string(port));
+}
+
+}  // namespace
+
+KvEventPublisher::KvEventPublisher(const KvEventsOptions& options) : options_(options) {}
+
+Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEventsOptions& options,
+                                                                  std::function<void()> resync) {
+  if (options.queue_events == 0 || options.buffer_batches == 0 || options.batch_events == 0) {
+    return InvalidArgument("kv events: queue_events, buffer_batches and batch_events must be positive");
+  }
+  std::unique_ptr<KvEventPublisher> p(new KvEventPublisher(options));
+  p->incarnation_ = options.incarnation != 0
+                        ? options.incarnation
+                        : static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                                    std::chrono::system_clock::now().time_since_epoch())
+                                                    .count());
+  p->stats_.incarnation = p->incarnation_;
+  p->stats_.next_seq = KvSeq(p->incarnation_, 0);
+  p->resync_ = std::move(resync);
+  // The thread makes the sockets (so ZMQ's I/O thread, started by the first
+  // socket, inherits its lower priority) and says how binding went.
+  std::promise<Status> bound;
+  std::future<Status> bound_f = bound.get_future();
+  p->thread_ = std::thread([raw = p.get(), &bound] {
+    raw->Lower();
+    Status st = raw->Bind();
+    const bool ok = st.ok();
+    bound.set_value(std::move(st));
+    if (ok) raw->Loop();
+  });
+  Status st = bound_f.get();
+  if (!st.ok()) {
+    p->thread_.join();
+    return st;
+  }
+  return p;
+}
+
+void KvEventPublisher::Lower() {
+  // Below the save path: the publisher runs on the cycles saves leave
+  // (kNiceIncrement). Best effort: a failure leaves it where it was.
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  if (errno == 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), std::min(19, now + kNiceIncrement)) != 0) {
+    PTS_DEBUG("events", "cannot lower the publisher's priority: " << std::strerror(errno));
+  }
+}
+
+Status KvEventPublisher::Bind() {
+  sockets_ = std::make_unique<Sockets>();
+  Sockets& s = *sockets_;
+  try {
+    s.pub.set(zmq::sockopt::sndhwm, static_cast<int>(std::min<uint64_t>(options_.hwm, INT32_MAX)));
+    s.pub.set(zmq::sockopt::linger, 0);
+    s.pub.bind(Endpoint(options_.bind, options_.port));
+    endpoint_ = s.pub.get(zmq::sockopt::last_endpoint);
+    // A replay of the whole buffer to one subscriber must not hit the
+    // ROUTER's high-water mark (it would drop silently).
+    s.replay.set(zmq::sockopt::sndhwm,
+                 static_cast<int>(std::min<uint64_t>(2 * options_.buffer_batches + 16, INT32_MAX)));
+    s.replay.set(zmq::sockopt::linger, 0);
+    s.replay.bind(Endpoint(options_.bind, options_.replay_port));
+    replay_endpoint_ = s.replay.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    sockets_.reset();
+    return Unavailable(std::string("kv events: cannot bind on ") + options_.bind + ": " + e.what());
+  }
+  return Status::OK();
+}
+
+KvEventPublisher::~KvEventPublisher() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void KvEventPublisher::Publish(KvEvent&& e, bool force) {
+  bool wake = false;
+  {
+    std::lock_guard lk(mu_);
+    if (!force && queue_.size() >= options_.queue_events) {
+      stats_.dropped++;
+      overflowed_ = true;
+      return;
+    }
+    // Only a thread asleep on an empty queue is woken: in a stream of events
+    // it is busy, and a save costs a lock and a push, never a wake-up.
+    wake = idle_ && queue_.empty();
+    queue_.push_back(std::move(e));
+    stats_.queued++;
+  }
+  if (wake) wake_.notify_one();
+}
+
+void KvEventPublisher::Flush() {
+  std::unique_lock lk(mu_);
+  const uint64_t target = stats_.queued;
+  sent_cv_.wait(lk, [&] { return done_ >= target || stop_; });
+}
+
+void KvEventPublisher::SetPausedForTest(bool paused) {
+  {
+    std::lock_guard lk(mu_);
+    paused_ = paused;
+  }
+  wake_.notify_all();
+}
+
+KvEventStats KvEventPublisher::Stats() const {
+  std::lock_guard lk(mu_);
+  KvEventStats s = stats_;
+  s.queue_depth = queue_.size();
+  return s;
+}
+
+void KvEventPublisher::Loop() {
+  std::deque<KvEvent> work;
+  for (;;) {
+    bool resync = false;
+    {
+      std::unique_lock lk(mu_);
+      // Replay requests are served at least every 5 ms while the queue is idle.
+      idle_ = true;
+      wake_.wait_for(lk, std::chrono::milliseconds(5), [&] { return stop_ || (!queue_.empty() && !paused_); });
+      idle_ = false;
+      if (queue_.empty() && stop_) break;
+      if (!paused_ || stop_) work.swap(queue_);
+      taken_ += work.size();
+      if (work.empty() && overflowed_ && !paused_) {
+        overflowed_ = false;
+        stats_.resyncs++;
+        resync = true;
+      }
+    }
+    ServeReplays();
+    if (resync && resync_) {
+      PTS_WARN("events", "the event queue overflowed: announcing everything this node holds again");
+      resync_();
+      continue;
+    }
+    if (!work.empty()) {
+      const uint64_t n = work.size();
+      Send(work);
+      {
+        std::lock_guard lk(mu_);
+        done_ += n;
+        sent_cv_.notify_all();
+      }
+      // More are likely on their way: gather them for batch_delay_us (one
+      // batch, one send, no wake-ups) before looking again.
+      if (options_.batch_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(options_.batch_delay_us));
+    }
+  }
+  std::lock_guard lk(mu_);
+  sent_cv_.notify_all();
+}
+
+void KvEventPublisher::Send(std::deque<KvEvent>& events) {
+  Sockets& s = *sockets_;
+  std::vector<KvEvent> batch;
+  uint64_t sent_events = 0, sent_batches = 0;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    const uint64_t seq = KvSeq(incarnation_, counter_++);
+    std::string payload = EncodeKvEventBatch(NowSeconds(), batch, options_.codec);
+    const std::string topic = KvEventTopic(options_.node_id, batch.front().ns);
+    const std::string seq_bytes = SeqBytes(static_cast<int64_t>(seq));
+    try {
+      s.pub.send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      s.pub.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      s.pub.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      PTS_WARN("events", "publishing batch " << seq << ": " << e.what());
+    }
+    s.buffer.push_back({seq, std::move(payload)});
+    while (s.buffer.size() > options_.buffer_batches) s.buffer.pop_front();
+    sent_events += batch.size();
+    sent_batches++;
+    batch.clear();
+  };
+  while (!events.empty()) {
+    KvEvent e = std::move(events.front());
+    events.pop_front();
+    // One namespace per batch (its topic names it); AllBlocksCleared alone.
+    if (!batch.empty() && (batch.front().ns != e.ns || batch.size() >= options_.batch_events ||
+                           e.kind == KvEventKind::kCleared || batch.front().kind == KvEventKind::kCleared)) {
+      flush();
+    }
+    batch.push_back(std::move(e));
+  }
+  flush();
+  std::lock_guard lk(mu_);
+  stats_.published += sent_events;
+  stats_.batches += sent_batches;
+  stats_.next_seq = KvSeq(incarnation_, counter_);
+}
+
+void KvEventPublisher::ServeReplays() {
+  Sockets& s = *sockets_;
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    try {
+      zmq::message_t m;
+      if (!s.replay.recv(m, zmq::recv_flags::dontwait)) return;
+      frames.push_back(std::move(m));
+      while (frames.back().more()) {
+        zmq::message_t next;
+        if (!s.replay.recv(next, zmq::recv_flags::none)) break;
+        frames.push_back(std::move(next));
+      }
+    } catch (const zmq::error_t& e) {
+      PTS_WARN("events", "replay socket: " << e.what());
+      return;
+    }
+    const std::string id = frames[0].to_string();
+    auto reply = [&](const std::string& seq, const std::string& payload) {
+      try {
+        s.replay.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        s.replay.send(zmq::const_buffer("", 0), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        s.replay.send(zmq::buffer(seq), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        s.replay.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+      } catch (const zmq::error_t& e) {
+        PTS_WARN("events", "replay reply: " << e.what());
+      }
+    };
+    const std::string end = SeqBytes(-1);
+    if (frames.size() != 3 || frames[1].size() != 0 || frames[2].size() != 8) {
+      std::string why = "error: a replay request is (empty delimiter, start seq as 8 bytes big-endian); got " +
+                        std::to_string(frames.size() - 1) + " frame(s) after the identity";
+      if (frames.size() == 3) {
+        why += frames[1].size() != 0 ? ", a non-empty delimiter"
+                                     : ", a start seq of " + std::to_string(frames[2].size()) + " bytes";
+      }
+      {
+        std::lock_guard lk(mu_);
+        stats_.replay_errors++;
+      }
+      PTS_DEBUG("events", "malformed replay request: " << why);
+      reply(end, why);
+      continue;
+    }
+    const auto* b = static_cast<const uint8_t*>(frames[2].data());
+    uint64_t start = 0;
+    for (int i = 0; i < 8; i++) start = (start << 8) | b[i];
+    for (const auto& [seq, payload] : s.buffer) {
+      if (seq >= start) reply(SeqBytes(static_cast<int64_t>(seq)), payload);
+    }
+    reply(end, "");
+    std::lock_guard lk(mu_);
+    stats_.replays++;
+    // Asked for batches the buffer no longer has (a subscriber joining a
+    // long-running node, or one away for too long): the stream announces
+    // everything again, AllBlocksCleared first, so that it becomes exact.
+    if (!s.buffer.empty() && start < s.buffer.front().seq && static_cast<uint32_t>(s.buffer.front().seq) != 0) {
+      overflowed_ = true;
+    }
+  }
+}
+
+void AppendKvEventMetrics(core::PromWriter& w, const KvEventStats& s) {
+  w.Counter("ptstore_kv_events_total", "KV events taken for publishing.", s.queued);
+  w.Counter("ptstore_kv_events_dropped_total", "KV events dropped at a full queue (a resync follows).", s.dropped);
+  w.Counter("ptstore_kv_events_published_total", "KV events sent on the PUB socket.", s.published);
+  w.Counter("ptstore_kv_event_batches_total", "KV event batches sent.", s.batches);
+  w.Counter("ptstore_kv_event_resyncs_total", "Re-announcements of everything held, after drops.", s.resyncs);
+  w.Counter("ptstore_kv_event_replays_total", "Replay requests answered.", s.replays);
+  w.Counter("ptstore_kv_event_replay_errors_total", "Malformed replay requests.", s.replay_errors);
+  w.Gauge("ptstore_kv_event_queue_depth", "KV events waiting for the publisher thread.", s.queue_depth);
+  w.Gauge("ptstore_kv_event_incarnation", "The KV-event stream's incarnation (high 32 bits of its seqs).",
+          s.incarnation);
+}
+
+}  // namespace ptstore::storage
