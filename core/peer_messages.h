@@ -10,24 +10,11 @@
 #include <vector>
 
 #include "core/messages.h"
+#include "core/ownership.h"
 #include "core/wire.h"
 #include "ptstore/types.h"
 
 namespace ptstore::core {
-
-// Blocks [previous range's end_block, end_block) are owned by `owner`.
-struct OwnedRange {
-  uint64_t end_block = 0;
-  uint32_t owner = 0;
-  bool operator==(const OwnedRange&) const = default;
-};
-
-// A namespace as another node must create it to file this node's data
-// (salt included: it decides the chain keys).
-struct NamespaceDef {
-  NamespaceInfo info;
-  std::string salt;
-};
 
 // Liveness and what the peer is: its incarnation changes when it restarts.
 struct PeerPing {

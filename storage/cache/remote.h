@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/peer_messages.h"
+#include "core/ownership.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 
