@@ -20,6 +20,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/kv_bytes.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ptstore {
@@ -30,25 +31,8 @@ using testing::Daemon;
 using storage::testkv::SmallLayout;
 
 
-// KV of token `pos` with id `tok`: a function of both, so shared prefixes
-// have equal bytes and any mix-up shows.
-void FillKv(std::span<const uint32_t> tokens, uint64_t bpt, uint8_t* out) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    uint64_t x = (uint64_t{tokens[i]} << 32) ^ (i * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
-    for (uint64_t b = 0; b < bpt; b += 8) {
-      x ^= x >> 33;
-      x *= 0xff51afd7ed558ccdULL;
-      x ^= x >> 29;
-      std::memcpy(out + i * bpt + b, &x, std::min<uint64_t>(8, bpt - b));
-    }
-  }
-}
-
-std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) {
-  std::vector<uint8_t> kv(tokens.size() * l.BytesPerToken());
-  FillKv(tokens, l.BytesPerToken(), kv.data());
-  return kv;
-}
+// KV bytes of a prompt from position 0 (tests/testing/kv_bytes.h).
+std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) { return testing::KvOf(tokens, 0, l); }
 
 using testing::Tokens;
 

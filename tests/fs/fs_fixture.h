@@ -29,6 +29,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/kv_bytes.h"
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
 
@@ -38,25 +39,8 @@ using storage::testkv::SmallLayout;
 using testing::Daemon;
 using testing::Mount;
 
-// KV of token id `tok` at position `pos`: both matter, so a byte from a
-// wrong increment or offset never matches.
-inline void FillKvAt(uint32_t tok, uint64_t pos, uint64_t bpt, uint8_t* out) {
-  uint64_t x = (uint64_t{tok} << 32) ^ (pos * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
-  for (uint64_t b = 0; b < bpt; b += 8) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 29;
-    std::memcpy(out + b, &x, std::min<uint64_t>(8, bpt - b));
-  }
-}
-
-inline std::vector<uint8_t> KvOf(std::span<const uint32_t> tokens, uint64_t start, const Layout& l) {
-  const uint64_t bpt = l.BytesPerToken();
-  std::vector<uint8_t> kv(tokens.size() * bpt);
-  for (size_t i = 0; i < tokens.size(); ++i) FillKvAt(tokens[i], start + i, bpt, kv.data() + i * bpt);
-  return kv;
-}
-
+using testing::FillKvAt;
+using testing::KvOf;
 using testing::Tokens;
 
 // The mounts of these tests poll the store's changes every kChangePoll (the

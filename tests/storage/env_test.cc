@@ -19,6 +19,7 @@
 
 #include "tests/storage/env_files.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -59,7 +60,7 @@ TEST_F(EnvTest, DefaultIsOneProcessWideEnv) { EXPECT_EQ(Env::Default(), Env::Def
 TEST_F(EnvTest, WritesReadsAndSizes) {
   const std::string path = dir_.Join("a");
   auto f = env_->Open(path, Create());
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_EQ((*f)->path(), path);
   EXPECT_FALSE((*f)->direct());
   ASSERT_TRUE((*f)->WriteAt(0, Bytes("hello world")).ok());
@@ -79,7 +80,7 @@ TEST_F(EnvTest, CreateNeverTruncates) {
   const std::string path = dir_.Join("a");
   ASSERT_TRUE((*env_->Open(path, Create()))->WriteAt(0, Bytes("keep me")).ok());
   auto again = env_->Open(path, Create());
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_OK(again);
   EXPECT_EQ(ReadAll(again->get()), "keep me");
 }
 
@@ -90,7 +91,7 @@ TEST_F(EnvTest, ExclusiveCreateOfExistingFileIsAlreadyExists) {
   ASSERT_TRUE(env_->Open(path, excl).ok());
   auto again = env_->Open(path, excl);
   ASSERT_FALSE(again.ok());
-  EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
+  EXPECT_ERROR(again, Code::kAlreadyExists);
   EXPECT_NE(again.status().message().find("open " + path), std::string::npos) << again.status().ToString();
 }
 
@@ -106,7 +107,7 @@ TEST_F(EnvTest, OpenOfMissingFileIsNotFoundNamingThePath) {
   const std::string path = dir_.Join("missing");
   auto f = env_->Open(path, OpenOptions{});
   ASSERT_FALSE(f.ok());
-  EXPECT_EQ(f.status().code(), Code::kNotFound);
+  EXPECT_ERROR(f, Code::kNotFound);
   EXPECT_EQ(f.status().message(), "open " + path + " for reading: No such file or directory");
 }
 
@@ -116,7 +117,7 @@ TEST_F(EnvTest, WriteToReadOnlyFileFailsNamingCallAndPath) {
   auto f = env_->Open(path, OpenOptions{});
   ASSERT_TRUE(f.ok());
   Status st = (*f)->WriteAt(0, Bytes("x"));
-  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_ERROR(st, Code::kIOError);
   EXPECT_EQ(st.message(), "pwrite of 1 bytes at offset 0 to " + path + ": Bad file descriptor");
 }
 
@@ -125,7 +126,7 @@ TEST_F(EnvTest, FullDiskIsResourceExhausted) {
   auto f = env_->Open("/dev/full", Writable());
   if (!f.ok()) GTEST_SKIP() << f.status().ToString();
   Status st = (*f)->WriteAt(0, Bytes("abc"));
-  EXPECT_EQ(st.code(), Code::kResourceExhausted);
+  EXPECT_ERROR(st, Code::kResourceExhausted);
   EXPECT_EQ(st.message(), "pwrite of 3 bytes at offset 0 to /dev/full: No space left on device");
 }
 
@@ -164,7 +165,7 @@ TEST_F(EnvTest, TruncateOfReadOnlyFileNamesThePath) {
   ASSERT_TRUE(env_->Open(path, Create()).ok());
   auto f = env_->Open(path, OpenOptions{});
   Status st = (*f)->Truncate(0);
-  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_ERROR(st, Code::kIOError);
   EXPECT_NE(st.message().find("ftruncate " + path), std::string::npos) << st.ToString();
 }
 
@@ -182,10 +183,10 @@ TEST_F(EnvTest, ReadFullyOfTruncatedFileIsCorruptionNamingThePath) {
   ASSERT_TRUE((*f)->WriteAt(0, Bytes("0123456789")).ok());
   std::string buf(8, '\0');
   Status st = ReadFully(f->get(), 6, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()});
-  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_ERROR(st, Code::kCorruption);
   EXPECT_EQ(st.message(), path + ": expected 8 bytes at offset 6, the file ends after 4");
   st = ReadFully(f->get(), 20, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()});
-  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_ERROR(st, Code::kCorruption);
   EXPECT_EQ(st.message(), path + ": expected 8 bytes at offset 20, the file ends after 0");
 }
 
@@ -195,7 +196,7 @@ TEST_F(EnvTest, DirectIoOnExt4) {
   OpenOptions o = Create();
   o.direct = true;
   auto f = env_->Open(path, o);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_TRUE((*f)->direct());
 
   AlignedBuffer out(2 * kDirectIoAlignment);
@@ -213,18 +214,18 @@ TEST_F(EnvTest, DirectIoOnExt4) {
   // data, that is: ext4 fills a hole with zeros without checking.)
   Result<size_t> misaligned = (*f)->ReadAt(kDirectIoAlignment, in.span().subspan(1, kDirectIoAlignment));
   ASSERT_FALSE(misaligned.ok());
-  EXPECT_EQ(misaligned.status().code(), Code::kIOError);
+  EXPECT_ERROR(misaligned, Code::kIOError);
   EXPECT_EQ(misaligned.status().message(),
             "pread of 4096 bytes at offset 4096 from " + path + ": Invalid argument");
 
   // A file whose size is not a multiple of the block reads short at its end.
   ASSERT_TRUE((*f)->Truncate(2 * kDirectIoAlignment + 100).ok());
   Result<size_t> n = (*f)->ReadAt(kDirectIoAlignment, in.span());
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_OK(n);
   EXPECT_EQ(*n, kDirectIoAlignment + 100);
   EXPECT_EQ(std::memcmp(in.data, out.data, *n), 0);
   n = (*f)->ReadAt(4 * kDirectIoAlignment, in.span());
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 0u);
 }
 
@@ -243,7 +244,7 @@ TEST_F(EnvTest, DirectIoOnTmpfs) {
   o.direct = true;
   o.exclusive = true;  // the fallback must not trip over the file its first try made
   auto f = env_->Open(path, o);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_EQ((*f)->direct(), kernel_has_direct);
 
   AlignedBuffer out(kDirectIoAlignment);
@@ -259,7 +260,7 @@ TEST_F(EnvTest, DirectFallsBackWhereTheFileSystemHasNoDirectIo) {
   OpenOptions o;
   o.direct = true;
   auto f = env_->Open("/proc/self/status", o);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_FALSE((*f)->direct());
   std::string buf(5, '\0');
   ASSERT_TRUE(ReadFully(f->get(), 0, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()}).ok());
@@ -271,7 +272,7 @@ TEST_F(EnvTest, ListDirNamesEntriesWithoutDots) {
   ASSERT_TRUE(env_->Open(dir_.Join("a"), Create()).ok());
   ASSERT_TRUE(env_->CreateDirs(dir_.Join("sub")).ok());
   auto names = env_->ListDir(dir_.path());
-  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  ASSERT_OK(names);
   std::sort(names->begin(), names->end());
   EXPECT_EQ(*names, (std::vector<std::string>{"a", "b", "sub"}));
 
@@ -281,7 +282,7 @@ TEST_F(EnvTest, ListDirNamesEntriesWithoutDots) {
 
   auto missing = env_->ListDir(dir_.Join("nope"));
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_ERROR(missing, Code::kNotFound);
   EXPECT_EQ(missing.status().message(), "opendir " + dir_.Join("nope") + ": No such file or directory");
 }
 
@@ -292,7 +293,7 @@ TEST_F(EnvTest, DeleteFile) {
   ASSERT_TRUE(env_->DeleteFile(path).ok());
   EXPECT_FALSE(env_->FileExists(path));
   Status st = env_->DeleteFile(path);
-  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_ERROR(st, Code::kNotFound);
   EXPECT_EQ(st.message(), "unlink " + path + ": No such file or directory");
 }
 
@@ -307,7 +308,7 @@ TEST_F(EnvTest, RenameFileMovesContentsAndReplacesTarget) {
   ASSERT_TRUE(env_->SyncDir(dir_.path()).ok());
 
   Status st = env_->RenameFile(from, to);
-  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_ERROR(st, Code::kNotFound);
   EXPECT_EQ(st.message(), "rename " + from + " to " + to + ": No such file or directory");
 }
 
@@ -324,24 +325,24 @@ TEST_F(EnvTest, CreateDirsMakesMissingParents) {
   EXPECT_TRUE(env_->CreateDirs(deep).ok());
   EXPECT_TRUE(env_->CreateDirs(dir_.Join("x//y/w/")).ok());
   EXPECT_TRUE(env_->FileExists(dir_.Join("x/y/w")));
-  EXPECT_EQ(env_->CreateDirs("").code(), Code::kInvalidArgument);
+  EXPECT_ERROR(env_->CreateDirs(""), Code::kInvalidArgument);
 }
 
 TEST_F(EnvTest, CreateDirsThroughAFileFailsNamingThePath) {
   const std::string file = dir_.Join("file");
   ASSERT_TRUE(env_->Open(file, Create()).ok());
   Status st = env_->CreateDirs(file + "/sub");
-  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_ERROR(st, Code::kIOError);
   EXPECT_EQ(st.message(), "mkdir " + file + "/sub: Not a directory");
   st = env_->CreateDirs(file);
-  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_ERROR(st, Code::kIOError);
   EXPECT_EQ(st.message(), "mkdir " + file + ": Not a directory");
 }
 
 TEST_F(EnvTest, SyncDirOfMissingDirectoryNamesIt) {
   EXPECT_TRUE(env_->SyncDir(dir_.path()).ok());
   Status st = env_->SyncDir(dir_.Join("nope"));
-  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_ERROR(st, Code::kNotFound);
   EXPECT_EQ(st.message(), "open directory " + dir_.Join("nope") + ": No such file or directory");
 }
 

@@ -17,6 +17,7 @@
 
 #include "tests/storage/env_files.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -34,7 +35,7 @@ class FaultEnvTest : public ::testing::Test {
 
   std::unique_ptr<File> OpenFile(const std::string& path) {
     auto f = env_.Open(path, Create());
-    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_OK(f);
     return f.ok() ? std::move(f).value() : nullptr;
   }
 };
@@ -63,7 +64,7 @@ TEST_F(FaultEnvTest, FailWritesAfterLetsNWritesThroughThenFailsEveryWrite) {
   ASSERT_TRUE(f->WriteAt(2, Bytes("cd")).ok());
   for (int i = 0; i < 3; i++) {
     Status st = f->WriteAt(4, Bytes("ef"));
-    EXPECT_EQ(st.code(), Code::kIOError);
+    EXPECT_ERROR(st, Code::kIOError);
     EXPECT_TRUE(Contains(st, "pwrite of 2 bytes at offset 4 to " + path_ + ": Input/output error")) << st.ToString();
   }
   EXPECT_EQ(OnDisk(path_), "abcd");
@@ -78,13 +79,13 @@ TEST_F(FaultEnvTest, FailWritesAfterLetsNWritesThroughThenFailsEveryWrite) {
 TEST_F(FaultEnvTest, FailedWritesUseThePosixStatusCodes) {
   auto f = OpenFile(path_);
   env_.FailWritesAfter(0, ENOSPC);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kResourceExhausted);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kResourceExhausted);
   env_.FailWritesAfter(0, EDQUOT);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kResourceExhausted);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kResourceExhausted);
   env_.FailWritesAfter(0, ENOENT);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kNotFound);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kNotFound);
   env_.FailWritesAfter(0, EROFS);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kIOError);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kIOError);
   EXPECT_EQ(OnDisk(path_), "");
 }
 
@@ -94,19 +95,19 @@ TEST_F(FaultEnvTest, DiskCapacityFailsWritesThatWouldPassIt) {
   env_.SetDiskCapacity(10);
   ASSERT_TRUE(f->WriteAt(4, Bytes("45")).ok());
   Status st = f->WriteAt(6, Bytes("6789X"));
-  EXPECT_EQ(st.code(), Code::kResourceExhausted);
+  EXPECT_ERROR(st, Code::kResourceExhausted);
   EXPECT_TRUE(Contains(st, "pwrite of 5 bytes at offset 6 to " + path_ + ": No space left on device"))
       << st.ToString();
   EXPECT_EQ(OnDisk(path_), "012345");  // nothing of the refused write
   ASSERT_TRUE(f->WriteAt(6, Bytes("6789")).ok());  // exactly full
-  EXPECT_EQ(f->WriteAt(10, Bytes("X")).code(), Code::kResourceExhausted);
+  EXPECT_ERROR(f->WriteAt(10, Bytes("X")), Code::kResourceExhausted);
   EXPECT_EQ(OnDisk(path_), "0123456789");
 
   // ClearFaults starts the count afresh.
   env_.ClearFaults();
   env_.SetDiskCapacity(3);
   ASSERT_TRUE(f->WriteAt(0, Bytes("abc")).ok());
-  EXPECT_EQ(f->WriteAt(3, Bytes("d")).code(), Code::kResourceExhausted);
+  EXPECT_ERROR(f->WriteAt(3, Bytes("d")), Code::kResourceExhausted);
   EXPECT_EQ(OnDisk(path_), "abc3456789");
 }
 
@@ -115,7 +116,7 @@ TEST_F(FaultEnvTest, TornWriteStoresExactlyThePrefix) {
   ASSERT_TRUE(f->WriteAt(0, Bytes("01234567")).ok());
   env_.TearNextWrite(3);
   Status st = f->WriteAt(2, Bytes("abcdef"));
-  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_ERROR(st, Code::kIOError);
   EXPECT_TRUE(Contains(st, "pwrite of 6 bytes at offset 2 to " + path_)) << st.ToString();
   EXPECT_TRUE(Contains(st, "Input/output error")) << st.ToString();
   EXPECT_EQ(OnDisk(path_), "01abc567");
@@ -294,7 +295,7 @@ TEST_F(FaultEnvTest, HandlesOpenedBeforeACrashFailAfterIt) {
       (*reader)->ReadAt(0, out).status(), (*reader)->Size().status(),
   };
   for (const Status& st : failures) {
-    EXPECT_EQ(st.code(), Code::kIOError);
+    EXPECT_ERROR(st, Code::kIOError);
     EXPECT_TRUE(Contains(st, path_)) << st.ToString();
     EXPECT_TRUE(Contains(st, "after a simulated crash")) << st.ToString();
   }
@@ -326,7 +327,7 @@ TEST_F(FaultEnvTest, FreshPosixEnvSeesTheCrashedStateOfEveryFile) {
 
   for (const auto& [name, want] : {std::pair{"a", "A-synced"}, std::pair{"b", "B-synced"}}) {
     auto f = Env::Default()->Open(dir_.Join(name), OpenOptions{});
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_OK(f);
     std::string got(8, '\0');
     ASSERT_TRUE(ReadFully(f->get(), 0, {reinterpret_cast<uint8_t*>(got.data()), got.size()}).ok());
     EXPECT_EQ(got, want);
@@ -358,7 +359,7 @@ TEST_F(FaultEnvTest, DirectFilesCrashAndTearLikeBufferedOnes) {
   OpenOptions o = Create();
   o.direct = true;
   auto f = env_.Open(path_, o);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   ASSERT_TRUE((*f)->direct());
 
   constexpr size_t kBlock = kDirectIoAlignment;

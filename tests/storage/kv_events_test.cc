@@ -11,6 +11,7 @@
 
 #include "storage/kv_event_codec.h"
 #include "storage/kv_event_publisher.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -186,7 +187,7 @@ TEST(KvEventPublisherTest, FullQueueDropsCountsAndResyncs) {
     c.kind = KvEventKind::kCleared;
     self->Publish(std::move(c), true);
   });
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   self = p->get();
   (*p)->SetPausedForTest(true);
   for (int i = 0; i < 10; i++) (*p)->Publish(Stored("m", {1, 2, 3, 4}), false);
@@ -241,7 +242,7 @@ TEST(KvEventPublisherTest, SubscriberSeesTopicSeqAndPayload) {
   o.node_id = 5;
   o.incarnation = 9;
   auto p = KvEventPublisher::Start(o, nullptr);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   zmq::context_t ctx;
   zmq::socket_t sub(ctx, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "kv@5@");

@@ -14,6 +14,7 @@
 #include "storage/config.h"
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -36,9 +37,9 @@ TEST(StoreMetricsTest, EveryStoreStatsFieldIsExported) {
   const StoreStats s = Distinct();
   core::PromWriter w;
   AppendStoreMetrics(w, s);
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   auto parsed = testing::ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << w.text();
+  ASSERT_OK(parsed) << "\n" << w.text();
   std::multiset<double> values;
   for (const auto& f : parsed->families) {
     EXPECT_EQ(f.name.rfind("ptstore_", 0), 0u) << f.name;
@@ -74,7 +75,7 @@ TEST(StoreMetricsTest, NamedFamilies) {
   ns.prefixes = 5;
   const std::string text = RenderStoreMetrics(s, node, {ns});
   auto p = testing::ParsePromText(text);
-  ASSERT_TRUE(p.ok()) << p.status().ToString() << "\n" << text;
+  ASSERT_OK(p) << "\n" << text;
   EXPECT_EQ(p->Value("ptstore_node_info", {{"node", "42"}, {"version", "0.1.0"}}), 1);
   EXPECT_EQ(p->Value("ptstore_start_time_seconds"), 1700000000.5);
   EXPECT_EQ(p->Value("ptstore_sessions"), 2);
@@ -110,9 +111,9 @@ TEST(StoreMetricsTest, OtherWritersAppend) {
   w.Family("ptstore_moved_bytes_total", core::MetricType::kCounter, "Bytes moved by path.");
   w.Sample(uint64_t{10}, {{"path", "rma"}});
   w.Sample(uint64_t{20}, {{"path", "tcp"}});
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   auto p = testing::ParsePromText(w.text());
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(p->Value("ptstore_rpc_duration_seconds_count", {{"rpc", "lookup"}}), 1);
   EXPECT_EQ(p->Value("ptstore_rpc_duration_seconds_bucket", {{"rpc", "lookup"}, {"le", "0.0005"}}), 1);
   EXPECT_EQ(p->Value("ptstore_moved_bytes_total", {{"path", "tcp"}}), 20);
@@ -137,7 +138,7 @@ TEST(MetricsConfigTest, Ports) {
   ASSERT_TRUE(ParseMetricsPort("65535", &m).ok());
   for (const char* bad : {"65536", "-1", "", "80x", " 80", "Auto", "99999999999"}) {
     Status st = ParseMetricsPort(bad, &m);
-    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_ERROR(st, Code::kInvalidArgument) << bad;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "storage/ssd_tier.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -58,14 +59,14 @@ class SegmentScannerTest : public ::testing::Test {
   }
   void OpenTier(bool compress = false) {
     auto t = SsdTier::Open(Env::Default(), Options(compress), 7);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_OK(t);
     tier_ = std::move(*t);
   }
   SsdLocation Append(RecordHeader h, uint32_t salt, bool compressible = false) {
     std::vector<uint8_t> payload =
         TestPayload(h.tokens.size() * h.layout.BytesPerToken(), salt, compressible);
     auto loc = tier_->Append(std::move(h), payload);
-    EXPECT_TRUE(loc.ok()) << loc.status().ToString();
+    EXPECT_OK(loc);
     return loc.ok() ? *loc : SsdLocation{};
   }
   // ns record, then three tensors of 16, 32 and 48 tokens.
@@ -87,7 +88,7 @@ class SegmentScannerTest : public ::testing::Test {
 
   Seen ScanFile(uint64_t fallback_seed, bool verify = true, Status* status = nullptr) {
     auto f = Env::Default()->Open(SegPath(), OpenOptions{});  // read-only
-    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_OK(f);
     Seen seen;
     SegmentVisitor v;
     v.segment_header = [&](const Result<SegmentHeader>& h) {
@@ -105,7 +106,7 @@ class SegmentScannerTest : public ::testing::Test {
     if (status) {
       *status = s;
     } else {
-      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_OK(s);
     }
     return seen;
   }
@@ -317,7 +318,7 @@ TEST_F(SegmentScannerTest, GarbageFileNeverCrashes) {
   TruncateTo(SegPath(), 10);
   Status st;
   s = ScanFile(1, true, &st);
-  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_OK(st);
   EXPECT_TRUE(s.header_error.has_value());
   EXPECT_TRUE(s.problems.empty());
 }

@@ -11,6 +11,7 @@
 #include "storage/change_log.h"
 #include "storage/store.h"
 #include "tests/storage/kv_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -25,7 +26,7 @@ class StoreChangesTest : public ::testing::Test {
     o.prefault = false;
     o.try_huge_pages = false;
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     epoch_ = store_->Changes(0, 0, 0).epoch;
     ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());

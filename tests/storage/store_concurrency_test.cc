@@ -33,6 +33,7 @@
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "storage/store.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<Store> OpenStore(uint64_t arena) {
   o.prefault = false;
   o.try_huge_pages = false;
   auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_OK(s);
   return s.ok() ? std::move(*s) : nullptr;
 }
 
@@ -150,7 +151,7 @@ TEST(StoreConcurrencyTest, RacingSavesOfNestedPrefixesWriteEachBlockOnce) {
         const Tokens mine = Head(full, (i + 1) * 6 * kBt);  // thread i saves 6(i+1) blocks
         start.arrive_and_wait();
         auto r = SaveKv(store.get(), "ns", mine);
-        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_OK(r);
         results[i] = *r;
       });
     }
@@ -192,7 +193,7 @@ TEST(StoreConcurrencyTest, BranchingSavesShareTheirBase) {
         const Tokens mine = Cat(base, Gen(5000 + round * 100 + i, kSuffix * kBt + 1));
         start.arrive_and_wait();
         auto r = SaveKv(store.get(), "ns", mine);
-        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_OK(r);
         written += r->new_bytes;
         auto p = store->Pin("ns", mine, i + 1);
         ASSERT_TRUE(p.ok());
@@ -224,7 +225,7 @@ TEST(StoreConcurrencyTest, LoadCopyIsNotCutShortByLeaseExpiry) {
   o.try_huge_pages = false;
   o.default_lease_ms = 1;
   auto opened = Store::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   std::unique_ptr<Store> store = std::move(*opened);
   const core::LogLevel level = core::GetLogLevel();
   core::SetLogLevel(core::LogLevel::kError);

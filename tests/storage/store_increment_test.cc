@@ -11,6 +11,7 @@
 #include "storage/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -33,7 +34,7 @@ class StoreIncrementTest : public ::testing::Test {
       o.ssd.sync = SsdOptions::Sync::kNone;
     }
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());
   }
@@ -73,7 +74,7 @@ TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
   const PrefixNodeInfo lower = NodeEndingAt(64);  // a's tokens 32..64
   ASSERT_EQ(lower.start_token, 32u);
   auto info = store_->Increment("m", lower.key, false, false, kSession);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_OK(info);
   EXPECT_EQ(info->node.key, lower.key);
   EXPECT_EQ(info->node.bytes, 32 * kBpt);
   EXPECT_EQ(info->tokens, Tokens(a.begin() + 32, a.end()));
@@ -81,7 +82,7 @@ TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
   EXPECT_TRUE(info->extents.empty());
 
   auto own = store_->Increment("m", lower.key, true, false, kSession);
-  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ASSERT_OK(own);
   EXPECT_NE(own->lease_id, 0u);
   EXPECT_EQ(Bytes(own->extents), Kv(a, 32, 64));
   auto whole = store_->Increment("m", lower.key, true, true, kSession);
@@ -103,9 +104,9 @@ TEST_F(StoreIncrementTest, UnknownKeyOrNamespaceIsNotFound) {
   Open(false);
   Save(Gen(3, 16));
   auto r = store_->Increment("m", ChainKey{1, 2}, true, false, kSession);
-  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  EXPECT_ERROR(r, Code::kNotFound);
   EXPECT_NE(r.status().message().find("00000000000000010000000000000002"), std::string::npos) << r.status().message();
-  EXPECT_EQ(store_->Increment("nope", ChainKey{1, 2}, false, false, kSession).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->Increment("nope", ChainKey{1, 2}, false, false, kSession), Code::kNotFound);
 }
 
 TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
@@ -119,7 +120,7 @@ TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
   for (const auto& n : *tree) {
     if (n.tier == kTierSsd) ++ssd_only;
     auto r = store_->Increment("m", n.key, true, false, kSession);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     auto info = store_->Increment("m", n.key, false, false, kSession);
     ASSERT_TRUE(info.ok());
     const std::vector<uint8_t> got = Bytes(r->extents);

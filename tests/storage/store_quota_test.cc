@@ -20,6 +20,7 @@
 #include "storage/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -51,12 +52,12 @@ class StoreQuotaTest : public ::testing::Test {
   void Open(const StoreOptions& o, bool create = true) {
     store_.reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     if (!create) return;
     for (const char* name : {"a", "b"}) {
       auto r = store_->CreateNamespace(name, SmallLayout(), "", 1000, 1000, 0755, true);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
     }
   }
 
@@ -73,7 +74,7 @@ class StoreQuotaTest : public ::testing::Test {
   uint64_t Load(const std::string& ns, const Tokens& t) {
     std::vector<uint8_t> out(t.size() * kBpt);
     auto r = store_->LoadCopy(ns, t, out.data(), out.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (!r.ok()) return 0;
     std::vector<uint8_t> want = Kv(t, 0, *r);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes for a prefix of " << *r;
@@ -82,13 +83,13 @@ class StoreQuotaTest : public ::testing::Test {
 
   NamespaceQuota Quota(const std::string& ns) {
     auto q = store_->GetQuota(ns);
-    EXPECT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_OK(q);
     return q.ok() ? *q : NamespaceQuota{};
   }
 
   NamespaceQuota Set(const std::string& ns, std::optional<uint64_t> dram, std::optional<uint64_t> ssd = {}) {
     auto q = store_->SetQuota(ns, QuotaChange{dram, ssd});
-    EXPECT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_OK(q);
     return q.ok() ? *q : NamespaceQuota{};
   }
 
@@ -124,7 +125,7 @@ TEST_F(StoreQuotaTest, AFloodEvictsOnlyItsOwnIncrements) {
   Set("a", 64 * kKiB);
   for (int i = 0; i < 200; ++i) {
     auto r = Save("a", Prompt("a", i));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     EXPECT_EQ(r->stored_tokens, kPromptTokens) << "a save that fits its quota stores all of it";
     EXPECT_LE(Quota("a").dram_bytes, 64 * kKiB);
   }
@@ -164,7 +165,7 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   Set("a", 8 * kKiB);
   const Tokens big = Gen(9, 64);  // 16 KiB
   auto r = Save("a", big);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->matched_tokens, 0u);
   EXPECT_EQ(r->stored_tokens, 32u);
   EXPECT_EQ(r->new_bytes, 8 * kKiB);
@@ -172,7 +173,7 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   EXPECT_EQ(Quota("a").cut_saves, 1u);
   // Again: the stored half is matched, the rest does not fit beside it...
   r = Save("a", big);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->matched_tokens, 32u);
   EXPECT_LE(Quota("a").dram_bytes, 8 * kKiB);
   EXPECT_GE(Load("a", big), 32u);
@@ -180,7 +181,7 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   Set("a", 2 * kKiB);
   EXPECT_EQ(Quota("a").dram_bytes, 0u) << "lowering the quota evicts at once";
   r = Save("a", Gen(10, 16));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->stored_tokens, 0u);
   EXPECT_EQ(Load("a", Gen(10, 16)), 0u);
 }
@@ -197,14 +198,14 @@ TEST_F(StoreQuotaTest, PinnedOwnDataIsNeverEvictedAndAFullQuotaOfItIsTheArenaFul
   }
   auto r = Save("a", Prompt("a", 10));
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kResourceExhausted);
+  EXPECT_ERROR(r, Code::kResourceExhausted);
   EXPECT_NE(r.status().message().find("namespace 'a'"), std::string::npos) << r.status().ToString();
   EXPECT_NE(r.status().message().find("quota"), std::string::npos) << r.status().ToString();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Load("a", Prompt("a", i)), kPromptTokens);
   // Unpinned, they make room again.
   for (uint64_t l : leases) ASSERT_TRUE(store_->Release(l, 1).ok());
   r = Save("a", Prompt("a", 10));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->stored_tokens, kPromptTokens);
 }
 
@@ -213,14 +214,14 @@ TEST_F(StoreQuotaTest, BadQuotasAreRefusedAndChangeNothing) {
   Set("a", 64 * kKiB);
   auto r = store_->SetQuota("a", QuotaChange{kMaxQuotaBytes + 1, {}});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(r, Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("too large"), std::string::npos) << r.status().ToString();
   r = store_->SetQuota("a", QuotaChange{{}, 1 * kMiB});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(r, Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("SSD tier"), std::string::npos) << r.status().ToString();
   EXPECT_EQ(Quota("a").dram_quota, 64 * kKiB);
-  EXPECT_EQ(store_->SetQuota("nope", QuotaChange{1, {}}).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->SetQuota("nope", QuotaChange{1, {}}), Code::kNotFound);
   // 0 lifts it.
   EXPECT_EQ(Set("a", 0).dram_quota, 0u);
 }
@@ -307,7 +308,7 @@ TEST_F(StoreQuotaTest, ConcurrentSavesNeverPassTheQuotaAndUseStaysExact) {
           // Every fourth prompt continues an earlier one of the same writer.
           Tokens t = i % 4 == 3 ? Cat(Prompt("a", w * 1000 + i - 1), Gen(w * 1000 + i, 8)) : Prompt("a", w * 1000 + i);
           auto r = Save("a", t);
-          EXPECT_TRUE(r.ok()) << r.status().ToString();
+          EXPECT_OK(r);
           Load("a", t);
         }
       });
@@ -330,7 +331,7 @@ TEST_F(StoreQuotaTest, QuotaChangesWhileSavingKeepTheAccountingExact) {
   std::thread changer([&] {
     for (int i = 0; !done; ++i) {
       auto r = store_->SetQuota("a", QuotaChange{(i % 2 ? 32 : 96) * kKiB, (i % 3 ? 128 : 512) * kKiB});
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_OK(r);
     }
   });
   std::vector<std::thread> writers;
@@ -339,7 +340,7 @@ TEST_F(StoreQuotaTest, QuotaChangesWhileSavingKeepTheAccountingExact) {
       for (int i = 0; i < 80; ++i) {
         const Tokens t = Prompt("a", w * 1000 + i);
         auto r = Save("a", t);
-        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_OK(r);
         Load("a", t);
         if (i % 10 == 9) store_->Remove("a", Prompt("a", w * 1000 + i - 5)).status().IgnoreError();
       }
@@ -376,12 +377,12 @@ TEST(NamespaceRecordTest, QuotasRoundTripAndRecordsWithoutThemAreUnchanged) {
   h.dram_quota = 4ull << 30;
   h.ssd_quota = 1ull << 40;
   auto d = DecodeRecordHeader(EncodeRecordHeader(h, 42), 42);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->dram_quota, 4ull << 30);
   EXPECT_EQ(d->ssd_quota, 1ull << 40);
   EXPECT_EQ(d->ns_incarnation, 3u);
   auto p = DecodeRecordHeader(plain, 42);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(p->flags & kRecordQuotas, 0);
   EXPECT_EQ(p->dram_quota, 0u);
 }

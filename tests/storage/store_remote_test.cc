@@ -52,6 +52,7 @@
 #include "ptstore/types.h"
 #include "storage/remote.h"
 #include "storage/store.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -220,10 +221,10 @@ class StoreRemoteTest : public ::testing::Test {
   void Reopen(uint32_t i, const StoreOptions& o) {
     nodes_[i].reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     nodes_[i] = std::move(*s);
     auto ns = nodes_[i]->CreateNamespace(kNs, SmallLayout(), kSalt, 1000, 1000, 0755, false);
-    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ASSERT_OK(ns);
     nodes_[i]->SetFetcher(fetchers_[i].get());
   }
 
@@ -233,13 +234,13 @@ class StoreRemoteTest : public ::testing::Test {
   SaveResult SaveOn(uint32_t node, const Tokens& tokens, uint64_t first_block = 0) {
     std::vector<uint8_t> data = Kv(tokens, first_block * kBt, Blocks(tokens) * kBt);
     Result<SaveResult> r = N(node).Save(kNs, tokens, data.data(), data.size(), first_block);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : SaveResult{};
   }
 
   Ownership ResolveOn(uint32_t node, const Tokens& tokens) {
     Result<Ownership> o = N(node).Resolve(kNs, tokens);
-    EXPECT_TRUE(o.ok()) << o.status().ToString();
+    EXPECT_OK(o);
     return o.ok() ? *o : Ownership{};
   }
 
@@ -248,13 +249,13 @@ class StoreRemoteTest : public ::testing::Test {
   uint64_t Share(uint32_t from, uint32_t to, const Tokens& tokens) {
     Ownership o = ResolveOn(from, tokens);
     Result<uint64_t> r = N(to).InsertRemote(kNs, tokens, o.ranges);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : 0;
   }
 
   uint64_t Matched(uint32_t node, const Tokens& tokens) {
     Result<PrefixResult> r = N(node).Lookup(kNs, tokens);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? r->matched_tokens : 0;
   }
 
@@ -273,7 +274,7 @@ class StoreRemoteTest : public ::testing::Test {
   // matched tokens.
   uint64_t PinCheck(uint32_t node, const Tokens& tokens) {
     Result<PrefixResult> pin = N(node).Pin(kNs, tokens, kSession);
-    EXPECT_TRUE(pin.ok()) << pin.status().ToString();
+    EXPECT_OK(pin);
     if (!pin.ok()) return 0;
     uint64_t total = 0;
     for (const Extent& x : pin->extents) total += x.length;
@@ -288,7 +289,7 @@ class StoreRemoteTest : public ::testing::Test {
 
   std::vector<PrefixNodeInfo> Tree(uint32_t node) {
     auto r = N(node).ListTree(kNs, ChainKey{}, true);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : std::vector<PrefixNodeInfo>{};
   }
 
@@ -328,7 +329,7 @@ TEST_F(StoreRemoteTest, ResolveOnTheOwnerNamesItself) {
   o = ResolveOn(0, Gen(3, 32));
   EXPECT_EQ(o.blocks, 0u);
   EXPECT_TRUE(o.ranges.empty());
-  EXPECT_EQ(N(0).Resolve("nope", p).status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(0).Resolve("nope", p), Code::kNotFound);
 }
 
 TEST_F(StoreRemoteTest, RemoteIncrementIsMatchedListedAndFetchedByteExact) {
@@ -392,7 +393,7 @@ TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
   SaveOn(0, p);
   Share(0, 1, p);
   Result<PrefixResult> pin = N(1).Pin(kNs, p, kSession);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   ASSERT_EQ(pin->matched_tokens, p.size());
   ASSERT_EQ(pin->extents.size(), 1u);
   EXPECT_EQ(pin->extents[0].tensor.owner().value, 0u);
@@ -416,9 +417,9 @@ TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
 TEST_F(StoreRemoteTest, InsertRemoteValidatesAndSkipsWhatIsHeld) {
   const Tokens p = Gen(16, 8 * kBt);
   // Ranges must grow within the prompt.
-  EXPECT_EQ(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{0, 0}}).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{9, 0}}).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(N(1).InsertRemote("nope", p, std::vector<OwnedRange>{{8, 0}}).status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{0, 0}}), Code::kInvalidArgument);
+  EXPECT_ERROR(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{9, 0}}), Code::kInvalidArgument);
+  EXPECT_ERROR(N(1).InsertRemote("nope", p, std::vector<OwnedRange>{{8, 0}}), Code::kNotFound);
   EXPECT_EQ(Matched(1, p), 0u);
   // (A range that does not grow after valid ones is refused too; the valid
   // ranges before it may have been filed by then: they are valid ownership.)
@@ -429,13 +430,13 @@ TEST_F(StoreRemoteTest, InsertRemoteValidatesAndSkipsWhatIsHeld) {
 
   // Ranges naming this node are stale: nothing at or past them is filed.
   Result<uint64_t> r = N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{2, 0}, {4, 1}, {8, 2}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, 2u);
   EXPECT_EQ(Matched(1, p), 2 * kBt);
 
   // Blocks held here already are skipped; the rest is filed after them.
   r = N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{6, 0}, {8, 2}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, 8u);
   std::vector<PrefixNodeInfo> tree = Tree(1);
   ASSERT_EQ(tree.size(), 3u);
@@ -741,7 +742,7 @@ TEST_F(StoreRemoteTest, FailingFetchOfAFullyRemotePromptIsAMiss) {
   Share(0, 1, p);
   F(1).FailAll(true);
   Result<PrefixResult> pin = N(1).Pin(kNs, p, kSession);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   EXPECT_EQ(pin->matched_tokens, 0u);
   EXPECT_EQ(pin->lease_id, 0u);
   EXPECT_TRUE(pin->extents.empty());
@@ -778,7 +779,7 @@ TEST_F(StoreRemoteTest, GoneDropsTheIncrementAndWhatHangsBelowIt) {
 
   // The owner drops blocks [2, ...): its index no longer reaches block 2.
   Result<RemoveResult> rm = N(0).RemoveFrom(kNs, p, 2);
-  ASSERT_TRUE(rm.ok()) << rm.status().ToString();
+  ASSERT_OK(rm);
   EXPECT_EQ(rm->nodes, 1u);
   EXPECT_EQ(ResolveOn(0, p).blocks, 2u);
 
@@ -993,7 +994,7 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
 
   // From block 3, inside [2,8) (p's tensor split at 2 by `other`).
   Result<RemoveResult> r = N(0).RemoveFrom(kNs, q, 3);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);                 // the tail [3,8) and q's [8,12)
   EXPECT_EQ(r->bytes, (5 + 4) * kBb);
   EXPECT_EQ(Matched(0, p), 3 * kBt);       // the head stays matchable
@@ -1009,7 +1010,7 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
 
   // Idempotent: a second call removes nothing.
   r = N(0).RemoveFrom(kNs, q, 3);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
   EXPECT_EQ(r->bytes, 0u);
   // A prompt not stored that far: a no-op.
@@ -1023,7 +1024,7 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->nodes, 0u);
   EXPECT_EQ(Matched(0, p), 3 * kBt);
-  EXPECT_EQ(N(0).RemoveFrom("nope", p, 0).status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(0).RemoveFrom("nope", p, 0), Code::kNotFound);
 
   // At an increment boundary nothing is split.
   r = N(0).RemoveFrom(kNs, other, 2);
@@ -1076,7 +1077,7 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
   for (uint64_t from : {4u, 5u, 7u}) {
     SCOPED_TRACE("from_block " + std::to_string(from));
     Result<PrefixResult> pin = N(0).PinHeld(kNs, p, from, kPeerSession);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     EXPECT_EQ(pin->matched_tokens, p.size());
     EXPECT_NE(pin->lease_id, 0u);
     uint64_t len = 0;
@@ -1094,7 +1095,7 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
   for (uint64_t from : {0u, 2u, 8u, 9u}) {
     SCOPED_TRACE("from_block " + std::to_string(from));
     Result<PrefixResult> pin = N(0).PinHeld(kNs, p, from, kPeerSession);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     EXPECT_EQ(pin->matched_tokens, 0u);
     EXPECT_EQ(pin->lease_id, 0u);
     EXPECT_TRUE(pin->extents.empty());
@@ -1118,7 +1119,7 @@ TEST_F(StoreRemoteTest, PinHeldAcrossTwoOwnIncrementsAfterAPlaceholder) {
   SaveOn(0, Head(p, 5 * kBt), 2);
   SaveOn(0, p, 5);
   Result<PrefixResult> pin = N(0).PinHeld(kNs, p, 3, kPeerSession);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   EXPECT_EQ(pin->matched_tokens, p.size());
   uint64_t len = 0;
   for (const Extent& x : pin->extents) len += x.length;
@@ -1219,7 +1220,7 @@ TEST_F(StoreRemoteTest, GetNamespaceDefCarriesTheSalt) {
   EXPECT_EQ(d->info.name, kNs);
   EXPECT_TRUE(d->info.salted);
   EXPECT_EQ(d->info.layout, SmallLayout());
-  EXPECT_EQ(N(0).GetNamespaceDef("nope").status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(0).GetNamespaceDef("nope"), Code::kNotFound);
 }
 
 // ------------------------------------------------- save past a remote prefix

@@ -26,6 +26,7 @@
 #include "storage/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -53,19 +54,19 @@ class StoreSsdTest : public ::testing::Test {
   void Open(const StoreOptions& o) {
     store_.reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
   }
 
   void CreateNs(const std::string& name = "m", const std::string& salt = "") {
     auto r = store_->CreateNamespace(name, SmallLayout(), salt, 1000, 1000, 0750, true);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
   }
 
   SaveResult Save(const Tokens& t, const std::string& ns = "m", CacheClass cls = CacheClass::kOwned) {
     std::vector<uint8_t> kv = Kv(t, 0, t.size() / kBt * kBt);
     auto r = store_->Save(ns, t, kv.data(), kv.size(), 0, cls);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : SaveResult{};
   }
 
@@ -74,7 +75,7 @@ class StoreSsdTest : public ::testing::Test {
   uint64_t LoadAndCheck(const Tokens& t, const std::string& ns = "m") {
     std::vector<uint8_t> out(t.size() * kBpt);
     auto r = store_->LoadCopy(ns, t, out.data(), out.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (!r.ok()) return 0;
     std::vector<uint8_t> want = Kv(t, 0, *r);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes for a prefix of " << *r;
@@ -94,7 +95,7 @@ class StoreSsdTest : public ::testing::Test {
 
   bool Compact() {
     Result<bool> r = store_->CompactOnce();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() && *r;
   }
 
@@ -165,7 +166,7 @@ TEST_F(StoreSsdTest, RestartRebuildsNamespacesAndIndexFromSegments) {
   const uint64_t ns_bytes = store_->GetNamespace("m")->bytes;
   Open(Options());
   auto ns = store_->GetNamespace("m");
-  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  ASSERT_OK(ns);
   EXPECT_EQ(ns->layout, SmallLayout());
   EXPECT_TRUE(ns->salted);
   EXPECT_EQ(ns->uid, 1000u);
@@ -529,7 +530,7 @@ TEST_F(StoreSsdTest, ConfigErrorsAreClear) {
   o.ssd.capacity = 1 * kMiB;
   auto s = Store::Open(o);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.status().message().find("capacity"), std::string::npos) << s.status().message();
   // A data directory that is a file.
   StoreOptions o2 = Options();

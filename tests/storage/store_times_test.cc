@@ -13,6 +13,7 @@
 #include "storage/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -41,7 +42,7 @@ class StoreTimesTest : public ::testing::Test {
       o.ssd.background_compaction = false;
     }
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     if (!store_->GetNamespace("m").ok()) {
       ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());
@@ -176,7 +177,7 @@ TEST_F(StoreTimesTest, SetTimesSetsAtimeAndMtimeAndALaterAtimeReachesTheAncestor
   // Older times on both (deepest first): each keeps its own.
   ASSERT_TRUE(store_->SetTimes("m", bn.key, hour_ago, hour_ago).ok());
   auto set = store_->SetTimes("m", an.key, hour_ago - 5, 0);
-  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_OK(set);
   EXPECT_EQ(set->times.atime_ns, hour_ago - 5);
   EXPECT_EQ(set->times.mtime_ns, an.times.mtime_ns) << "0 leaves mtime as it was";
   EXPECT_GE(set->times.ctime_ns, an.times.ctime_ns);
@@ -185,8 +186,8 @@ TEST_F(StoreTimesTest, SetTimesSetsAtimeAndMtimeAndALaterAtimeReachesTheAncestor
   // A later atime on b is a use of its prefix: a gets it too.
   ASSERT_TRUE(store_->SetTimes("m", bn.key, hour_ago + 7, 0).ok());
   EXPECT_EQ(TimesAt(32).atime_ns, hour_ago + 7);
-  EXPECT_EQ(store_->SetTimes("m", ChainKey{1, 2}, 1, 0).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->SetTimes("nope", bn.key, 1, 0).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->SetTimes("m", ChainKey{1, 2}, 1, 0), Code::kNotFound);
+  EXPECT_ERROR(store_->SetTimes("nope", bn.key, 1, 0), Code::kNotFound);
 }
 
 TEST_F(StoreTimesTest, TimesSurviveARestartWithTheSsdTier) {
