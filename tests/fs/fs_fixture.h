@@ -32,6 +32,7 @@
 #include "tests/testing/kv_bytes.h"
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::fstest {
 
@@ -120,12 +121,12 @@ class FsTest : public ::testing::Test {
     for (const char* tool : {"ls", "find", "du", "cat", "cmp", "getfattr", "setfattr", "rm", "fusermount3"}) {
       ASSERT_TRUE(HaveTool(tool)) << tool << " is missing (scripts/setup installs it)";
     }
-    ASSERT_TRUE(daemon_.Start().ok());
+    ASSERT_OK(daemon_.Start());
     client_ = Connect();
     ASSERT_NE(client_, nullptr);
-    ASSERT_TRUE(client_->CreateNamespace("ns", layout_).ok());
+    ASSERT_OK(client_->CreateNamespace("ns", layout_));
     auto st = mount_.Start(daemon_.socket_path());
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
   }
   void TearDown() override {
     int rc = mount_.Unmount();
@@ -145,7 +146,7 @@ class FsTest : public ::testing::Test {
   void Save(const std::string& ns, const std::vector<uint32_t>& toks) {
     auto kv = KvOf(toks, 0, layout_);
     auto s = client_->Save(ns, toks, kv.data(), kv.size());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
   }
 
   // Three prompts: a and b share 20 tokens (a split common increment and
@@ -164,7 +165,7 @@ class FsTest : public ::testing::Test {
   std::map<std::string, PrefixNodeInfo> Paths(const std::string& ns) {
     std::map<std::string, PrefixNodeInfo> out;
     auto all = client_->ListTree(ns, {}, true);
-    EXPECT_TRUE(all.ok());
+    EXPECT_OK(all);
     std::map<ChainKey, PrefixNodeInfo> by_key;
     for (auto& n : *all) by_key[n.key] = n;
     for (auto& n : *all) {

@@ -234,7 +234,7 @@ TEST(CodecTest, MixedRawAndCompressedChunks) {
   EXPECT_EQ(StoredSize(c, 3), 4096u);
   EXPECT_LT(StoredSize(c, 2), 4096u);
   std::vector<uint8_t> back;
-  ASSERT_TRUE(GuardedDecompress(c, raw.size(), 2, &back).ok());
+  ASSERT_OK(GuardedDecompress(c, raw.size(), 2, &back));
   EXPECT_TRUE(back == raw);
 }
 
@@ -243,7 +243,7 @@ TEST(CodecTest, ZerosShrinkToAlmostNothing) {
   const std::vector<uint8_t> c = MustCompress(raw, CodecOptions{});
   EXPECT_LT(c.size(), 4096u);
   std::vector<uint8_t> back;
-  ASSERT_TRUE(GuardedDecompress(c, raw.size(), 1, &back).ok());
+  ASSERT_OK(GuardedDecompress(c, raw.size(), 1, &back));
   EXPECT_TRUE(back == raw);
 }
 
@@ -260,7 +260,7 @@ TEST(CodecTest, ShuffleHelpsBf16) {
 TEST(CodecTest, CompressReplacesTheOutput) {
   std::vector<uint8_t> out(1000, 0x77);
   const std::vector<uint8_t> raw = KvLike(100, 2, 6);
-  ASSERT_TRUE(Compress(raw, CodecOptions{}, &out).ok());
+  ASSERT_OK(Compress(raw, CodecOptions{}, &out));
   EXPECT_EQ(out, MustCompress(raw, CodecOptions{}));
 }
 
@@ -302,7 +302,7 @@ TEST(CodecTest, TrailingBytesAfterTheLastChunkAreIgnored) {
   std::vector<uint8_t> c = MustCompress(raw, CodecOptions{});
   c.resize(8192, 0);
   std::vector<uint8_t> back;
-  ASSERT_TRUE(GuardedDecompress(c, raw.size(), 1, &back).ok());
+  ASSERT_OK(GuardedDecompress(c, raw.size(), 1, &back));
   EXPECT_TRUE(back == raw);
 }
 
@@ -336,7 +336,7 @@ TEST(CodecCorruptionTest, FixtureIsSane) {
   EXPECT_EQ(ReadU32(f.good, 20), 6u);
   EXPECT_EQ(StoredSize(f.good, 2), 4096u);
   EXPECT_LT(StoredSize(f.good, 0), 4096u);
-  EXPECT_TRUE(f.Try(f.good).ok());
+  EXPECT_OK(f.Try(f.good));
 }
 
 TEST(CodecCorruptionTest, BadMagic) {
@@ -549,7 +549,7 @@ TEST(CodecInPlaceTest, CorruptOrMisplacedStreamsAreErrors) {
   std::memcpy(small.data() + 10, z.data(), z.size());
   EXPECT_ERROR(DecompressInPlace(small, z.size()), Code::kInvalidArgument);
   // A stream longer than its buffer.
-  EXPECT_EQ(DecompressInPlace(std::span<uint8_t>(small.data(), 5), z.size()).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(DecompressInPlace(std::span<uint8_t>(small.data(), 5), z.size()), Code::kInvalidArgument);
   // Flipped bytes in the chunk data: an error or (zstd without frame
   // checksums) other bytes, never a crash or an overrun. The record
   // checksum catches the rest before decompression.

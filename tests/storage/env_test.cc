@@ -63,14 +63,14 @@ TEST_F(EnvTest, WritesReadsAndSizes) {
   ASSERT_OK(f);
   EXPECT_EQ((*f)->path(), path);
   EXPECT_FALSE((*f)->direct());
-  ASSERT_TRUE((*f)->WriteAt(0, Bytes("hello world")).ok());
-  ASSERT_TRUE((*f)->WriteAt(6, Bytes("WORLD")).ok());
-  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_OK((*f)->WriteAt(0, Bytes("hello world")));
+  ASSERT_OK((*f)->WriteAt(6, Bytes("WORLD")));
+  ASSERT_OK((*f)->Sync());
   EXPECT_EQ(*(*f)->Size(), 11u);
   EXPECT_EQ(ReadAll(f->get()), "hello WORLD");
 
   // A write past the end leaves a hole that reads as zeros.
-  ASSERT_TRUE((*f)->WriteAt(14, Bytes("!")).ok());
+  ASSERT_OK((*f)->WriteAt(14, Bytes("!")));
   EXPECT_EQ(*(*f)->Size(), 15u);
   EXPECT_EQ(ReadAll(f->get()), std::string("hello WORLD\0\0\0!", 15));
   EXPECT_EQ(OnDisk(path), std::string("hello WORLD\0\0\0!", 15));
@@ -78,7 +78,7 @@ TEST_F(EnvTest, WritesReadsAndSizes) {
 
 TEST_F(EnvTest, CreateNeverTruncates) {
   const std::string path = dir_.Join("a");
-  ASSERT_TRUE((*env_->Open(path, Create()))->WriteAt(0, Bytes("keep me")).ok());
+  ASSERT_OK((*env_->Open(path, Create()))->WriteAt(0, Bytes("keep me")));
   auto again = env_->Open(path, Create());
   ASSERT_OK(again);
   EXPECT_EQ(ReadAll(again->get()), "keep me");
@@ -88,7 +88,7 @@ TEST_F(EnvTest, ExclusiveCreateOfExistingFileIsAlreadyExists) {
   const std::string path = dir_.Join("a");
   OpenOptions excl = Create();
   excl.exclusive = true;
-  ASSERT_TRUE(env_->Open(path, excl).ok());
+  ASSERT_OK(env_->Open(path, excl));
   auto again = env_->Open(path, excl);
   ASSERT_FALSE(again.ok());
   EXPECT_ERROR(again, Code::kAlreadyExists);
@@ -97,7 +97,7 @@ TEST_F(EnvTest, ExclusiveCreateOfExistingFileIsAlreadyExists) {
 
 TEST_F(EnvTest, NewFilesAreOwnerOnly) {
   const std::string path = dir_.Join("a");
-  ASSERT_TRUE(env_->Open(path, Create()).ok());
+  ASSERT_OK(env_->Open(path, Create()));
   struct stat st;
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -113,9 +113,9 @@ TEST_F(EnvTest, OpenOfMissingFileIsNotFoundNamingThePath) {
 
 TEST_F(EnvTest, WriteToReadOnlyFileFailsNamingCallAndPath) {
   const std::string path = dir_.Join("a");
-  ASSERT_TRUE(env_->Open(path, Create()).ok());
+  ASSERT_OK(env_->Open(path, Create()));
   auto f = env_->Open(path, OpenOptions{});
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK(f);
   Status st = (*f)->WriteAt(0, Bytes("x"));
   EXPECT_ERROR(st, Code::kIOError);
   EXPECT_EQ(st.message(), "pwrite of 1 bytes at offset 0 to " + path + ": Bad file descriptor");
@@ -132,37 +132,37 @@ TEST_F(EnvTest, FullDiskIsResourceExhausted) {
 
 TEST_F(EnvTest, ReadIsShortOnlyAtEndOfFile) {
   auto f = env_->Open(dir_.Join("a"), Create());
-  ASSERT_TRUE((*f)->WriteAt(0, Bytes("0123456789")).ok());
+  ASSERT_OK((*f)->WriteAt(0, Bytes("0123456789")));
   std::string buf(100, 'x');
   std::span<uint8_t> out(reinterpret_cast<uint8_t*>(buf.data()), buf.size());
   Result<size_t> n = (*f)->ReadAt(4, out);
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 6u);
   EXPECT_EQ(buf.substr(0, 7), "456789x");  // nothing written past the count
   n = (*f)->ReadAt(10, out);
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 0u);
   n = (*f)->ReadAt(1000, out);
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 0u);
   n = (*f)->ReadAt(2, out.first(3));
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 3u);
   EXPECT_EQ(buf.substr(0, 3), "234");
 }
 
 TEST_F(EnvTest, TruncateShrinksAndGrowsWithZeros) {
   auto f = env_->Open(dir_.Join("a"), Create());
-  ASSERT_TRUE((*f)->WriteAt(0, Bytes("0123456789")).ok());
-  ASSERT_TRUE((*f)->Truncate(4).ok());
+  ASSERT_OK((*f)->WriteAt(0, Bytes("0123456789")));
+  ASSERT_OK((*f)->Truncate(4));
   EXPECT_EQ(ReadAll(f->get()), "0123");
-  ASSERT_TRUE((*f)->Truncate(6).ok());
+  ASSERT_OK((*f)->Truncate(6));
   EXPECT_EQ(ReadAll(f->get()), std::string("0123\0\0", 6));
 }
 
 TEST_F(EnvTest, TruncateOfReadOnlyFileNamesThePath) {
   const std::string path = dir_.Join("a");
-  ASSERT_TRUE(env_->Open(path, Create()).ok());
+  ASSERT_OK(env_->Open(path, Create()));
   auto f = env_->Open(path, OpenOptions{});
   Status st = (*f)->Truncate(0);
   EXPECT_ERROR(st, Code::kIOError);
@@ -171,16 +171,16 @@ TEST_F(EnvTest, TruncateOfReadOnlyFileNamesThePath) {
 
 TEST_F(EnvTest, ReadFullyReadsExactly) {
   auto f = env_->Open(dir_.Join("a"), Create());
-  ASSERT_TRUE((*f)->WriteAt(0, Bytes("0123456789")).ok());
+  ASSERT_OK((*f)->WriteAt(0, Bytes("0123456789")));
   std::string buf(4, '\0');
-  ASSERT_TRUE(ReadFully(f->get(), 6, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()}).ok());
+  ASSERT_OK(ReadFully(f->get(), 6, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()}));
   EXPECT_EQ(buf, "6789");
 }
 
 TEST_F(EnvTest, ReadFullyOfTruncatedFileIsCorruptionNamingThePath) {
   const std::string path = dir_.Join("a");
   auto f = env_->Open(path, Create());
-  ASSERT_TRUE((*f)->WriteAt(0, Bytes("0123456789")).ok());
+  ASSERT_OK((*f)->WriteAt(0, Bytes("0123456789")));
   std::string buf(8, '\0');
   Status st = ReadFully(f->get(), 6, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()});
   EXPECT_ERROR(st, Code::kCorruption);
@@ -201,13 +201,13 @@ TEST_F(EnvTest, DirectIoOnExt4) {
 
   AlignedBuffer out(2 * kDirectIoAlignment);
   for (size_t i = 0; i < out.size; i++) out.data[i] = static_cast<uint8_t>(i * 7 + 1);
-  ASSERT_TRUE((*f)->WriteAt(kDirectIoAlignment, out.span()).ok());
-  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_OK((*f)->WriteAt(kDirectIoAlignment, out.span()));
+  ASSERT_OK((*f)->Sync());
   EXPECT_EQ(*(*f)->Size(), 3 * kDirectIoAlignment);
 
   AlignedBuffer in(2 * kDirectIoAlignment);
   std::memset(in.data, 0, in.size);
-  ASSERT_TRUE(ReadFully(f->get(), kDirectIoAlignment, in.span()).ok());
+  ASSERT_OK(ReadFully(f->get(), kDirectIoAlignment, in.span()));
   EXPECT_EQ(std::memcmp(in.data, out.data, in.size), 0);
 
   // O_DIRECT is really on: the kernel refuses a misaligned buffer. (Over
@@ -219,7 +219,7 @@ TEST_F(EnvTest, DirectIoOnExt4) {
             "pread of 4096 bytes at offset 4096 from " + path + ": Invalid argument");
 
   // A file whose size is not a multiple of the block reads short at its end.
-  ASSERT_TRUE((*f)->Truncate(2 * kDirectIoAlignment + 100).ok());
+  ASSERT_OK((*f)->Truncate(2 * kDirectIoAlignment + 100));
   Result<size_t> n = (*f)->ReadAt(kDirectIoAlignment, in.span());
   ASSERT_OK(n);
   EXPECT_EQ(*n, kDirectIoAlignment + 100);
@@ -249,9 +249,9 @@ TEST_F(EnvTest, DirectIoOnTmpfs) {
 
   AlignedBuffer out(kDirectIoAlignment);
   for (size_t i = 0; i < out.size; i++) out.data[i] = static_cast<uint8_t>(i ^ 0x5a);
-  ASSERT_TRUE((*f)->WriteAt(0, out.span()).ok());
+  ASSERT_OK((*f)->WriteAt(0, out.span()));
   AlignedBuffer in(kDirectIoAlignment);
-  ASSERT_TRUE(ReadFully(f->get(), 0, in.span()).ok());
+  ASSERT_OK(ReadFully(f->get(), 0, in.span()));
   EXPECT_EQ(std::memcmp(in.data, out.data, in.size), 0);
 }
 
@@ -263,21 +263,21 @@ TEST_F(EnvTest, DirectFallsBackWhereTheFileSystemHasNoDirectIo) {
   ASSERT_OK(f);
   EXPECT_FALSE((*f)->direct());
   std::string buf(5, '\0');
-  ASSERT_TRUE(ReadFully(f->get(), 0, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()}).ok());
+  ASSERT_OK(ReadFully(f->get(), 0, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()}));
   EXPECT_EQ(buf, "Name:");
 }
 
 TEST_F(EnvTest, ListDirNamesEntriesWithoutDots) {
-  ASSERT_TRUE(env_->Open(dir_.Join("b"), Create()).ok());
-  ASSERT_TRUE(env_->Open(dir_.Join("a"), Create()).ok());
-  ASSERT_TRUE(env_->CreateDirs(dir_.Join("sub")).ok());
+  ASSERT_OK(env_->Open(dir_.Join("b"), Create()));
+  ASSERT_OK(env_->Open(dir_.Join("a"), Create()));
+  ASSERT_OK(env_->CreateDirs(dir_.Join("sub")));
   auto names = env_->ListDir(dir_.path());
   ASSERT_OK(names);
   std::sort(names->begin(), names->end());
   EXPECT_EQ(*names, (std::vector<std::string>{"a", "b", "sub"}));
 
   auto empty = env_->ListDir(dir_.Join("sub"));
-  ASSERT_TRUE(empty.ok());
+  ASSERT_OK(empty);
   EXPECT_TRUE(empty->empty());
 
   auto missing = env_->ListDir(dir_.Join("nope"));
@@ -288,9 +288,9 @@ TEST_F(EnvTest, ListDirNamesEntriesWithoutDots) {
 
 TEST_F(EnvTest, DeleteFile) {
   const std::string path = dir_.Join("a");
-  ASSERT_TRUE(env_->Open(path, Create()).ok());
+  ASSERT_OK(env_->Open(path, Create()));
   EXPECT_TRUE(env_->FileExists(path));
-  ASSERT_TRUE(env_->DeleteFile(path).ok());
+  ASSERT_OK(env_->DeleteFile(path));
   EXPECT_FALSE(env_->FileExists(path));
   Status st = env_->DeleteFile(path);
   EXPECT_ERROR(st, Code::kNotFound);
@@ -300,12 +300,12 @@ TEST_F(EnvTest, DeleteFile) {
 TEST_F(EnvTest, RenameFileMovesContentsAndReplacesTarget) {
   const std::string from = dir_.Join("from");
   const std::string to = dir_.Join("to");
-  ASSERT_TRUE((*env_->Open(from, Create()))->WriteAt(0, Bytes("new")).ok());
-  ASSERT_TRUE((*env_->Open(to, Create()))->WriteAt(0, Bytes("old contents")).ok());
-  ASSERT_TRUE(env_->RenameFile(from, to).ok());
+  ASSERT_OK((*env_->Open(from, Create()))->WriteAt(0, Bytes("new")));
+  ASSERT_OK((*env_->Open(to, Create()))->WriteAt(0, Bytes("old contents")));
+  ASSERT_OK(env_->RenameFile(from, to));
   EXPECT_FALSE(env_->FileExists(from));
   EXPECT_EQ(OnDisk(to), "new");
-  ASSERT_TRUE(env_->SyncDir(dir_.path()).ok());
+  ASSERT_OK(env_->SyncDir(dir_.path()));
 
   Status st = env_->RenameFile(from, to);
   EXPECT_ERROR(st, Code::kNotFound);
@@ -314,7 +314,7 @@ TEST_F(EnvTest, RenameFileMovesContentsAndReplacesTarget) {
 
 TEST_F(EnvTest, CreateDirsMakesMissingParents) {
   const std::string deep = dir_.Join("x/y/z");
-  ASSERT_TRUE(env_->CreateDirs(deep).ok());
+  ASSERT_OK(env_->CreateDirs(deep));
   struct stat st;
   ASSERT_EQ(::stat(deep.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
@@ -322,15 +322,15 @@ TEST_F(EnvTest, CreateDirsMakesMissingParents) {
   ASSERT_EQ(::stat(dir_.Join("x").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   // Existing directories, repeated and trailing slashes are fine.
-  EXPECT_TRUE(env_->CreateDirs(deep).ok());
-  EXPECT_TRUE(env_->CreateDirs(dir_.Join("x//y/w/")).ok());
+  EXPECT_OK(env_->CreateDirs(deep));
+  EXPECT_OK(env_->CreateDirs(dir_.Join("x//y/w/")));
   EXPECT_TRUE(env_->FileExists(dir_.Join("x/y/w")));
   EXPECT_ERROR(env_->CreateDirs(""), Code::kInvalidArgument);
 }
 
 TEST_F(EnvTest, CreateDirsThroughAFileFailsNamingThePath) {
   const std::string file = dir_.Join("file");
-  ASSERT_TRUE(env_->Open(file, Create()).ok());
+  ASSERT_OK(env_->Open(file, Create()));
   Status st = env_->CreateDirs(file + "/sub");
   EXPECT_ERROR(st, Code::kIOError);
   EXPECT_EQ(st.message(), "mkdir " + file + "/sub: Not a directory");
@@ -340,7 +340,7 @@ TEST_F(EnvTest, CreateDirsThroughAFileFailsNamingThePath) {
 }
 
 TEST_F(EnvTest, SyncDirOfMissingDirectoryNamesIt) {
-  EXPECT_TRUE(env_->SyncDir(dir_.path()).ok());
+  EXPECT_OK(env_->SyncDir(dir_.path()));
   Status st = env_->SyncDir(dir_.Join("nope"));
   EXPECT_ERROR(st, Code::kNotFound);
   EXPECT_EQ(st.message(), "open directory " + dir_.Join("nope") + ": No such file or directory");
@@ -357,7 +357,7 @@ TEST_F(EnvTest, NowNanosIsWallClock) {
 
 TEST_F(EnvTest, ConcurrentWritesAtDifferentOffsets) {
   auto f = env_->Open(dir_.Join("a"), Create());
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK(f);
   constexpr int kThreads = 8;
   constexpr int kBlocks = 32;
   constexpr size_t kBlock = 512;
@@ -367,13 +367,13 @@ TEST_F(EnvTest, ConcurrentWritesAtDifferentOffsets) {
       std::vector<uint8_t> block(kBlock);
       for (int b = 0; b < kBlocks; b++) {
         std::fill(block.begin(), block.end(), static_cast<uint8_t>(t * kBlocks + b));
-        EXPECT_TRUE((*f)->WriteAt(uint64_t(b * kThreads + t) * kBlock, block).ok());
+        EXPECT_OK((*f)->WriteAt(uint64_t(b * kThreads + t) * kBlock, block));
       }
     });
   }
   for (auto& th : threads) th.join();
   std::vector<uint8_t> all(kThreads * kBlocks * kBlock);
-  ASSERT_TRUE(ReadFully(f->get(), 0, all).ok());
+  ASSERT_OK(ReadFully(f->get(), 0, all));
   for (int b = 0; b < kBlocks; b++) {
     for (int t = 0; t < kThreads; t++) {
       const size_t at = size_t(b * kThreads + t) * kBlock;

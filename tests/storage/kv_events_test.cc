@@ -85,7 +85,7 @@ TEST(KvEventCodecTest, CacheSpecFieldsFollowTheLayout) {
                         Case{Layout::FromGroups({full, win}, 4), "unknown", 0},
                         Case{Layout::FromGroups({win, win64}, 4), "sliding_window", 0},
                         Case{Layout::FromGroups({full, latent, state}, 4), "unknown", 0}}) {
-    ASSERT_TRUE(c.layout.Validate().ok()) << c.layout.ToString();
+    ASSERT_OK(c.layout.Validate()) << c.layout.ToString();
     const KvCacheSpec spec = KvCacheSpecOf(c.layout);
     ASSERT_NE(spec.kind, nullptr);
     EXPECT_EQ(std::string(spec.kind), c.kind) << c.layout.ToString();

@@ -139,7 +139,7 @@ TEST_F(MetricsHttpTest, ErrorStatuses) {
   };
   for (const Case& c : cases) {
     auto r = HttpExchange(port_, c.request);
-    ASSERT_TRUE(r.ok()) << c.request << ": " << r.status().ToString();
+    ASSERT_OK(r) << c.request << ": " << r.status().ToString();
     EXPECT_EQ(r->code, c.code) << c.request;
     EXPECT_EQ(r->headers["content-length"], std::to_string(r->body.size())) << c.request;
     EXPECT_EQ(r->headers["connection"], "close");
@@ -288,7 +288,7 @@ TEST_F(MetricsHttpTest, RenderThatThrowsIs500) {
   ASSERT_OK(r);
   EXPECT_EQ(r->code, 500);
   auto idx = HttpGet(port_, "/");
-  ASSERT_TRUE(idx.ok());
+  ASSERT_OK(idx);
   EXPECT_EQ(idx->code, 200);
 }
 

@@ -94,7 +94,7 @@ TEST(StoreMetricsTest, NamedFamilies) {
   EXPECT_EQ(p->Find("ptstore_arena_used_bytes")->type, "gauge");
   // No namespaces: the families are there, without samples.
   auto empty = testing::ParsePromText(RenderStoreMetrics(s, node));
-  ASSERT_TRUE(empty.ok());
+  ASSERT_OK(empty);
   ASSERT_NE(empty->Find("ptstore_namespace_bytes"), nullptr);
   EXPECT_TRUE(empty->Find("ptstore_namespace_bytes")->samples.empty());
 }
@@ -120,22 +120,22 @@ TEST(StoreMetricsTest, OtherWritersAppend) {
   // A family name the store already uses is refused, not duplicated.
   w.Family("ptstore_hits_total", core::MetricType::kCounter, "again");
   EXPECT_FALSE(w.status().ok());
-  EXPECT_TRUE(testing::ParsePromText(w.text()).ok());
+  EXPECT_OK(testing::ParsePromText(w.text()));
 }
 
 TEST(MetricsConfigTest, Ports) {
   MetricsConfig m;
   EXPECT_FALSE(m.enabled);
   EXPECT_EQ(m.bind, "127.0.0.1");
-  ASSERT_TRUE(ParseMetricsPort("9464", &m).ok());
+  ASSERT_OK(ParseMetricsPort("9464", &m));
   EXPECT_TRUE(m.enabled);
   EXPECT_EQ(m.port, 9464);
-  ASSERT_TRUE(ParseMetricsPort("auto", &m).ok());
+  ASSERT_OK(ParseMetricsPort("auto", &m));
   EXPECT_TRUE(m.enabled);
   EXPECT_EQ(m.port, 0);
-  ASSERT_TRUE(ParseMetricsPort("0", &m).ok());
+  ASSERT_OK(ParseMetricsPort("0", &m));
   EXPECT_FALSE(m.enabled);
-  ASSERT_TRUE(ParseMetricsPort("65535", &m).ok());
+  ASSERT_OK(ParseMetricsPort("65535", &m));
   for (const char* bad : {"65536", "-1", "", "80x", " 80", "Auto", "99999999999"}) {
     Status st = ParseMetricsPort(bad, &m);
     EXPECT_ERROR(st, Code::kInvalidArgument) << bad;
@@ -149,17 +149,17 @@ TEST(MetricsConfigTest, ConfigFileSection) {
     return LoadConfigFile(dir.Join("c.toml"), cfg);
   };
   DaemonConfig cfg;
-  ASSERT_TRUE(load("[metrics]\nport = 9100\nbind = \"0.0.0.0\"\n", &cfg).ok());
+  ASSERT_OK(load("[metrics]\nport = 9100\nbind = \"0.0.0.0\"\n", &cfg));
   EXPECT_TRUE(cfg.metrics.enabled);
   EXPECT_EQ(cfg.metrics.port, 9100);
   EXPECT_EQ(cfg.metrics.bind, "0.0.0.0");
   DaemonConfig a;
-  ASSERT_TRUE(load("[metrics]\nport = \"auto\"\n", &a).ok());
+  ASSERT_OK(load("[metrics]\nport = \"auto\"\n", &a));
   EXPECT_TRUE(a.metrics.enabled);
   EXPECT_EQ(a.metrics.port, 0);
   EXPECT_EQ(a.metrics.bind, "127.0.0.1");
   DaemonConfig off;
-  ASSERT_TRUE(load("[metrics]\nport = 0\n", &off).ok());
+  ASSERT_OK(load("[metrics]\nport = 0\n", &off));
   EXPECT_FALSE(off.metrics.enabled);
   DaemonConfig bad;
   EXPECT_FALSE(load("[metrics]\nport = 70000\n", &bad).ok());

@@ -82,7 +82,7 @@ class SegmentScannerTest : public ::testing::Test {
   std::string SegPath(uint64_t id = 1) const { return dir_ + "/" + SegmentFileName(id); }
   uint64_t Seed() const {
     auto h = DecodeSegmentHeader(ReadAt(SegPath(), 0, kSegmentHeaderBytes));
-    EXPECT_TRUE(h.ok());
+    EXPECT_OK(h);
     return h.ok() ? h->seed : 0;
   }
 
@@ -123,7 +123,7 @@ TEST_F(SegmentScannerTest, CleanSegmentVisitsEveryRecordInOrder) {
   locs_.push_back(Append(NamespaceRecord("m", 1), 0));
   locs_.push_back(Append(TensorRecord("m", 1, 2, 0, 16), 2));
   locs_.push_back(Append(TensorRecord("m", 1, 3, 16, 32), 3));
-  ASSERT_TRUE(tier_->SetLiveTokens(locs_[2], 0).ok());  // dead
+  ASSERT_OK(tier_->SetLiveTokens(locs_[2], 0));  // dead
   tier_.reset();
   const uint64_t before = SizeOf(SegPath());
   Seen s = ScanFile(/*fallback_seed=*/12345);
@@ -327,7 +327,7 @@ TEST_F(SegmentScannerTest, GarbageFileNeverCrashes) {
 TEST_F(SegmentScannerTest, TierScanCountsGarbageRunsOnce) {
   OpenTier();
   for (uint64_t i = 0; i < 8; ++i) locs_.push_back(Append(TensorRecord("m", 1, 10 + i, 0, 16 * (1 + i % 3)), i));
-  ASSERT_TRUE(tier_->SetLiveTokens(locs_[7], 0).ok());
+  ASSERT_OK(tier_->SetLiveTokens(locs_[7], 0));
   tier_.reset();
   // Run 1: records 1 and 2 both have bad headers (one run, one count).
   FlipBit(SegPath(), locs_[1].offset + 40);
@@ -343,7 +343,7 @@ TEST_F(SegmentScannerTest, TierScanCountsGarbageRunsOnce) {
   OpenTier();
   std::vector<SsdLocation> seen;
   ScanStats stats;
-  ASSERT_TRUE(tier_->Scan([&](const RecordHeader&, const SsdLocation& loc) { seen.push_back(loc); }, &stats).ok());
+  ASSERT_OK(tier_->Scan([&](const RecordHeader&, const SsdLocation& loc) { seen.push_back(loc); }, &stats));
   EXPECT_EQ(stats.segments, 1u);
   EXPECT_EQ(stats.bad_segment_headers, 0u);
   EXPECT_EQ(stats.corrupt_records, 4u);
@@ -365,9 +365,9 @@ TEST_F(SegmentScannerTest, TierScanWithoutPayloadVerification) {
   SsdOptions o = Options();
   o.verify_on_recovery = false;
   auto t = SsdTier::Open(Env::Default(), o, 7);
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   ScanStats stats;
-  ASSERT_TRUE((*t)->Scan([](const RecordHeader&, const SsdLocation&) {}, &stats).ok());
+  ASSERT_OK((*t)->Scan([](const RecordHeader&, const SsdLocation&) {}, &stats));
   EXPECT_EQ(stats.records, 3u);
   EXPECT_EQ(stats.corrupt_records, 0u);
 }

@@ -210,7 +210,7 @@ class Buffer {
 
 void AppendOk(SsdTier* tier, Rec* r) {
   Result<SsdLocation> loc = tier->Append(r->h, r->payload);
-  ASSERT_TRUE(loc.ok()) << "seq " << r->h.seq << ": " << loc.status().ToString();
+  ASSERT_OK(loc) << "seq " << r->h.seq << ": " << loc.status().ToString();
   r->loc = *loc;
 }
 
@@ -271,7 +271,7 @@ TEST(SsdTierOpen, RejectsSmallCapacityAndNoDirectory) {
   EXPECT_LE((*ok)->options().segment_bytes, 1 * kMiB);
   EXPECT_TRUE(std::filesystem::is_directory(o.dir));
   o.dir = "";
-  EXPECT_EQ(SsdTier::Open(Env::Default(), o, 1).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(SsdTier::Open(Env::Default(), o, 1), Code::kInvalidArgument);
 }
 
 TEST(SsdTierOpen, FootprintBoundCoversTheRealFootprint) {
@@ -565,16 +565,16 @@ TEST(SsdTierTest, SetTimesRewritesTheHeaderInPlaceAndKeepsThePayload) {
   Rec r = Tensor(kBlockLayout, 64, 1);
   ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
   const Times later{111, 222, 333};
-  ASSERT_TRUE(tier->SetTimes(r.loc, later).ok());
+  ASSERT_OK(tier->SetTimes(r.loc, later));
   Result<RecordHeader> h = tier->ReadHeader(r.loc);
   ASSERT_OK(h);
   EXPECT_EQ(h->times, later);
   EXPECT_EQ(h->live_tokens, 64u);
   EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload));
   // Both rewrites keep each other's field.
-  ASSERT_TRUE(tier->SetLiveTokens(r.loc, 32).ok());
+  ASSERT_OK(tier->SetLiveTokens(r.loc, 32));
   h = tier->ReadHeader(r.loc);
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->times, later);
   EXPECT_EQ(h->live_tokens, 32u);
 }
@@ -875,7 +875,7 @@ TEST(SsdTierCorruption, CraftedHeadersInAPayloadAreNeverReported) {
       EXPECT_EQ(::pread(fd, seg.data(), seg.size(), 0), static_cast<ssize_t>(seg.size()));
       ::close(fd);
       Result<SegmentHeader> sh = DecodeSegmentHeader(seg);
-      EXPECT_TRUE(sh.ok());
+      EXPECT_OK(sh);
       seed = same_seed ? sh->seed : sh->seed ^ 0x9e3779b97f4a7c15ull;
       Rec victim = Tensor(kBlockLayout, 16 * kBlocks, 2);
       victim.payload = crafted_payload(seed);
@@ -934,7 +934,7 @@ TEST(SsdTierCorruption, ScanFindsTheSeedWhenTheFirstSegmentHeaderIsCorrupt) {
     EXPECT_EQ(scan.by_seq.size(), recs.size());
     ExpectReportedRecordsValid(tier.get(), scan, recs);
     // The records of the damaged segment can be rewritten and copied.
-    EXPECT_TRUE(tier->SetLiveTokens(recs[1].loc, 0).ok());
+    EXPECT_OK(tier->SetLiveTokens(recs[1].loc, 0));
     Result<SsdLocation> copy = tier->CopyRecord(recs[2].loc);
     ASSERT_OK(copy);
     EXPECT_TRUE(PayloadIs(tier.get(), *copy, recs[2].payload));
@@ -981,10 +981,10 @@ TEST(SsdTierLiveTokens, PartialAndZeroSurviveRestart) {
   {
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
     for (Rec* r : {&partial, &dead, &zero_first, &ns, &keep}) ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), r));
-    EXPECT_TRUE(tier->SetLiveTokens(partial.loc, 32).ok());
+    EXPECT_OK(tier->SetLiveTokens(partial.loc, 32));
     // live_tokens only goes down: a larger value is a no-op.
-    EXPECT_TRUE(tier->SetLiveTokens(partial.loc, 48).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(partial.loc, 64).ok());
+    EXPECT_OK(tier->SetLiveTokens(partial.loc, 48));
+    EXPECT_OK(tier->SetLiveTokens(partial.loc, 64));
     Result<RecordHeader> h = tier->ReadHeader(partial.loc);
     ASSERT_OK(h);
     EXPECT_EQ(h->live_tokens, 32u);
@@ -992,16 +992,16 @@ TEST(SsdTierLiveTokens, PartialAndZeroSurviveRestart) {
     // The payload is untouched.
     EXPECT_TRUE(PayloadIs(tier.get(), partial.loc, partial.payload));
 
-    EXPECT_TRUE(tier->SetLiveTokens(dead.loc, 16).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(dead.loc, 0).ok());
+    EXPECT_OK(tier->SetLiveTokens(dead.loc, 16));
+    EXPECT_OK(tier->SetLiveTokens(dead.loc, 0));
     // Order does not matter: 0 then k stays 0.
-    EXPECT_TRUE(tier->SetLiveTokens(zero_first.loc, 0).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(zero_first.loc, 32).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(zero_first.loc, 48).ok());
+    EXPECT_OK(tier->SetLiveTokens(zero_first.loc, 0));
+    EXPECT_OK(tier->SetLiveTokens(zero_first.loc, 32));
+    EXPECT_OK(tier->SetLiveTokens(zero_first.loc, 48));
     h = tier->ReadHeader(zero_first.loc);
-    ASSERT_TRUE(h.ok());
+    ASSERT_OK(h);
     EXPECT_EQ(h->live_tokens, 0u);
-    EXPECT_TRUE(tier->SetLiveTokens(ns.loc, 0).ok());
+    EXPECT_OK(tier->SetLiveTokens(ns.loc, 0));
     // Rewrites do not touch the accounting.
     uint64_t all = 0;
     for (Rec* r : {&partial, &dead, &zero_first, &ns, &keep}) all += r->loc.footprint();
@@ -1038,10 +1038,10 @@ TEST(SsdTierLiveTokens, ValuesThatWouldCorruptTheHeaderAreRefused) {
       Status s = tier->SetLiveTokens(r.loc, bad);
       EXPECT_ERROR(s, Code::kInvalidArgument) << bad << ": " << s.ToString();
       Result<RecordHeader> h = tier->ReadHeader(r.loc);
-      ASSERT_TRUE(h.ok()) << "after SetLiveTokens(" << bad << "): " << h.status().ToString();
+      ASSERT_OK(h) << "after SetLiveTokens(" << bad << "): " << h.status().ToString();
       EXPECT_EQ(h->live_tokens, 64u);
     }
-    EXPECT_TRUE(tier->SetLiveTokens(r.loc, 16).ok());
+    EXPECT_OK(tier->SetLiveTokens(r.loc, 16));
   }
   ScanResult scan;
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -1135,7 +1135,7 @@ TEST(SsdTierAccounting, ScanDeletesSegmentsWithNothingLive) {
     // Kill every record of the first segment.
     for (Rec& r : recs) {
       if (r.loc.segment == recs[0].loc.segment) {
-        EXPECT_TRUE(tier->SetLiveTokens(r.loc, 0).ok());
+        EXPECT_OK(tier->SetLiveTokens(r.loc, 0));
       }
     }
   }
@@ -1297,11 +1297,11 @@ TEST(SsdTierCrash, SyncRecordKeepsEveryAppendedRecord) {
   ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 12, &recs, [](uint64_t seq) {
     return seq % 3 == 0 ? Tensor(kBigLayout, 16, seq) : seq % 3 == 1 ? Tensor(kOddLayout, 32, seq) : Namespace(seq);
   }));
-  ASSERT_TRUE(tier->SetLiveTokens(recs[1].loc, 16).ok());
+  ASSERT_OK(tier->SetLiveTokens(recs[1].loc, 16));
   recs[1].h.live_tokens = 16;
-  ASSERT_TRUE(tier->SetLiveTokens(recs[2].loc, 0).ok());
+  ASSERT_OK(tier->SetLiveTokens(recs[2].loc, 0));
   recs[2].h.live_tokens = 0;
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   tier.reset();  // its handles are dead; the destructor must cope
 
   ScanResult scan;
@@ -1330,7 +1330,7 @@ TEST(SsdTierCrash, SyncSegmentKeepsSealedSegments) {
   }));
   const uint64_t active = recs[10].loc.segment;
   ASSERT_NE(recs[1].loc.segment, active);
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   tier.reset();
 
   ScanResult scan;
@@ -1356,7 +1356,7 @@ TEST(SsdTierCrash, SyncSegmentCleanShutdownIsDurable) {
       return seq % 2 ? Tensor(kBigLayout, 16, seq) : Tensor(kOddLayout, 16, seq);
     }));
   }
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   ScanResult scan;
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
   EXPECT_EQ(scan.by_seq.size(), recs.size());
@@ -1385,7 +1385,7 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
     std::unique_ptr<SsdTier> tier = OpenTier(&env, o, &first);
     ASSERT_EQ(first.by_seq.size(), 4u);
     // An unsynced kill of record 1 is undone by the crash.
-    ASSERT_TRUE(tier->SetLiveTokens(recs[1].loc, 0).ok());
+    ASSERT_OK(tier->SetLiveTokens(recs[1].loc, 0));
     ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 5, 8, &recs, [](uint64_t seq) {
       return Tensor(kBlockLayout, 32, seq);
     }));
@@ -1395,7 +1395,7 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
       OpenOptions ro;
       Result<std::unique_ptr<File>> f = env.Open(SegmentPath(o, recs[8].loc.segment), ro);
       ASSERT_OK(f);
-      ASSERT_TRUE((*f)->Sync().ok());
+      ASSERT_OK((*f)->Sync());
     }
     must_survive.insert({5, 6, 7, 8});
     for (uint64_t seq = 9; seq <= 14; ++seq) {
@@ -1407,7 +1407,7 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
         recs[seq] = r;
       }
     }
-    ASSERT_TRUE(env.Crash().ok());
+    ASSERT_OK(env.Crash());
   }
   ScanResult scan;
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -1449,13 +1449,13 @@ TEST(SsdTierCrash, RandomCrashesNeverReportGarbage) {
           // Make every segment durable.
           for (auto& entry : std::filesystem::directory_iterator(o.dir)) {
             Result<std::unique_ptr<File>> f = env.Open(entry.path().string(), OpenOptions{});
-            ASSERT_TRUE(f.ok());
-            ASSERT_TRUE((*f)->Sync().ok());
+            ASSERT_OK(f);
+            ASSERT_OK((*f)->Sync());
           }
           for (auto& [s, rec] : recs) durable.insert(s);
         }
       }
-      ASSERT_TRUE(env.Crash().ok());
+      ASSERT_OK(env.Crash());
     }
     ScanResult scan;
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -1490,7 +1490,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
 
     // Kill one record of the second segment (a third dead): only pressure picks it.
     const uint64_t victim2 = by_segment[second][0];
-    ASSERT_TRUE(tier->SetLiveTokens(recs[victim2].loc, 0).ok());
+    ASSERT_OK(tier->SetLiveTokens(recs[victim2].loc, 0));
     tier->Forget(recs[victim2].loc);
     EXPECT_FALSE(tier->PickSegmentToCompact(false).has_value());
     EXPECT_EQ(tier->PickSegmentToCompact(true), second);
@@ -1498,7 +1498,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     std::vector<uint64_t>& firsts = by_segment[first];
     ASSERT_GE(firsts.size(), 2u);
     for (size_t i = 0; i + 1 < firsts.size(); ++i) {
-      ASSERT_TRUE(tier->SetLiveTokens(recs[firsts[i]].loc, 0).ok());
+      ASSERT_OK(tier->SetLiveTokens(recs[firsts[i]].loc, 0));
       tier->Forget(recs[firsts[i]].loc);
     }
     EXPECT_EQ(tier->PickSegmentToCompact(false), first);
@@ -1512,7 +1512,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     EXPECT_EQ(copy->payload_bytes, recs[survivor].loc.payload_bytes);
     EXPECT_TRUE(PayloadIs(tier.get(), *copy, recs[survivor].payload));
     Result<RecordHeader> h = tier->ReadHeader(*copy);
-    ASSERT_TRUE(h.ok());
+    ASSERT_OK(h);
     ExpectSameRecord(*h, recs[survivor].h);
     const uint64_t live_before = tier->live_bytes();
     tier->Forget(recs[survivor].loc);
@@ -1521,7 +1521,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     recs[survivor].h.live_tokens = h->live_tokens;
     // The empty sealed segment went with the last Forget; deleting it again is fine.
     EXPECT_FALSE(std::filesystem::exists(SegmentPath(o, first)));
-    EXPECT_TRUE(tier->DeleteSegment(first).ok());
+    EXPECT_OK(tier->DeleteSegment(first));
     for (size_t i = 0; i + 1 < firsts.size(); ++i) recs.erase(firsts[i]);
 
     // Compact the second segment the same way, explicitly deleting it.
@@ -1535,7 +1535,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     }
     const uint64_t files_before = tier->file_bytes();
     const uint64_t seg_size = FileSize(SegmentPath(o, second));
-    ASSERT_TRUE(tier->DeleteSegment(second).ok());
+    ASSERT_OK(tier->DeleteSegment(second));
     EXPECT_FALSE(std::filesystem::exists(SegmentPath(o, second)));
     EXPECT_EQ(tier->file_bytes(), files_before - seg_size);
     EXPECT_FALSE(tier->PickSegmentToCompact(false).has_value());
@@ -1560,11 +1560,11 @@ TEST(SsdTierCompaction, CopyKeepsAPartialLiveCount) {
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
   Rec r = Tensor(kBlockLayout, 64, 1, Fill::kBf16);
   ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-  ASSERT_TRUE(tier->SetLiveTokens(r.loc, 32).ok());
+  ASSERT_OK(tier->SetLiveTokens(r.loc, 32));
   Result<SsdLocation> copy = tier->CopyRecord(r.loc);
   ASSERT_OK(copy);
   Result<RecordHeader> h = tier->ReadHeader(*copy);
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->live_tokens, 32u);
   EXPECT_EQ(h->seq, 1u);
   EXPECT_TRUE(PayloadIs(tier.get(), *copy, r.payload));

@@ -36,16 +36,16 @@ class StoreIncrementTest : public ::testing::Test {
     auto s = Store::Open(o);
     ASSERT_OK(s);
     store_ = std::move(*s);
-    ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());
+    ASSERT_OK(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false));
   }
   void Save(const Tokens& t) {
     std::vector<uint8_t> kv = Kv(t, 0, t.size());
-    ASSERT_TRUE(store_->Save("m", t, kv.data(), kv.size(), 0).ok());
+    ASSERT_OK(store_->Save("m", t, kv.data(), kv.size(), 0));
   }
   // The listing entry whose increment ends at token `end` of a prompt.
   PrefixNodeInfo NodeEndingAt(uint64_t end) {
     auto tree = store_->ListTree("m", ChainKey{}, true);
-    EXPECT_TRUE(tree.ok());
+    EXPECT_OK(tree);
     for (const auto& n : *tree) {
       if (n.start_token + n.tokens == end) return n;
     }
@@ -86,17 +86,17 @@ TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
   EXPECT_NE(own->lease_id, 0u);
   EXPECT_EQ(Bytes(own->extents), Kv(a, 32, 64));
   auto whole = store_->Increment("m", lower.key, true, true, kSession);
-  ASSERT_TRUE(whole.ok());
+  ASSERT_OK(whole);
   EXPECT_EQ(Bytes(whole->extents), Kv(a, 0, 64));
   // The pins hold the bytes until released.
   EXPECT_GT(store_->Stats().pinned_bytes, 0u);
-  EXPECT_TRUE(store_->Release(own->lease_id, kSession).ok());
-  EXPECT_TRUE(store_->Release(whole->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(own->lease_id, kSession));
+  EXPECT_OK(store_->Release(whole->lease_id, kSession));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
   // b's own increment: 16 tokens below the split.
   const PrefixNodeInfo bn = NodeEndingAt(48);
   auto bo = store_->Increment("m", bn.key, true, false, kSession);
-  ASSERT_TRUE(bo.ok());
+  ASSERT_OK(bo);
   EXPECT_EQ(Bytes(bo->extents), Kv(b, 32, 48));
 }
 
@@ -115,14 +115,14 @@ TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
   for (int i = 0; i < 24; ++i) prompts.push_back(Gen(100 + i, 256));  // 64 KiB each: 1.5 MiB
   for (const auto& p : prompts) Save(p);
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   int ssd_only = 0;
   for (const auto& n : *tree) {
     if (n.tier == kTierSsd) ++ssd_only;
     auto r = store_->Increment("m", n.key, true, false, kSession);
     ASSERT_OK(r);
     auto info = store_->Increment("m", n.key, false, false, kSession);
-    ASSERT_TRUE(info.ok());
+    ASSERT_OK(info);
     const std::vector<uint8_t> got = Bytes(r->extents);
     bool matched = false;
     for (const auto& p : prompts) {
@@ -131,7 +131,7 @@ TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
       }
     }
     EXPECT_TRUE(matched) << "increment " << n.key.ToHex();
-    ASSERT_TRUE(store_->Release(r->lease_id, kSession).ok());
+    ASSERT_OK(store_->Release(r->lease_id, kSession));
   }
   EXPECT_GT(ssd_only, 0);
   EXPECT_GT(store_->Stats().ssd_fills, 0u);

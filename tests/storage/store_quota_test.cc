@@ -99,20 +99,20 @@ class StoreQuotaTest : public ::testing::Test {
 
 TEST_F(StoreQuotaTest, UseIsCountedExactlyPerNamespace) {
   Open(Options(false));
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Save("b", Prompt("b", i)).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_OK(Save("a", Prompt("a", i)));
+  for (int i = 0; i < 3; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   // A continuation of a stored prompt is one more tensor of its own blocks.
-  ASSERT_TRUE(Save("a", Cat(Prompt("a", 0), Gen(7, 8))).ok());
+  ASSERT_OK(Save("a", Cat(Prompt("a", 0), Gen(7, 8))));
   EXPECT_EQ(Quota("a").dram_bytes, 10 * kPromptBytes + 4 * kKiB);
   EXPECT_EQ(Quota("b").dram_bytes, 3 * kPromptBytes);
   EXPECT_EQ(Quota("a").dram_bytes + Quota("b").dram_bytes, store_->Stats().used_bytes);
   EXPECT_EQ(Quota("a").ssd_bytes, 0u);
   // A save of what is stored adds nothing; a removal gives its bytes back.
-  ASSERT_TRUE(Save("a", Prompt("a", 1)).ok());
+  ASSERT_OK(Save("a", Prompt("a", 1)));
   EXPECT_EQ(Quota("a").dram_bytes, 10 * kPromptBytes + 4 * kKiB);
-  ASSERT_TRUE(store_->Remove("a", Prompt("a", 0)).ok());  // and its continuation
+  ASSERT_OK(store_->Remove("a", Prompt("a", 0)));  // and its continuation
   EXPECT_EQ(Quota("a").dram_bytes, 9 * kPromptBytes);
-  ASSERT_TRUE(store_->DropNamespace("b").ok());
+  ASSERT_OK(store_->DropNamespace("b"));
   EXPECT_EQ(Quota("a").dram_bytes, store_->Stats().used_bytes);
   auto all = store_->ListQuotas();
   ASSERT_EQ(all.size(), 1u);
@@ -121,7 +121,7 @@ TEST_F(StoreQuotaTest, UseIsCountedExactlyPerNamespace) {
 
 TEST_F(StoreQuotaTest, AFloodEvictsOnlyItsOwnIncrements) {
   Open(Options(false));
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Save("b", Prompt("b", i)).ok());
+  for (int i = 0; i < 8; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   Set("a", 64 * kKiB);
   for (int i = 0; i < 200; ++i) {
     auto r = Save("a", Prompt("a", i));
@@ -145,9 +145,9 @@ TEST_F(StoreQuotaTest, AncestorsStayWhileTheirDescendantsDo) {
   Open(Options(false));
   Set("a", 32 * kKiB);
   const Tokens head = Gen(5, 16);
-  ASSERT_TRUE(Save("a", head).ok());
+  ASSERT_OK(Save("a", head));
   for (int i = 0; i < 40; ++i) {
-    ASSERT_TRUE(Save("a", Cat(head, Gen(1000 + i, 16))).ok());
+    ASSERT_OK(Save("a", Cat(head, Gen(1000 + i, 16))));
     EXPECT_LE(Quota("a").dram_bytes, 32 * kKiB);
   }
   // Every continuation still stored loads whole, head included.
@@ -191,9 +191,9 @@ TEST_F(StoreQuotaTest, PinnedOwnDataIsNeverEvictedAndAFullQuotaOfItIsTheArenaFul
   Set("a", 16 * kKiB);
   std::vector<uint64_t> leases;
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
+    ASSERT_OK(Save("a", Prompt("a", i)));
     auto p = store_->Pin("a", Prompt("a", i), 1);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     leases.push_back(p->lease_id);
   }
   auto r = Save("a", Prompt("a", 10));
@@ -203,7 +203,7 @@ TEST_F(StoreQuotaTest, PinnedOwnDataIsNeverEvictedAndAFullQuotaOfItIsTheArenaFul
   EXPECT_NE(r.status().message().find("quota"), std::string::npos) << r.status().ToString();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Load("a", Prompt("a", i)), kPromptTokens);
   // Unpinned, they make room again.
-  for (uint64_t l : leases) ASSERT_TRUE(store_->Release(l, 1).ok());
+  for (uint64_t l : leases) ASSERT_OK(store_->Release(l, 1));
   r = Save("a", Prompt("a", 10));
   ASSERT_OK(r);
   EXPECT_EQ(r->stored_tokens, kPromptTokens);
@@ -228,10 +228,10 @@ TEST_F(StoreQuotaTest, BadQuotasAreRefusedAndChangeNothing) {
 
 TEST_F(StoreQuotaTest, OverItsDramQuotaANamespaceSpillsItsOwnToSsdAndKeepsUnderItsSsdQuota) {
   Open(Options(true));
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Save("b", Prompt("b", i)).ok());
+  for (int i = 0; i < 8; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   Set("a", 32 * kKiB, 128 * kKiB);
   for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
+    ASSERT_OK(Save("a", Prompt("a", i)));
     const NamespaceQuota q = Quota("a");
     EXPECT_LE(q.dram_bytes, 32 * kKiB);
     EXPECT_LE(q.ssd_bytes, 128 * kKiB);
@@ -257,8 +257,8 @@ TEST_F(StoreQuotaTest, QuotasSurviveARestartWithTheSsdTier) {
   Open(Options(true));
   Set("a", 48 * kKiB, 256 * kKiB);
   Set("b", {}, 512 * kKiB);
-  for (int i = 0; i < 30; ++i) ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
-  ASSERT_TRUE(store_->PersistAll().ok());
+  for (int i = 0; i < 30; ++i) ASSERT_OK(Save("a", Prompt("a", i)));
+  ASSERT_OK(store_->PersistAll());
   store_->FlushSsd();
   const uint64_t ssd_before = Quota("a").ssd_bytes;
   std::vector<uint64_t> loaded;

@@ -121,7 +121,7 @@ TEST_F(StoreSsdTest, EvictedOwnedTensorsSpillAndLoadBackByteExact) {
   EXPECT_GT(s.ssd_fill_bytes, 0u);
   // The listing shows both tiers.
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   std::set<uint8_t> tiers;
   for (const auto& n : *tree) tiers.insert(n.tier);
   EXPECT_TRUE(tiers.count(kTierSsd) || tiers.count(kTierDram | kTierSsd));
@@ -135,7 +135,7 @@ TEST_F(StoreSsdTest, LookupReportsSsdResidentPrefixesWithoutReadingThem) {
   const uint64_t fills = store_->Stats().ssd_fills;
   for (const auto& p : prompts) {
     auto r = store_->Lookup("m", p);
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     EXPECT_EQ(r->matched_tokens, p.size());
   }
   EXPECT_EQ(store_->Stats().ssd_fills, fills);
@@ -151,7 +151,7 @@ TEST_F(StoreSsdTest, ReplicasAreNeverWrittenToSsd) {
   EXPECT_EQ(s.ssd_tensors, 0u);
   EXPECT_EQ(s.ssd_stored_bytes, 0u);
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   for (const auto& n : *tree) EXPECT_EQ(n.tier, kTierDram);
 }
 
@@ -161,7 +161,7 @@ TEST_F(StoreSsdTest, RestartRebuildsNamespacesAndIndexFromSegments) {
   auto prompts = Prompts(48);
   for (const auto& p : prompts) Save(p);
   auto persisted = store_->PersistAll();
-  ASSERT_TRUE(persisted.ok());
+  ASSERT_OK(persisted);
   const StoreStats before = store_->Stats();
   const uint64_t ns_bytes = store_->GetNamespace("m")->bytes;
   Open(Options());
@@ -201,11 +201,11 @@ TEST_F(StoreSsdTest, RemovedPrefixesStayRemovedAfterRestart) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // A whole prompt's own increment (below the shared head).
-  ASSERT_TRUE(store_->Remove("m", prompts[5]).ok());
+  ASSERT_OK(store_->Remove("m", prompts[5]));
   // The shared head of group 3 (prompts 12..15) and everything below it.
-  ASSERT_TRUE(store_->Remove("m", Head(prompts[12], 64)).ok());
+  ASSERT_OK(store_->Remove("m", Head(prompts[12], 64)));
   Open(Options());
   EXPECT_EQ(LoadAndCheck(prompts[5]), 64u);  // its group's head is still there
   for (int i = 12; i < 16; ++i) EXPECT_EQ(LoadAndCheck(prompts[i]), 0u);
@@ -219,10 +219,10 @@ TEST_F(StoreSsdTest, PartialRemovalOfATensorSurvivesRestart) {
   Save(a);
   Tokens b = Cat(Head(a, 128), Gen(8, 64));  // splits a's tensor at 128
   Save(b);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // Remove a's lower half (the node from 128 to 256): a's tensor keeps its
   // head, and its record must say so.
-  ASSERT_TRUE(store_->Remove("m", a).ok());
+  ASSERT_OK(store_->Remove("m", a));
   EXPECT_EQ(LoadAndCheck(a), 128u);
   Open(Options());
   EXPECT_EQ(LoadAndCheck(a), 128u);
@@ -236,20 +236,20 @@ TEST_F(StoreSsdTest, DroppedNamespaceDoesNotComeBack) {
   auto prompts = Prompts(8);
   for (const auto& p : prompts) Save(p, "gone");
   for (const auto& p : prompts) Save(p, "kept");
-  ASSERT_TRUE(store_->PersistAll().ok());
-  ASSERT_TRUE(store_->DropNamespace("gone").ok());
+  ASSERT_OK(store_->PersistAll());
+  ASSERT_OK(store_->DropNamespace("gone"));
   // Re-created with another layout: the old records must not be taken as
   // the new namespace's.
-  ASSERT_TRUE(store_->CreateNamespace("gone", SmallLayout(8), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("gone", SmallLayout(8), "", 0, 0, 0755, false));
   Open(Options());
   auto ns = store_->GetNamespace("gone");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   EXPECT_EQ(ns->layout.block_tokens, 8u);
   EXPECT_EQ(ns->prefixes, 0u);
   for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p, "kept"), p.size());
   for (const auto& p : prompts) {
     auto r = store_->Lookup("gone", p);
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     EXPECT_EQ(r->matched_tokens, 0u);
   }
 }
@@ -262,7 +262,7 @@ TEST_F(StoreSsdTest, CorruptRecordIsAMissNeverWrongBytes) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // Flip one bit in the payload of every record of the first data segment.
   std::string seg;
   for (const auto& e : std::filesystem::directory_iterator(o.ssd.dir)) {
@@ -287,7 +287,7 @@ TEST_F(StoreSsdTest, CorruptRecordOnDiskIsSkippedAtRestart) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   store_.reset();
   // Flip a payload bit of the second record of every segment on disk.
   int flipped = 0;
@@ -351,12 +351,12 @@ TEST_F(StoreSsdTest, CrashKeepsOnlyWhatWasWrittenWholeAndServesItExactly) {
   auto prompts = Prompts(64);
   for (const auto& p : prompts) Save(p);
   store_->FlushSsd();
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   store_.reset();  // its later writes fail (poisoned files); that is fine
   Open(Options());  // a fresh PosixEnv sees what the crash left
   // Sealed (synced) segments survive, the first one (with the namespace
   // record) among them; the unsynced tail of the last one is gone.
-  ASSERT_TRUE(store_->GetNamespace("m").ok());
+  ASSERT_OK(store_->GetNamespace("m"));
   uint64_t served = 0;
   for (const auto& p : prompts) served += LoadAndCheck(p);
   EXPECT_GT(served, 0u);
@@ -374,7 +374,7 @@ TEST_F(StoreSsdTest, CrashWithRecordSyncKeepsEverySpill) {
   for (const auto& p : prompts) Save(p);
   const uint64_t on_ssd = store_->Stats().ssd_tensors;
   store_->FlushSsd();
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   store_.reset();
   Open(Options());
   EXPECT_EQ(store_->Stats().recovered_tensors, on_ssd);
@@ -412,9 +412,9 @@ TEST_F(StoreSsdTest, CompactionReclaimsDeadSpaceAndKeepsBytes) {
   CreateNs();
   auto prompts = Prompts(64);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   for (size_t i = 0; i < prompts.size(); i += 4) {
-    for (size_t j = i; j < i + 3; ++j) ASSERT_TRUE(store_->Remove("m", prompts[j]).ok());
+    for (size_t j = i; j < i + 3; ++j) ASSERT_OK(store_->Remove("m", prompts[j]));
   }
   const StoreStats before = store_->Stats();
   int compactions = 0;
@@ -435,7 +435,7 @@ TEST_F(StoreSsdTest, RestartWithChangedConfig) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // Compression on, another segment size, a bigger arena: old records are
   // read as they were written, new ones are compressed.
   StoreOptions o2 = o;
@@ -446,7 +446,7 @@ TEST_F(StoreSsdTest, RestartWithChangedConfig) {
   for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p), p.size());
   auto more = Prompts(40, 256, 2);
   for (const auto& p : more) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // A much smaller capacity: the tier trims itself by GDSF at start.
   StoreOptions o3 = o;
   o3.ssd.capacity = 8 * kMiB;
@@ -504,7 +504,7 @@ TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   Save(hot);
   for (const auto& p : Prompts(40)) Save(p);  // 2.5x the arena: `hot`, never loaded, goes to SSD
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   auto node = std::find_if(tree->begin(), tree->end(),
                            [&](const PrefixNodeInfo& n) { return n.start_token == 0 && n.tokens == hot.size(); });
   ASSERT_NE(node, tree->end());

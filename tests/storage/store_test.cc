@@ -139,7 +139,7 @@ class StoreTest : public ::testing::Test {
       std::vector<uint8_t> got = Read(pin->extents);
       std::vector<uint8_t> expect = Kv(tokens, 0, want);
       EXPECT_TRUE(got == expect) << "loaded bytes differ from the saved KV";
-      EXPECT_TRUE(store_->Release(pin->lease_id, kSession).ok());
+      EXPECT_OK(store_->Release(pin->lease_id, kSession));
     } else {
       EXPECT_EQ(pin->lease_id, 0u);
       EXPECT_TRUE(pin->extents.empty());
@@ -181,17 +181,17 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenRejectsBadOptions) {
   StoreOptions o = SmallOptions();
   o.arena_bytes = kMiB - 1;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o = SmallOptions();
   o.replica_share = 1.5;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o.replica_share = -0.1;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o = SmallOptions();
   o.alignment = 3000;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o.alignment = 32;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
 }
 
 TEST_F(StoreTest, OpenMakesAnEmptyArenaOfTheAskedSize) {
@@ -211,19 +211,19 @@ TEST_F(StoreTest, CreateNamespaceRejectsBadNamesLayoutsAndModes) {
     auto r = store_->CreateNamespace(bad, l, "", 0, 0, 0755, false);
     EXPECT_ERROR(r, Code::kInvalidArgument) << "name '" << bad << "'";
   }
-  EXPECT_TRUE(store_->CreateNamespace(std::string(128, 'a'), l, "", 0, 0, 0755, false).ok());
-  EXPECT_TRUE(store_->CreateNamespace("Mistral-7B_v0.2", l, "", 0, 0, 0755, false).ok());
+  EXPECT_OK(store_->CreateNamespace(std::string(128, 'a'), l, "", 0, 0, 0755, false));
+  EXPECT_OK(store_->CreateNamespace("Mistral-7B_v0.2", l, "", 0, 0, 0755, false));
 
   auto bad_layout = [&](auto mutate) {
     Layout b = SmallLayout();
     mutate(b);
     return store_->CreateNamespace("bad-layout", b, "", 0, 0, 0755, false).status();
   };
-  EXPECT_EQ(bad_layout([](Layout& b) { b.layers = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.kv_heads = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.head_dim = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.block_tokens = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.dtype = static_cast<DType>(99); }).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.layers = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.kv_heads = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.head_dim = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.block_tokens = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.dtype = static_cast<DType>(99); }), Code::kInvalidArgument);
   Status huge = bad_layout([](Layout& b) {
     b.layers = 1024;
     b.kv_heads = 1024;
@@ -240,7 +240,7 @@ TEST_F(StoreTest, CreateNamespaceRejectsBadNamesLayoutsAndModes) {
 TEST_F(StoreTest, CreateNamespaceExistOkAcceptsOnlyTheSameLayoutAndSalt) {
   const Layout l = SmallLayout();
   auto first = store_->CreateNamespace("tenant", l, "salt-a", 5, 6, 0750, false);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   EXPECT_TRUE(first->salted);
   EXPECT_EQ(first->uid, 5u);
   EXPECT_EQ(first->gid, 6u);
@@ -269,7 +269,7 @@ TEST_F(StoreTest, CreateNamespaceExistOkAcceptsOnlyTheSameLayoutAndSalt) {
   EXPECT_ERROR(no_salt, Code::kAlreadyExists);
 
   auto got = store_->GetNamespace("tenant");
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_TRUE(got->salted);
   EXPECT_EQ(got->layout, l);
 }
@@ -302,7 +302,7 @@ TEST_F(StoreTest, SaveThenLookupAndPinAreByteExact) {
   EXPECT_EQ(r.new_bytes, 10 * kBb);
   ExpectStored(t, 10 * kBt);
   Result<PrefixResult> l = store_->Lookup("ns", t);
-  ASSERT_TRUE(l.ok());
+  ASSERT_OK(l);
   ASSERT_EQ(l->extents.size(), 1u) << "one save, one tensor, one extent";
   EXPECT_EQ(l->extents[0].offset, 0u);
   EXPECT_EQ(l->extents[0].length, 10 * kBb);
@@ -335,7 +335,7 @@ TEST_F(StoreTest, SaveStoresOnlyTheBlocksPastTheLongestCommonPrefix) {
   EXPECT_EQ(r.stored_tokens, 6 * kBt);
   EXPECT_EQ(r.new_bytes, 6 * kBb);
   Result<PrefixResult> l = store_->Lookup("ns", abc);
-  ASSERT_TRUE(l.ok());
+  ASSERT_OK(l);
   ASSERT_EQ(l->extents.size(), 3u);
   EXPECT_EQ(l->extents[0].length, 5 * kBb);
   EXPECT_EQ(l->extents[1].length, 3 * kBb);
@@ -407,7 +407,7 @@ TEST_F(StoreTest, WrongBufferSizeIsInvalidArgumentNamingTheSizes) {
   Result<SaveResult> r = store_->Save("ns", t, data.data(), data.size(), 2);
   ASSERT_ERROR(r, Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find(std::to_string(3 * kBb)), std::string::npos) << r.status().ToString();
-  EXPECT_EQ(store_->Save("ns", t, data.data(), 0, 6).status().code(), Code::kInvalidArgument)
+  EXPECT_ERROR(store_->Save("ns", t, data.data(), 0, 6), Code::kInvalidArgument)
       << "first_block past the prompt";
   EXPECT_ERROR(store_->Save("ns", t, nullptr, 5 * kBb, 0), Code::kInvalidArgument) << "null buffer";
   StoreStats s = store_->Stats();
@@ -443,7 +443,7 @@ TEST_F(StoreTest, SaveFromFirstBlockAbortsWhenTheEarlierBlocksAreGone) {
   Tokens a = Gen(1, 4 * kBt);
   Tokens ab = Cat(a, Gen(2, 4 * kBt));
   Save(a);
-  ASSERT_TRUE(store_->Remove("ns", a).ok());
+  ASSERT_OK(store_->Remove("ns", a));
   Result<SaveResult> r = TrySave("ns", ab, 4);
   EXPECT_ERROR(r, Code::kAborted);
   EXPECT_EQ(Matched(ab), 0u);
@@ -455,9 +455,9 @@ TEST_F(StoreTest, SaveFromFirstBlockAbortsWhenTheEarlierBlocksAreGone) {
 
 TEST_F(StoreTest, NamespacesAndSaltsDoNotShare) {
   const Layout l = SmallLayout();
-  ASSERT_TRUE(store_->CreateNamespace("ns2", l, "", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store_->CreateNamespace("salted", l, "tenant-a", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store_->CreateNamespace("salted-b", l, "tenant-b", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("ns2", l, "", 0, 0, 0755, false));
+  ASSERT_OK(store_->CreateNamespace("salted", l, "tenant-a", 0, 0, 0755, false));
+  ASSERT_OK(store_->CreateNamespace("salted-b", l, "tenant-b", 0, 0, 0755, false));
   Tokens t = Gen(1, 6 * kBt);
   Save(t);
   EXPECT_EQ(Matched(t, "ns2"), 0u);
@@ -479,7 +479,7 @@ TEST_F(StoreTest, NamespacesAndSaltsDoNotShare) {
   EXPECT_NE(in_ns[0].tensor, in_salted[0].tensor);
   EXPECT_ERROR(store_->RemoveByKey("salted", in_ns[0].key), Code::kNotFound);
   // Removing in one namespace leaves the other alone.
-  ASSERT_TRUE(store_->Remove("salted", t).ok());
+  ASSERT_OK(store_->Remove("salted", t));
   EXPECT_EQ(Matched(t, "salted"), 0u);
   ExpectStored(t, 6 * kBt, "ns");
   EXPECT_EQ(store_->GetNamespace("ns")->bytes, 6 * kBb);
@@ -493,7 +493,7 @@ TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
   for (uint64_t at : {2u, 5u, 7u}) Save(Cat(Head(a, at * kBt), Gen(10 + at, 2 * kBt)));
   ASSERT_EQ(store_->Stats().prefix_nodes, 4u + 3u);
   Result<PrefixResult> l = store_->Lookup("ns", a);
-  ASSERT_TRUE(l.ok());
+  ASSERT_OK(l);
   ASSERT_EQ(l->extents.size(), 1u) << "the split is metadata only: still one extent";
   EXPECT_EQ(l->extents[0].offset, 0u);
   EXPECT_EQ(l->extents[0].length, 8 * kBb);
@@ -501,7 +501,7 @@ TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
   // A branch: a slice of a's tensor, then its own tensor.
   Tokens b = Cat(Head(a, 5 * kBt), Gen(15, 2 * kBt));
   Result<PrefixResult> lb = store_->Lookup("ns", b);
-  ASSERT_TRUE(lb.ok());
+  ASSERT_OK(lb);
   ASSERT_EQ(lb->extents.size(), 2u);
   EXPECT_EQ(lb->extents[0].tensor, l->extents[0].tensor);
   EXPECT_EQ(lb->extents[0].offset, 0u);
@@ -552,20 +552,20 @@ TEST_F(StoreTest, BranchInsideAnIncrementSplitsMetadataOnlyAndNamesByChainKeys) 
   EXPECT_EQ(branch.start_token, 3 * kBt);
   // Non-recursive listing and listing below a node.
   auto top = store_->ListTree("ns", ChainKey{}, false);
-  ASSERT_TRUE(top.ok());
+  ASSERT_OK(top);
   ASSERT_EQ(top->size(), 1u);
   EXPECT_EQ((*top)[0].key, up.key);
   auto below = store_->ListTree("ns", up.key, false);
-  ASSERT_TRUE(below.ok());
+  ASSERT_OK(below);
   EXPECT_EQ(below->size(), 2u);
   auto leaf = store_->ListTree("ns", lower.key, true);
-  ASSERT_TRUE(leaf.ok());
+  ASSERT_OK(leaf);
   EXPECT_TRUE(leaf->empty());
-  EXPECT_EQ(store_->ListTree("ns", KeyAt(a, 4), false).status().code(), Code::kNotFound)
+  EXPECT_ERROR(store_->ListTree("ns", KeyAt(a, 4), false), Code::kNotFound)
       << "a key inside an increment names nothing";
   // A pin shows on every node of its tensors.
   Result<PrefixResult> p = store_->Pin("ns", a, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   for (const auto& n : Tree()) {
     if (n.tensor == up.tensor) {
       EXPECT_EQ(n.pins, 1u);
@@ -573,7 +573,7 @@ TEST_F(StoreTest, BranchInsideAnIncrementSplitsMetadataOnlyAndNamesByChainKeys) 
       EXPECT_EQ(n.pins, 0u);
     }
   }
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
 }
 
 TEST_F(StoreTest, EveryNodeIsNamedByTheChainKeyOfItsLastBlock) {
@@ -622,7 +622,7 @@ TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
   Tokens t = Gen(1, 4 * kBt);
   Save(t);
   Result<PrefixResult> p = store_->Pin("ns", t, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   EXPECT_EQ(p->matched_tokens, 4 * kBt);
   EXPECT_NE(p->lease_id, 0u);
   StoreStats s = store_->Stats();
@@ -631,7 +631,7 @@ TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
   Status wrong = store_->Release(p->lease_id, kSession + 1);
   EXPECT_ERROR(wrong, Code::kNotFound);
   EXPECT_EQ(store_->Stats().active_leases, 1u) << "a foreign release must not drop the lease";
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
   EXPECT_ERROR(store_->Release(p->lease_id, kSession), Code::kNotFound) << "double release";
   EXPECT_ERROR(store_->Release(123456, kSession), Code::kNotFound);
   s = store_->Stats();
@@ -643,15 +643,15 @@ TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
   ASSERT_TRUE(p1.ok() && p2.ok());
   EXPECT_NE(p1->lease_id, p2->lease_id);
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
-  EXPECT_TRUE(store_->Release(p1->lease_id, 1).ok());
+  EXPECT_OK(store_->Release(p1->lease_id, 1));
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
-  EXPECT_TRUE(store_->Release(p2->lease_id, 2).ok());
+  EXPECT_OK(store_->Release(p2->lease_id, 2));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
 }
 
 TEST_F(StoreTest, PinOfAMissHoldsNothing) {
   Result<PrefixResult> p = store_->Pin("ns", Gen(1, 8 * kBt), kSession);
-  ASSERT_TRUE(p.ok()) << "a miss is not an error";
+  ASSERT_OK(p) << "a miss is not an error";
   EXPECT_EQ(p->matched_tokens, 0u);
   EXPECT_EQ(p->lease_id, 0u);
   EXPECT_TRUE(p->extents.empty());
@@ -674,7 +674,7 @@ TEST_F(StoreTest, ReleaseSessionDropsOnlyThatSessionsLeases) {
   EXPECT_EQ(s.active_leases, 1u);
   EXPECT_EQ(s.pinned_bytes, 4096u) << "b is still pinned by session 2";
   EXPECT_ERROR(store_->Release(a1->lease_id, 1), Code::kNotFound);
-  EXPECT_TRUE(store_->Release(b2->lease_id, 2).ok());
+  EXPECT_OK(store_->Release(b2->lease_id, 2));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
   store_->ReleaseSession(99);  // nothing to do
 }
@@ -707,13 +707,13 @@ TEST_F(StoreTest, AVeryLongLeaseDoesNotWrapIntoThePast) {
   Tokens t = Gen(1, 4 * kBt);
   Save(t);
   auto p = store_->Pin("ns", t, kSession, UINT64_MAX);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   auto q = store_->Pin("ns", t, kSession, uint64_t{1} << 62);
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   EXPECT_EQ(store_->ExpireLeases(Store::Clock::now() + std::chrono::hours(24 * 365)), 0u);
   EXPECT_EQ(store_->Stats().active_leases, 2u);
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
-  EXPECT_TRUE(store_->Release(q->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
+  EXPECT_OK(store_->Release(q->lease_id, kSession));
 }
 
 TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
@@ -727,15 +727,15 @@ TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
   ASSERT_TRUE(p1.ok() && p2.ok());
   auto p3 = store_->Pin("ns", t, 1);
   EXPECT_ERROR(p3, Code::kResourceExhausted);
-  EXPECT_TRUE(store_->Pin("ns", Gen(2, 4 * kBt), 1).ok()) << "a miss takes no lease";
+  EXPECT_OK(store_->Pin("ns", Gen(2, 4 * kBt), 1)) << "a miss takes no lease";
   std::vector<uint8_t> buf(4 * kBb);
   EXPECT_ERROR(store_->LoadCopy("ns", t, buf.data(), buf.size()), Code::kResourceExhausted);
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
-  EXPECT_TRUE(store_->Release(p1->lease_id, 1).ok());
+  EXPECT_OK(store_->Release(p1->lease_id, 1));
   auto p4 = store_->LoadCopy("ns", t, buf.data(), buf.size());
-  ASSERT_TRUE(p4.ok());
+  ASSERT_OK(p4);
   EXPECT_EQ(*p4, 4 * kBt);
-  EXPECT_TRUE(store_->Release(p2->lease_id, 1).ok());
+  EXPECT_OK(store_->Release(p2->lease_id, 1));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
 }
 
@@ -764,7 +764,7 @@ TEST_F(StoreTest, LoadCopyIsByteExactAndCopiesOnlyWholeBlocksThatFit) {
   // A miss copies nothing.
   std::vector<uint8_t> buf(4 * kBb, 0xCD);
   Result<uint64_t> miss = store_->LoadCopy("ns", Gen(9, 4 * kBt), buf.data(), buf.size());
-  ASSERT_TRUE(miss.ok());
+  ASSERT_OK(miss);
   EXPECT_EQ(*miss, 0u);
   EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t c) { return c == 0xCD; }));
   StoreStats s = store_->Stats();
@@ -814,7 +814,7 @@ TEST_F(StoreTest, RemoveEndingInsideAnIncrementTakesThatWholeIncrement) {
   EXPECT_EQ(r->bytes, 8 * kBb);
   ExpectStored(ae, 4 * kBt);
   r = store_->Remove("ns", Head(a, 2 * kBt));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   ExpectStored(a, 0);
   EXPECT_EQ(store_->Stats().used_bytes, 0u);
@@ -827,15 +827,15 @@ TEST_F(StoreTest, RemovingOneHalfOfASplitKeepsTheOtherHalfAndTheTensor) {
   Save(q);
   const uint64_t used = store_->Stats().used_bytes;
   Result<RemoveResult> r = store_->Remove("ns", p);  // the lower half of p's tensor
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   EXPECT_EQ(r->bytes, 5 * kBb);
   EXPECT_EQ(store_->Stats().used_bytes, used) << "the upper half still points into the tensor";
   ExpectStored(p, 3 * kBt);
   ExpectStored(q, 5 * kBt);
-  ASSERT_TRUE(store_->Remove("ns", q).ok());
+  ASSERT_OK(store_->Remove("ns", q));
   ExpectStored(q, 3 * kBt);
-  ASSERT_TRUE(store_->Remove("ns", Head(p, 3 * kBt)).ok());
+  ASSERT_OK(store_->Remove("ns", Head(p, 3 * kBt)));
   ExpectStored(p, 0);
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.used_bytes, 0u);
@@ -849,7 +849,7 @@ TEST_F(StoreTest, RemoveOfWhatIsNotStoredIsAnError) {
   Tokens a = Gen(1, 4 * kBt);
   Save(a);
   EXPECT_ERROR(store_->Remove("ns", Gen(2, 4 * kBt)), Code::kNotFound);
-  EXPECT_EQ(store_->Remove("ns", Cat(a, Gen(3, kBt))).status().code(), Code::kNotFound)
+  EXPECT_ERROR(store_->Remove("ns", Cat(a, Gen(3, kBt))), Code::kNotFound)
       << "a prefix longer than what is stored";
   EXPECT_ERROR(store_->Remove("ns", Head(a, kBt - 1)), Code::kInvalidArgument);
   EXPECT_ERROR(store_->Remove("ns", {}), Code::kInvalidArgument);
@@ -862,7 +862,7 @@ TEST_F(StoreTest, RemoveByKeyTakesTheNamedIncrementAndItsSubtree) {
   Tokens ac = Cat(a, Gen(3, 4 * kBt));
   Tokens acd = Cat(ac, Gen(4, 4 * kBt));
   for (const Tokens* p : {&a, &ab, &ac, &acd}) Save(*p);
-  EXPECT_EQ(store_->RemoveByKey("ns", KeyAt(ac, 5)).status().code(), Code::kNotFound)
+  EXPECT_ERROR(store_->RemoveByKey("ns", KeyAt(ac, 5)), Code::kNotFound)
       << "a key inside an increment names nothing";
   EXPECT_ERROR(store_->RemoveByKey("ns", ChainKey{1, 2}), Code::kNotFound);
   Result<RemoveResult> r = store_->RemoveByKey("ns", KeyAt(ac, 7));
@@ -873,7 +873,7 @@ TEST_F(StoreTest, RemoveByKeyTakesTheNamedIncrementAndItsSubtree) {
   ExpectStored(ab, 8 * kBt);
   EXPECT_ERROR(store_->RemoveByKey("ns", KeyAt(ac, 7)), Code::kNotFound) << "already gone";
   r = store_->RemoveByKey("ns", KeyAt(a, 3));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);
   EXPECT_EQ(store_->Stats().used_bytes, 0u);
   EXPECT_TRUE(Tree().empty());
@@ -885,9 +885,9 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
   Save(a);
   Save(ab);
   Result<PrefixResult> p = store_->Pin("ns", ab, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   const StoreStats before = store_->Stats();
-  ASSERT_TRUE(store_->Remove("ns", a).ok());
+  ASSERT_OK(store_->Remove("ns", a));
   EXPECT_EQ(Matched(ab), 0u) << "removed from the index at once";
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.used_bytes, before.used_bytes) << "pinned bytes are not freed";
@@ -897,7 +897,7 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
   // New saves must not land on the pinned bytes.
   for (int i = 0; i < 50; ++i) Save(Gen(100 + i, 12 * kBt));
   EXPECT_TRUE(Read(p->extents) == Kv(ab, 0, 12 * kBt)) << "pinned bytes were overwritten after removal";
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
   s = store_->Stats();
   EXPECT_EQ(s.pinned_bytes, 0u);
   EXPECT_EQ(s.tensors, 50u);
@@ -906,7 +906,7 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
 }
 
 TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
-  ASSERT_TRUE(store_->CreateNamespace("keep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("keep", SmallLayout(), "", 0, 0, 0755, false));
   Tokens a = Gen(1, 4 * kBt);
   Tokens ab = Cat(a, Gen(2, 3 * kBt));
   Tokens c = Gen(3, 2 * kBt);
@@ -915,7 +915,7 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
   Save(c);
   Save(a, 0, CacheClass::kOwned, "keep");
   Result<PrefixResult> pinned = store_->Pin("ns", ab, kSession);
-  ASSERT_TRUE(pinned.ok());
+  ASSERT_OK(pinned);
   Result<RemoveResult> r = store_->DropNamespace("ns");
   ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 3u);
@@ -926,7 +926,7 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
   EXPECT_EQ(s.namespaces, 1u);
   EXPECT_EQ(s.tensors, 3u) << "two pinned tensors outlive the namespace, plus keep's";
   EXPECT_TRUE(Read(pinned->extents) == Kv(ab, 0, 7 * kBt));
-  EXPECT_TRUE(store_->Release(pinned->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(pinned->lease_id, kSession));
   s = store_->Stats();
   EXPECT_EQ(s.tensors, 1u);
   EXPECT_EQ(s.used_bytes, 4096u);
@@ -934,7 +934,7 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
   // The name can be used again, with another layout; nothing old is visible.
   Layout other = SmallLayout();
   other.block_tokens = 8;
-  ASSERT_TRUE(store_->CreateNamespace("ns", other, "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("ns", other, "", 0, 0, 0755, false));
   EXPECT_EQ(Matched(ab), 0u);
   EXPECT_EQ(store_->GetNamespace("ns")->bytes, 0u);
   ExpectStatsConsistent();
@@ -943,7 +943,7 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
 // ------------------------------------------------------------------- counters
 
 TEST_F(StoreTest, CountersAddUp) {
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   Tokens a = Gen(1, 4 * kBt);
   Tokens ab = Cat(a, Gen(2, 2 * kBt));
   Tokens abc = Cat(ab, Gen(3, 3 * kBt));
@@ -1000,18 +1000,18 @@ TEST_F(StoreTest, CountersAddUp) {
   count(Head(a, 3), 0);
   Tokens longer = Cat(abc, Gen(9, 2 * kBt + 1));
   auto p = store_->Pin("ns", longer, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   count(longer, 9 * kBt);
   EXPECT_EQ(store_->Stats().pinned_bytes, 3 * 4096u);
   EXPECT_EQ(store_->Stats().active_leases, 1u);
   auto miss = store_->Pin("ns", Gen(10, 4 * kBt), kSession);
-  ASSERT_TRUE(miss.ok());
+  ASSERT_OK(miss);
   count(Gen(10, 4 * kBt), 0);
   std::vector<uint8_t> buf(6 * kBb);
   auto n = store_->LoadCopy("ns", ab, buf.data(), buf.size());
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   count(ab, 6 * kBt);
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
   StoreStats s1 = store_->Stats();
   EXPECT_EQ(s1.hits - s0.hits, hits);
   EXPECT_EQ(s1.misses - s0.misses, misses);
@@ -1024,8 +1024,8 @@ TEST_F(StoreTest, CountersAddUp) {
   EXPECT_EQ(s1.evictions, 0u);
   EXPECT_EQ(s1.evicted_bytes, 0u);
   // Removal gives the bytes back.
-  ASSERT_TRUE(store_->DropNamespace("rep").ok());
-  ASSERT_TRUE(store_->Remove("ns", a).ok());
+  ASSERT_OK(store_->DropNamespace("rep"));
+  ASSERT_OK(store_->Remove("ns", a));
   StoreStats s2 = store_->Stats();
   EXPECT_EQ(s2.used_bytes, 0u);
   EXPECT_EQ(s2.owned_bytes, 0u);
@@ -1056,9 +1056,9 @@ class StoreEvictionTest : public StoreTest {
   void Hit(const Tokens& t, int times) {
     for (int i = 0; i < times; ++i) {
       auto p = store_->Pin("ns", t, kSession);
-      ASSERT_TRUE(p.ok());
+      ASSERT_OK(p);
       ASSERT_GT(p->matched_tokens, 0u);
-      ASSERT_TRUE(store_->Release(p->lease_id, kSession).ok());
+      ASSERT_OK(store_->Release(p->lease_id, kSession));
     }
   }
   bool Present(const Tokens& t) { return Matched(t) == t.size() / kBt * kBt; }
@@ -1122,15 +1122,15 @@ TEST_F(StoreEvictionTest, LaterTokensAreWorthMoreThanEarlierOnes) {
 TEST_F(StoreEvictionTest, ReplicasGoBeforeOwnedEvenWhenHotter) {
   replica_share_ = 0.5;
   Reopen(Options());
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   std::vector<Tokens> replicas;
   for (uint64_t i = 0; i < 8; ++i) {
     replicas.push_back(Prompt(500 + i));
     Save(replicas.back(), 0, CacheClass::kReplica, "rep");
     for (int h = 0; h < 5; ++h) {
       auto p = store_->Pin("rep", replicas.back(), kSession);
-      ASSERT_TRUE(p.ok());
-      ASSERT_TRUE(store_->Release(p->lease_id, kSession).ok());
+      ASSERT_OK(p);
+      ASSERT_OK(store_->Release(p->lease_id, kSession));
     }
   }
   for (uint64_t i = 0; i < 56; ++i) Save(Prompt(i));
@@ -1151,7 +1151,7 @@ TEST_F(StoreEvictionTest, ReplicasGoBeforeOwnedEvenWhenHotter) {
 TEST_F(StoreEvictionTest, ReplicaShareIsRespected) {
   replica_share_ = 0.25;  // 256 KiB: 16 prompts
   Reopen(Options());
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   for (uint64_t i = 0; i < 8; ++i) Save(Prompt(i));  // owned, cold
   for (uint64_t i = 0; i < 40; ++i) {
     Save(Prompt(600 + i), 0, CacheClass::kReplica, "rep");
@@ -1183,7 +1183,7 @@ TEST_F(StoreEvictionTest, ReplicaShareIsRespected) {
 TEST_F(StoreEvictionTest, ReplicasNeverEvictOwnedData) {
   replica_share_ = 1.0;
   Reopen(Options());
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   for (uint64_t i = 0; i < 64; ++i) Save(Prompt(i));
   Result<SaveResult> r = TrySave("rep", Prompt(900), 0, CacheClass::kReplica);
   EXPECT_ERROR(r, Code::kResourceExhausted);
@@ -1258,9 +1258,9 @@ TEST_F(StoreEvictionTest, EachEvictionTakesExactlyOneLeafTensor) {
     Tokens t = chain(f, depth, variant);
     if (rng() % 3 == 0) {
       auto p = store_->Pin("ns", t, kSession);
-      ASSERT_TRUE(p.ok());
+      ASSERT_OK(p);
       if (p->lease_id != 0) {
-        ASSERT_TRUE(store_->Release(p->lease_id, kSession).ok());
+        ASSERT_OK(store_->Release(p->lease_id, kSession));
       }
       continue;
     }
@@ -1293,7 +1293,7 @@ TEST_F(StoreEvictionTest, PinnedDataIsNeverEvictedAndStaysByteExact) {
     pinned_prompts.push_back(Prompt(i));
     Save(pinned_prompts.back());
     auto p = store_->Pin("ns", pinned_prompts.back(), kSession);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     pins.push_back(*p);
   }
   const uint64_t pinned = store_->Stats().pinned_bytes;
@@ -1326,7 +1326,7 @@ TEST_F(StoreEvictionTest, AnArenaFullOfPinnedDataIsResourceExhaustedAndLosesNoth
   }
   for (uint64_t i = 0; i < 60; ++i) {
     auto p = store_->Pin("ns", prompts[i], kSession);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     pins.push_back(*p);
   }
   // 128 KiB cannot fit next to 960 KiB of pinned data: refused up front.
@@ -1369,7 +1369,7 @@ TEST_F(StoreEvictionTest, FragmentedByPinsIsResourceExhaustedWithAClearMessage) 
   std::vector<PrefixResult> pins;
   for (uint64_t i = 0; i < 64; i += 2) {  // every other prompt: 16 KiB holes at most
     auto p = store_->Pin("ns", prompts[i], kSession);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     pins.push_back(*p);
   }
   Result<SaveResult> r = TrySave("ns", Prompt(100, 32));  // 32 KiB: no hole is that large
