@@ -2,12 +2,14 @@
 // exact), replicas never written, restarts that rebuild the index (also
 // after removals, partial removals and dropped namespaces), corrupt records
 // never served, a full disk, a crash that drops unsynced bytes, the tier's
-// own capacity, compaction, loads that go on while spills run, and a load
-// that waits for another load's fill.
+// own capacity, compaction, loads that go on while spills run, a load
+// that waits for another load's fill, and a stress test of loads during
+// spills and fills (every load of a stored prefix whole and byte exact).
 //
 // Arena 1 MiB (the minimum) so that a few hundred KiB of prompts spill.
 #include <sys/stat.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -523,6 +525,90 @@ TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   env.ReleaseReads();
   first.join();
   second.join();
+}
+
+// The stress test of loads during spills and fills (seconds): loaders load
+// a few hot prefixes in a loop while spillers save new prompts (each save
+// evicts, so owned tensors spill to SSD) and fillers load prompts saved
+// earlier (long since spilled: each load reads them back, evicting others).
+// A stored prefix is never removed here and the SSD holds all of them, so
+// every load of one returns all its tokens, byte exact (LoadAndCheck checks
+// the bytes), whether it is in DRAM, on SSD, or between the two.
+// DISABLED until the store's fix (issue 15, the lost hit while spills run):
+// on the 2-core Intel machine under load it fails in most runs with a
+// spilled cold prompt loading 0 of 256 tokens (passes 5 of 5 when the
+// machine is idle). Run it with --gtest_also_run_disabled_tests.
+TEST_F(StoreSsdTest, DISABLED_EveryLoadOfAStoredPrefixIsWholeWhileSpillsAndFillsRun) {
+  Open(Options());
+  CreateNs();
+  std::vector<Tokens> hot;
+  for (int i = 0; i < 4; ++i) hot.push_back(Gen(700 + i, 128));
+  for (const auto& h : hot) ASSERT_EQ(Save(h).stored_tokens, h.size());  // no shared heads
+
+  constexpr int kSpillers = 2, kPerSpiller = 128;  // 2 * 128 * 64 KiB = 16x the arena, 1/4 of the SSD
+  std::vector<std::vector<Tokens>> cold;
+  for (int w = 0; w < kSpillers; ++w) cold.push_back(Prompts(kPerSpiller, 256, 20 + w));
+  // saved[w]: how many of cold[w] are stored (a filler loads only those).
+  std::array<std::atomic<int>, kSpillers> saved{};
+  std::atomic<int> spillers_left{kSpillers};
+  std::atomic<uint64_t> hot_loads{0}, fills{0}, short_loads{0};
+  auto expect_whole = [&](const Tokens& t, const char* what, int i) {
+    const uint64_t got = LoadAndCheck(t);
+    if (got == t.size()) return;
+    if (short_loads++ < 5) ADD_FAILURE() << what << " prompt " << i << ": loaded " << got << " of " << t.size() << " tokens";
+  };
+
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      for (uint64_t n = 0; spillers_left > 0; ++n) {
+        const size_t i = (n + r) % hot.size();
+        expect_whole(hot[i], "hot", static_cast<int>(i));
+        hot_loads++;
+      }
+    });
+  }
+  for (int f = 0; f < 2; ++f) {
+    threads.emplace_back([&, f] {
+      uint64_t x = 0x9e37 + f;
+      for (bool last = false; !last;) {
+        last = spillers_left == 0;  // one more pass after the saves end
+        for (int w = 0; w < kSpillers; ++w) {
+          const int n = saved[w];
+          if (n == 0) continue;
+          x = Mix(x);
+          const int i = static_cast<int>(x % n);
+          expect_whole(cold[w][i], "cold", w * kPerSpiller + i);
+          fills++;
+        }
+      }
+    });
+  }
+  for (int w = 0; w < kSpillers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < kPerSpiller; ++i) {
+        const SaveResult r = Save(cold[w][i]);
+        EXPECT_EQ(r.matched_tokens + r.stored_tokens, cold[w][i].size()) << "cold prompt " << w * kPerSpiller + i;
+        saved[w] = i + 1;
+      }
+      spillers_left--;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(short_loads.load(), 0u) << "loads of stored prefixes that came back short (the first 5 above)";
+
+  const StoreStats s = store_->Stats();
+  EXPECT_GT(hot_loads.load(), 0u);
+  EXPECT_GT(fills.load(), 0u);
+  EXPECT_GT(s.ssd_spills, 0u) << "the saves must spill";
+  EXPECT_GT(s.ssd_fills, 0u) << "the cold loads must fill from SSD";
+  EXPECT_EQ(s.ssd_spill_failures, 0u);
+  EXPECT_EQ(s.ssd_read_errors, 0u);
+  // Afterwards every prefix is still stored whole.
+  for (const auto& h : hot) EXPECT_EQ(LoadAndCheck(h), h.size());
+  for (const auto& c : cold) {
+    for (const auto& p : c) EXPECT_EQ(LoadAndCheck(p), p.size());
+  }
 }
 
 TEST_F(StoreSsdTest, ConfigErrorsAreClear) {
