@@ -20,7 +20,9 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/kv_bytes.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -30,39 +32,22 @@ using testing::Daemon;
 using storage::testkv::SmallLayout;
 
 
-// KV of token `pos` with id `tok`: a function of both, so shared prefixes
-// have equal bytes and any mix-up shows.
-void FillKv(std::span<const uint32_t> tokens, uint64_t bpt, uint8_t* out) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    uint64_t x = (uint64_t{tokens[i]} << 32) ^ (i * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
-    for (uint64_t b = 0; b < bpt; b += 8) {
-      x ^= x >> 33;
-      x *= 0xff51afd7ed558ccdULL;
-      x ^= x >> 29;
-      std::memcpy(out + i * bpt + b, &x, std::min<uint64_t>(8, bpt - b));
-    }
-  }
-}
-
-std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) {
-  std::vector<uint8_t> kv(tokens.size() * l.BytesPerToken());
-  FillKv(tokens, l.BytesPerToken(), kv.data());
-  return kv;
-}
+// KV bytes of a prompt from position 0 (tests/testing/kv_bytes.h).
+std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) { return testing::KvOf(tokens, 0, l); }
 
 using testing::Tokens;
 
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(daemon_.Start().ok());
+    ASSERT_OK(daemon_.Start());
     ClientOptions o;
     o.socket_path = daemon_.socket_path();
     o.rpc_timeout_ms = 10000;
     auto c = Client::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     client_ = std::move(*c);
-    ASSERT_TRUE(client_->CreateNamespace("ns", SmallLayout()).ok());
+    ASSERT_OK(client_->CreateNamespace("ns", SmallLayout()));
   }
   ClientOptions Options() {
     ClientOptions o;
@@ -81,18 +66,18 @@ TEST_F(ClientTest, SaveLookupLoadRoundTripIsByteExact) {
   auto kv = Kv(toks, l);
   EXPECT_TRUE(client_->mapped());
   auto s = client_->Save("ns", toks, kv.data(), kv.size());
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(s->stored_tokens, 64u);
   EXPECT_EQ(s->new_bytes, kv.size());
 
   auto look = client_->Lookup("ns", toks);
-  ASSERT_TRUE(look.ok());
+  ASSERT_OK(look);
   EXPECT_EQ(look->matched_tokens, 64u);
   ASSERT_EQ(look->extents.size(), 1u);
 
   std::vector<uint8_t> out(kv.size());
   auto got = client_->Load("ns", toks, out.data(), out.size());
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, 64u);
   EXPECT_EQ(out, kv);
 }
@@ -103,9 +88,9 @@ TEST_F(ClientTest, BranchingPrefixesShareTheirCommonPart) {
   auto b = a;
   for (size_t i = 20; i < b.size(); ++i) b[i] = 31999 - b[i];  // branch at token 20 (block 5)
   auto kva = Kv(a, l), kvb = Kv(b, l);
-  ASSERT_TRUE(client_->Save("ns", a, kva.data(), kva.size()).ok());
+  ASSERT_OK(client_->Save("ns", a, kva.data(), kva.size()));
   auto sb = client_->Save("ns", b, kvb.data(), kvb.size());
-  ASSERT_TRUE(sb.ok());
+  ASSERT_OK(sb);
   EXPECT_EQ(sb->matched_tokens, 20u);
   EXPECT_EQ(sb->stored_tokens, 20u);
   EXPECT_EQ(sb->new_bytes, 20 * l.BytesPerToken());
@@ -113,12 +98,12 @@ TEST_F(ClientTest, BranchingPrefixesShareTheirCommonPart) {
     auto kv = Kv(*p, l);
     std::vector<uint8_t> out(kv.size());
     auto got = client_->Load("ns", *p, out.data(), out.size());
-    ASSERT_TRUE(got.ok());
+    ASSERT_OK(got);
     EXPECT_EQ(*got, 40u);
     EXPECT_EQ(out, kv);
   }
   auto tree = client_->ListTree("ns", {}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   EXPECT_EQ(tree->size(), 3u);  // the split common part and two branches
 }
 
@@ -127,11 +112,11 @@ TEST_F(ClientTest, PartialBlockIsIgnoredAndMissIsNotAnError) {
   auto toks = Tokens(10, 3);  // 2 whole blocks + 2 tokens
   auto kv = Kv(std::span<const uint32_t>(toks).first(8), l);
   auto s = client_->Save("ns", toks, kv.data(), kv.size());
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(s->stored_tokens, 8u);
   std::vector<uint8_t> out(10 * l.BytesPerToken());
   auto got = client_->Load("ns", Tokens(12, 99), out.data(), out.size());
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ(*got, 0u);
 }
 
@@ -139,21 +124,21 @@ TEST_F(ClientTest, BadInputGetsClearErrors) {
   auto toks = Tokens(16, 4);
   std::vector<uint8_t> kv(100);
   auto s = client_->Save("ns", toks, kv.data(), kv.size());
-  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.status().message().find("100 bytes"), std::string::npos) << s.status().message();
 
   auto u = client_->Lookup("nope", toks);
-  EXPECT_EQ(u.status().code(), Code::kNotFound);
+  EXPECT_ERROR(u, Code::kNotFound);
   EXPECT_NE(u.status().message().find("nope"), std::string::npos);
 
   Layout bad = SmallLayout();
   bad.layers = 0;
-  EXPECT_EQ(client_->CreateNamespace("bad", bad).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(client_->CreateNamespace("../etc", SmallLayout()).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(client_->CreateNamespace("bad", bad), Code::kInvalidArgument);
+  EXPECT_ERROR(client_->CreateNamespace("../etc", SmallLayout()), Code::kInvalidArgument);
   Layout other = SmallLayout();
   other.head_dim = 32;
   auto dup = client_->CreateNamespace("ns", other);
-  EXPECT_EQ(dup.status().code(), Code::kAlreadyExists);
+  EXPECT_ERROR(dup, Code::kAlreadyExists);
   EXPECT_NE(dup.status().message().find("head_dim=16"), std::string::npos) << dup.status().message();
 }
 
@@ -161,13 +146,13 @@ TEST_F(ClientTest, PinsAreRaiiAndReleasedWhenDropped) {
   const Layout l = SmallLayout();
   auto toks = Tokens(32, 5);
   auto kv = Kv(toks, l);
-  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   {
     auto pin = client_->Pin("ns", toks);
-    ASSERT_TRUE(pin.ok());
+    ASSERT_OK(pin);
     EXPECT_EQ(pin->tokens(), 32u);
     std::vector<uint8_t> out(kv.size());
-    ASSERT_TRUE(pin->CopyTo(out.data(), out.size()).ok());
+    ASSERT_OK(pin->CopyTo(out.data(), out.size()));
     EXPECT_EQ(out, kv);
     EXPECT_GT(client_->Stats()->pinned_bytes, 0u);
   }
@@ -179,13 +164,13 @@ TEST_F(ClientTest, CopyFromArenaReadsRangesOfAnotherClientsPin) {
   const Layout l = SmallLayout();
   auto toks = Tokens(32, 6);
   auto kv = Kv(toks, l);
-  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   auto other = Client::Connect(Options());
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_OK(other);
   EXPECT_NE(client_->arena_id(), 0u);
   EXPECT_EQ((*other)->arena_id(), client_->arena_id());  // one ptstored, one arena
   auto pin = client_->Pin("ns", toks);
-  ASSERT_TRUE(pin.ok());
+  ASSERT_OK(pin);
   // The whole prefix, extent by extent, then two ranges of the first extent elsewhere.
   std::vector<ArenaPiece> pieces;
   uint64_t pos = 0;
@@ -195,12 +180,12 @@ TEST_F(ClientTest, CopyFromArenaReadsRangesOfAnotherClientsPin) {
   }
   ASSERT_EQ(pos, kv.size());
   std::vector<uint8_t> out(kv.size());
-  ASSERT_TRUE((*other)->CopyFromArena(pieces, out.data(), out.size()).ok());
+  ASSERT_OK((*other)->CopyFromArena(pieces, out.data(), out.size()));
   EXPECT_EQ(out, kv);
   const uint64_t base = pin->extents()[0].arena_offset;
   std::vector<uint8_t> small(64, 0x5a);
   std::vector<ArenaPiece> two = {{base + 3, 5, 0}, {base + 40, 2, 60}};
-  ASSERT_TRUE((*other)->CopyFromArena(two, small.data(), small.size()).ok());
+  ASSERT_OK((*other)->CopyFromArena(two, small.data(), small.size()));
   EXPECT_TRUE(std::equal(small.begin(), small.begin() + 5, kv.begin() + 3));
   EXPECT_TRUE(std::equal(small.begin() + 60, small.begin() + 62, kv.begin() + 40));
   EXPECT_EQ(small[5], 0x5a);
@@ -209,11 +194,11 @@ TEST_F(ClientTest, CopyFromArenaReadsRangesOfAnotherClientsPin) {
   std::vector<uint8_t> before = small;
   std::vector<ArenaPiece> bad_src = {{base, 8, 0}, {uint64_t{1} << 50, 1, 0}};
   Status s = (*other)->CopyFromArena(bad_src, small.data(), small.size());
-  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("piece 1"), std::string::npos) << s.ToString();
   std::vector<ArenaPiece> bad_dst = {{base, 8, 60}};
   s = (*other)->CopyFromArena(bad_dst, small.data(), small.size());
-  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("destination"), std::string::npos) << s.ToString();
   EXPECT_EQ(small, before);
 }
@@ -223,17 +208,17 @@ TEST_F(ClientTest, RegisteredBufferSaveAndLoad) {
   auto toks = Tokens(24, 6);
   auto kv = Kv(toks, l);
   auto buf = client_->AllocateBuffer(2 * kv.size());
-  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  ASSERT_OK(buf);
   std::memcpy(buf->data(), kv.data(), kv.size());
-  ASSERT_TRUE(client_->Save("ns", toks, *buf, 0, kv.size()).ok());
+  ASSERT_OK(client_->Save("ns", toks, *buf, 0, kv.size()));
   std::memset(buf->data(), 0, buf->size());
   auto got = client_->Load("ns", toks, *buf, kv.size(), kv.size());
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, 24u);
   EXPECT_EQ(0, std::memcmp(buf->data() + kv.size(), kv.data(), kv.size()));
   // A range outside the buffer is refused, naming the buffer.
   auto bad = client_->Load("ns", toks, *buf, buf->size(), 1);
-  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(bad, Code::kInvalidArgument);
 }
 
 // Dropped buffers are unregistered, so a long-lived client can allocate
@@ -241,14 +226,14 @@ TEST_F(ClientTest, RegisteredBufferSaveAndLoad) {
 TEST_F(ClientTest, DroppedBuffersAreUnregistered) {
   for (int i = 0; i < 100; ++i) {
     auto buf = client_->AllocateBuffer(64 << 10);
-    ASSERT_TRUE(buf.ok()) << "buffer " << i << ": " << buf.status().ToString();
+    ASSERT_OK(buf) << "buffer " << i << ": " << buf.status().ToString();
   }
   // Staging buffers that grow replace their predecessor the same way.
   const Layout l = SmallLayout();
   for (size_t n = 64; n <= 64 * 1024; n *= 4) {
     auto toks = Tokens(n, static_cast<uint32_t>(n));
     auto kv = Kv(toks, l);
-    ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+    ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   }
 }
 
@@ -256,12 +241,12 @@ TEST_F(ClientTest, RemoveSubtreeThenLookupMisses) {
   const Layout l = SmallLayout();
   auto a = Tokens(32, 7);
   auto kv = Kv(a, l);
-  ASSERT_TRUE(client_->Save("ns", a, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("ns", a, kv.data(), kv.size()));
   auto r = client_->Remove("ns", a);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->bytes, kv.size());
   EXPECT_EQ(client_->Lookup("ns", a)->matched_tokens, 0u);
-  EXPECT_EQ(client_->Remove("ns", a).status().code(), Code::kNotFound);
+  EXPECT_ERROR(client_->Remove("ns", a), Code::kNotFound);
 }
 
 TEST_F(ClientTest, ManyThreadsShareOneClient) {
@@ -293,7 +278,7 @@ TEST_F(ClientTest, ClientDeathReleasesItsPins) {
   const Layout l = SmallLayout();
   auto toks = Tokens(32, 8);
   auto kv = Kv(toks, l);
-  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   pid_t pid = fork();
   if (pid == 0) {
     auto c = Client::Connect(Options());
@@ -331,9 +316,9 @@ TEST_F(ClientTest, UntrustedClientsLoadByCopyAndRespectModes) {
   const Layout l = SmallLayout();
   auto toks = Tokens(32, 9);
   auto kv = Kv(toks, l);
-  ASSERT_TRUE(client_->Save("ns", toks, kv.data(), kv.size()).ok());  // ns is 0755
-  ASSERT_TRUE(client_->CreateNamespace("private", l, "", 0700).ok());
-  ASSERT_TRUE(client_->Save("private", toks, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));  // ns is 0755
+  ASSERT_OK(client_->CreateNamespace("private", l, "", 0700));
+  ASSERT_OK(client_->Save("private", toks, kv.data(), kv.size()));
   ClientOptions o = Options();
   int rc = RunAsNobody([&] {
     auto c = Client::Connect(o);
@@ -373,16 +358,16 @@ TEST_F(ClientTest, IncrementsByKeyWithTheirTokensAndPinnedBytes) {
   auto tail = Tokens(16, 22);
   b.insert(b.end(), tail.begin(), tail.end());  // branches off a at 32
   auto kva = Kv(a, l), kvb = Kv(b, l);
-  ASSERT_TRUE(client_->Save("ns", a, kva.data(), kva.size()).ok());
-  ASSERT_TRUE(client_->Save("ns", b, kvb.data(), kvb.size()).ok());
+  ASSERT_OK(client_->Save("ns", a, kva.data(), kva.size()));
+  ASSERT_OK(client_->Save("ns", b, kvb.data(), kvb.size()));
   auto tree = client_->ListTree("ns", {}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   ASSERT_EQ(tree->size(), 3u);  // a's head (0..32), a's tail (32..64), b's tail (32..48)
   const uint64_t bpt = l.BytesPerToken();
   for (const PrefixNodeInfo& n : *tree) {
     SCOPED_TRACE(n.key.ToHex());
     auto info = client_->GetIncrement("ns", n.key);
-    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    ASSERT_OK(info);
     EXPECT_EQ(info->node.start_token, n.start_token);
     EXPECT_EQ(info->tokens.size(), n.tokens);
     const auto& src = info->tokens.front() == a[n.start_token] && n.start_token + n.tokens <= 64 &&
@@ -392,25 +377,25 @@ TEST_F(ClientTest, IncrementsByKeyWithTheirTokensAndPinnedBytes) {
     const auto& kv = &src == &a ? kva : kvb;
     EXPECT_TRUE(std::equal(info->tokens.begin(), info->tokens.end(), src.begin() + n.start_token));
     auto own = client_->PinIncrement("ns", n.key);
-    ASSERT_TRUE(own.ok()) << own.status().ToString();
+    ASSERT_OK(own);
     std::vector<uint8_t> got(own->bytes());
     ASSERT_EQ(got.size(), n.bytes);
-    ASSERT_TRUE(own->CopyTo(got.data(), got.size()).ok());
+    ASSERT_OK(own->CopyTo(got.data(), got.size()));
     EXPECT_TRUE(std::equal(got.begin(), got.end(), kv.begin() + n.start_token * bpt));
     auto whole = client_->PinIncrement("ns", n.key, true);
-    ASSERT_TRUE(whole.ok());
+    ASSERT_OK(whole);
     EXPECT_EQ(whole->tokens(), n.start_token + n.tokens);
     std::vector<uint8_t> all(whole->bytes());
-    ASSERT_TRUE(whole->CopyTo(all.data(), all.size()).ok());
+    ASSERT_OK(whole->CopyTo(all.data(), all.size()));
     EXPECT_TRUE(std::equal(all.begin(), all.end(), kv.begin()));
   }
-  EXPECT_EQ(client_->GetIncrement("ns", ChainKey{7, 7}).status().code(), Code::kNotFound);
-  EXPECT_EQ(client_->PinIncrement("ns", ChainKey{7, 7}).status().code(), Code::kNotFound);
+  EXPECT_ERROR(client_->GetIncrement("ns", ChainKey{7, 7}), Code::kNotFound);
+  EXPECT_ERROR(client_->PinIncrement("ns", ChainKey{7, 7}), Code::kNotFound);
 }
 
 TEST(ServerTest, MalformedMessagesAreRefusedAndTheServerLivesOn) {
   Daemon d;
-  ASSERT_TRUE(d.Start().ok());
+  ASSERT_OK(d.Start());
   const std::vector<std::vector<uint8_t>> garbage = {
       {'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
       {0x50, 0x54, 0x53, 0x31, 1, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0},  // huge body
@@ -439,8 +424,8 @@ TEST(ServerTest, MalformedMessagesAreRefusedAndTheServerLivesOn) {
   ClientOptions o;
   o.socket_path = d.socket_path();
   auto c = Client::Connect(o);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_TRUE((*c)->Stats().ok());
+  ASSERT_OK(c);
+  EXPECT_OK((*c)->Stats());
   EXPECT_NE(d.ReadLog().find("protocol_error"), std::string::npos) << d.ReadLog();
 }
 
@@ -448,18 +433,18 @@ TEST(ServerTest, MalformedMessagesAreRefusedAndTheServerLivesOn) {
 // right bytes or an error, and none hangs.
 TEST(ServerTest, ServerKilledDuringLoadsGivesErrorsNotHangsOrWrongBytes) {
   Daemon d;
-  ASSERT_TRUE(d.Start({"256MiB", {}}).ok());
+  ASSERT_OK(d.Start({"256MiB", {}}));
   ClientOptions o;
   o.socket_path = d.socket_path();
   o.rpc_timeout_ms = 3000;
   auto c = Client::Connect(o);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   Layout l = SmallLayout();
   l.head_dim = 1024;  // 16 KiB per token
-  ASSERT_TRUE((*c)->CreateNamespace("big", l).ok());
+  ASSERT_OK((*c)->CreateNamespace("big", l));
   auto toks = Tokens(4096, 10);  // 64 MiB
   auto kv = Kv(toks, l);
-  ASSERT_TRUE((*c)->Save("big", toks, kv.data(), kv.size()).ok());
+  ASSERT_OK((*c)->Save("big", toks, kv.data(), kv.size()));
   std::atomic<bool> stop{false};
   std::atomic<int> ok_loads{0}, errors{0}, wrong{0};
   std::thread loader([&] {
@@ -487,7 +472,7 @@ TEST(ServerTest, ServerKilledDuringLoadsGivesErrorsNotHangsOrWrongBytes) {
   EXPECT_GT(errors.load(), 0);
   EXPECT_EQ(wrong.load(), 0);
   auto after = (*c)->Lookup("big", toks);
-  EXPECT_EQ(after.status().code(), Code::kUnavailable) << after.status().ToString();
+  EXPECT_ERROR(after, Code::kUnavailable);
 }
 
 TEST(ServerTest, ExpiredLeasesAreDropped) {
@@ -495,24 +480,24 @@ TEST(ServerTest, ExpiredLeasesAreDropped) {
   testing::TempDir dir("ptstore-cfg");  // removed with the test
   std::string cfg = dir.Join("ptstored.toml");
   std::ofstream(cfg) << "[server]\nlease_ms = 200\n";
-  ASSERT_TRUE(d.Start({"64MiB", {"--config", cfg}}).ok());
+  ASSERT_OK(d.Start({"64MiB", {"--config", cfg}}));
   ClientOptions o;
   o.socket_path = d.socket_path();
   auto c = Client::Connect(o);
-  ASSERT_TRUE(c.ok());
-  ASSERT_TRUE((*c)->CreateNamespace("ns", SmallLayout()).ok());
+  ASSERT_OK(c);
+  ASSERT_OK((*c)->CreateNamespace("ns", SmallLayout()));
   auto toks = Tokens(16, 11);
   auto kv = Kv(toks, SmallLayout());
-  ASSERT_TRUE((*c)->Save("ns", toks, kv.data(), kv.size()).ok());
+  ASSERT_OK((*c)->Save("ns", toks, kv.data(), kv.size()));
   auto pin = (*c)->Pin("ns", toks);
-  ASSERT_TRUE(pin.ok());
+  ASSERT_OK(pin);
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   auto st = (*c)->Stats();
   EXPECT_EQ(st->active_leases, 0u);
   EXPECT_GE(st->expired_leases, 1u);
   EXPECT_EQ(st->pinned_bytes, 0u);
   // Releasing an expired lease is harmless for the caller's data.
-  EXPECT_EQ(pin->Release().code(), Code::kNotFound);
+  EXPECT_ERROR(pin->Release(), Code::kNotFound);
 }
 
 TEST(ServerTest, BadConfigIsRefusedWithTheKeyNamed) {
@@ -527,7 +512,7 @@ TEST(ServerTest, BadConfigIsRefusedWithTheKeyNamed) {
 
 TEST(ServerTest, SigtermShutsDownCleanly) {
   Daemon d;
-  ASSERT_TRUE(d.Start().ok());
+  ASSERT_OK(d.Start());
   std::string sock = d.socket_path();
   EXPECT_EQ(d.Stop(), 0);
   EXPECT_NE(access(sock.c_str(), F_OK), 0) << "socket file left behind";
@@ -538,7 +523,7 @@ TEST(ServerTest, NoServerIsUnavailable) {
   ClientOptions o;
   o.socket_path = "/nonexistent/ptstored.sock";
   auto c = Client::Connect(o);
-  EXPECT_EQ(c.status().code(), Code::kUnavailable);
+  EXPECT_ERROR(c, Code::kUnavailable);
   EXPECT_NE(c.status().message().find("is ptstored running"), std::string::npos) << c.status().message();
 }
 

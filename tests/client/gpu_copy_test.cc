@@ -24,6 +24,7 @@
 #include "tests/client/gpu_reference.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -137,14 +138,14 @@ TEST(GpuNoDevice, ClearErrorsWithoutADevice) {
     return;
   }
   EXPECT_FALSE(GpuRequired()) << n.status().ToString();
-  EXPECT_EQ(n.status().code(), Code::kUnavailable) << n.status().ToString();
+  EXPECT_ERROR(n, Code::kUnavailable);
   EXPECT_NE(n.status().message().find("no usable CUDA device"), std::string::npos) << n.status().ToString();
   std::cout << "without a device: " << n.status().ToString() << "\n";
 
   PinnedPrefix empty;
-  EXPECT_TRUE(gpu::LoadToDevice(empty, nullptr, 0, nullptr).ok());
+  EXPECT_OK(gpu::LoadToDevice(empty, nullptr, 0, nullptr));
   Status s = gpu::LoadToDevice(empty, nullptr, 1, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
 
   Layout l{2, 2, 8, DType::kFP16, 16};
   PagedKVCache c = PagedKVCache::FlashAttention({reinterpret_cast<void*>(0x1000)}, l, 4, 16);
@@ -152,16 +153,16 @@ TEST(GpuNoDevice, ClearErrorsWithoutADevice) {
   TokenMajorSegment seg{src.data(), 16};
   std::vector<int32_t> ids{0};
   s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 16, nullptr);
-  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_ERROR(s, Code::kUnavailable);
   s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 17, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();  // sizes first
+  EXPECT_ERROR(s, Code::kInvalidArgument);  // sizes first
   // A grouped layout is refused before anything else, device or not.
   const Layout grouped = Layout::FromGroups({LayoutGroup::Full(2, 2, 8, DType::kFP16), LayoutGroup::State(2, 64)}, 16);
   s = gpu::GatherToPagedKV({&seg, 1}, grouped, c, ids, 16, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("dense layouts only"), std::string::npos) << s.ToString();
   s = gpu::LoadToPagedKV(empty, grouped, c, ids, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("dense layouts only"), std::string::npos) << s.ToString();
 }
 
@@ -229,7 +230,7 @@ TEST_F(GpuGather, MatchesCpuReference) {
     ReferenceGather(src.data(), gc.tokens, l, c, ids, paged.host);
 
     Status s = gpu::GatherToPagedKV(segs, l, c, ids, gc.tokens, nullptr);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
     CUDA_OK(cudaDeviceSynchronize());
     ExpectSame(paged);
   }
@@ -243,50 +244,50 @@ TEST_F(GpuGather, Errors) {
   TokenMajorSegment seg{src.data(), 64};
   std::vector<int32_t> ids{0, 1, 2, 3};
 
-  EXPECT_TRUE(gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 64, nullptr).ok());
+  EXPECT_OK(gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 64, nullptr));
 
   // Too few block ids for the tokens.
   Status s = gpu::GatherToPagedKV({&seg, 1}, l, c, std::span(ids).first(3), 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("need 4 block ids"), std::string::npos) << s.ToString();
   // Ids outside the cache.
   std::vector<int32_t> bad{0, 1, 8, 3};
   s = gpu::GatherToPagedKV({&seg, 1}, l, c, bad, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   bad[2] = -1;
   s = gpu::GatherToPagedKV({&seg, 1}, l, c, bad, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   // Source too small.
   s = gpu::GatherToPagedKV({&seg, 1}, l, c, ids, 65, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   // Null source, null layer.
   TokenMajorSegment null_seg{nullptr, 64};
   s = gpu::GatherToPagedKV({&null_seg, 1}, l, c, ids, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   PagedKVCache nulls = c;
   nulls.layers[1] = nullptr;
   s = gpu::GatherToPagedKV({&seg, 1}, l, nulls, ids, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("layer 1"), std::string::npos) << s.ToString();
   // Unregistered host memory: as the source, as a layer.
   std::vector<uint8_t> host(l.BytesPerToken() * 64);
   TokenMajorSegment host_seg{host.data(), 64};
   s = gpu::GatherToPagedKV({&host_seg, 1}, l, c, ids, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("cudaHostRegister"), std::string::npos) << s.ToString();
   PagedKVCache on_host = c;
   std::vector<uint8_t> host_layer(LayerBytes(l, c));
   on_host.layers[0] = host_layer.data();
   s = gpu::GatherToPagedKV({&seg, 1}, l, on_host, ids, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("not device memory"), std::string::npos) << s.ToString();
   // More layers than the layout has.
   PagedKVCache too_many = c;
   too_many.first_layer = 1;
   s = gpu::GatherToPagedKV({&seg, 1}, l, too_many, ids, 64, nullptr);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   // Zero tokens: nothing to do.
-  EXPECT_TRUE(gpu::GatherToPagedKV({}, l, c, {}, 0, nullptr).ok());
+  EXPECT_OK(gpu::GatherToPagedKV({}, l, c, {}, 0, nullptr));
 }
 
 // ------------------------------------------- against a real ptstored
@@ -298,9 +299,9 @@ class GpuDaemonTest : public ::testing::Test {
     Daemon::Options o;
     o.arena_size = "128MiB";
     Status s = daemon_.Start(o);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
     auto c = ConnectTo(daemon_.socket_path());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     client_ = std::move(c).value();
     ASSERT_TRUE(client_->mapped());
     CUDA_OK(cudaStreamCreate(&stream_));
@@ -313,14 +314,14 @@ class GpuDaemonTest : public ::testing::Test {
   void Save(const std::string& ns, const std::vector<uint32_t>& tokens, const Layout& l) {
     std::vector<uint8_t> kv = KvFor(tokens, l);
     auto r = client_->Save(ns, tokens, kv.data(), kv.size());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
   }
 
   // A namespace with a prefix stored in three increments (and a branch), so
   // its pin has several extents. Returns the longest prompt.
   std::vector<uint32_t> ThreeIncrements(const std::string& ns, const Layout& l, uint64_t blocks_each) {
     auto info = client_->CreateNamespace(ns, l);
-    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_OK(info);
     std::vector<uint32_t> t = Tokens(3 * blocks_each * l.block_tokens, 7);
     std::vector<uint32_t> a(t.begin(), t.begin() + blocks_each * l.block_tokens);
     std::vector<uint32_t> b(t.begin(), t.begin() + 2 * blocks_each * l.block_tokens);
@@ -342,13 +343,13 @@ TEST_F(GpuDaemonTest, LoadToDeviceIsByteExact) {
   Layout l{4, 2, 64, DType::kBF16, 16};  // 2 KiB per token
   std::vector<uint32_t> t = ThreeIncrements("gpu", l, 5);
   auto info = gpu::PrepareArena(*client_);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_OK(info);
   std::cout << "arena path: " << gpu::ArenaPathName(info->path) << " (" << info->detail << "), registered in "
             << info->register_seconds << " s\n";
   EXPECT_NE(info->path, gpu::ArenaPath::kNone);
 
   auto pin = client_->Pin("gpu", t);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   ASSERT_EQ(pin->tokens(), t.size());
   EXPECT_GE(pin->extents().size(), 3u);
   const std::vector<uint8_t> want = KvFor(t, l);
@@ -359,31 +360,31 @@ TEST_F(GpuDaemonTest, LoadToDeviceIsByteExact) {
     DeviceBuffer d(pin->bytes());
     d.Fill(0x5A);
     Status s = gpu::LoadToDevice(*pin, d.data(), bytes, stream_);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
     CUDA_OK(cudaStreamSynchronize(stream_));
     std::vector<uint8_t> got = d.ToHost();
     EXPECT_TRUE(std::equal(got.begin(), got.begin() + bytes, want.begin()));
     EXPECT_TRUE(std::all_of(got.begin() + bytes, got.end(), [](uint8_t b) { return b == 0x5A; }));
   }
-  EXPECT_TRUE(pin->Release().ok());
+  EXPECT_OK(pin->Release());
 }
 
 TEST_F(GpuDaemonTest, StagingPathIsByteExact) {
   // A client that does not register its arena: chunked, double-buffered
   // copies through pinned staging buffers (16 chunks of 64 KiB here).
   auto c2 = ConnectTo(daemon_.socket_path());
-  ASSERT_TRUE(c2.ok());
+  ASSERT_OK(c2);
   gpu::GpuOptions o;
   o.register_arena = false;
   o.staging_chunk_bytes = 64 << 10;
   auto info = gpu::PrepareArena(**c2, o);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_OK(info);
   EXPECT_EQ(info->path, gpu::ArenaPath::kStaging) << info->detail;
 
   Layout l{4, 2, 64, DType::kBF16, 16};
   std::vector<uint32_t> t = ThreeIncrements("staged", l, 11);
   auto pin = (*c2)->Pin("staged", t);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   const std::vector<uint8_t> want = KvFor(t, l);
   ASSERT_EQ(pin->bytes(), want.size());
   EXPECT_GT(pin->bytes(), 16u * o.staging_chunk_bytes);
@@ -394,7 +395,7 @@ TEST_F(GpuDaemonTest, StagingPathIsByteExact) {
     // Twice on the same buffers: the second load waits for the first one's DMA.
     for (int rep = 0; rep < 2; ++rep) {
       Status s = gpu::LoadToDevice(*pin, d.data(), bytes, stream_);
-      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_OK(s);
     }
     CUDA_OK(cudaStreamSynchronize(stream_));
     std::vector<uint8_t> got = d.ToHost();
@@ -407,11 +408,11 @@ TEST_F(GpuDaemonTest, StagingPathIsByteExact) {
   PagedLoadOptions po;
   po.mode = GatherMode::kDirect;
   Status s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
-  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_ERROR(s, Code::kUnavailable);
   // kAuto stages.
   po.mode = GatherMode::kAuto;
   s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   ReferenceGather(want.data(), t.size(), l, c, ids, paged.host);
   ExpectSame(paged);
 }
@@ -423,9 +424,9 @@ TEST_F(GpuDaemonTest, LoadToPagedKVMatchesReference) {
     const std::string ns = "paged-" + std::string(DTypeName(dt));
     std::vector<uint32_t> t = ThreeIncrements(ns, l, 4);
     auto pin = client_->Pin(ns, t);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     std::vector<uint8_t> host(pin->bytes());
-    ASSERT_TRUE(pin->CopyTo(host.data(), host.size()).ok());
+    ASSERT_OK(pin->CopyTo(host.data(), host.size()));
 
     struct Variant {
       GatherMode mode;
@@ -451,7 +452,7 @@ TEST_F(GpuDaemonTest, LoadToPagedKVMatchesReference) {
       po.tokens = v.tokens;
       if (v.staging_bytes) po.staging_bytes = v.staging_bytes;
       Status s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
-      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_OK(s);
       CUDA_OK(cudaStreamSynchronize(stream_));
       ReferenceGather(host.data() + v.start * l.BytesPerToken(), n, l, c, ids, paged.host);
       ExpectSame(paged);
@@ -463,22 +464,22 @@ TEST_F(GpuDaemonTest, Errors) {
   Layout l{2, 2, 32, DType::kFP16, 16};
   std::vector<uint32_t> t = ThreeIncrements("err", l, 2);
   auto pin = client_->Pin("err", t);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   DeviceBuffer d(pin->bytes());
 
   // LoadToDevice: null destination, too many bytes, host memory as the destination.
   Status s = gpu::LoadToDevice(*pin, nullptr, 16, stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   s = gpu::LoadToDevice(*pin, d.data(), pin->bytes() + 1, stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   std::vector<uint8_t> host(pin->bytes());
   s = gpu::LoadToDevice(*pin, host.data(), host.size(), stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("not device memory"), std::string::npos) << s.ToString();
   void* pinned_host = nullptr;
   CUDA_OK(cudaHostAlloc(&pinned_host, 4096, cudaHostAllocMapped));
   s = gpu::LoadToDevice(*pin, pinned_host, 4096, stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("registered host memory"), std::string::npos) << s.ToString();
   cudaFreeHost(pinned_host);
 
@@ -489,30 +490,30 @@ TEST_F(GpuDaemonTest, Errors) {
   Layout wrong = l;
   wrong.head_dim = 64;
   s = gpu::LoadToPagedKV(*pin, wrong, c, ids, stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("layout"), std::string::npos) << s.ToString();
   PagedLoadOptions po;
   po.start_token = t.size() + 1;
   s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   po.start_token = 16;
   po.tokens = t.size();
   s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_, po);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   s = gpu::LoadToPagedKV(*pin, l, c, std::span(ids).first(1), stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
 
   // A released pin.
-  ASSERT_TRUE(pin->Release().ok());
+  ASSERT_OK(pin->Release());
   s = gpu::LoadToDevice(*pin, d.data(), 16, stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   s = gpu::LoadToPagedKV(*pin, l, c, ids, stream_);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   // An empty pin.
   PinnedPrefix empty;
-  EXPECT_TRUE(gpu::LoadToDevice(empty, d.data(), 0, stream_).ok());
+  EXPECT_OK(gpu::LoadToDevice(empty, d.data(), 0, stream_));
   s = gpu::PrepareArena(empty).status();
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "client/gpu_plan.h"
 #include "tests/client/gpu_reference.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -45,7 +46,7 @@ void RunCase(const GatherCase& gc, uint64_t chunk) {
   std::vector<uint8_t> src = RandomBytes(gc.tokens * bpt, 42);
   std::vector<int32_t> ids = RandomBlockIds((gc.tokens + gc.block_size - 1) / gc.block_size, gc.num_blocks, 7);
   ReferenceGather(src.data(), gc.tokens, l, c, ids, want);
-  ASSERT_TRUE(gpu::detail::CheckPagedShape(l, c, ids, gc.tokens).ok());
+  ASSERT_OK(gpu::detail::CheckPagedShape(l, c, ids, gc.tokens));
 
   // The source in segments, each its own allocation.
   std::vector<std::unique_ptr<Aligned>> pieces;
@@ -120,12 +121,12 @@ TEST(GpuPlan, CheckPagedShapeErrors) {
   int dummy = 0;
   PagedKVCache c = PagedKVCache::FlashAttention({&dummy, &dummy, &dummy, &dummy}, l, 8, 16);
   std::vector<int32_t> ids{0, 1, 2, 3};
-  EXPECT_TRUE(gpu::detail::CheckPagedShape(l, c, ids, 64).ok());
-  EXPECT_TRUE(gpu::detail::CheckPagedShape(l, c, ids, 49).ok());
+  EXPECT_OK(gpu::detail::CheckPagedShape(l, c, ids, 64));
+  EXPECT_OK(gpu::detail::CheckPagedShape(l, c, ids, 49));
 
   auto expect_bad = [&](const PagedKVCache& cc, std::span<const int32_t> ii, uint64_t n, const std::string& part) {
     Status s = gpu::detail::CheckPagedShape(l, cc, ii, n);
-    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+    EXPECT_ERROR(s, Code::kInvalidArgument);
     EXPECT_NE(s.message().find(part), std::string::npos) << s.ToString();
   };
   expect_bad(c, std::span(ids).first(3), 64, "need 4 block ids, got 3");
@@ -154,7 +155,7 @@ TEST(GpuPlan, CheckPagedShapeErrors) {
   Layout bad_layout = l;
   bad_layout.head_dim = 0;
   Status s = gpu::detail::CheckPagedShape(bad_layout, c, ids, 64);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
 }
 
 TEST(GpuPlan, AGroupedLayoutIsRefusedNeverCopiedWrong) {
@@ -162,19 +163,19 @@ TEST(GpuPlan, AGroupedLayoutIsRefusedNeverCopiedWrong) {
   // the plan must still refuse it (its blocks hold other groups too).
   const Layout grouped = Layout::FromGroups(
       {LayoutGroup::Full(4, 2, 16, DType::kBF16), LayoutGroup::Window(4, 2, 16, DType::kBF16, 32)}, 16);
-  ASSERT_TRUE(grouped.Validate().ok());
+  ASSERT_OK(grouped.Validate());
   int dummy = 0;
   PagedKVCache c = PagedKVCache::FlashAttention({&dummy, &dummy, &dummy, &dummy}, Layout{4, 2, 16, DType::kBF16, 16},
                                                 8, 16);
   std::vector<int32_t> ids{0, 1, 2, 3};
   Status s = gpu::detail::CheckPagedShape(grouped, c, ids, 64);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("has 2 groups; the GPU copy path handles dense layouts only"), std::string::npos)
       << s.ToString();
   s = gpu::detail::RequireDenseLayout(grouped, "LoadToPagedKV");
-  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_EQ(s.message().rfind("LoadToPagedKV: the layout {block_tokens=16 group=full:", 0), 0u) << s.ToString();
-  EXPECT_TRUE(gpu::detail::RequireDenseLayout(Layout{4, 2, 16, DType::kBF16, 16}, "x").ok());
+  EXPECT_OK(gpu::detail::RequireDenseLayout(Layout{4, 2, 16, DType::kBF16, 16}, "x"));
 }
 
 TEST(GpuPlan, ArenaRunsMergeAdjacentExtentsAndClip) {

@@ -23,6 +23,7 @@
 #include "tests/testing/daemon.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/prometheus_text.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -38,12 +39,12 @@ using testing::PromExposition;
 
 PromExposition Scrape(uint16_t port) {
   auto r = testing::HttpGet(port, "/metrics");
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_OK(r);
   if (!r.ok()) return {};
   EXPECT_EQ(r->code, 200);
   EXPECT_EQ(r->headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
   auto p = testing::ParsePromText(r->body);
-  EXPECT_TRUE(p.ok()) << p.status().ToString() << "\n" << r->body;
+  EXPECT_OK(p) << "\n" << r->body;
   return p.ok() ? *p : PromExposition{};
 }
 
@@ -64,7 +65,7 @@ TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
   Daemon d;
   Daemon::Options o;
   o.extra_args = {"--metrics-port", "auto", "--node-id", "7"};
-  ASSERT_TRUE(d.Start(o).ok()) << d.ReadLog();
+  ASSERT_OK(d.Start(o)) << d.ReadLog();
   const uint16_t port = MetricsPortFromLog(d);
   ASSERT_NE(port, 0) << d.ReadLog();
 
@@ -78,23 +79,23 @@ TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
   EXPECT_GT(before.Value("ptstore_start_time_seconds"), 1.6e9);
 
   auto client = testing::ConnectTo(d.socket_path());
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_OK(client);
   Client& c = **client;
-  ASSERT_TRUE(c.CreateNamespace("m", SmallLayout()).ok());
+  ASSERT_OK(c.CreateNamespace("m", SmallLayout()));
   const auto tokens = Gen(1, 64);
   const auto kv = Kv(tokens, 0, tokens.size());
   auto saved = c.Save("m", tokens, kv.data(), kv.size());
-  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_OK(saved);
   ASSERT_EQ(saved->new_bytes, kv.size());
   auto hit = c.Lookup("m", tokens);
-  ASSERT_TRUE(hit.ok());
+  ASSERT_OK(hit);
   EXPECT_EQ(hit->matched_tokens, tokens.size());
   auto miss = c.Lookup("m", Gen(2, 64));
-  ASSERT_TRUE(miss.ok());
+  ASSERT_OK(miss);
   EXPECT_EQ(miss->matched_tokens, 0u);
   std::vector<uint8_t> out(kv.size());
   auto loaded = c.Load("m", tokens, out.data(), out.size());
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   EXPECT_EQ(*loaded, tokens.size());
 
   PromExposition after = Scrape(port);
@@ -116,10 +117,10 @@ TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
 
   // The other pages of the endpoint.
   auto index = testing::HttpGet(port, "/");
-  ASSERT_TRUE(index.ok());
+  ASSERT_OK(index);
   EXPECT_EQ(index->code, 200);
   auto nope = testing::HttpGet(port, "/nope");
-  ASSERT_TRUE(nope.ok());
+  ASSERT_OK(nope);
   EXPECT_EQ(nope->code, 404);
 
   // A silent client does not hold up a scrape of the daemon.
@@ -160,7 +161,7 @@ TEST(MetricsDaemonTest, ExplicitPortAndConfigFile) {
   Daemon d;
   Daemon::Options o;
   o.extra_args = {"-c", dir + "/ptstored.toml"};
-  ASSERT_TRUE(d.Start(o).ok()) << d.ReadLog();
+  ASSERT_OK(d.Start(o)) << d.ReadLog();
   const uint16_t port = MetricsPortFromLog(d);
   ASSERT_NE(port, 0) << d.ReadLog();
   EXPECT_EQ(Scrape(port).Value("ptstore_namespaces"), 0);
@@ -169,7 +170,7 @@ TEST(MetricsDaemonTest, ExplicitPortAndConfigFile) {
   // --metrics-port 0 turns the config's endpoint off.
   Daemon off;
   o.extra_args = {"-c", dir + "/ptstored.toml", "--metrics-port", "0"};
-  ASSERT_TRUE(off.Start(o).ok()) << off.ReadLog();
+  ASSERT_OK(off.Start(o)) << off.ReadLog();
   EXPECT_EQ(MetricsPortFromLog(off), 0) << off.ReadLog();
   off.Stop();
   std::filesystem::remove_all(dir);
@@ -177,7 +178,7 @@ TEST(MetricsDaemonTest, ExplicitPortAndConfigFile) {
 
 TEST(MetricsDaemonTest, NoEndpointByDefault) {
   Daemon d;
-  ASSERT_TRUE(d.Start().ok()) << d.ReadLog();
+  ASSERT_OK(d.Start()) << d.ReadLog();
   EXPECT_EQ(MetricsPortFromLog(d), 0) << d.ReadLog();
 }
 
@@ -194,7 +195,7 @@ TEST(MetricsDaemonTest, BadPortsStopTheStart) {
   Daemon first;
   Daemon::Options o;
   o.extra_args = {"--metrics-port", "auto"};
-  ASSERT_TRUE(first.Start(o).ok()) << first.ReadLog();
+  ASSERT_OK(first.Start(o)) << first.ReadLog();
   const uint16_t port = MetricsPortFromLog(first);
   ASSERT_NE(port, 0);
   Daemon second;

@@ -29,6 +29,7 @@
 #include "tests/testing/client.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -111,7 +112,7 @@ class NotifyDaemonTest : public ::testing::Test {
                                      "--socket", socket_, "--arena-size", "16MiB", "--no-prefault"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto pid = testing::SpawnWithLog(args, dir_ + "/ptstored.log");
-    ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+    ASSERT_OK(pid);
     pid_ = *pid;
   }
   // SIGTERM, then the exit status.
@@ -153,11 +154,11 @@ TEST_F(NotifyDaemonTest, ReadyOnlyOnceTheSocketAcceptsAndTheStoreIsRecovered) {
     o.arena_size = "16MiB";
     o.extra_args = ssd_args;
     // Daemon uses its own directory; point the SSD tier at ours.
-    ASSERT_TRUE(d.Start(o).ok()) << d.ReadLog();
+    ASSERT_OK(d.Start(o)) << d.ReadLog();
     auto c = testing::ConnectTo(d.socket_path());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    ASSERT_TRUE((*c)->CreateNamespace("m", SmallLayout()).ok());
-    ASSERT_TRUE((*c)->Save("m", t, kv.data(), kv.size()).ok());
+    ASSERT_OK(c);
+    ASSERT_OK((*c)->CreateNamespace("m", SmallLayout()));
+    ASSERT_OK((*c)->Save("m", t, kv.data(), kv.size()));
     c->reset();
     ASSERT_EQ(d.Stop(), 0) << d.ReadLog();
   }
@@ -174,10 +175,10 @@ TEST_F(NotifyDaemonTest, ReadyOnlyOnceTheSocketAcceptsAndTheStoreIsRecovered) {
   // At READY=1 the socket accepts and the recovered store serves the first
   // run's prompt, every byte of it.
   auto c = testing::ConnectTo(socket_);
-  ASSERT_TRUE(c.ok()) << "READY=1 came before the socket accepted: " << c.status().ToString();
+  ASSERT_OK(c) << "READY=1 came before the socket accepted: " << c.status().ToString();
   std::vector<uint8_t> out(kv.size());
   auto n = (*c)->Load("m", t, out.data(), out.size());
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_OK(n);
   EXPECT_EQ(*n, t.size()) << "READY=1 came before the SSD tier was recovered";
   EXPECT_TRUE(out == kv) << "wrong bytes after the restart";
   c->reset();
@@ -200,9 +201,9 @@ TEST_F(NotifyDaemonTest, PathSocketGetsReadyAndStopping) {
   std::vector<std::string> before;
   ASSERT_FALSE(WaitReady(ns, &before).empty()) << Log();
   auto c = testing::ConnectTo(socket_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   auto st = (*c)->Stats();
-  EXPECT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_OK(st);
   c->reset();
   kill(pid_, SIGTERM);
   EXPECT_TRUE(HasLine(ns.Receive(30000), "STOPPING=1")) << Log();
@@ -271,20 +272,20 @@ TEST_F(NotifyDaemonTest, ASighupReloadIsReloadingThenReadyAndARefusalSaysWhy) {
 TEST(SdNotifyTest, SendsOneDatagramToAnAbstractName) {
   NotifySocket ns("@" + UniqueName("ptstore-sd-notify"));
   ASSERT_TRUE(ns.ok());
-  ASSERT_TRUE(core::SdNotifyTo(ns.address(), "READY=1\nSTATUS=x").ok());
+  ASSERT_OK(core::SdNotifyTo(ns.address(), "READY=1\nSTATUS=x"));
   EXPECT_EQ(ns.Receive(5000), "READY=1\nSTATUS=x");
 }
 
 TEST(SdNotifyTest, RefusesMalformedAddressesAndReportsAbsentListeners) {
-  EXPECT_EQ(core::SdNotifyTo("notify", "READY=1").code(), Code::kInvalidArgument);
-  EXPECT_EQ(core::SdNotifyTo("@", "READY=1").code(), Code::kInvalidArgument);
-  EXPECT_EQ(core::SdNotifyTo("/" + std::string(200, 'x'), "READY=1").code(), Code::kInvalidArgument);
+  EXPECT_ERROR(core::SdNotifyTo("notify", "READY=1"), Code::kInvalidArgument);
+  EXPECT_ERROR(core::SdNotifyTo("@", "READY=1"), Code::kInvalidArgument);
+  EXPECT_ERROR(core::SdNotifyTo("/" + std::string(200, 'x'), "READY=1"), Code::kInvalidArgument);
   // Nothing bound there: the send fails (ECONNREFUSED or ENOENT), it does not hang.
   Status st = core::SdNotifyTo("@" + UniqueName("ptstore-nobody"), "READY=1");
   EXPECT_FALSE(st.ok());
   // Unset: nothing to do.
   unsetenv("NOTIFY_SOCKET");
-  EXPECT_TRUE(core::SdNotify("READY=1").ok());
+  EXPECT_OK(core::SdNotify("READY=1"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -58,7 +59,7 @@ int RunAs(uint32_t uid, const std::function<int()>& fn) {
 
 std::unique_ptr<Client> Connect(const Daemon& d) {
   auto c = testing::ConnectTo(d.socket_path());
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_OK(c);
   return c.ok() ? std::move(*c) : nullptr;
 }
 
@@ -68,14 +69,14 @@ Tokens Prompt(int tenant, int i, size_t n = 1024) { return Gen(uint64_t(tenant) 
 void Save(Client& c, const std::string& ns, const Tokens& t) {
   const auto kv = Kv(t, 0, t.size());
   auto r = c.Save(ns, t, kv.data(), kv.size());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
 }
 
 // Loads `t`, checks every byte loaded; the tokens loaded.
 uint64_t Load(Client& c, const std::string& ns, const Tokens& t) {
   std::vector<uint8_t> out(t.size() * 256);
   auto r = c.Load(ns, t, out.data(), out.size());
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_OK(r);
   if (!r.ok()) return 0;
   const auto want = Kv(t, 0, *r);
   EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes in a load of " << *r << " tokens";
@@ -84,7 +85,7 @@ uint64_t Load(Client& c, const std::string& ns, const Tokens& t) {
 
 NamespaceQuota QuotaOf(Client& c, const std::string& ns) {
   auto q = c.Quotas(ns);
-  EXPECT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_OK(q);
   return q.ok() && !q->empty() ? q->front() : NamespaceQuota{};
 }
 
@@ -94,7 +95,7 @@ class QuotaDaemonTest : public ::testing::Test {
     Daemon::Options o;
     o.arena_size = arena;
     o.extra_args = std::move(extra);
-    ASSERT_TRUE(daemon_.Start(o).ok()) << daemon_.ReadLog();
+    ASSERT_OK(daemon_.Start(o)) << daemon_.ReadLog();
     client_ = Connect(daemon_);
     ASSERT_NE(client_, nullptr);
   }
@@ -178,7 +179,7 @@ TEST_F(QuotaDaemonTest, OwnerAndRootSetQuotasOthersAreRefusedBadSizesAreClearErr
   EXPECT_EQ(Quota({"nosuch", "--dram", "1GiB"}).rc, 1);
   // Past the limit through the API too (the tool never sends it).
   auto big = client_->SetQuota("alice", QuotaChange{kMaxQuotaBytes + 1, {}});
-  EXPECT_EQ(big.status().code(), Code::kInvalidArgument) << big.status().ToString();
+  EXPECT_ERROR(big, Code::kInvalidArgument);
   EXPECT_EQ(QuotaOf(*client_, "alice").dram_quota, 8 * kMiB);
 
   // Use shows up in ptstore-stat --json and in the metrics.
@@ -194,9 +195,9 @@ TEST_F(QuotaDaemonTest, OwnerAndRootSetQuotasOthersAreRefusedBadSizesAreClearErr
   const uint16_t port = testing::MetricsPortFromLog(daemon_);
   ASSERT_NE(port, 0);
   auto page = testing::HttpGet(port, "/metrics");
-  ASSERT_TRUE(page.ok());
+  ASSERT_OK(page);
   auto m = testing::ParsePromText(page->body);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK(m);
   EXPECT_EQ(m->Value("ptstore_namespace_quota_bytes", {{"namespace", "alice"}, {"tier", "dram"}}), 8 * kMiB);
   EXPECT_EQ(m->Value("ptstore_namespace_quota_bytes", {{"namespace", "alice"}, {"tier", "ssd"}}), 32 * kMiB);
   EXPECT_EQ(m->Value("ptstore_namespace_used_bytes", {{"namespace", "alice"}, {"tier", "dram"}}), 1 * kMiB);
@@ -212,14 +213,14 @@ int Hits(Client& c, const std::string& ns, const std::vector<Tokens>& prompts) {
 
 TEST_F(QuotaDaemonTest, AFloodPastItsQuotaLeavesTheOtherTenantsHitRateAsItWas) {
   Start({}, "32MiB");
-  ASSERT_TRUE(client_->CreateNamespace("steady", SmallLayout()).ok());
-  ASSERT_TRUE(client_->CreateNamespace("flood", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("steady", SmallLayout()));
+  ASSERT_OK(client_->CreateNamespace("flood", SmallLayout()));
   std::vector<Tokens> steady;
   for (int i = 0; i < 40; ++i) steady.push_back(Prompt(1, i));  // 10 MiB
   for (const Tokens& t : steady) Save(*client_, "steady", t);
   const int before = Hits(*client_, "steady", steady);
   ASSERT_EQ(before, 40);
-  ASSERT_TRUE(client_->SetQuota("flood", QuotaChange{8 * kMiB, {}}).ok());
+  ASSERT_OK(client_->SetQuota("flood", QuotaChange{8 * kMiB, {}}));
   // 100 MiB into a 32 MiB arena, through an 8 MiB quota.
   for (int i = 0; i < 400; ++i) Save(*client_, "flood", Prompt(2, i));
   const NamespaceQuota f = QuotaOf(*client_, "flood");
@@ -234,7 +235,7 @@ TEST_F(QuotaDaemonTest, AFloodPastItsQuotaLeavesTheOtherTenantsHitRateAsItWas) {
   EXPECT_EQ(kept, 32);
   // Control: the same flood without the quota does take the other's data
   // (so the measurement above can fail).
-  ASSERT_TRUE(client_->SetQuota("flood", QuotaChange{0, {}}).ok());
+  ASSERT_OK(client_->SetQuota("flood", QuotaChange{0, {}}));
   for (int i = 400; i < 1200; ++i) Save(*client_, "flood", Prompt(2, i));
   const int control = Hits(*client_, "steady", steady);
   std::printf("steady tenant hits: %d/40 before the flood, %d/40 after a flood through an 8 MiB quota, "
@@ -247,10 +248,10 @@ TEST_F(QuotaDaemonTest, AnSsdQuotaOnASmallTierAndQuotasAcrossARestart) {
   testing::TempDir tmp("ptstore-quota-ssd");
   const std::vector<std::string> ssd = {"--ssd-dir", tmp.path() + "/ssd", "--ssd-capacity", "24MiB"};
   Start(ssd, "16MiB");
-  ASSERT_TRUE(client_->CreateNamespace("small", SmallLayout()).ok());
-  ASSERT_TRUE(client_->CreateNamespace("other", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("small", SmallLayout()));
+  ASSERT_OK(client_->CreateNamespace("other", SmallLayout()));
   for (int i = 0; i < 8; ++i) Save(*client_, "other", Prompt(3, i));
-  ASSERT_TRUE(client_->SetQuota("small", QuotaChange{2 * kMiB, 4 * kMiB}).ok());
+  ASSERT_OK(client_->SetQuota("small", QuotaChange{2 * kMiB, 4 * kMiB}));
   // An SSD quota needs... nothing more here; a DRAM-only node refuses it
   // (StoreQuotaTest). 60 prompts of 256 KiB: 15 MiB through 2 + 4 MiB.
   for (int i = 0; i < 60; ++i) {
@@ -273,7 +274,7 @@ TEST_F(QuotaDaemonTest, AnSsdQuotaOnASmallTierAndQuotasAcrossARestart) {
   Daemon::Options o;
   o.arena_size = "16MiB";
   o.extra_args = ssd;
-  ASSERT_TRUE(daemon_.Restart(o).ok()) << daemon_.ReadLog();
+  ASSERT_OK(daemon_.Restart(o)) << daemon_.ReadLog();
   client_ = Connect(daemon_);
   ASSERT_NE(client_, nullptr);
   q = QuotaOf(*client_, "small");

@@ -20,6 +20,7 @@
 #include "tests/testing/daemon.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -72,12 +73,12 @@ TEST(SessionLimitsTest, HalfOpenConnectionsOfOneUidNeitherHoldThreadsNorStopOthe
   Daemon d;
   Daemon::Options o;
   o.extra_args = {"-c", cfg, "--metrics-port", "auto"};
-  ASSERT_TRUE(d.Start(o).ok()) << d.ReadLog();
+  ASSERT_OK(d.Start(o)) << d.ReadLog();
   ClientOptions co;
   co.socket_path = d.socket_path();
   auto root = Client::Connect(co);
-  ASSERT_TRUE(root.ok()) << root.status().ToString();
-  ASSERT_TRUE((*root)->Stats().ok());
+  ASSERT_OK(root);
+  ASSERT_OK((*root)->Stats());
   const int base = Threads(d.pid());
   ASSERT_GT(base, 0);
 
@@ -127,10 +128,10 @@ TEST(SessionLimitsTest, HalfOpenConnectionsOfOneUidNeitherHoldThreadsNorStopOthe
   // During the flood: at most kPerUid session threads for it, and the root
   // client (and a new one) are served.
   EXPECT_LE(Threads(d.pid()), base + kPerUid) << "one uid holds more session threads than its cap";
-  EXPECT_TRUE((*root)->Stats().ok());
+  EXPECT_OK((*root)->Stats());
   auto another = Client::Connect(co);
-  ASSERT_TRUE(another.ok()) << another.status().ToString();
-  EXPECT_TRUE((*another)->Stats().ok());
+  ASSERT_OK(another);
+  EXPECT_OK((*another)->Stats());
   ASSERT_EQ(write(go[1], &c, 1), 1);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -147,7 +148,7 @@ TEST(SessionLimitsTest, HalfOpenConnectionsOfOneUidNeitherHoldThreadsNorStopOthe
   const uint16_t port = testing::MetricsPortFromLog(d);
   ASSERT_NE(port, 0) << d.ReadLog();
   auto m = testing::HttpGet(port, "/metrics");
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK(m);
   const std::string key = "ptstore_sessions_refused_total ";
   const size_t at = m->body.find("\n" + key);
   ASSERT_NE(at, std::string::npos) << m->body;

@@ -25,6 +25,7 @@
 #include "storage/record.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -53,7 +54,7 @@ class SsdDaemonTest : public ::testing::Test {
     o.arena_size = arena;
     o.extra_args = {"--ssd-dir", ssd_, "--ssd-capacity", "256MiB"};
     o.extra_args.insert(o.extra_args.end(), extra.begin(), extra.end());
-    ASSERT_TRUE(daemon_->Start(o).ok()) << daemon_->ReadLog();
+    ASSERT_OK(daemon_->Start(o)) << daemon_->ReadLog();
     client_ = Connect();
   }
 
@@ -61,7 +62,7 @@ class SsdDaemonTest : public ::testing::Test {
     ClientOptions co;
     co.socket_path = daemon_->socket_path();
     auto c = Client::Connect(co);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -69,7 +70,7 @@ class SsdDaemonTest : public ::testing::Test {
   static uint64_t LoadAndCheck(Client* c, const Tokens& t) {
     std::vector<uint8_t> out(t.size() * kBpt);
     auto r = c->Load("m", t, out.data(), out.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (!r.ok()) return 0;
     std::vector<uint8_t> want = Kv(t, 0, *r);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes in a prefix of " << *r;
@@ -86,7 +87,7 @@ class SsdDaemonTest : public ::testing::Test {
       Tokens t = Prompt(i);
       std::vector<uint8_t> kv = Kv(t, 0, t.size());
       auto r = c->Save("m", t, kv.data(), kv.size());
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
     }
   }
 
@@ -114,7 +115,7 @@ class SsdDaemonTest : public ::testing::Test {
 
 TEST_F(SsdDaemonTest, KillNineDuringHeavyWritesThenEveryReportedPrefixIsExact) {
   Start();
-  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("m", SmallLayout()));
   // Four writers save 256 KiB prompts into a 4 MiB arena: constant spills.
   std::atomic<bool> stop{false};
   std::atomic<int> saved{0};
@@ -138,7 +139,7 @@ TEST_F(SsdDaemonTest, KillNineDuringHeavyWritesThenEveryReportedPrefixIsExact) {
 
   Start();
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GT(stats->recovered_tensors, 0u);
   // Every increment it lists is on a path of prompts the test saved; load
   // every prompt (and the ones that were in flight) and check every byte.
@@ -150,7 +151,7 @@ TEST_F(SsdDaemonTest, KillNineDuringHeavyWritesThenEveryReportedPrefixIsExact) {
               saved.load(), static_cast<unsigned long long>(stats->recovered_tensors),
               static_cast<unsigned long long>(stats->recovery_corrupt), static_cast<unsigned long long>(served));
   auto tree = client_->ListTree("m", {}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   uint64_t listed_bytes = 0;
   for (const auto& n : *tree) listed_bytes += n.bytes;
   EXPECT_EQ(listed_bytes, client_->GetNamespace("m")->bytes);
@@ -159,25 +160,25 @@ TEST_F(SsdDaemonTest, KillNineDuringHeavyWritesThenEveryReportedPrefixIsExact) {
 
 TEST_F(SsdDaemonTest, SigtermPersistsDramAndRestartServesEverything) {
   Start();
-  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout(), "salt", 0750).ok());
+  ASSERT_OK(client_->CreateNamespace("m", SmallLayout(), "salt", 0750));
   SaveAll(client_.get(), 0, 40);
   client_.reset();
   EXPECT_EQ(daemon_->Stop(), 0);
   Start();
   auto ns = client_->GetNamespace("m");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   EXPECT_TRUE(ns->salted);
   EXPECT_EQ(ns->mode, 0750u);
   for (int i = 0; i < 40; ++i) EXPECT_EQ(LoadAndCheck(client_.get(), Prompt(i)), 1024u) << i;
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GT(stats->ssd_hits, 0u);
   EXPECT_EQ(stats->recovery_corrupt, 0u);
 }
 
 TEST_F(SsdDaemonTest, BitFlipsInPayloadsAndHeadersAreSkippedNeverServed) {
   Start();
-  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("m", SmallLayout()));
   SaveAll(client_.get(), 0, 40);
   client_.reset();
   ASSERT_EQ(daemon_->Stop(), 0);
@@ -191,7 +192,7 @@ TEST_F(SsdDaemonTest, BitFlipsInPayloadsAndHeadersAreSkippedNeverServed) {
   FlipBit(last, std::filesystem::file_size(last) - 5000, 6);
   Start();
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GE(stats->recovery_corrupt, 2u);
   uint64_t full = 0;
   for (int i = 0; i < 40; ++i) full += LoadAndCheck(client_.get(), Prompt(i)) == 1024;
@@ -204,7 +205,7 @@ TEST_F(SsdDaemonTest, BitFlipsInPayloadsAndHeadersAreSkippedNeverServed) {
 
 TEST_F(SsdDaemonTest, TornLastRecordIsSkippedAndTheRestServed) {
   Start();
-  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("m", SmallLayout()));
   SaveAll(client_.get(), 0, 24);
   client_.reset();
   ASSERT_EQ(daemon_->Stop(), 0);
@@ -215,7 +216,7 @@ TEST_F(SsdDaemonTest, TornLastRecordIsSkippedAndTheRestServed) {
   std::filesystem::resize_file(last, size - 3 * storage::kRecordAlignment - 100);
   Start();
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->recovery_corrupt, 1u);
   uint64_t full = 0;
   for (int i = 0; i < 24; ++i) full += LoadAndCheck(client_.get(), Prompt(i)) == 1024;
@@ -231,10 +232,10 @@ TEST_F(SsdDaemonTest, RealFullFileSystemKeepsTheServerServing) {
   mounted_ = small;
   ssd_ = small + "/ssd";
   Start();  // capacity 256 MiB on a 3 MiB file system: ENOSPC comes first
-  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("m", SmallLayout()));
   SaveAll(client_.get(), 0, 60);
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GT(stats->ssd_spill_failures, 0u);
   EXPECT_GT(stats->ssd_spills, 0u);
   uint64_t served = 0;
@@ -245,7 +246,7 @@ TEST_F(SsdDaemonTest, RealFullFileSystemKeepsTheServerServing) {
 
 TEST_F(SsdDaemonTest, RestartWithChangedConfig) {
   Start();
-  ASSERT_TRUE(client_->CreateNamespace("m", SmallLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("m", SmallLayout()));
   SaveAll(client_.get(), 0, 32);
   client_.reset();
   ASSERT_EQ(daemon_->Stop(), 0);
@@ -262,10 +263,10 @@ TEST_F(SsdDaemonTest, RestartWithChangedConfig) {
   Daemon::Options o;
   o.arena_size = "4MiB";
   o.extra_args = {"--ssd-dir", ssd_, "--ssd-capacity", "8MiB"};
-  ASSERT_TRUE(daemon_->Start(o).ok()) << daemon_->ReadLog();
+  ASSERT_OK(daemon_->Start(o)) << daemon_->ReadLog();
   client_ = Connect();
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_LE(stats->ssd_live_bytes, 8 * kMiB);
   EXPECT_GT(stats->ssd_evictions, 0u);
   for (int i = 0; i < 64; ++i) LoadAndCheck(client_.get(), Prompt(i));
@@ -301,22 +302,22 @@ std::vector<uint8_t> GroupedKv(const Layout& layout, const Tokens& t) {
 
 TEST_F(SsdDaemonTest, GroupedNamespaceIsSavedLoadedSpilledAndRecovered) {
   const Layout layout = HybridTestLayout();
-  ASSERT_TRUE(layout.Validate().ok());
+  ASSERT_OK(layout.Validate());
   ASSERT_EQ(layout.BytesPerToken(), 240u);
   Start({"--ssd-compress"});
   auto created = client_->CreateNamespace("hybrid", layout, "", 0750);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_OK(created);
   EXPECT_EQ(created->layout, layout);
   // The same layout again is fine; a dense one is another layout.
-  EXPECT_TRUE(client_->CreateNamespace("hybrid", layout, "", 0750).ok());
-  EXPECT_EQ(client_->CreateNamespace("hybrid", SmallLayout()).status().code(), Code::kAlreadyExists);
+  EXPECT_OK(client_->CreateNamespace("hybrid", layout, "", 0750));
+  EXPECT_ERROR(client_->CreateNamespace("hybrid", SmallLayout()), Code::kAlreadyExists);
   // 40 prompts of 1024 tokens (240 KiB each) through a 4 MiB arena: most
   // of them are spilled to the SSD tier.
   for (int i = 0; i < 40; ++i) {
     const Tokens t = Prompt(i);
     const std::vector<uint8_t> kv = GroupedKv(layout, t);
     auto r = client_->Save("hybrid", t, kv.data(), kv.size());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
   }
   auto check_all = [&](const char* when) {
     for (int i = 0; i < 40; ++i) {
@@ -324,24 +325,24 @@ TEST_F(SsdDaemonTest, GroupedNamespaceIsSavedLoadedSpilledAndRecovered) {
       const std::vector<uint8_t> want = GroupedKv(layout, t);
       std::vector<uint8_t> out(want.size() + 7, 0xee);
       auto r = client_->Load("hybrid", t, out.data(), out.size());
-      ASSERT_TRUE(r.ok()) << when << ": " << r.status().ToString();
+      ASSERT_OK(r) << when << ": " << r.status().ToString();
       ASSERT_EQ(*r, 1024u) << when << " prompt " << i;
       ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << when << ": wrong bytes in prompt " << i;
       // A load of a prefix that ends inside a block gets its whole blocks.
       const Tokens head = Head(t, 100);
       std::vector<uint8_t> part(100 * layout.BytesPerToken());
       auto p = client_->Load("hybrid", head, part.data(), part.size());
-      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      ASSERT_OK(p);
       ASSERT_EQ(*p, 96u);
       ASSERT_TRUE(std::equal(want.begin(), want.begin() + 96 * 240, part.begin())) << when << " head of " << i;
     }
   };
   check_all("before the restart");
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GT(stats->ssd_spills, 0u);
   auto got = client_->GetNamespace("hybrid");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(got->layout, layout);
   EXPECT_EQ(got->layout.ToString(), layout.ToString());
 
@@ -350,20 +351,20 @@ TEST_F(SsdDaemonTest, GroupedNamespaceIsSavedLoadedSpilledAndRecovered) {
   ASSERT_EQ(daemon_->Stop(), 0);
   Start({"--ssd-compress"});
   got = client_->GetNamespace("hybrid");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(got->layout, layout);
   EXPECT_EQ(got->mode, 0750u);
   stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->recovery_corrupt, 0u);
   EXPECT_EQ(stats->recovery_dropped, 0u);
   EXPECT_GT(stats->recovered_tensors, 0u);
   check_all("after the restart");
   stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GT(stats->ssd_hits, 0u);
   auto list = client_->ListNamespaces();
-  ASSERT_TRUE(list.ok());
+  ASSERT_OK(list);
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].layout, layout);
 }

@@ -15,6 +15,7 @@
 #include "core/messages.h"
 #include "core/wire.h"
 #include "tests/core/alloc_probe.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core::testmsg {
 
@@ -53,7 +54,7 @@ inline void ExpectHostileBodiesRejected(const std::vector<Hostile>& bodies) {
   for (const Hostile& h : bodies) {
     SCOPED_TRACE(std::string(MsgTypeName(h.type)) + " " + h.what + " body " + std::to_string(h.body.size()));
     const ProbedDecode d = DecodeProbed(h.type, h.body);
-    EXPECT_EQ(d.status.code(), Code::kProtocol) << d.status.ToString();
+    EXPECT_ERROR(d.status, Code::kProtocol);
     EXPECT_NE(d.status.message().find("'" + std::string(h.what) + "'"), std::string::npos) << d.status.message();
     EXPECT_LE(d.max_alloc, 4 * h.body.size() + 1024);
   }

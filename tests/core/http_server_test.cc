@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/http_get.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core {
 namespace {
@@ -44,7 +45,7 @@ class HttpServerTest : public ::testing::Test {
       };
     }
     Status st = server_->Start("127.0.0.1", 0, std::move(h));
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     port_ = server_->port();
   }
   void TearDown() override {
@@ -60,7 +61,7 @@ TEST_F(HttpServerTest, PostBodyReachesTheHandler) {
   const std::string body = R"({"id":"a","node":1})";
   auto r = HttpExchange(port_, "POST /v1/instances?x=1&y HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200);
   EXPECT_EQ(r->body, "method=POST\npath=/v1/instances\nquery=x=1&y\ncontent-type=application/json\nbody=" + body);
   EXPECT_EQ(r->headers["content-length"], std::to_string(r->body.size()));
@@ -69,19 +70,19 @@ TEST_F(HttpServerTest, PostBodyReachesTheHandler) {
   // PUT and DELETE carry bodies too; a body of 0 bytes and none are the same.
   for (const char* method : {"PUT", "DELETE", "PATCH"}) {
     auto m = HttpExchange(port_, std::string(method) + " /x HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc");
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_OK(m);
     EXPECT_EQ(m->body, std::string("method=") + method + "\npath=/x\nquery=\nbody=abc");
   }
   auto empty = HttpExchange(port_, "POST /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
-  ASSERT_TRUE(empty.ok());
+  ASSERT_OK(empty);
   EXPECT_EQ(empty->body, "method=POST\npath=/x\nquery=\nbody=");
   auto none = HttpExchange(port_, "POST /x HTTP/1.0\r\n\r\n");
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(none->body, "method=POST\npath=/x\nquery=\nbody=");
   // Binary bytes, CR and LF in the body are the body's.
   std::string bin("\0\r\n\r\n\xff", 6);
   auto b = HttpExchange(port_, "POST /b HTTP/1.1\r\nContent-Length: 6\r\n\r\n" + bin);
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   EXPECT_EQ(b->body, "method=POST\npath=/b\nquery=\nbody=" + bin);
   EXPECT_EQ(server_->requests(), 7u);
 }
@@ -109,7 +110,7 @@ TEST_F(HttpServerTest, LargeBodyInPiecesAndBytesPastTheBodyIgnored) {
   EXPECT_TRUE(testing::ReadToEof(fd, &raw, 10s));
   close(fd);
   auto r = testing::ParseHttpReply(raw);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200);
   EXPECT_EQ(r->body, "method=POST\npath=/big\nquery=\nbody=" + body);
   EXPECT_EQ(calls_.load(), 1);
@@ -132,7 +133,7 @@ TEST_F(HttpServerTest, ExpectContinueGetsAnInterimReply) {
   EXPECT_TRUE(testing::ReadToEof(fd, &raw, 5s));
   close(fd);
   auto r = testing::ParseHttpReply(raw);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->body, "method=POST\npath=/c\nquery=\nbody=hello");
 }
 
@@ -161,7 +162,7 @@ TEST_F(HttpServerTest, ServerErrorsNeverReachTheHandler) {
   };
   for (const Case& c : cases) {
     auto r = HttpExchange(port_, c.request);
-    ASSERT_TRUE(r.ok()) << c.request << ": " << r.status().ToString();
+    ASSERT_OK(r) << c.request << ": " << r.status().ToString();
     EXPECT_EQ(r->code, c.code) << c.request;
     EXPECT_EQ(r->headers["content-type"], "application/json") << c.request;
     EXPECT_EQ(r->body.rfind("{\"error\":\"", 0), 0u) << r->body;
@@ -170,7 +171,7 @@ TEST_F(HttpServerTest, ServerErrorsNeverReachTheHandler) {
   // Repeated equal Content-Lengths are one; just at the cap is fine.
   auto ok = HttpExchange(port_, "POST /x HTTP/1.1\r\nContent-Length: 1000\r\nContent-Length: 1000\r\n\r\n" +
                                     std::string(1000, 'z'));
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_OK(ok);
   EXPECT_EQ(ok->code, 200);
 
   // A 413 comes before the body is sent: the client sending it anyway gets
@@ -193,7 +194,7 @@ TEST_F(HttpServerTest, ServerErrorsNeverReachTheHandler) {
 TEST_F(HttpServerTest, HeadIsGetWithoutTheBody) {
   Start();
   auto h = HttpExchange(port_, "HEAD /h HTTP/1.1\r\n\r\n");
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   EXPECT_EQ(h->code, 200);
   EXPECT_TRUE(h->body.empty());
   const std::string get_body = "method=GET\npath=/h\nquery=\nbody=";
@@ -210,7 +211,7 @@ TEST_F(HttpServerTest, HandlerStatusHeadersAndExceptions) {
     return r;
   });
   auto r = HttpExchange(port_, "GET /x HTTP/1.1\r\n\r\n");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 409);
   EXPECT_EQ(r->raw.rfind("HTTP/1.1 409 Conflict\r\n", 0), 0u);
   EXPECT_EQ(r->headers["allow"], "GET");
@@ -219,7 +220,7 @@ TEST_F(HttpServerTest, HandlerStatusHeadersAndExceptions) {
   EXPECT_EQ(r->headers["content-length"], "2");
   EXPECT_EQ(r->body, "{}");
   auto t = HttpExchange(port_, "GET /throw HTTP/1.1\r\n\r\n");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   EXPECT_EQ(t->code, 500);
 }
 
@@ -262,14 +263,14 @@ TEST_F(HttpServerTest, WorkerThreadsKeepASlowHandlerFromBlockingOthers) {
   });
   std::thread slow([&] {
     auto r = HttpExchange(port_, "POST /slow HTTP/1.1\r\nContent-Length: 1\r\n\r\ns");
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     EXPECT_EQ(r->body, "method=POST\npath=/slow\nquery=\nbody=s");
   });
   while (in_slow.load() == 0) std::this_thread::sleep_for(5ms);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 20; ++i) {
     auto r = HttpExchange(port_, "POST /fast HTTP/1.1\r\nContent-Length: 2\r\n\r\n" + std::to_string(i % 10) + "!");
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     EXPECT_EQ(r->body, "method=POST\npath=/fast\nquery=\nbody=" + std::to_string(i % 10) + "!");
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "fast requests waited for the slow handler";
@@ -342,10 +343,10 @@ TEST_F(HttpServerTest, StopWhileAHandlerRuns) {
   EXPECT_LT(testing::ConnectTcp(port_), 0);
   // Null handler, second start.
   HttpServer none;
-  EXPECT_EQ(none.Start("127.0.0.1", 0, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(none.Start("127.0.0.1", 0, nullptr), Code::kInvalidArgument);
   HttpServer twice;
-  ASSERT_TRUE(twice.Start("127.0.0.1", 0, Echo).ok());
-  EXPECT_EQ(twice.Start("127.0.0.1", 0, Echo).code(), Code::kInvalidArgument);
+  ASSERT_OK(twice.Start("127.0.0.1", 0, Echo));
+  EXPECT_ERROR(twice.Start("127.0.0.1", 0, Echo), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tests of chain keys (include/ptstore/keys.h): hex form, the exact hash
 // recipe, and the chain properties the radix tree relies on.
 #include "ptstore/keys.h"
+#include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>
@@ -42,14 +43,14 @@ TEST(ChainKeyTest, HexRoundTrip) {
     std::string hex = k.ToHex();
     ASSERT_EQ(hex.size(), 32u);
     Result<ChainKey> back = ChainKey::FromHex(hex);
-    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ASSERT_OK(back);
     EXPECT_EQ(*back, k);
   }
 }
 
 TEST(ChainKeyTest, FromHexAcceptsUpperCase) {
   Result<ChainKey> k = ChainKey::FromHex("0123456789ABCDEFFEDCBA9876543210");
-  ASSERT_TRUE(k.ok());
+  ASSERT_OK(k);
   EXPECT_EQ(*k, (ChainKey{0x0123456789abcdefULL, 0xfedcba9876543210ULL}));
 }
 
@@ -69,7 +70,7 @@ TEST(ChainKeyTest, BadHexRejected) {
   for (const auto& h : bad) {
     Result<ChainKey> k = ChainKey::FromHex(h);
     EXPECT_FALSE(k.ok()) << h;
-    EXPECT_EQ(k.status().code(), Code::kInvalidArgument) << h;
+    EXPECT_ERROR(k, Code::kInvalidArgument) << h;
     EXPECT_NE(k.status().message().find("chain key"), std::string::npos) << k.status().message();
   }
   EXPECT_NE(ChainKey::FromHex("abc").status().message().find("32 hex digits"), std::string::npos);

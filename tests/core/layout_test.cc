@@ -1,6 +1,7 @@
 // Tests of Layout validation, Parse/ToString, dtypes and namespace names
 // (include/ptstore/layout.h).
 #include "ptstore/layout.h"
+#include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@ namespace {
 
 // Asserts `s` is InvalidArgument and its message mentions `needle`.
 void ExpectInvalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find(needle), std::string::npos)
       << "message '" << s.message() << "' does not mention '" << needle << "'";
 }
@@ -24,7 +25,7 @@ TEST(LayoutTest, MistralIs128KiBPerToken) {
   EXPECT_EQ(l.head_dim, 128u);
   EXPECT_EQ(l.dtype, DType::kBF16);
   EXPECT_EQ(l.block_tokens, 16u);
-  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_OK(l.Validate());
   EXPECT_EQ(l.BytesPerToken(), 131072u);
   EXPECT_EQ(l.BytesPerBlock(), 131072u * 16);
 }
@@ -54,21 +55,21 @@ TEST(LayoutTest, BoundsAreInclusive) {
   l.kv_heads = 1;
   l.head_dim = 1;
   l.block_tokens = 1;
-  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_OK(l.Validate());
   l.layers = 1024;
   l.kv_heads = 1024;
   l.head_dim = 1;
   l.block_tokens = 1;
-  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_OK(l.Validate());
   l = MistralLayout();
   l.head_dim = 16384;
-  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_OK(l.Validate());
   l = MistralLayout();
   l.layers = 1;
   l.kv_heads = 1;
   l.head_dim = 1;
   l.block_tokens = 65536;
-  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_OK(l.Validate());
 }
 
 TEST(LayoutTest, EveryInvalidFieldIsRejectedByName) {
@@ -120,7 +121,7 @@ TEST(LayoutTest, OversizedBlockIsRejected) {
   l.dtype = DType::kFP32;
   l.block_tokens = 65536;
   EXPECT_EQ(l.BytesPerBlock(), uint64_t{4} << 30);
-  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_OK(l.Validate());
   l.dtype = DType::kFP32;
   l.head_dim = 8193;
   ExpectInvalid(l.Validate(), "4 GiB");
@@ -139,9 +140,9 @@ TEST(LayoutTest, ParseToStringRoundTrip) {
       l.head_dim = 96;
       l.dtype = dt;
       l.block_tokens = bt;
-      ASSERT_TRUE(l.Validate().ok()) << l.ToString();
+      ASSERT_OK(l.Validate()) << l.ToString();
       Result<Layout> p = Layout::Parse(l.ToString());
-      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      ASSERT_OK(p);
       EXPECT_EQ(*p, l);
       EXPECT_EQ(p->ToString(), l.ToString());
     }
@@ -150,7 +151,7 @@ TEST(LayoutTest, ParseToStringRoundTrip) {
 
 TEST(LayoutTest, ParseAcceptsAnyOrderAndSeparators) {
   Result<Layout> p = Layout::Parse("  block_tokens=16,dtype=bfloat16\n head_dim=128\tkv_heads=8, layers=32\n");
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(*p, MistralLayout());
 }
 
@@ -233,7 +234,7 @@ TEST(LayoutGroupsTest, FactoriesFillTheFieldsOfTheirKind) {
   EXPECT_EQ(l.head_dim, 0u);
   EXPECT_EQ(l.dtype, DType::kNone);
   EXPECT_EQ(l.AsGroups(), l.groups);
-  EXPECT_TRUE(l.Validate().ok()) << l.Validate().ToString();
+  EXPECT_OK(l.Validate());
 }
 
 TEST(LayoutGroupsTest, ParseToStringRoundTripOfEachKindAndMixedLists) {
@@ -251,9 +252,9 @@ TEST(LayoutGroupsTest, ParseToStringRoundTripOfEachKindAndMixedLists) {
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.ToString());
     ASSERT_TRUE(l.grouped());
-    ASSERT_TRUE(l.Validate().ok()) << l.Validate().ToString();
+    ASSERT_OK(l.Validate());
     Result<Layout> p = Layout::Parse(l.ToString());
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_OK(p);
     EXPECT_EQ(*p, l);
     EXPECT_EQ(p->ToString(), l.ToString());
   }
@@ -263,7 +264,7 @@ TEST(LayoutGroupsTest, ParseKeepsGroupOrderAcceptsSeparatorsAndAnyFieldOrder) {
   Result<Layout> p = Layout::Parse(
       "group=window:window=1024:dtype=bf16:head_dim=128:kv_heads=8:layers=24\n"
       "  group=full:layers=24:kv_heads=8:head_dim=128:dtype=bfloat16,block_tokens=16\tgroup=state:bytes=9:layers=2\n");
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   ASSERT_EQ(p->groups.size(), 3u);
   EXPECT_EQ(p->groups[0], LayoutGroup::Window(24, 8, 128, DType::kBF16, 1024));
   EXPECT_EQ(p->groups[1], LayoutGroup::Full(24, 8, 128, DType::kBF16));
@@ -277,7 +278,7 @@ TEST(LayoutGroupsTest, OneFullGroupIsTheDenseLayout) {
   EXPECT_EQ(one, MistralLayout());
   EXPECT_EQ(one.ToString(), MistralLayout().ToString());
   Result<Layout> p = Layout::Parse("block_tokens=16 group=full:layers=32:kv_heads=8:head_dim=128:dtype=bf16");
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(*p, MistralLayout());
   EXPECT_FALSE(p->grouped());
   // A dense layout's groups are its one full group.
@@ -321,7 +322,7 @@ TEST(LayoutGroupsTest, OffsetsPaddingAndBytesPerBlock) {
   //   block padded to a multiple of lcm(64, 3) = 192: 2304 = 12 * 192.
   const Layout odd = Layout::FromGroups(
       {LayoutGroup::Latent(1, 5, DType::kFP8), LayoutGroup::State(2, 1000), LayoutGroup::Latent(2, 3, DType::kBF16)}, 3);
-  ASSERT_TRUE(odd.Validate().ok()) << odd.Validate().ToString();
+  ASSERT_OK(odd.Validate());
   EXPECT_EQ(odd.GroupBytesPerBlock(0), 15u);
   EXPECT_EQ(odd.GroupBytesPerBlock(1), 2000u);
   EXPECT_EQ(odd.GroupBytesPerBlock(2), 36u);
@@ -339,7 +340,7 @@ TEST(LayoutGroupsTest, OffsetsPaddingAndBytesPerBlock) {
                                          LayoutGroup::Window(1, 1, 1, DType::kBF16, 8)},
                                         bt);
     SCOPED_TRACE(bt);
-    ASSERT_TRUE(m.Validate().ok()) << m.Validate().ToString();
+    ASSERT_OK(m.Validate());
     uint64_t end = 0;
     for (size_t g = 0; g < m.GroupCount(); ++g) {
       EXPECT_EQ(m.GroupOffset(g) % Layout::kGroupAlignment, 0u);
@@ -415,11 +416,11 @@ TEST(LayoutGroupsTest, ValidationNamesTheGroupAndField) {
   // 16 groups are fine.
   Layout sixteen = MixedLayout();
   sixteen.groups.resize(16, LayoutGroup::State(1, 1));
-  EXPECT_TRUE(sixteen.Validate().ok()) << sixteen.Validate().ToString();
+  EXPECT_OK(sixteen.Validate());
   // A group on its own is checked the same way, without an index.
   ExpectInvalid(LayoutGroup::Window(1, 1, 1, DType::kBF16, 0).Validate(),
                 "layout group (window) field window_tokens=0");
-  EXPECT_TRUE(LayoutGroup::State(1, 1).Validate().ok());
+  EXPECT_OK(LayoutGroup::State(1, 1).Validate());
 }
 
 TEST(LayoutGroupsTest, OversizedGroupedBlockIsRejected) {
@@ -431,7 +432,7 @@ TEST(LayoutGroupsTest, OversizedGroupedBlockIsRejected) {
                                  LayoutGroup::State(1, 1 << 30), LayoutGroup::State(1, 1 << 30)},
                                 64);
   EXPECT_EQ(l.BytesPerBlock(), uint64_t{4} << 30);
-  EXPECT_TRUE(l.Validate().ok()) << l.Validate().ToString();
+  EXPECT_OK(l.Validate());
   l.groups.push_back(LayoutGroup::State(1, 1));
   ExpectInvalid(l.Validate(), "4 GiB");
 }
@@ -489,15 +490,15 @@ TEST(LayoutGroupsTest, ColonsMayStandForSpaces) {
   // A mount option or an xattr value: no spaces. A group's fields run to
   // the next group= or block_tokens=.
   Result<Layout> dense = Layout::Parse("layers=32:kv_heads=8:head_dim=128:dtype=bf16:block_tokens=16");
-  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  ASSERT_OK(dense);
   EXPECT_EQ(*dense, MistralLayout());
   std::string colons = MixedLayout().ToString();
   for (char& c : colons) c = c == ' ' ? ':' : c;
   Result<Layout> grouped = Layout::Parse(colons);
-  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  ASSERT_OK(grouped);
   EXPECT_EQ(*grouped, MixedLayout());
   grouped = Layout::Parse("group=state:layers=8:bytes=65536:block_tokens=16:group=latent:layers=61:head_dim=576:dtype=bf16");
-  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  ASSERT_OK(grouped);
   EXPECT_EQ(*grouped, Layout::FromGroups({LayoutGroup::State(8, 65536), LayoutGroup::Latent(61, 576, DType::kBF16)}, 16));
   // A dense field after a group belongs to the group.
   ExpectInvalid(Layout::Parse("block_tokens=16:group=state:layers=8:bytes=1:kv_heads=3").status(),
@@ -509,7 +510,7 @@ TEST(LayoutGroupsTest, ColonsMayStandForSpaces) {
 TEST(LayoutGroupsTest, KindNames) {
   for (GroupKind k : {GroupKind::kFull, GroupKind::kWindow, GroupKind::kLatent, GroupKind::kState}) {
     Result<GroupKind> p = ParseGroupKind(GroupKindName(k));
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     EXPECT_EQ(*p, k);
   }
   EXPECT_EQ(GroupKindName(GroupKind::kFull), "full");
@@ -532,7 +533,7 @@ TEST(DTypeTest, NamesSizesAndAliases) {
   EXPECT_EQ(DTypeSize(static_cast<DType>(0)), 0u);
   for (DType dt : {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8}) {
     Result<DType> p = ParseDType(DTypeName(dt));
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     EXPECT_EQ(*p, dt);
   }
   EXPECT_EQ(DTypeName(static_cast<DType>(9)), "invalid");
@@ -551,9 +552,9 @@ TEST(DTypeTest, NamesSizesAndAliases) {
 
 TEST(NamespaceNameTest, AcceptsValidNames) {
   for (const char* ok : {"a", "mistral-7b-instruct-v0.2", "A_b.c-9", "x.", "0"}) {
-    EXPECT_TRUE(ValidateNamespaceName(ok).ok()) << ok;
+    EXPECT_OK(ValidateNamespaceName(ok)) << ok;
   }
-  EXPECT_TRUE(ValidateNamespaceName(std::string(128, 'n')).ok());
+  EXPECT_OK(ValidateNamespaceName(std::string(128, 'n')));
 }
 
 TEST(NamespaceNameTest, RejectsBadNames) {

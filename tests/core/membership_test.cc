@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core {
 namespace {
@@ -32,7 +33,7 @@ address = "node-a"
 id = 16777215
 address = "[fe80::1]:9000"
 )", "cluster.conf");
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK(m);
   EXPECT_EQ(m->secret_file(), "/etc/ptstore/secret");
   ASSERT_EQ(m->size(), 3u);
   EXPECT_EQ(m->node_ids(), (std::vector<uint32_t>{0, 2, 16777215}));
@@ -45,18 +46,18 @@ address = "[fe80::1]:9000"
   EXPECT_EQ(m->Find(2)->host, "10.0.0.3");
   EXPECT_EQ(m->Find(1), nullptr);
   auto self = m->Self(0);
-  ASSERT_TRUE(self.ok());
+  ASSERT_OK(self);
   EXPECT_EQ(self->host, "node-a");
   auto none = m->Self(5);
   ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.status().code(), Code::kNotFound);
+  EXPECT_ERROR(none, Code::kNotFound);
   EXPECT_NE(none.status().message().find("node id 5 is not in cluster file cluster.conf"), std::string::npos);
 }
 
 TEST(MembershipTest, NodeListForm) {
   auto m = Membership::Parse("# scontrol show hostnames\nnid001\n\n  nid002:7500  # fat node\nnid003\n",
                              "hosts");
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK(m);
   ASSERT_EQ(m->size(), 3u);
   EXPECT_EQ(m->members()[0], (Member{0, "nid001", 7400}));
   EXPECT_EQ(m->members()[1], (Member{1, "nid002", 7500}));
@@ -68,12 +69,12 @@ TEST(MembershipTest, FormIsChosenByExtensionThenContent) {
   // A .toml name forces TOML even when the text looks like a node list.
   ExpectError(Membership::Parse("nid001\n", "c.toml"), Code::kInvalidArgument, "c.toml");
   // '[' or '=' on the first content line selects TOML.
-  EXPECT_TRUE(Membership::Parse("# x\n[[node]]\nid = 1\naddress = \"a:1\"\n", "c").ok());
-  EXPECT_TRUE(Membership::Parse("secret_file = \"/s\"\n[[node]]\nid = 1\naddress = \"a\"\n", "c").ok());
+  EXPECT_OK(Membership::Parse("# x\n[[node]]\nid = 1\naddress = \"a:1\"\n", "c"));
+  EXPECT_OK(Membership::Parse("secret_file = \"/s\"\n[[node]]\nid = 1\naddress = \"a\"\n", "c"));
   // Otherwise a node list.
   EXPECT_EQ(Membership::Parse("[fe80::1]:7400\n[fe80::2]\n", "c")->size(), 2u);
   auto list = Membership::Parse("a\nb\n", "c");
-  ASSERT_TRUE(list.ok());
+  ASSERT_OK(list);
   EXPECT_EQ(list->size(), 2u);
 }
 
@@ -84,10 +85,10 @@ TEST(MembershipTest, LoadReadsAFile) {
     std::ofstream(dir.Join("cluster.toml")) << "[[node]]\nid = 4\naddress = \"h:1\"\n";
   }
   auto a = Membership::Load(dir.Join("nodes"));
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_OK(a);
   EXPECT_EQ(a->size(), 2u);
   auto b = Membership::Load(dir.Join("cluster.toml"));
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_OK(b);
   EXPECT_EQ(b->node_ids(), std::vector<uint32_t>{4});
   ExpectError(Membership::Load(dir.Join("missing")), Code::kNotFound, "missing: No such file");
 }
@@ -103,7 +104,7 @@ TEST(MembershipTest, NodeListErrorsNameTheLine) {
   ExpectError(Membership::Parse("a\nb\na\n", "f"), Code::kInvalidArgument,
               "line 3: duplicate address a:7400 (also cluster file f line 1)");
   // Same host on two ports is two nodes; same host:port written two ways is one.
-  EXPECT_TRUE(Membership::Parse("a:1\na:2\n", "f").ok());
+  EXPECT_OK(Membership::Parse("a:1\na:2\n", "f"));
   ExpectError(Membership::Parse("a\na:7400\n", "f"), Code::kInvalidArgument, "duplicate address");
   ExpectError(Membership::Parse("a\nb:0\n", "f"), Code::kInvalidArgument, "line 2: bad port '0'");
   ExpectError(Membership::Parse("b:65536\n", "f"), Code::kInvalidArgument, "line 1: bad port '65536'");
@@ -148,11 +149,11 @@ TEST(MembershipTest, TomlErrorsNameTheEntry) {
 
 TEST(MembershipTest, ParseMemberAddress) {
   auto a = ParseMemberAddress("  host.example:81 ", "x");
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   EXPECT_EQ(a->host, "host.example");
   EXPECT_EQ(a->port, 81);
   auto b = ParseMemberAddress("[::1]", "x");
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   EXPECT_EQ(b->host, "::1");
   EXPECT_EQ(b->port, kDefaultClusterPort);
   EXPECT_FALSE(ParseMemberAddress("[::1]x", "x").ok());

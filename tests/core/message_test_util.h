@@ -14,6 +14,7 @@
 #include "core/wire.h"
 #include "ptstore/layout.h"
 #include "ptstore/types.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core::testmsg {
 
@@ -87,37 +88,37 @@ M RoundTrip(uint16_t type, const M& m) {
   frame.insert(frame.end(), body.begin(), body.end());
 
   Result<FrameHeader> h = DecodeFrameHeader(frame);
-  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_OK(h);
   if (!h.ok()) return M{};
   EXPECT_EQ(h->type, type);
   EXPECT_EQ(h->request_id, kRequestId);
   EXPECT_EQ(h->body_len, body.size());
   std::span<const uint8_t> got_body = std::span(frame).subspan(kFrameHeaderBytes, h->body_len);
-  EXPECT_TRUE(VerifyFrameChecksum(frame.data(), got_body).ok());
+  EXPECT_OK(VerifyFrameChecksum(frame.data(), got_body));
 
   Status any = DecodeAny(type, got_body);
-  EXPECT_TRUE(any.ok()) << MsgTypeName(type) << ": " << any.ToString();
+  EXPECT_OK(any) << MsgTypeName(type) << ": " << any.ToString();
 
   M out;
   Decoder d(got_body);
   Status s = out.Decode(d);
-  EXPECT_TRUE(s.ok()) << MsgTypeName(type) << ": " << s.ToString();
+  EXPECT_OK(s) << MsgTypeName(type) << ": " << s.ToString();
   EXPECT_EQ(EncodeBody(out), body) << MsgTypeName(type);
 
   for (size_t n = 0; n < body.size(); ++n) {
     std::vector<uint8_t> prefix(body.begin(), body.begin() + n);  // own buffer: ASan sees over-reads
     Status t = DecodeAny(type, prefix);
-    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " prefix " << n << " of " << body.size();
+    EXPECT_ERROR(t, Code::kProtocol) << MsgTypeName(type) << " prefix " << n << " of " << body.size();
     EXPECT_FALSE(t.message().empty());
     M partial;
     Decoder pd(prefix);
-    EXPECT_EQ(partial.Decode(pd).code(), Code::kProtocol) << MsgTypeName(type) << " prefix " << n;
+    EXPECT_ERROR(partial.Decode(pd), Code::kProtocol) << MsgTypeName(type) << " prefix " << n;
   }
   for (size_t extra : {1, 3, 64}) {
     std::vector<uint8_t> longer = body;
     longer.resize(body.size() + extra, 0);
     Status t = DecodeAny(type, longer);
-    EXPECT_EQ(t.code(), Code::kProtocol) << MsgTypeName(type) << " +" << extra;
+    EXPECT_ERROR(t, Code::kProtocol) << MsgTypeName(type) << " +" << extra;
     EXPECT_NE(t.message().find("trailing"), std::string::npos) << t.message();
   }
   return out;

@@ -17,6 +17,7 @@
 
 #include "tests/core/hostile_bodies.h"
 #include "tests/core/message_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core {
 namespace {
@@ -57,7 +58,7 @@ TEST(MsgTypeTest, UnknownTypesAreProtocolErrors) {
   std::vector<uint8_t> body = {0, 0, 0, 0};
   for (uint16_t t : {0, 68, 69, 0x100, 0xffff}) {
     Status s = DecodeAny(t, body);
-    EXPECT_EQ(s.code(), Code::kProtocol) << t;
+    EXPECT_ERROR(s, Code::kProtocol) << t;
     EXPECT_NE(s.message().find("unknown message type " + std::to_string(t)), std::string::npos);
   }
 }
@@ -72,7 +73,7 @@ TEST(MessagesTest, ErrorReply) {
   EXPECT_EQ(out.code, m.code);
   EXPECT_EQ(out.message, m.message);
   Status st = out.ToStatus();
-  EXPECT_EQ(st.code(), Code::kPermissionDenied);
+  EXPECT_ERROR(st, Code::kPermissionDenied);
   EXPECT_EQ(st.message(), m.message);
 }
 
@@ -93,9 +94,9 @@ TEST(MessagesTest, ErrorReplyUnknownCodeBecomesProtocol) {
   std::vector<uint8_t> body = e.Take();
   ErrorReply out;
   Decoder d(body);
-  ASSERT_TRUE(out.Decode(d).ok());
+  ASSERT_OK(out.Decode(d));
   EXPECT_EQ(out.code, Code::kProtocol);
-  EXPECT_EQ(out.ToStatus().code(), Code::kProtocol);
+  EXPECT_ERROR(out.ToStatus(), Code::kProtocol);
   EXPECT_EQ(out.message, "from a newer peer");
 }
 
@@ -103,7 +104,7 @@ TEST(MessagesTest, ErrorReplyWithOkCodeIsNotSuccess) {
   ErrorReply m;
   m.code = Code::kOk;
   m.message = "confused peer";
-  EXPECT_EQ(m.ToStatus().code(), Code::kProtocol);
+  EXPECT_ERROR(m.ToStatus(), Code::kProtocol);
 }
 
 TEST(MessagesTest, ErrorReplyMessageLimit) {
@@ -120,7 +121,7 @@ TEST(MessagesTest, ErrorReplyMessageLimit) {
   std::string big((1u << 16) + 1, 'x');
   e.PutRaw(big.data(), big.size());
   Status s = DecodeAny(T(MsgType::kError), e.buffer());
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("'message'"), std::string::npos);
 }
 
@@ -128,7 +129,7 @@ TEST(MessagesTest, UnregisterBuffer) {
   UnregisterBufferRequest m;
   m.buffer_id = 0xdeadbeef;
   EXPECT_EQ(RoundTrip(T(MsgType::kUnregisterBuffer), m).buffer_id, 0xdeadbeefu);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kUnregisterBufferReply), {}).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kUnregisterBufferReply), {}));
 }
 
 TEST(MessagesTest, Hello) {
@@ -145,10 +146,10 @@ TEST(MessagesTest, Hello) {
 TEST(MessagesTest, HelloNameLimit) {
   HelloRequest m;
   m.client_name = std::string(256, 'c');
-  EXPECT_TRUE(DecodeAny(T(MsgType::kHello), EncodeBody(m)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kHello), EncodeBody(m)));
   m.client_name.push_back('c');
   Status s = DecodeAny(T(MsgType::kHello), EncodeBody(m));
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("client_name"), std::string::npos);
 }
 
@@ -417,15 +418,15 @@ TEST(MessagesTest, Auth) {
   auto trip = [](uint16_t type, const auto& m) {
     std::remove_cvref_t<decltype(m)> out;
     const std::vector<uint8_t> body = EncodeBody(m);
-    EXPECT_TRUE(DecodeAny(type, body).ok());
+    EXPECT_OK(DecodeAny(type, body));
     Decoder d(body);
-    EXPECT_TRUE(out.Decode(d).ok());
+    EXPECT_OK(out.Decode(d));
     EXPECT_EQ(EncodeBody(out), body);
     for (size_t extra : {1, 3, 64}) {
       std::vector<uint8_t> longer = body;
       longer.resize(body.size() + extra, 0);
       Status t = DecodeAny(type, longer);
-      EXPECT_EQ(t.code(), Code::kProtocol) << extra;
+      EXPECT_ERROR(t, Code::kProtocol) << extra;
       EXPECT_NE(t.message().find("trailing"), std::string::npos) << t.message();
     }
     return out;
@@ -458,20 +459,20 @@ TEST(MessagesTest, Auth) {
   std::vector<uint8_t> old(b.begin(), b.begin() + 36);
   AuthHello v1;
   Decoder d(old);
-  ASSERT_TRUE(v1.Decode(d).ok());
+  ASSERT_OK(v1.Decode(d));
   EXPECT_FALSE(v1.versions.has_value());
-  EXPECT_EQ(DecodeAny(T(MsgType::kAuthHello), std::span(b).first(35)).code(), Code::kProtocol);
+  EXPECT_ERROR(DecodeAny(T(MsgType::kAuthHello), std::span(b).first(35)), Code::kProtocol);
   for (size_t n : {37, 38, 39}) {
-    EXPECT_EQ(DecodeAny(T(MsgType::kAuthHello), std::span(b).first(n)).code(), Code::kProtocol) << n;
+    EXPECT_ERROR(DecodeAny(T(MsgType::kAuthHello), std::span(b).first(n)), Code::kProtocol) << n;
   }
   b.push_back(0);
-  EXPECT_EQ(DecodeAny(T(MsgType::kAuthHello), b).code(), Code::kProtocol);
+  EXPECT_ERROR(DecodeAny(T(MsgType::kAuthHello), b), Code::kProtocol);
   AuthHello empty = h;
   empty.versions = PeerVersionRange{2, 1};
   Encoder e2;
   empty.Encode(e2);
   std::vector<uint8_t> eb = e2.Take();
-  EXPECT_EQ(DecodeAny(T(MsgType::kAuthHello), eb).code(), Code::kProtocol);
+  EXPECT_ERROR(DecodeAny(T(MsgType::kAuthHello), eb), Code::kProtocol);
 }
 
 TEST(MessagesTest, ListTree) {
@@ -551,7 +552,7 @@ TEST(MessagesTest, BadBooleanNamesTheField) {
   std::vector<uint8_t> body = EncodeBody(m);
   body.back() = 2;
   Status s = DecodeAny(T(MsgType::kHello), body);
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("want_mapping"), std::string::npos) << s.message();
 }
 
@@ -565,11 +566,11 @@ TEST(MessagesTest, UnknownCacheClassRejected) {
   for (uint8_t cls : {2, 3, 0x80, 0xff}) {
     body[76] = cls;
     Status s = DecodeAny(T(MsgType::kListTreeReply), body);
-    EXPECT_EQ(s.code(), Code::kProtocol);
+    EXPECT_ERROR(s, Code::kProtocol);
     EXPECT_NE(s.message().find("node.class"), std::string::npos) << s.message();
   }
   body[76] = 1;
-  EXPECT_TRUE(DecodeAny(T(MsgType::kListTreeReply), body).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kListTreeReply), body));
 }
 
 TEST(MessagesTest, ChangesRoundTrip) {
@@ -602,7 +603,7 @@ TEST(MessagesTest, ChangesRoundTrip) {
     std::vector<uint8_t> body = e.Take();
     body[8 + 8 + 1 + 1 + 4] = bad;  // epoch, next, lost, more, count, then the kind
     Status s = DecodeAny(T(MsgType::kChangesReply), body);
-    EXPECT_EQ(s.code(), Code::kProtocol) << int{bad};
+    EXPECT_ERROR(s, Code::kProtocol) << int{bad};
     EXPECT_NE(s.message().find("change.kind"), std::string::npos) << s.message();
   }
 }
@@ -620,7 +621,7 @@ TEST(MessagesTest, QuotasRoundTrip) {
     std::vector<uint8_t> body = EncodeBody(one);
     body[4 + 1] = bad;  // after the name's length and its one byte
     Status st = DecodeAny(T(MsgType::kSetQuota), body);
-    EXPECT_EQ(st.code(), Code::kProtocol) << int{bad};
+    EXPECT_ERROR(st, Code::kProtocol) << int{bad};
     EXPECT_NE(st.message().find("'set'"), std::string::npos) << st.message();
   }
   NamespaceQuota a{"a", 1, 2, 3, 4, 5, 6, 7};
@@ -633,7 +634,7 @@ TEST(MessagesTest, QuotasRoundTrip) {
   EXPECT_EQ(RoundTrip(T(MsgType::kQuotasReply), all).quotas, all.quotas);
   // A count larger than the body can hold is refused before allocating.
   std::vector<uint8_t> body = {0xff, 0xff, 0xff, 0x7f};
-  EXPECT_EQ(DecodeAny(T(MsgType::kQuotasReply), body).code(), Code::kProtocol);
+  EXPECT_ERROR(DecodeAny(T(MsgType::kQuotasReply), body), Code::kProtocol);
 }
 
 TEST(MessagesTest, SetTimesRoundTrip) {
@@ -653,7 +654,7 @@ TEST(MessagesTest, SetTimesRoundTrip) {
   std::vector<uint8_t> body = EncodeBody(r);
   body.resize(body.size() - 4);
   Status s = DecodeAny(T(MsgType::kSetTimesReply), body);
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("times.ctime"), std::string::npos) << s.message();
 }
 
@@ -727,13 +728,13 @@ TEST(MessagesTest, ExactCountWithAllBytesPresentDecodes) {
   // Boundary: count * min_size == remaining must be accepted.
   PrefixReply r;
   r.extents.resize(1000);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPinReply), EncodeBody(r)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kPinReply), EncodeBody(r)));
   ListTreeReply t;
   t.nodes.resize(1000);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kListTreeReply), EncodeBody(t)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kListTreeReply), EncodeBody(t)));
   ListNamespacesReply n;
   n.namespaces.resize(1000);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kListNamespacesReply), EncodeBody(n)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kListNamespacesReply), EncodeBody(n)));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "tests/core/hostile_bodies.h"
 #include "tests/core/message_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core {
 namespace {
@@ -93,27 +94,27 @@ TEST(PeerMsgTypeTest, EnumNames) {
 TEST(PeerMsgTypeTest, DecodeAnyAcceptsEveryNewType) {
   // Replies without a body of their own.
   for (MsgType t : {MsgType::kShardAnnounceReply, MsgType::kPeerReleaseReply, MsgType::kClusterStatus}) {
-    EXPECT_TRUE(DecodeAny(T(t), {}).ok()) << MsgTypeName(T(t));
+    EXPECT_OK(DecodeAny(T(t), {})) << MsgTypeName(T(t));
     std::vector<uint8_t> one = {0};
-    EXPECT_EQ(DecodeAny(T(t), one).code(), Code::kProtocol) << MsgTypeName(T(t));
+    EXPECT_ERROR(DecodeAny(T(t), one), Code::kProtocol) << MsgTypeName(T(t));
   }
   // Each body type once more through DecodeAny (RoundTrip checks it with
   // real values below).
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerPing), EncodeBody(PeerPing{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerPingReply), EncodeBody(PeerPingReply{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kShardLookup), EncodeBody(ShardLookup{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kShardLookupReply), EncodeBody(ShardLookupReply{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kShardAnnounce), EncodeBody(ShardAnnounce{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(PeerFetch{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerFetchReply), EncodeBody(PeerFetchReply{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerRelease), EncodeBody(PeerRelease{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerRemove), EncodeBody(PeerRemove{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerRemoveReply), EncodeBody(RemoveReply{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kClusterStatusReply), EncodeBody(ClusterStatusReply{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerTiers), EncodeBody(PeerTiers{})).ok());
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerTiersReply), EncodeBody(PeerTiersReply{})).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerPing), EncodeBody(PeerPing{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerPingReply), EncodeBody(PeerPingReply{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kShardLookup), EncodeBody(ShardLookup{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kShardLookupReply), EncodeBody(ShardLookupReply{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kShardAnnounce), EncodeBody(ShardAnnounce{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(PeerFetch{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerFetchReply), EncodeBody(PeerFetchReply{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerRelease), EncodeBody(PeerRelease{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerRemove), EncodeBody(PeerRemove{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerRemoveReply), EncodeBody(RemoveReply{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kClusterStatusReply), EncodeBody(ClusterStatusReply{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerTiers), EncodeBody(PeerTiers{})));
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerTiersReply), EncodeBody(PeerTiersReply{})));
   // A body of one type under another is refused (no type is a prefix of all).
-  EXPECT_EQ(DecodeAny(T(MsgType::kPeerPing), EncodeBody(PeerPingReply{})).code(), Code::kProtocol);
+  EXPECT_ERROR(DecodeAny(T(MsgType::kPeerPing), EncodeBody(PeerPingReply{})), Code::kProtocol);
 }
 
 // ---- round trips -------------------------------------------------------------
@@ -176,7 +177,7 @@ TEST(PeerMessagesTest, ShardLookupReply) {
   std::vector<uint8_t> body = EncodeBody(m);
   body.pop_back();
   const Status s = DecodeAny(T(MsgType::kShardLookupReply), body);
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("continues"), std::string::npos) << s.message();
 }
 
@@ -296,7 +297,7 @@ TEST(PeerMessagesTest, PeerTiersAndReply) {
   // A medium that is not a set of DRAM and SSD is refused, naming it.
   r.media = {4};
   Status s = DecodeAny(T(MsgType::kPeerTiersReply), EncodeBody(r));
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("media 4"), std::string::npos) << s.message();
 }
 
@@ -393,7 +394,7 @@ TEST(PeerMessagesTest, PeerFetchRefusesASegmentThatDoesNotEndAfterItsStart) {
   m.tokens = SampleTokens(8);
   m.segments = {{0, 1}, {3, 5}};
   const size_t at = FirstSegmentOffset(m);
-  ASSERT_TRUE(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(m)).ok());
+  ASSERT_OK(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(m)));
   struct Bad {
     uint64_t start, end;
     size_t which;
@@ -406,16 +407,16 @@ TEST(PeerMessagesTest, PeerFetchRefusesASegmentThatDoesNotEndAfterItsStart) {
     std::memcpy(body.data() + at + 16 * b.which, &b.start, 8);
     std::memcpy(body.data() + at + 16 * b.which + 8, &b.end, 8);
     Status s = DecodeAny(T(MsgType::kPeerFetch), body);
-    EXPECT_EQ(s.code(), Code::kProtocol);
+    EXPECT_ERROR(s, Code::kProtocol);
     EXPECT_NE(s.message().find("segment"), std::string::npos) << s.message();
     PeerFetch out;
     Decoder d(body);
-    EXPECT_EQ(out.Decode(d).code(), Code::kProtocol);
+    EXPECT_ERROR(out.Decode(d), Code::kProtocol);
   }
   // Through the encoder too.
   PeerFetch bad = m;
   bad.segments.push_back({9, 9});
-  EXPECT_EQ(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(bad)).code(), Code::kProtocol);
+  EXPECT_ERROR(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(bad)), Code::kProtocol);
 }
 
 TEST(PeerMessagesTest, PeerFetchRefusesAnUnknownDataPath) {
@@ -429,11 +430,11 @@ TEST(PeerMessagesTest, PeerFetchRefusesAnUnknownDataPath) {
   for (uint8_t p : {2, 3, 0x7f, 0xff}) {
     body.back() = p;
     Status s = DecodeAny(T(MsgType::kPeerFetch), body);
-    EXPECT_EQ(s.code(), Code::kProtocol) << int(p);
+    EXPECT_ERROR(s, Code::kProtocol) << int(p);
     EXPECT_NE(s.message().find("data path"), std::string::npos) << s.message();
   }
   body.back() = 0;
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerFetch), body).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerFetch), body));
 }
 
 TEST(PeerMessagesTest, LocatePrefixRoundTrips) {
@@ -467,7 +468,7 @@ TEST(PeerMessagesTest, LocatePrefixReplyRefusesSpansThatDoNotTileTheMatch) {
     LocatePrefixReply r;
     r.location = std::move(loc);
     Status s = DecodeAny(T(MsgType::kLocatePrefixReply), EncodeBody(r));
-    EXPECT_EQ(s.code(), Code::kProtocol) << what;
+    EXPECT_ERROR(s, Code::kProtocol) << what;
     EXPECT_NE(s.message().find("LocatePrefixReply"), std::string::npos) << s.message();
   };
   refused({32, {PrefixSpan{16, 0, {}}, PrefixSpan{16, 1, {}}, PrefixSpan{32, 1, {}}}}, "a span of no tokens");
@@ -487,11 +488,11 @@ TEST(PeerMessagesTest, ClusterStatusReplyRefusesAnUnknownMemberState) {
   for (uint8_t st : {4, 5, 0x80, 0xff}) {
     body[at] = st;
     Status s = DecodeAny(T(MsgType::kClusterStatusReply), body);
-    EXPECT_EQ(s.code(), Code::kProtocol) << int(st);
+    EXPECT_ERROR(s, Code::kProtocol) << int(st);
     EXPECT_NE(s.message().find("member state"), std::string::npos) << s.message();
   }
   body[at] = 3;
-  EXPECT_TRUE(DecodeAny(T(MsgType::kClusterStatusReply), body).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kClusterStatusReply), body));
 }
 
 TEST(PeerMessagesTest, BadBooleansAreRefused) {
@@ -502,7 +503,7 @@ TEST(PeerMessagesTest, BadBooleansAreRefused) {
   ASSERT_EQ(body[12], 0);
   body[12] = 2;
   Status s = DecodeAny(T(MsgType::kPeerFetchReply), body);
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("segment.gone"), std::string::npos) << s.message();
 
   ClusterStatusReply c;
@@ -510,7 +511,7 @@ TEST(PeerMessagesTest, BadBooleansAreRefused) {
   ASSERT_EQ(body[4], 0);  // enabled
   body[4] = 7;
   s = DecodeAny(T(MsgType::kClusterStatusReply), body);
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("enabled"), std::string::npos) << s.message();
 }
 
@@ -518,22 +519,22 @@ TEST(PeerMessagesTest, OverlongStringsAreRefused) {
   PeerRemove r;
   r.ns = std::string(4097, 'n');
   Status s = DecodeAny(T(MsgType::kPeerRemove), EncodeBody(r));
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("'ns'"), std::string::npos) << s.message();
 
   ShardLookup l;
   l.ns = SampleDef(0);
   l.ns.salt = std::string(4097, 's');
   s = DecodeAny(T(MsgType::kShardLookup), EncodeBody(l));
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("namespace.salt"), std::string::npos) << s.message();
   l.ns.salt = std::string(4096, 's');  // the limit itself is fine
-  EXPECT_TRUE(DecodeAny(T(MsgType::kShardLookup), EncodeBody(l)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kShardLookup), EncodeBody(l)));
 
   PeerPingReply p;
   p.fabric_provider = std::string(257, 'p');
   s = DecodeAny(T(MsgType::kPeerPingReply), EncodeBody(p));
-  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find("fabric_provider"), std::string::npos) << s.message();
 }
 
@@ -642,19 +643,19 @@ TEST(PeerMessagesTest, ExactCountWithAllBytesPresentDecodes) {
   // Boundary: lists whose elements are all minimal, filling the body exactly.
   ShardLookupReply r;
   r.ranges.resize(1000);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kShardLookupReply), EncodeBody(r)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kShardLookupReply), EncodeBody(r)));
   ShardAnnounce a;
   a.entries.resize(1000);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kShardAnnounce), EncodeBody(a)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kShardAnnounce), EncodeBody(a)));
   PeerFetchReply f;
   f.segments.resize(1000);
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerFetchReply), EncodeBody(f)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerFetchReply), EncodeBody(f)));
   PeerFetch pf;
   for (uint64_t i = 0; i < 1000; ++i) pf.segments.push_back({i, i + 1});
-  EXPECT_TRUE(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(pf)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(pf)));
   ClusterStatusReply c;
   c.members.resize(1000);  // minimal members: empty addresses
-  EXPECT_TRUE(DecodeAny(T(MsgType::kClusterStatusReply), EncodeBody(c)).ok());
+  EXPECT_OK(DecodeAny(T(MsgType::kClusterStatusReply), EncodeBody(c)));
 }
 
 }  // namespace

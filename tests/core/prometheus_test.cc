@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/prometheus_text.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core {
 namespace {
@@ -25,7 +26,7 @@ TEST(PromWriterTest, CounterAndGaugeLines) {
   w.Sample(0, {{"class", "replica"}});
   w.Gauge("ptstore_ratio", "A double.", 0.25);
   w.Gauge("ptstore_negative", "A signed value.", int64_t{-3});
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   EXPECT_EQ(w.text(),
             "# HELP ptstore_saves_total Prompts saved.\n"
             "# TYPE ptstore_saves_total counter\n"
@@ -41,7 +42,7 @@ TEST(PromWriterTest, CounterAndGaugeLines) {
             "# TYPE ptstore_negative gauge\n"
             "ptstore_negative -3\n");
   auto parsed = ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->families.size(), 4u);
   EXPECT_EQ(parsed->Value("ptstore_cache_bytes", {{"class", "owned"}}), 1048576);
   EXPECT_EQ(parsed->Find("ptstore_saves_total")->type, "counter");
@@ -57,13 +58,13 @@ TEST(PromWriterTest, EscapesLabelValuesAndHelp) {
   PromWriter w;
   w.Family("m", MetricType::kGauge, "back\\slash \"quoted\"\nsecond line");
   w.Sample(1, {{"path", "C:\\dir\\\"x\"\nnext"}, {"empty", ""}, {"utf8", "caf\xc3\xa9 {}=,"}});
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   EXPECT_EQ(w.text(),
             "# HELP m back\\\\slash \"quoted\"\\nsecond line\n"
             "# TYPE m gauge\n"
             "m{path=\"C:\\\\dir\\\\\\\"x\\\"\\nnext\",empty=\"\",utf8=\"caf\xc3\xa9 {}=,\"} 1\n");
   auto parsed = ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
   const auto& f = parsed->families.at(0);
   EXPECT_EQ(f.help, "back\\slash \"quoted\"\nsecond line");
   ASSERT_EQ(f.samples.size(), 1u);
@@ -94,7 +95,7 @@ TEST(PromWriterTest, SpecialDoubles) {
   PromWriter w;
   w.Gauge("g", "h", NAN);
   auto parsed = ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
   EXPECT_TRUE(std::isnan(parsed->families[0].samples[0].value));
 }
 
@@ -132,10 +133,10 @@ TEST(PromWriterTest, MisuseLeavesOutputValid) {
   w.Histogram(bad);
   w.Histogram(HistogramSnapshot{{1}, {0, 0}, 0, 0}, {{"le", "1"}});
   EXPECT_FALSE(w.status().ok());
-  EXPECT_EQ(w.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(w.status(), Code::kInvalidArgument);
   EXPECT_NE(w.status().message().find("outside a metric family"), std::string::npos) << w.status().ToString();
   auto parsed = ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << w.text();
+  ASSERT_OK(parsed) << "\n" << w.text();
   ASSERT_NE(parsed->Find("ok"), nullptr);
   ASSERT_EQ(parsed->Find("ok")->samples.size(), 1u);
   EXPECT_EQ(parsed->Value("ok", {{"a", "1"}}), 3);
@@ -152,7 +153,7 @@ TEST(PromWriterTest, HistogramLinesAreCumulative) {
   w.Family("ptstore_rpc_seconds", MetricType::kHistogram, "RPC latency.");
   w.Histogram(h, {{"rpc", "lookup"}});
   w.Histogram(HistogramSnapshot{{0.001, 0.01, 0.1}, {0, 0, 0, 0}, 0, 0}, {{"rpc", "load"}});
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   EXPECT_EQ(w.text(),
             "# HELP ptstore_rpc_seconds RPC latency.\n"
             "# TYPE ptstore_rpc_seconds histogram\n"
@@ -169,7 +170,7 @@ TEST(PromWriterTest, HistogramLinesAreCumulative) {
             "ptstore_rpc_seconds_sum{rpc=\"load\"} 0\n"
             "ptstore_rpc_seconds_count{rpc=\"load\"} 0\n");
   auto parsed = ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
 }
 
 TEST(PromTextReaderTest, RejectsBrokenExpositions) {
@@ -185,7 +186,7 @@ TEST(PromTextReaderTest, RejectsBrokenExpositions) {
   EXPECT_FALSE(ParsePromText("# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"+Inf\"} 2\n"
                              "h_sum 1\nh_count 2\n").ok());                           // not cumulative
   EXPECT_FALSE(ParsePromText("# HELP h x\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n").ok());
-  EXPECT_TRUE(ParsePromText("# HELP m x\n# TYPE m gauge\nm{a=\"\\\"\"} -1.5e3 1700000000000\n").ok());
+  EXPECT_OK(ParsePromText("# HELP m x\n# TYPE m gauge\nm{a=\"\\\"\"} -1.5e3 1700000000000\n"));
 }
 
 TEST(LatencyHistogramTest, BucketEdgesAreInclusive) {
@@ -220,7 +221,7 @@ TEST(LatencyHistogramTest, BucketEdgesAreInclusive) {
   w.Family("lat_seconds", MetricType::kHistogram, "x");
   w.Histogram(s);
   auto parsed = ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->Value("lat_seconds_bucket", {{"le", "1e-05"}}), 3);
   EXPECT_EQ(parsed->Value("lat_seconds_bucket", {{"le", "2.5e-05"}}), 4);
   EXPECT_EQ(parsed->Value("lat_seconds_bucket", {{"le", "0.001"}}), 5);
@@ -249,7 +250,7 @@ TEST(LatencyHistogramTest, ConcurrentObservationsAllCount) {
     w.Family("x_seconds", MetricType::kHistogram, "x");
     w.Histogram(s);
     auto parsed = ParsePromText(w.text());
-    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    ASSERT_OK(parsed);
   }
   for (auto& t : threads) t.join();
   HistogramSnapshot s = h.Snapshot();

@@ -1,6 +1,7 @@
 // Quota sizes as people write them (ptstore/quota.h): units, decimals,
 // "none", and clear errors for what is not a size.
 #include "ptstore/quota.h"
+#include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +10,7 @@ namespace {
 
 uint64_t Parse(const char* text) {
   auto r = ParseQuotaBytes(text);
-  EXPECT_TRUE(r.ok()) << text << ": " << r.status().ToString();
+  EXPECT_OK(r) << text << ": " << r.status().ToString();
   return r.ok() ? *r : ~0ull;
 }
 
@@ -17,7 +18,7 @@ std::string Error(const char* text) {
   auto r = ParseQuotaBytes(text);
   EXPECT_FALSE(r.ok()) << text << " parsed as " << (r.ok() ? *r : 0);
   if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(r, Code::kInvalidArgument);
   return r.status().message();
 }
 

@@ -1,4 +1,5 @@
 #include "core/shm.h"
+#include "tests/testing/status_matchers.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -22,7 +23,7 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 std::unique_ptr<SharedMemory> CreateOrDie(uint64_t bytes, SharedMemory::CreateOptions opts = {}) {
   auto shm = SharedMemory::Create(bytes, opts);
-  EXPECT_TRUE(shm.ok()) << shm.status().ToString();
+  EXPECT_OK(shm);
   return shm.ok() ? std::move(shm).value() : nullptr;
 }
 
@@ -69,7 +70,7 @@ TEST(SharedMemoryTest, ReadOnlyMapOfSameFdSeesTheBytes) {
   for (uint64_t i = 0; i < bytes; ++i) shm->data()[i] = static_cast<uint8_t>(i * 7 + 3);
 
   auto ro = SharedMemory::Map(::dup(shm->fd()), bytes, /*read_only=*/true, /*populate=*/true);
-  ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+  ASSERT_OK(ro);
   EXPECT_TRUE((*ro)->read_only());
   EXPECT_EQ((*ro)->size(), bytes);
   EXPECT_NE((*ro)->data(), shm->data());
@@ -84,7 +85,7 @@ TEST(SharedMemoryTest, WriteThroughReadOnlyMappingDiesOfSigsegv) {
   auto shm = CreateOrDie(kMiB);
   ASSERT_NE(shm, nullptr);
   auto ro = SharedMemory::Map(::dup(shm->fd()), kMiB, /*read_only=*/true, /*populate=*/false);
-  ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+  ASSERT_OK(ro);
 
   std::fflush(nullptr);
   pid_t child = ::fork();
@@ -109,19 +110,19 @@ TEST(SharedMemoryTest, MapOfTooSmallFdFailsNamingBothSizesAndClosesFd) {
   int fd = ::dup(shm->fd());
   auto ro = SharedMemory::Map(fd, 2 * kMiB, /*read_only=*/true, /*populate=*/false);
   ASSERT_FALSE(ro.ok());
-  EXPECT_EQ(ro.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(ro, Code::kInvalidArgument);
   EXPECT_NE(ro.status().message().find("1048576"), std::string::npos) << ro.status().message();
   EXPECT_NE(ro.status().message().find("2097152"), std::string::npos) << ro.status().message();
   EXPECT_FALSE(FdIsOpen(fd)) << "Map must close the fd it was given, also on failure";
 }
 
 TEST(SharedMemoryTest, BadArgumentsFail) {
-  EXPECT_EQ(SharedMemory::Create(0, {}).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(SharedMemory::Map(-1, kMiB, true, false).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(SharedMemory::Create(0, {}), Code::kInvalidArgument);
+  EXPECT_ERROR(SharedMemory::Map(-1, kMiB, true, false), Code::kInvalidArgument);
   auto shm = CreateOrDie(kMiB);
   ASSERT_NE(shm, nullptr);
   int fd = ::dup(shm->fd());
-  EXPECT_EQ(SharedMemory::Map(fd, 0, true, false).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(SharedMemory::Map(fd, 0, true, false), Code::kInvalidArgument);
   EXPECT_FALSE(FdIsOpen(fd));
 }
 
@@ -141,14 +142,14 @@ TEST(SharedMemoryTest, NoWritableMappingAfterCreateByDefault) {
   ASSERT_NE(shm, nullptr);
   auto rw = SharedMemory::Map(::dup(shm->fd()), kMiB, /*read_only=*/false, /*populate=*/false);
   ASSERT_FALSE(rw.ok());
-  EXPECT_EQ(rw.status().code(), Code::kPermissionDenied) << rw.status().ToString();
+  EXPECT_ERROR(rw, Code::kPermissionDenied);
   // The creator's own mapping stays writable.
   shm->data()[0] = 9;
   EXPECT_EQ(shm->data()[0], 9);
 
   // Neither can a read-only mapping be made writable later.
   auto ro = SharedMemory::Map(::dup(shm->fd()), kMiB, /*read_only=*/true, /*populate=*/false);
-  ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+  ASSERT_OK(ro);
   EXPECT_NE(::mprotect((*ro)->data(), kMiB, PROT_READ | PROT_WRITE), 0);
 }
 
@@ -158,7 +159,7 @@ TEST(SharedMemoryTest, WritableMapWhenNotSealed) {
   auto shm = CreateOrDie(kMiB, opts);
   ASSERT_NE(shm, nullptr);
   auto rw = SharedMemory::Map(::dup(shm->fd()), kMiB, /*read_only=*/false, /*populate=*/true);
-  ASSERT_TRUE(rw.ok()) << rw.status().ToString();
+  ASSERT_OK(rw);
   EXPECT_FALSE((*rw)->read_only());
   (*rw)->data()[10] = 42;
   EXPECT_EQ(shm->data()[10], 42);

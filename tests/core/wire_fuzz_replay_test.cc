@@ -18,6 +18,7 @@
 
 #include "core/messages.h"
 #include "core/wire.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::fuzz {
 // tests/fuzz/wire_fuzz.cc
@@ -118,12 +119,12 @@ TEST(WireFuzzReplayTest, SeedsAreValidFramesOfEveryType) {
   for (const auto& [type, frame] : seeds) {
     SCOPED_TRACE(MsgTypeName(type));
     Result<FrameHeader> h = DecodeFrameHeader(frame);
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h);
     ASSERT_EQ(h->type, type);
     ASSERT_EQ(frame.size(), kFrameHeaderBytes + h->body_len);
     auto body = std::span(frame).subspan(kFrameHeaderBytes);
-    EXPECT_TRUE(VerifyFrameChecksum(frame.data(), body).ok());
-    EXPECT_TRUE(DecodeAny(type, body).ok());
+    EXPECT_OK(VerifyFrameChecksum(frame.data(), body));
+    EXPECT_OK(DecodeAny(type, body));
     EXPECT_EQ(fuzz::CheckWireInput(frame.data(), frame.size()), "");
     ASSERT_LT(type, seen.size());
     seen[type] = true;

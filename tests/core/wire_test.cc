@@ -12,6 +12,7 @@
 
 #include "core/wire_types.h"
 #include "ptstore/layout.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::core {
 namespace {
@@ -37,7 +38,7 @@ void Reseal(Header& h, std::span<const uint8_t> body) {
 }
 
 void ExpectProtocol(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), Code::kProtocol) << s.ToString();
+  EXPECT_ERROR(s, Code::kProtocol);
   EXPECT_NE(s.message().find(needle), std::string::npos)
       << "message '" << s.message() << "' does not mention '" << needle << "'";
 }
@@ -66,12 +67,12 @@ TEST(FrameHeaderTest, RoundTrip) {
       std::vector<uint8_t> body(type % 7 * 13, static_cast<uint8_t>(rid));
       Header h = MakeHeader(type, rid, body);
       Result<FrameHeader> r = DecodeFrameHeader(h);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
       EXPECT_EQ(r->version, kWireVersion);
       EXPECT_EQ(r->type, type);
       EXPECT_EQ(r->request_id, rid);
       EXPECT_EQ(r->body_len, body.size());
-      EXPECT_TRUE(VerifyFrameChecksum(h.data(), body).ok());
+      EXPECT_OK(VerifyFrameChecksum(h.data(), body));
     }
   }
 }
@@ -82,7 +83,7 @@ TEST(FrameHeaderTest, DecodeIgnoresBytesAfterTheHeader) {
   std::vector<uint8_t> frame(h.begin(), h.end());
   frame.insert(frame.end(), body.begin(), body.end());
   Result<FrameHeader> r = DecodeFrameHeader(frame);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->body_len, 2u);
 }
 
@@ -120,7 +121,7 @@ TEST(FrameHeaderTest, OtherVersionRejected) {
 TEST(FrameHeaderTest, OversizedBodyRejected) {
   Header h = MakeHeader(2, 3, {});
   Poke<uint32_t>(h, 16, kMaxBodyBytes);
-  EXPECT_TRUE(DecodeFrameHeader(h).ok());  // the limit itself is allowed
+  EXPECT_OK(DecodeFrameHeader(h));  // the limit itself is allowed
   for (uint32_t len : {kMaxBodyBytes + 1, 0x80000000u, 0xffffffffu}) {
     Poke<uint32_t>(h, 16, len);
     Result<FrameHeader> r = DecodeFrameHeader(h);
@@ -132,7 +133,7 @@ TEST(FrameHeaderTest, OversizedBodyRejected) {
 TEST(FrameHeaderTest, ChecksumCoversHeaderAndBody) {
   std::vector<uint8_t> body = {10, 20, 30, 40, 50};
   const Header good = MakeHeader(12, 77, body);
-  ASSERT_TRUE(VerifyFrameChecksum(good.data(), body).ok());
+  ASSERT_OK(VerifyFrameChecksum(good.data(), body));
 
   // Any flipped bit in the first 20 header bytes, the checksum, or the body.
   for (size_t byte = 0; byte < kFrameHeaderBytes; ++byte) {
@@ -158,9 +159,9 @@ TEST(FrameHeaderTest, ChecksumCoversHeaderAndBody) {
 
 TEST(FrameHeaderTest, EmptyBody) {
   Header h = MakeHeader(21, 1, {});
-  ASSERT_TRUE(DecodeFrameHeader(h).ok());
+  ASSERT_OK(DecodeFrameHeader(h));
   EXPECT_EQ(DecodeFrameHeader(h)->body_len, 0u);
-  EXPECT_TRUE(VerifyFrameChecksum(h.data(), {}).ok());
+  EXPECT_OK(VerifyFrameChecksum(h.data(), {}));
   std::vector<uint8_t> one = {0};
   EXPECT_FALSE(VerifyFrameChecksum(h.data(), one).ok());
 }
@@ -210,16 +211,16 @@ TEST(CodecTest, RoundTripAllFieldKinds) {
   bool b;
   std::string s1, s2 = "not empty";
   std::vector<uint32_t> a1, a2 = {9};
-  ASSERT_TRUE(d.GetU8("u8", &u8).ok());
-  ASSERT_TRUE(d.GetU16("u16", &u16).ok());
-  ASSERT_TRUE(d.GetU32("u32", &u32).ok());
-  ASSERT_TRUE(d.GetU64("u64", &u64).ok());
-  ASSERT_TRUE(d.GetBool("b", &b).ok());
-  ASSERT_TRUE(d.GetString("s1", &s1).ok());
-  ASSERT_TRUE(d.GetString("s2", &s2).ok());
-  ASSERT_TRUE(d.GetU32Array("a1", &a1).ok());
-  ASSERT_TRUE(d.GetU32Array("a2", &a2).ok());
-  EXPECT_TRUE(d.Finish("Test").ok());
+  ASSERT_OK(d.GetU8("u8", &u8));
+  ASSERT_OK(d.GetU16("u16", &u16));
+  ASSERT_OK(d.GetU32("u32", &u32));
+  ASSERT_OK(d.GetU64("u64", &u64));
+  ASSERT_OK(d.GetBool("b", &b));
+  ASSERT_OK(d.GetString("s1", &s1));
+  ASSERT_OK(d.GetString("s2", &s2));
+  ASSERT_OK(d.GetU32Array("a1", &a1));
+  ASSERT_OK(d.GetU32Array("a2", &a2));
+  EXPECT_OK(d.Finish("Test"));
   EXPECT_EQ(d.remaining(), 0u);
   EXPECT_EQ(u8, 0xff);
   EXPECT_EQ(u16, 0xfffe);
@@ -240,7 +241,7 @@ TEST(CodecTest, TruncatedFixedFieldNamesTheField) {
   ExpectProtocol(s, "'node_id' needs 4 bytes, 3 remain");
   EXPECT_EQ(d.remaining(), 3u);  // a failed read consumes nothing
   uint16_t w;
-  EXPECT_TRUE(d.GetU16("x", &w).ok());
+  EXPECT_OK(d.GetU16("x", &w));
   EXPECT_EQ(w, 0x0201);
 }
 
@@ -248,7 +249,7 @@ TEST(CodecTest, EmptyInput) {
   Decoder d(std::span<const uint8_t>{});
   uint8_t v;
   ExpectProtocol(d.GetU8("first", &v), "'first' needs 1 bytes, 0 remain");
-  EXPECT_TRUE(d.Finish("Empty").ok());
+  EXPECT_OK(d.Finish("Empty"));
 }
 
 TEST(CodecTest, BoolRejectsValuesOtherThanZeroAndOne) {
@@ -272,7 +273,7 @@ TEST(CodecTest, StringLimits) {
   {
     Decoder d(buf);
     std::string s;
-    EXPECT_TRUE(d.GetString("client_name", &s, 300).ok());
+    EXPECT_OK(d.GetString("client_name", &s, 300));
     EXPECT_EQ(s.size(), 300u);
   }
   {
@@ -327,7 +328,7 @@ TEST(CodecTest, FinishRejectsTrailingBytes) {
   std::vector<uint8_t> buf = {1, 2, 3};
   Decoder d(buf);
   uint8_t v;
-  ASSERT_TRUE(d.GetU8("a", &v).ok());
+  ASSERT_OK(d.GetU8("a", &v));
   ExpectProtocol(d.Finish("HelloReply"), "HelloReply has 2 trailing bytes");
 }
 
@@ -359,7 +360,7 @@ TEST(LayoutCodecTest, DenseEncodingIsTheSeventeenBytesItAlwaysWas) {
   const std::vector<uint8_t> want = {0x20, 0, 0, 0, 0x08, 0, 0, 0, 0x80, 0, 0, 0, 0x01, 0x10, 0, 0, 0};
   EXPECT_EQ(enc, want);
   Result<Layout> d = DecodeLayout(want);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(*d, MistralLayout());
   EXPECT_FALSE(d->grouped());
   // Invalid dense layouts are still carried as they are: layers 0 alone, or
@@ -370,7 +371,7 @@ TEST(LayoutCodecTest, DenseEncodingIsTheSeventeenBytesItAlwaysWas) {
     std::memcpy(b.data(), &layers, 4);
     b[12] = dtype;
     Result<Layout> o = DecodeLayout(b);
-    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    ASSERT_OK(o);
     EXPECT_FALSE(o->grouped());
     EXPECT_EQ(o->layers, layers);
     EXPECT_EQ(static_cast<int>(o->dtype), dtype);
@@ -397,15 +398,15 @@ TEST(LayoutCodecTest, GroupedRoundTripAndBytes) {
   const std::vector<uint8_t> want = {2, 24, 0, 0, 0, 8, 0, 0, 0, 128, 0, 0, 0, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(window, want);
   Result<Layout> d = DecodeLayout(enc);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(*d, l);
-  EXPECT_TRUE(d->Validate().ok());
+  EXPECT_OK(d->Validate());
   // An invalid grouped layout is carried as it is, for the server to refuse.
   Layout bad = l;
   bad.groups[3].state_bytes = 0;
   bad.groups[1].kind = static_cast<GroupKind>(77);
   Result<Layout> db = DecodeLayout(EncodeLayout(bad));
-  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  ASSERT_OK(db);
   EXPECT_EQ(*db, bad);
   EXPECT_FALSE(db->Validate().ok());
 }
@@ -423,7 +424,7 @@ TEST(LayoutCodecTest, OneFullGroupInTheGroupedFormDecodesAsTheDenseLayout) {
   e.PutU32(0);
   e.PutU64(0);
   Result<Layout> d = DecodeLayout(e.buffer());
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(*d, MistralLayout());
   EXPECT_FALSE(d->grouped());
   EXPECT_EQ(EncodeLayout(*d).size(), 17u);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -105,7 +106,7 @@ TEST_F(FsCacheTest, ARemovalByAnotherClientReachesTheKernelWithinThePollBound) {
   ASSERT_TRUE(Exists(M(c + "/kv")));
   auto other = Connect();
   ASSERT_NE(other, nullptr);
-  ASSERT_TRUE(other->Remove("ns", c_).ok());
+  ASSERT_OK(other->Remove("ns", c_));
   // Both within the bound; not at the same instant: the daemon's cache
   // forgets c first, and a stat of c whose attributes the kernel must ask
   // for again (a listing invalidated its atime) can read ENOENT just before
@@ -131,7 +132,7 @@ TEST_F(FsCacheTest, AnEvictionReachesTheKernelWithinThePollBound) {
   for (int i = 0; i < 200 && !evicted; ++i) {
     auto t = Tokens(4096, 10000 + i);
     auto kv = KvOf(t, 0, layout_);
-    ASSERT_TRUE(other->Save("ns", t, kv.data(), kv.size()).ok());
+    ASSERT_OK(other->Save("ns", t, kv.data(), kv.size()));
     evicted = other->GetIncrement("ns", key).status().code() == Code::kNotFound;
   }
   ASSERT_TRUE(evicted) << "the first prompt was never evicted";
@@ -155,7 +156,7 @@ TEST_F(FsCacheTest, ASplitByALaterSaveReachesTheKernelWithinThePollBound) {
   auto other = Connect();
   ASSERT_NE(other, nullptr);
   auto kv = KvOf(b, 0, layout_);
-  ASSERT_TRUE(other->Save("ns", b, kv.data(), kv.size()).ok());
+  ASSERT_OK(other->Save("ns", b, kv.data(), kv.size()));
   const std::string tail = PathOf(32, 64);
   ASSERT_NE(tail, whole);
   EXPECT_TRUE(SeenWithin([&] { return Gone(M(whole)); })) << whole << " is still at the top";
@@ -171,7 +172,7 @@ TEST_F(FsCacheTest, AUseByAnotherClientReachesTheKernelWithinThePollBound) {
   SaveTree();
   const std::string c = PathOf(0, 32);
   const uint64_t hour_ago = WallClockNs() - 3600ull * 1000000000;
-  ASSERT_TRUE(client_->SetTimes("ns", Paths("ns").at(c).key, hour_ago, 0).ok());
+  ASSERT_OK(client_->SetTimes("ns", Paths("ns").at(c).key, hour_ago, 0));
   EXPECT_TRUE(SeenWithin([&] {
     struct stat st {};
     return stat(M(c).c_str(), &st) == 0 && Ns(st.st_atim) == hour_ago;
@@ -204,10 +205,10 @@ TEST_F(FsCacheTest, ARestartOfPtstoredReachesTheKernelWithinThePollBound) {
   const uint64_t resets = RootCounter(mount_.path(), "change_resets");
   client_.reset();
   auto st = daemon_.Restart({});
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   client_ = Connect();
   ASSERT_NE(client_, nullptr);
-  ASSERT_TRUE(client_->CreateNamespace("ns", layout_).ok());
+  ASSERT_OK(client_->CreateNamespace("ns", layout_));
   const auto d = Tokens(48, 9);
   Save("ns", d);
   const std::string dpath = PathOf(0, 48);
@@ -225,7 +226,7 @@ TEST_F(FsCacheTest, WithoutPollsTheMountStillServesTheTree) {
   Mount plain;
   Mount::Options o;
   o.options = "allow_other,change_poll_ms=0";
-  ASSERT_TRUE(plain.Start(daemon_.socket_path(), o).ok()) << plain.ReadLog();
+  ASSERT_OK(plain.Start(daemon_.socket_path(), o)) << plain.ReadLog();
   SaveTree();
   auto find = Sh("cd " + plain.Join("") + " && find ns -name kv | LC_ALL=C sort");
   std::set<std::string> lines;

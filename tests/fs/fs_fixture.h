@@ -29,8 +29,10 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/kv_bytes.h"
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::fstest {
 
@@ -38,25 +40,8 @@ using storage::testkv::SmallLayout;
 using testing::Daemon;
 using testing::Mount;
 
-// KV of token id `tok` at position `pos`: both matter, so a byte from a
-// wrong increment or offset never matches.
-inline void FillKvAt(uint32_t tok, uint64_t pos, uint64_t bpt, uint8_t* out) {
-  uint64_t x = (uint64_t{tok} << 32) ^ (pos * 0x9e3779b97f4a7c15ULL) ^ 0x5bd1e995;
-  for (uint64_t b = 0; b < bpt; b += 8) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 29;
-    std::memcpy(out + b, &x, std::min<uint64_t>(8, bpt - b));
-  }
-}
-
-inline std::vector<uint8_t> KvOf(std::span<const uint32_t> tokens, uint64_t start, const Layout& l) {
-  const uint64_t bpt = l.BytesPerToken();
-  std::vector<uint8_t> kv(tokens.size() * bpt);
-  for (size_t i = 0; i < tokens.size(); ++i) FillKvAt(tokens[i], start + i, bpt, kv.data() + i * bpt);
-  return kv;
-}
-
+using testing::FillKvAt;
+using testing::KvOf;
 using testing::Tokens;
 
 // The mounts of these tests poll the store's changes every kChangePoll (the
@@ -136,12 +121,12 @@ class FsTest : public ::testing::Test {
     for (const char* tool : {"ls", "find", "du", "cat", "cmp", "getfattr", "setfattr", "rm", "fusermount3"}) {
       ASSERT_TRUE(HaveTool(tool)) << tool << " is missing (scripts/setup installs it)";
     }
-    ASSERT_TRUE(daemon_.Start().ok());
+    ASSERT_OK(daemon_.Start());
     client_ = Connect();
     ASSERT_NE(client_, nullptr);
-    ASSERT_TRUE(client_->CreateNamespace("ns", layout_).ok());
+    ASSERT_OK(client_->CreateNamespace("ns", layout_));
     auto st = mount_.Start(daemon_.socket_path());
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
   }
   void TearDown() override {
     int rc = mount_.Unmount();
@@ -161,7 +146,7 @@ class FsTest : public ::testing::Test {
   void Save(const std::string& ns, const std::vector<uint32_t>& toks) {
     auto kv = KvOf(toks, 0, layout_);
     auto s = client_->Save(ns, toks, kv.data(), kv.size());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
   }
 
   // Three prompts: a and b share 20 tokens (a split common increment and
@@ -180,7 +165,7 @@ class FsTest : public ::testing::Test {
   std::map<std::string, PrefixNodeInfo> Paths(const std::string& ns) {
     std::map<std::string, PrefixNodeInfo> out;
     auto all = client_->ListTree(ns, {}, true);
-    EXPECT_TRUE(all.ok());
+    EXPECT_OK(all);
     std::map<ChainKey, PrefixNodeInfo> by_key;
     for (auto& n : *all) by_key[n.key] = n;
     for (auto& n : *all) {

@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::fstest {
 namespace {
@@ -23,7 +24,7 @@ class FsQuotaTest : public FsTest {
  protected:
   uint64_t DramQuota(const std::string& ns) {
     auto q = client_->Quotas(ns);
-    EXPECT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_OK(q);
     return q.ok() ? q->front().dram_quota : ~0ull;
   }
 };
@@ -77,9 +78,9 @@ TEST_F(FsQuotaTest, SetfattrByOwnerAndRootGetfattrShowsItOthersAreRefused) {
 
 TEST_F(FsQuotaTest, StatfsOfANamespaceDirectoryIsItsQuotaAndUse) {
   SaveTree();
-  ASSERT_TRUE(client_->SetQuota("ns", QuotaChange{8ull << 20, {}}).ok());
+  ASSERT_OK(client_->SetQuota("ns", QuotaChange{8ull << 20, {}}));
   auto q = client_->Quotas("ns");
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   const uint64_t used = q->front().dram_bytes;
   ASSERT_GT(used, 0u);
   struct statvfs st {};

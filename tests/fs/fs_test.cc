@@ -34,6 +34,7 @@
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -85,14 +86,14 @@ TEST_F(FsTest, DuAndDfShowRealSizes) {
   ASSERT_EQ(du.rc, 0) << du.out;
   EXPECT_EQ(std::stoull(du.out), expected) << du.out;
   auto ns = client_->GetNamespace("ns");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   auto kv_only = Sh("find " + M("ns") + " -name kv -exec cat {} + | wc -c");
   EXPECT_EQ(std::stoull(kv_only.out), ns->bytes);
 
   struct statvfs vfs {};
   ASSERT_EQ(statvfs(M("").c_str(), &vfs), 0);
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(vfs.f_bsize, 4096u);
   EXPECT_EQ(vfs.f_blocks * 4096, stats->arena_bytes + stats->ssd_capacity);
   EXPECT_EQ((vfs.f_blocks - vfs.f_bfree) * 4096, (stats->used_bytes + stats->ssd_file_bytes + 4095) / 4096 * 4096);
@@ -103,7 +104,7 @@ TEST_F(FsTest, KvAndTokensAreByteExact) {
   testing::TempDir tmp;
   for (auto& [path, n] : Paths("ns")) {
     auto pin = client_->PinIncrement("ns", n.key);
-    ASSERT_TRUE(pin.ok());
+    ASSERT_OK(pin);
     std::string want;
     for (const Extent& e : pin->extents()) want.append(reinterpret_cast<const char*>(pin->data(e)), e.length);
     ASSERT_EQ(want.size(), n.bytes);
@@ -114,7 +115,7 @@ TEST_F(FsTest, KvAndTokensAreByteExact) {
     EXPECT_EQ(Sh("cmp " + M(path + "/kv") + " " + ref).rc, 0);
 
     auto inc = client_->GetIncrement("ns", n.key);
-    ASSERT_TRUE(inc.ok());
+    ASSERT_OK(inc);
     std::string toks = ReadAll(M(path + "/tokens"));
     ASSERT_EQ(toks.size(), 4 * inc->tokens.size());
     for (size_t i = 0; i < inc->tokens.size(); ++i) {
@@ -214,7 +215,7 @@ TEST_F(FsTest, RmRecursiveRemovesASubtreeAndANamespace) {
   auto rm = Sh("rm -r " + M(common));
   ASSERT_EQ(rm.rc, 0) << rm.out;
   auto la = client_->Lookup("ns", a_);
-  ASSERT_TRUE(la.ok());
+  ASSERT_OK(la);
   EXPECT_EQ(la->matched_tokens, 0u);
   EXPECT_EQ(client_->Lookup("ns", b_)->matched_tokens, 0u);
   EXPECT_EQ(client_->Lookup("ns", c_)->matched_tokens, 32u);
@@ -224,7 +225,7 @@ TEST_F(FsTest, RmRecursiveRemovesASubtreeAndANamespace) {
   // rm -r of a whole namespace ends with it dropped.
   rm = Sh("rm -r " + M("ns"));
   ASSERT_EQ(rm.rc, 0) << rm.out;
-  EXPECT_EQ(client_->GetNamespace("ns").status().code(), Code::kNotFound);
+  EXPECT_ERROR(client_->GetNamespace("ns"), Code::kNotFound);
   EXPECT_EQ(Sh("ls " + M("")).out, "");
 }
 
@@ -254,7 +255,7 @@ TEST_F(FsTest, RmdirOfIncrementsAndUnlinkWhiteouts) {
 TEST_F(FsTest, MkdirCreatesANamespaceAndRmdirDropsIt) {
   ASSERT_EQ(mkdir(M("fresh").c_str(), 0750), 0);
   auto ns = client_->GetNamespace("fresh");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   EXPECT_EQ(ns->layout, MistralLayout());
   EXPECT_EQ(ns->mode, 0750u);
   EXPECT_EQ(ReadAll(M("fresh/.layout")), MistralLayout().ToString() + "\n");
@@ -277,7 +278,7 @@ TEST_F(FsTest, MkdirCreatesANamespaceAndRmdirDropsIt) {
   EXPECT_EQ(ErrnoOf([&] { return mkdir(M("fresh").c_str(), 0755); }), EEXIST);
   EXPECT_EQ(ErrnoOf([&] { return mkdir(M("bad name").c_str(), 0755); }), EINVAL);
   EXPECT_EQ(rmdir(M("fresh").c_str()), 0);
-  EXPECT_EQ(client_->GetNamespace("fresh").status().code(), Code::kNotFound);
+  EXPECT_ERROR(client_->GetNamespace("fresh"), Code::kNotFound);
   EXPECT_EQ(ErrnoOf([&] { return rmdir(M("ns").c_str()); }), ENOTEMPTY);
 }
 
@@ -321,8 +322,8 @@ int WriteFile(const std::string& path, const std::string& text) {
 
 TEST_F(FsTest, GroupedLayoutsInDotLayoutAndTheLayoutXattr) {
   const Layout grouped = GroupedFsLayout();
-  ASSERT_TRUE(grouped.Validate().ok());
-  ASSERT_TRUE(client_->CreateNamespace("hybrid", grouped).ok());
+  ASSERT_OK(grouped.Validate());
+  ASSERT_OK(client_->CreateNamespace("hybrid", grouped));
   // .layout shows the text form, the xattr the same.
   EXPECT_EQ(ReadAll(M("hybrid/.layout")), grouped.ToString() + "\n");
   EXPECT_EQ(Layout::Parse(ReadAll(M("hybrid/.layout"))).value(), grouped);
@@ -369,7 +370,7 @@ TEST_F(FsTest, GroupedLayoutsInDotLayoutAndTheLayoutXattr) {
   // Once something is stored the layout is fixed, written or set.
   const std::vector<uint32_t> t = Tokens(8, 5);
   std::vector<uint8_t> kv(2 * grouped.BytesPerBlock(), 7);
-  ASSERT_TRUE(client_->Save("fresh", t, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("fresh", t, kv.data(), kv.size()));
   EXPECT_EQ(WriteFile(M("fresh/.layout"), SmallLayout().ToString()), EBUSY);
   EXPECT_EQ(client_->GetNamespace("fresh")->layout, grouped);
   // The increment's kv file holds the grouped bytes, block for block.
@@ -425,7 +426,7 @@ TEST_F(FsTest, UnsupportedOperationsFailWithTheDocumentedErrno) {
 TEST_F(FsTest, TwoUsersSeeWhatTheirModesAllow) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to another uid";
   SaveTree();
-  ASSERT_TRUE(client_->CreateNamespace("private", layout_, "", 0700).ok());
+  ASSERT_OK(client_->CreateNamespace("private", layout_, "", 0700));
   Save("private", a_);
   const std::string pub = M(Paths("ns").begin()->first);
   const std::string priv = M(Paths("private").begin()->first);
@@ -486,10 +487,10 @@ TEST_F(FsTest, ConcurrentReadersWhileAnotherClientSavesAndRemoves) {
   for (int round = 0; round < 30; ++round) {
     auto t = Tokens(16 + 4 * (round % 5), 1000 + round);
     auto kv = KvOf(t, 0, layout_);
-    ASSERT_TRUE(writer->Save("ns", t, kv.data(), kv.size()).ok());
+    ASSERT_OK(writer->Save("ns", t, kv.data(), kv.size()));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (round % 2 == 0) {
-      ASSERT_TRUE(writer->Remove("ns", t).ok());
+      ASSERT_OK(writer->Remove("ns", t));
     }
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -514,7 +515,7 @@ TEST_F(FsTest, ConcurrentReadersWhileAnotherClientSavesAndRemoves) {
 TEST_F(FsTest, LazyUnmountWithOpenFilesReleasesPins) {
   SaveTree();
   auto base = client_->Stats();
-  ASSERT_TRUE(base.ok());
+  ASSERT_OK(base);
   const std::string kv = M(Paths("ns").begin()->first + "/kv");
   int fd = open(kv.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
@@ -535,7 +536,7 @@ TEST_F(FsTest, WithoutChangePollsAListingPushesTheRemovalsItNotices) {
   Mount slow;
   Mount::Options o;
   o.options = "allow_other,entry_timeout=60,attr_timeout=60,change_poll_ms=0";
-  ASSERT_TRUE(slow.Start(daemon_.socket_path(), o).ok());
+  ASSERT_OK(slow.Start(daemon_.socket_path(), o));
   SaveTree();
   const std::string c_path = [&] {
     for (auto& [p, n] : Paths("ns")) {
@@ -547,7 +548,7 @@ TEST_F(FsTest, WithoutChangePollsAListingPushesTheRemovalsItNotices) {
   struct stat st {};
   ASSERT_EQ(Sh("ls " + slow.Join("ns")).rc, 0);  // the listing the mount remembers
   ASSERT_EQ(stat(slow.Join(c_path + "/kv").c_str(), &st), 0);  // cached dentries
-  ASSERT_TRUE(client_->Remove("ns", c_).ok());
+  ASSERT_OK(client_->Remove("ns", c_));
   // Still cached: the kernel asks nobody for 60 s...
   EXPECT_EQ(stat(slow.Join(c_path).c_str(), &st), 0);
   // ...but the next listing notices the vanished increment and invalidates it.
@@ -607,7 +608,7 @@ class FsIoctlTest : public FsTest {
 
 TEST_F(FsIoctlTest, InfoOfAGroupedNamespaceHasZeroDenseFieldsAndItsBytesPerToken) {
   const Layout grouped = GroupedFsLayout();
-  ASSERT_TRUE(client_->CreateNamespace("hybrid", grouped).ok());
+  ASSERT_OK(client_->CreateNamespace("hybrid", grouped));
   int fd = open(M("hybrid").c_str(), O_RDONLY | O_DIRECTORY);
   ASSERT_GE(fd, 0);
   ptstore_ioc_info info{};
@@ -627,12 +628,12 @@ TEST_F(FsIoctlTest, InfoOfAGroupedNamespaceHasZeroDenseFieldsAndItsBytesPerToken
   const std::vector<uint32_t> t = Tokens(8, 9);
   std::vector<uint8_t> kv(2 * grouped.BytesPerBlock());
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<uint8_t>(i * 13 + 1);
-  ASSERT_TRUE(client_->Save("hybrid", t, kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("hybrid", t, kv.data(), kv.size()));
   auto paths = Paths("hybrid");
   ASSERT_EQ(paths.size(), 1u);
   std::vector<uint8_t> out(kv.size());
   auto n = client_->LoadPath(M(paths.begin()->first), out.data(), out.size());
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 8u);
   EXPECT_EQ(out, kv);
 }
@@ -716,12 +717,12 @@ TEST_F(FsIoctlTest, PinPagesALongPrefixUnpinsAndCopiesByteExact) {
   auto kv = KvOf(toks, 0, layout_);
   const uint64_t bb = layout_.BytesPerBlock();
   for (size_t b = 1; b <= kBlocks; ++b) {
-    ASSERT_TRUE(client_->Save("ns", std::span(toks).first(b * layout_.block_tokens), kv.data(), b * bb).ok());
+    ASSERT_OK(client_->Save("ns", std::span(toks).first(b * layout_.block_tokens), kv.data(), b * bb));
   }
   std::vector<ChainKey> keys;
   for (ChainKey k{};;) {
     auto kids = client_->ListTree("ns", k, false);
-    ASSERT_TRUE(kids.ok());
+    ASSERT_OK(kids);
     if (kids->empty()) break;
     ASSERT_EQ(kids->size(), 1u);
     k = kids->front().key;
@@ -762,14 +763,14 @@ TEST_F(FsIoctlTest, PinPagesALongPrefixUnpinsAndCopiesByteExact) {
   ASSERT_EQ(extents.size(), kBlocks);
   // Copy out of this client's own mapping of the arena, at the offsets given.
   auto any = client_->PinIncrement("ns", keys.front());
-  ASSERT_TRUE(any.ok());
+  ASSERT_OK(any);
   std::vector<uint8_t> got;
   for (const auto& e : extents) {
     const uint8_t* p = any->data(Extent{{}, 0, e.length, e.arena_offset});
     got.insert(got.end(), p, p + e.length);
   }
   EXPECT_EQ(got, kv);
-  ASSERT_TRUE(any->Release().ok());
+  ASSERT_OK(any->Release());
 
   // Paging errors, then UNPIN.
   auto bad = std::make_unique<ptstore_ioc_pin>();
@@ -848,7 +849,7 @@ TEST_F(FsIoctlTest, LoadPathLoadsTheWholePrefixByteExact) {
   auto kv = KvOf(toks, 0, layout_);
   const uint64_t bb = layout_.BytesPerBlock();
   for (size_t b = 1; b <= kBlocks; ++b) {
-    ASSERT_TRUE(client_->Save("ns", std::span(toks).first(b * layout_.block_tokens), kv.data(), b * bb).ok());
+    ASSERT_OK(client_->Save("ns", std::span(toks).first(b * layout_.block_tokens), kv.data(), b * bb));
   }
   std::string deepest, middle;
   for (const auto& [path, node] : Paths("ns")) {
@@ -861,14 +862,14 @@ TEST_F(FsIoctlTest, LoadPathLoadsTheWholePrefixByteExact) {
 
   std::vector<uint8_t> out(kv.size() + 4096, 0xee);
   auto got = client_->LoadPath(M(deepest), out.data(), out.size());
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, toks.size());
   EXPECT_TRUE(std::equal(kv.begin(), kv.end(), out.begin()));
   EXPECT_EQ(out[kv.size()], 0xee);  // nothing past the prefix
   // Half way down the chain: the prefix that ends there.
   std::fill(out.begin(), out.end(), 0);
   got = client_->LoadPath(M(middle), out.data(), out.size());
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, toks.size() / 2);
   EXPECT_TRUE(std::equal(kv.begin(), kv.begin() + kv.size() / 2, out.begin()));
   // Its lease is gone once it returns; the kv file it opened (a pin of its
@@ -880,17 +881,16 @@ TEST_F(FsIoctlTest, LoadPathLoadsTheWholePrefixByteExact) {
 
   // Errors name what was wrong.
   auto small = client_->LoadPath(M(deepest), out.data(), kv.size() - 1);
-  EXPECT_EQ(small.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(small, Code::kInvalidArgument);
   EXPECT_NE(small.status().message().find(std::to_string(kv.size())), std::string::npos) << small.status().message();
-  EXPECT_EQ(client_->LoadPath(M("ns/00000000000000000000000000000001"), out.data(), out.size()).status().code(),
-            Code::kNotFound);
+  EXPECT_ERROR(client_->LoadPath(M("ns/00000000000000000000000000000001"), out.data(), out.size()), Code::kNotFound);
   auto outside = client_->LoadPath("/tmp", out.data(), out.size());
-  EXPECT_EQ(outside.status().code(), Code::kInvalidArgument) << outside.status().ToString();
+  EXPECT_ERROR(outside, Code::kInvalidArgument);
   auto file = client_->LoadPath(M(deepest) + "/kv", out.data(), out.size());
-  EXPECT_EQ(file.status().code(), Code::kInvalidArgument) << file.status().ToString();
+  EXPECT_ERROR(file, Code::kInvalidArgument);
   // A namespace has no prefix: 0 tokens, not an error.
   auto ns = client_->LoadPath(M("ns"), out.data(), out.size());
-  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  ASSERT_OK(ns);
   EXPECT_EQ(*ns, 0u);
   EXPECT_EQ(client_->Stats()->active_leases, base_leases);
 }

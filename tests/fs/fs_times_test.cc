@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -41,7 +42,7 @@ class FsTimesTest : public FsTest {
   uint64_t Load(const std::vector<uint32_t>& toks) {
     std::vector<uint8_t> dst(toks.size() * layout_.BytesPerToken());
     auto r = client_->Load("ns", toks, dst.data(), dst.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (r.ok() && *r > 0) {
       auto want = KvOf(std::span(toks).first(*r), 0, layout_);
       EXPECT_EQ(0, std::memcmp(dst.data(), want.data(), want.size()));
@@ -168,7 +169,7 @@ TEST_F(FsTimesTest, TheFindAminRecipeEvictsExactlyThePrefixesUnusedForAnHour) {
   // ... except b, loaded now, and d, looked up now: uses since.
   ASSERT_EQ(Load(b_), b_.size());
   auto look = client_->Lookup("ns", d);
-  ASSERT_TRUE(look.ok());
+  ASSERT_OK(look);
   ASSERT_EQ(look->matched_tokens, d.size());
   const std::string a_leaf = PathOf(a_), b_leaf = PathOf(b_);
   ASSERT_NE(a_leaf, b_leaf);

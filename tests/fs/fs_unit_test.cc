@@ -10,6 +10,7 @@
 #include "fs/options.h"
 #include "fs/tree.h"
 #include "fs/xattrs.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::fs {
 namespace {
@@ -82,7 +83,7 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
                         "attr_timeout=0.5"};
   fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
   auto o = ParseMountOptions(&args);
-  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_OK(o);
   EXPECT_EQ(o->socket_path, "/tmp/s.sock");
   EXPECT_EQ(o->layout.block_tokens, 4u);
   EXPECT_EQ(o->layout.layers, 2u);
@@ -97,7 +98,7 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
 
   const char* bad[] = {"ptstore-fuse", "/mnt", "-o", "layout=layers=0"};
   fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad));
-  EXPECT_EQ(ParseMountOptions(&bad_args).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(ParseMountOptions(&bad_args), Code::kInvalidArgument);
   fuse_opt_free_args(&bad_args);
 }
 
@@ -105,7 +106,7 @@ TEST(Options, WithoutChangePollsTimeoutsAreShortAndBadValuesAreRefused) {
   const char* argv[] = {"ptstore-fuse", "/mnt", "-o", "change_poll_ms=0,prefetch_limit=0"};
   fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
   auto o = ParseMountOptions(&args);
-  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_OK(o);
   EXPECT_EQ(o->change_poll_ms, 0u);
   EXPECT_EQ(o->prefetch_limit, 0u);
   EXPECT_DOUBLE_EQ(o->entry_timeout, 1.0);
@@ -115,7 +116,7 @@ TEST(Options, WithoutChangePollsTimeoutsAreShortAndBadValuesAreRefused) {
     const char* bad_argv[] = {"ptstore-fuse", "/mnt", "-o", bad};
     fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad_argv));
     auto b = ParseMountOptions(&bad_args);
-    EXPECT_EQ(b.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_ERROR(b, Code::kInvalidArgument) << bad;
     EXPECT_NE(b.status().message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos)
         << b.status().message();
     fuse_opt_free_args(&bad_args);
@@ -129,7 +130,7 @@ TEST(Options, TakesAGroupedLayoutWithColonsForSpaces) {
                         "group=state:layers=8:bytes=65536,allow_other"};
   fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
   auto o = ParseMountOptions(&args);
-  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_OK(o);
   EXPECT_EQ(o->layout, Layout::FromGroups({LayoutGroup::Full(24, 8, 128, DType::kBF16),
                                            LayoutGroup::Window(24, 8, 128, DType::kBF16, 1024),
                                            LayoutGroup::State(8, 65536)},
@@ -138,7 +139,7 @@ TEST(Options, TakesAGroupedLayoutWithColonsForSpaces) {
   const char* bad[] = {"ptstore-fuse", "/mnt", "-o", "layout=block_tokens=16:group=full:layers=24"};
   fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad));
   auto b = ParseMountOptions(&bad_args);
-  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(b, Code::kInvalidArgument);
   EXPECT_NE(b.status().message().find("layout group 0 (full) is missing field 'kv_heads'"), std::string::npos)
       << b.status().message();
   fuse_opt_free_args(&bad_args);

@@ -19,6 +19,7 @@
 
 #include "core/messages.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::rdma {
 namespace {
@@ -34,7 +35,7 @@ const std::string kSecret(40, 's');
 const std::string kOther(40, 'o');
 
 void ExpectDenied(const Status& st, const std::string& needle) {
-  EXPECT_EQ(st.code(), Code::kPermissionDenied) << st.ToString();
+  EXPECT_ERROR(st, Code::kPermissionDenied);
   EXPECT_NE(st.message().find(needle), std::string::npos) << st.ToString();
 }
 
@@ -44,10 +45,10 @@ M Wire(const M& m) {
   core::Encoder e;
   m.Encode(e);
   std::vector<uint8_t> b = e.Take();
-  EXPECT_TRUE(core::DecodeAny(static_cast<uint16_t>(M::kType), b).ok());
+  EXPECT_OK(core::DecodeAny(static_cast<uint16_t>(M::kType), b));
   core::Decoder d(b);
   M out;
-  EXPECT_TRUE(out.Decode(d).ok());
+  EXPECT_OK(out.Decode(d));
   return out;
 }
 
@@ -62,31 +63,31 @@ TEST(ClusterSecretTest, LoadChecksModeAndLength) {
   testing::TempDir dir;
   WriteFile(dir.Join("ok"), kSecret, 0600);
   auto s = ClusterSecret::Load(dir.Join("ok"));
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(s->bytes(), kSecret);
 
   WriteFile(dir.Join("ro"), kSecret, 0400);
-  EXPECT_TRUE(ClusterSecret::Load(dir.Join("ro")).ok());
+  EXPECT_OK(ClusterSecret::Load(dir.Join("ro")));
 
   for (mode_t mode : {0644, 0640, 0604, 0660, 0610}) {
     WriteFile(dir.Join("open"), kSecret, mode);
     auto r = ClusterSecret::Load(dir.Join("open"));
     ASSERT_FALSE(r.ok()) << std::oct << mode;
-    EXPECT_EQ(r.status().code(), Code::kPermissionDenied);
+    EXPECT_ERROR(r, Code::kPermissionDenied);
     EXPECT_NE(r.status().message().find("chmod 600"), std::string::npos) << r.status().ToString();
   }
 
   WriteFile(dir.Join("short"), std::string(31, 'x'), 0600);
   auto shortr = ClusterSecret::Load(dir.Join("short"));
   ASSERT_FALSE(shortr.ok());
-  EXPECT_EQ(shortr.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(shortr, Code::kInvalidArgument);
   EXPECT_NE(shortr.status().message().find("31 bytes, needs at least 32"), std::string::npos);
   WriteFile(dir.Join("short"), std::string(32, 'x'), 0600);
-  EXPECT_TRUE(ClusterSecret::Load(dir.Join("short")).ok());
+  EXPECT_OK(ClusterSecret::Load(dir.Join("short")));
 
   auto missing = ClusterSecret::Load(dir.Join("missing"));
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_ERROR(missing, Code::kNotFound);
   EXPECT_FALSE(ClusterSecret::Load(dir.path()).ok());  // a directory
   EXPECT_FALSE(ClusterSecret::FromBytes("").ok());
 }
@@ -98,7 +99,7 @@ TEST(AuthMacTest, EveryInputMatters) {
   a[0] = 1;
   b[0] = 2;
   auto base = ComputeAuthMac(kSecret, a, b, 1, 2, AuthRole::kInitiator);
-  ASSERT_TRUE(base.ok());
+  ASSERT_OK(base);
   EXPECT_EQ(*base, *ComputeAuthMac(kSecret, a, b, 1, 2, AuthRole::kInitiator));
   EXPECT_NE(*base, *ComputeAuthMac(kOther, a, b, 1, 2, AuthRole::kInitiator));
   EXPECT_NE(*base, *ComputeAuthMac(kSecret, b, a, 1, 2, AuthRole::kInitiator));
@@ -116,7 +117,7 @@ TEST(AuthMacTest, KnownAnswer) {
   ni.fill(0x11);
   nr.fill(0x22);
   auto mac = ComputeAuthMac(std::string(32, 'k'), ni, nr, 1, 2, AuthRole::kInitiator);
-  ASSERT_TRUE(mac.ok());
+  ASSERT_OK(mac);
   static const char kDigits[] = "0123456789abcdef";
   std::string hex;
   for (uint8_t x : *mac) {
@@ -165,8 +166,8 @@ Exchange RunExchange(const std::string& isecret, const std::string& rsecret, uin
 
 TEST(AuthStateTest, SameSecretSucceeds) {
   Exchange x = RunExchange(kSecret, kSecret);
-  EXPECT_TRUE(x.initiator.ok()) << x.initiator.ToString();
-  EXPECT_TRUE(x.responder.ok()) << x.responder.ToString();
+  EXPECT_OK(x.initiator);
+  EXPECT_OK(x.responder);
   EXPECT_EQ(x.hello.node_id, 1u);
   EXPECT_EQ(x.hello_reply.node_id, 2u);
   EXPECT_NE(x.hello.nonce, x.hello_reply.nonce);
@@ -193,16 +194,16 @@ TEST(AuthStateTest, MissingSecretIsRefused) {
 
 TEST(AuthStateTest, ReplayedProofsAreRefused) {
   Exchange old = RunExchange(kSecret, kSecret);
-  ASSERT_TRUE(old.responder.ok());
+  ASSERT_OK(old.responder);
   // An eavesdropper replays the initiator's side to a new responder: its
   // nonce is new, so the recorded proof is worthless.
   AuthResponder r(kSecret, 2, "attacker");
-  ASSERT_TRUE(r.OnHello(old.hello).ok());
+  ASSERT_OK(r.OnHello(old.hello));
   ExpectDenied(r.OnProof(old.proof).status(), "does not match the cluster secret");
   // And the responder's side to a new initiator.
   AuthInitiator a(kSecret, 1, "attacker", 2);
-  ASSERT_TRUE(a.Start().ok());
-  ASSERT_TRUE(a.OnHelloReply(old.hello_reply).ok());
+  ASSERT_OK(a.Start());
+  ASSERT_OK(a.OnHelloReply(old.hello_reply));
   ExpectDenied(a.OnProofReply(old.proof_reply), "does not match");
 }
 
@@ -224,7 +225,7 @@ TEST(AuthStateTest, TamperedProofsAreRefused) {
   AuthResponder r(kSecret, 2, "peer");
   auto p = a.OnHelloReply(*r.OnHello(*a.Start()));
   auto pr = r.OnProof(*p);
-  ASSERT_TRUE(pr.ok());
+  ASSERT_OK(pr);
   AuthProofReply bad = *pr;
   bad.mac[5] ^= 0x80;
   ExpectDenied(a.OnProofReply(bad), "does not match");
@@ -274,12 +275,12 @@ TEST(AuthStateTest, UnexpectedPeerAndOrderAreRefused) {
   AuthInitiator b(kSecret, 1, "peer");
   ExpectDenied(b.OnHelloReply(AuthHelloReply{}).status(), "out of order");
   AuthInitiator c(kSecret, 1, "peer");
-  ASSERT_TRUE(c.Start().ok());
+  ASSERT_OK(c.Start());
   ExpectDenied(c.OnProofReply(AuthProofReply{}), "out of order");
   AuthResponder d(kSecret, 2, "peer");
   ExpectDenied(d.OnProof(AuthProof{}).status(), "node ? at peer failed authentication: AuthProof out of order");
   AuthResponder e(kSecret, 2, "peer");
-  ASSERT_TRUE(e.OnHello(AuthHello{.node_id = 1}).ok());
+  ASSERT_OK(e.OnHello(AuthHello{.node_id = 1}));
   ExpectDenied(e.OnHello(AuthHello{.node_id = 1}).status(), "out of order");
 }
 
@@ -294,31 +295,31 @@ TEST(AuthStateTest, TruncatedAndOversizedMessagesDoNotDecode) {
     // negotiation and decodes; every other prefix does not.
     for (size_t n = 0; n < hello.size(); ++n) {
       if (n == 36) {
-        EXPECT_TRUE(core::DecodeAny(type, std::span(hello).first(n)).ok());
+        EXPECT_OK(core::DecodeAny(type, std::span(hello).first(n)));
         continue;
       }
-      EXPECT_EQ(core::DecodeAny(type, std::span(hello).first(n)).code(), Code::kProtocol) << n;
+      EXPECT_ERROR(core::DecodeAny(type, std::span(hello).first(n)), Code::kProtocol) << n;
     }
     std::vector<uint8_t> longer = hello;
     longer.push_back(0);
-    EXPECT_EQ(core::DecodeAny(type, longer).code(), Code::kProtocol);
+    EXPECT_ERROR(core::DecodeAny(type, longer), Code::kProtocol);
     // Ranges that are empty or name version 0 are refused by the decoder.
     for (auto [lo, hi] : {std::pair<uint16_t, uint16_t>{0, 1}, {3, 2}}) {
       std::vector<uint8_t> bad = hello;
       bad[36] = static_cast<uint8_t>(lo), bad[37] = 0, bad[38] = static_cast<uint8_t>(hi), bad[39] = 0;
       Status st = core::DecodeAny(type, bad);
-      EXPECT_EQ(st.code(), Code::kProtocol);
+      EXPECT_ERROR(st, Code::kProtocol);
       EXPECT_NE(st.message().find("version range"), std::string::npos) << st.ToString();
     }
   }
   std::vector<uint8_t> mac(32, 7);
   for (core::MsgType t : {core::MsgType::kAuthProof, core::MsgType::kAuthProofReply}) {
     uint16_t type = static_cast<uint16_t>(t);
-    EXPECT_TRUE(core::DecodeAny(type, mac).ok());
-    EXPECT_EQ(core::DecodeAny(type, std::span(mac).first(31)).code(), Code::kProtocol);
+    EXPECT_OK(core::DecodeAny(type, mac));
+    EXPECT_ERROR(core::DecodeAny(type, std::span(mac).first(31)), Code::kProtocol);
     std::vector<uint8_t> longer = mac;
     longer.push_back(0);
-    EXPECT_EQ(core::DecodeAny(type, longer).code(), Code::kProtocol);
+    EXPECT_ERROR(core::DecodeAny(type, longer), Code::kProtocol);
   }
 }
 
@@ -377,13 +378,13 @@ TEST(AuthVersionTest, NewAndPreviousVersionAgreeEitherWay) {
   // v (speaks [1, 2]) with v-1 (speaks [1, 1]), as initiator and as responder.
   for (auto [iv, rv] : {std::pair<PeerVersionRange, PeerVersionRange>{{1, 2}, {1, 1}}, {{1, 1}, {1, 2}}}) {
     VersionedExchange x = RunVersioned(iv, rv);
-    ASSERT_TRUE(x.initiator.ok()) << x.initiator.ToString();
-    ASSERT_TRUE(x.responder.ok()) << x.responder.ToString();
+    ASSERT_OK(x.initiator);
+    ASSERT_OK(x.responder);
     EXPECT_EQ(x.iversion, 1);
     EXPECT_EQ(x.rversion, 1);
   }
   VersionedExchange x = RunVersioned({1, 2}, {1, 2});
-  ASSERT_TRUE(x.initiator.ok()) << x.initiator.ToString();
+  ASSERT_OK(x.initiator);
   EXPECT_EQ(x.iversion, 2);
   EXPECT_EQ(x.rversion, 2);
 }
@@ -430,12 +431,12 @@ TEST(AuthVersionTest, AHelloWithoutARangeIsServedAsVersionOne) {
   AuthHello hello{.node_id = 1};
   hello.nonce.fill(4);
   auto hr = r.OnHello(Wire(hello));
-  ASSERT_TRUE(hr.ok()) << hr.status().ToString();
+  ASSERT_OK(hr);
   EXPECT_FALSE(Wire(*hr).versions.has_value());
   EXPECT_EQ(r.version(), 1);
   auto mac = *ComputeAuthMac(kSecret, hello.nonce, hr->nonce, 1, 2, AuthRole::kInitiator);
   auto pr = r.OnProof(AuthProof{.mac = mac});
-  ASSERT_TRUE(pr.ok()) << pr.status().ToString();
+  ASSERT_OK(pr);
   EXPECT_EQ(pr->mac, *ComputeAuthMac(kSecret, hello.nonce, hr->nonce, 1, 2, AuthRole::kResponder));
   // A responder whose lowest version is 2 refuses it.
   AuthResponder r2(kSecret, 2, "10.0.0.1:51000", {2, 2});
@@ -467,8 +468,8 @@ TEST(AuthSocketTest, SucceedsBothWays) {
     });
     Result<uint32_t> i = AuthenticateInitiator(*p.a, s, iid, "responder-addr", rid, 2000, &iversion);
     Result<uint32_t> r = responder.get();
-    ASSERT_TRUE(i.ok()) << i.status().ToString();
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(i);
+    ASSERT_OK(r);
     EXPECT_EQ(*i, rid);
     EXPECT_EQ(*r, iid);
     EXPECT_EQ(iversion, LocalPeerVersions().max);
@@ -506,7 +507,7 @@ TEST(AuthSocketTest, ForgedResponderIsRefused) {
     return p.b->SendMessage(0, AuthProofReply{});
   });
   Result<uint32_t> i = AuthenticateInitiator(*p.a, s, 1, "fake", 2, 2000);
-  EXPECT_TRUE(fake.get().ok());
+  EXPECT_OK(fake.get());
   ExpectDenied(i.status(), "node 2 at fake failed authentication: its proof does not match");
 }
 
@@ -516,11 +517,11 @@ TEST(AuthSocketTest, APeerThatDoesNotAuthenticateIsRefused) {
   {
     Pair p;
     auto responder = std::async(std::launch::async, [&] { return AuthenticateResponder(*p.b, s, 2, "x", 2000); });
-    ASSERT_TRUE(p.a->SendMessage(0, core::HelloRequest{.client_name = "c"}).ok());
+    ASSERT_OK(p.a->SendMessage(0, core::HelloRequest{.client_name = "c"}));
     Result<uint32_t> r = responder.get();
     ExpectDenied(r.status(), "node ? at x failed authentication: expected AuthHello, got Hello");
     auto f = p.a->Receive(2000);
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_OK(f);
     EXPECT_EQ(f->type, static_cast<uint16_t>(core::MsgType::kError));
   }
   // A truncated AuthHello: a protocol error naming the field.
@@ -528,9 +529,9 @@ TEST(AuthSocketTest, APeerThatDoesNotAuthenticateIsRefused) {
     Pair p;
     auto responder = std::async(std::launch::async, [&] { return AuthenticateResponder(*p.b, s, 2, "x", 2000); });
     std::vector<uint8_t> body(10, 1);
-    ASSERT_TRUE(p.a->Send(static_cast<uint16_t>(core::MsgType::kAuthHello), 0, body).ok());
+    ASSERT_OK(p.a->Send(static_cast<uint16_t>(core::MsgType::kAuthHello), 0, body));
     Result<uint32_t> r = responder.get();
-    EXPECT_EQ(r.status().code(), Code::kProtocol) << r.status().ToString();
+    EXPECT_ERROR(r, Code::kProtocol);
     EXPECT_NE(r.status().message().find("nonce"), std::string::npos) << r.status().ToString();
   }
   // A truncated proof after a good hello.
@@ -539,17 +540,17 @@ TEST(AuthSocketTest, APeerThatDoesNotAuthenticateIsRefused) {
     auto responder = std::async(std::launch::async, [&] { return AuthenticateResponder(*p.b, s, 2, "x", 2000); });
     AuthHello h{.node_id = 1};
     h.nonce.fill(3);
-    ASSERT_TRUE(p.a->SendMessage(0, h).ok());
-    ASSERT_TRUE(p.a->Receive(2000).ok());
+    ASSERT_OK(p.a->SendMessage(0, h));
+    ASSERT_OK(p.a->Receive(2000));
     std::vector<uint8_t> body(31, 1);
-    ASSERT_TRUE(p.a->Send(static_cast<uint16_t>(core::MsgType::kAuthProof), 0, body).ok());
-    EXPECT_EQ(responder.get().status().code(), Code::kProtocol);
+    ASSERT_OK(p.a->Send(static_cast<uint16_t>(core::MsgType::kAuthProof), 0, body));
+    EXPECT_ERROR(responder.get(), Code::kProtocol);
   }
   // A silent peer: the deadline, not a hang.
   {
     Pair p;
     Result<uint32_t> r = AuthenticateResponder(*p.b, s, 2, "x", 100);
-    EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().ToString();
+    EXPECT_ERROR(r, Code::kDeadlineExceeded);
   }
   // A peer that hangs up.
   {

@@ -2,6 +2,7 @@
 // RDMA device, libfabric's tcp provider) and on a made-up report with a
 // device, for the text and JSON forms.
 #include "rdma/fabric_report.h"
+#include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@ bool Has(const std::string& text, const std::string& needle) { return text.find(
 
 TEST(FabricReportTest, ProbesThisMachine) {
   auto r = ProbeFabric(FabricOptions{});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_TRUE(r->rdma_devices.empty());
   EXPECT_TRUE(Has(r->rdma_note, "no RDMA devices")) << r->rdma_note;
   bool tcp = false;
@@ -48,7 +49,7 @@ TEST(FabricReportTest, NoChoiceForAnUnknownProvider) {
   FabricOptions o;
   o.provider = "no-such-provider";
   auto r = ProbeFabric(o);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_FALSE(r->choice.has_value());
   std::string text = FormatFabricReport(*r);
   EXPECT_TRUE(Has(text, "none: ")) << text;

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "tests/testing/stop_process.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::rdma {
 namespace {
@@ -81,7 +82,7 @@ bool MatchesPattern(const uint8_t* p, uint64_t offset, uint64_t n, uint64_t seed
 
 std::unique_ptr<Fabric> OpenOrDie(FabricOptions o = {}) {
   auto f = Fabric::Open(o);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_OK(f);
   return f.ok() ? std::move(f).value() : nullptr;
 }
 
@@ -92,7 +93,7 @@ struct Node {
     static uint64_t next_key = 100;
     if (!fabric || !buffer.data()) return;
     Status st = fabric->RegisterRegion(buffer.data(), buffer.size(), key ? key : next_key++);
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_OK(st);
   }
   std::unique_ptr<Fabric> fabric;
   Buffer buffer;
@@ -100,7 +101,7 @@ struct Node {
 
 uint64_t AddPeerOrDie(Fabric& f, const Fabric& peer) {
   auto p = f.AddPeer(peer.address());
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_OK(p);
   return p.ok() ? *p : 0;
 }
 
@@ -149,7 +150,7 @@ TEST(FabricTest, UnknownProviderIsUnavailable) {
   o.provider = "no-such-provider";
   auto f = Fabric::Open(o);
   ASSERT_FALSE(f.ok());
-  EXPECT_EQ(f.status().code(), Code::kUnavailable) << f.status().ToString();
+  EXPECT_ERROR(f, Code::kUnavailable);
   EXPECT_NE(f.status().message().find("no-such-provider"), std::string::npos) << f.status().ToString();
   EXPECT_NE(f.status().message().find("No data available"), std::string::npos) << f.status().ToString();
 }
@@ -170,7 +171,7 @@ TEST(FabricTest, ReadsManyUnalignedOpsByteExact) {
   ops.push_back({41 * kMiB + 3, 5 * kMiB + 1, 20 * kMiB + 5});  // larger than a message: split
   ops.push_back({kRegion - 1, kRegion - 1, 1});                  // the last byte of both regions
   Status st = a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ExpectOpsMatch(a.buffer.data(), ops, seed);
   // Nothing outside the ops was written: the gap before the big op.
   EXPECT_TRUE(std::all_of(a.buffer.data() + 40 * kMiB, a.buffer.data() + 41 * kMiB + 3, [](uint8_t c) { return c == 0; }));
@@ -183,17 +184,17 @@ TEST(FabricTest, ReadsManyUnalignedOpsByteExact) {
   std::vector<Fabric::ReadOp> back_ops = {{56 * kMiB, 40 * kMiB, 4 * kMiB}, {60 * kMiB + 1, 44 * kMiB + 333, 777777}};
   std::thread t([&] {
     Status bs = b.fabric->Read(back, a.fabric->region_key(), back_ops, kTimeoutMs);
-    EXPECT_TRUE(bs.ok()) << bs.ToString();
+    EXPECT_OK(bs);
   });
   std::memset(a.buffer.data(), 0, 40 * kMiB);
   auto ops2 = RandomOps(rng, 200, 100000, 0, 40 * kMiB, 48 * kMiB);
   st = a.fabric->Read(peer, b.fabric->region_key(), ops2, kTimeoutMs);
-  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_OK(st);
   t.join();
   ExpectOpsMatch(a.buffer.data(), ops2, seed);
   ExpectOpsMatch(b.buffer.data(), back_ops, seed + 1);
   std::vector<Fabric::ReadOp> empty;
-  EXPECT_TRUE(a.fabric->Read(peer, b.fabric->region_key(), empty, 0).ok());
+  EXPECT_OK(a.fabric->Read(peer, b.fabric->region_key(), empty, 0));
 }
 
 TEST(FabricTest, FourThreadsReadAtOnce) {
@@ -209,7 +210,7 @@ TEST(FabricTest, FourThreadsReadAtOnce) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 3; ++round) {
         Status st = a.fabric->Read(peer, b.fabric->region_key(), ops[t], kTimeoutMs);
-        EXPECT_TRUE(st.ok()) << st.ToString();
+        EXPECT_OK(st);
       }
     });
   }
@@ -230,7 +231,7 @@ TEST(FabricTest, VirtualAddressesAndProviderKeys) {
   std::mt19937_64 rng(5);
   auto ops = RandomOps(rng, 200, 300000, 0, kRegion, kRegion);
   Status st = a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ExpectOpsMatch(a.buffer.data(), ops, 21);
 
   // A peer whose address() came before its RegisterRegion carries no base:
@@ -238,10 +239,10 @@ TEST(FabricTest, VirtualAddressesAndProviderKeys) {
   auto c = OpenOrDie(basic);
   ASSERT_TRUE(c);
   auto bare = a.fabric->AddPeer(c->address());
-  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  ASSERT_OK(bare);
   std::vector<Fabric::ReadOp> one = {{0, 0, 100}};
   st = a.fabric->Read(*bare, 1, one, kTimeoutMs);
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   EXPECT_NE(st.message().find("published no region"), std::string::npos) << st.ToString();
 }
 
@@ -254,7 +255,7 @@ TEST(FabricTest, RegionAbove4GiB) {
   uint64_t peer = AddPeerOrDie(*a.fabric, *b.fabric);
   std::vector<Fabric::ReadOp> ops = {{far + 7, far, 8 * kMiB}, {100, far + kMiB + 1, 4097}};
   Status st = a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ExpectOpsMatch(a.buffer.data(), ops, 31);
 }
 
@@ -268,44 +269,44 @@ TEST(FabricTest, BadArgumentsAreRefused) {
     return a.fabric->Read(p, key, ops, kTimeoutMs);
   };
   Status st = read(peer, {kRegion - 10, 0, 11});
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   EXPECT_NE(st.message().find("local region"), std::string::npos) << st.ToString();
   st = read(peer, {0, kRegion - 10, 11});
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   EXPECT_NE(st.message().find("peer"), std::string::npos) << st.ToString();
   st = read(peer, {0, UINT64_MAX - 5, 10});  // no overflow
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   st = read(peer + 1000, {0, 0, 10});
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   EXPECT_NE(st.message().find("unknown peer"), std::string::npos) << st.ToString();
-  EXPECT_TRUE(read(peer, {0, 0, 10}).ok());
+  EXPECT_OK(read(peer, {0, 0, 10}));
 
   std::vector<uint8_t> junk = {1, 2, 3};
-  EXPECT_EQ(a.fabric->AddPeer(junk).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(a.fabric->AddPeer(junk), Code::kInvalidArgument);
   std::vector<uint8_t> truncated = b.fabric->address();
   truncated.pop_back();
-  EXPECT_EQ(a.fabric->AddPeer(truncated).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(a.fabric->AddPeer(truncated), Code::kInvalidArgument);
 
-  EXPECT_EQ(a.fabric->RegisterRegion(a.buffer.data(), kMiB, 1).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(a.fabric->RegisterRegion(a.buffer.data(), kMiB, 1), Code::kInvalidArgument);
   auto fresh = OpenOrDie();
   ASSERT_TRUE(fresh);
   std::vector<Fabric::ReadOp> ops = {{0, 0, 10}};
   auto p = fresh->AddPeer(b.fabric->address());
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(fresh->Read(*p, key, ops, kTimeoutMs).code(), Code::kInvalidArgument);  // nothing registered
-  EXPECT_EQ(fresh->RegisterRegion(nullptr, 10, 1).code(), Code::kInvalidArgument);
+  ASSERT_OK(p);
+  EXPECT_ERROR(fresh->Read(*p, key, ops, kTimeoutMs), Code::kInvalidArgument);  // nothing registered
+  EXPECT_ERROR(fresh->RegisterRegion(nullptr, 10, 1), Code::kInvalidArgument);
 
   uint64_t twin = AddPeerOrDie(*a.fabric, *b.fabric);  // the same address again
   EXPECT_NE(twin, peer);
   a.fabric->RemovePeer(peer);
-  EXPECT_EQ(read(peer, {0, 0, 10}).code(), Code::kInvalidArgument);
-  EXPECT_TRUE(read(twin, {0, 0, 10}).ok());  // the other handle still works
+  EXPECT_ERROR(read(peer, {0, 0, 10}), Code::kInvalidArgument);
+  EXPECT_OK(read(twin, {0, 0, 10}));  // the other handle still works
   a.fabric->RemovePeer(twin);
   a.fabric->RemovePeer(twin);  // twice is harmless
   uint64_t again = AddPeerOrDie(*a.fabric, *b.fabric);
   EXPECT_NE(again, peer);  // handles are never reused
   EXPECT_NE(again, twin);
-  EXPECT_TRUE(read(again, {0, 0, 10}).ok());
+  EXPECT_OK(read(again, {0, 0, 10}));
 
   // Removed while another thread reads from it: that read finishes.
   FillPattern(b.buffer.data(), 0, kRegion, 3);
@@ -315,14 +316,14 @@ TEST(FabricTest, BadArgumentsAreRefused) {
   std::thread reader([&] {
     started = true;
     Status st = a.fabric->Read(again, key, many, kTimeoutMs);
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_OK(st);
   });
   while (!started) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   a.fabric->RemovePeer(again);
   reader.join();
   ExpectOpsMatch(a.buffer.data(), many, 3);
-  EXPECT_EQ(read(again, {0, 0, 10}).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(read(again, {0, 0, 10}), Code::kInvalidArgument);
 }
 
 // Past the end of a region the reader does not know the size of (its
@@ -334,7 +335,7 @@ TEST(FabricTest, ReadPastRemoteRegionFailsCleanly) {
   ASSERT_TRUE(a.fabric && b);
   uint64_t peer = AddPeerOrDie(*a.fabric, *b);  // before b registers
   Buffer region(kRegion);
-  ASSERT_TRUE(b->RegisterRegion(region.data(), kRegion, 77).ok());
+  ASSERT_OK(b->RegisterRegion(region.data(), kRegion, 77));
   FillPattern(region.data(), 0, kRegion, 41);
   std::vector<Fabric::ReadOp> past = {{0, kRegion - 100, 4096}};
   auto start = Clock::now();
@@ -354,7 +355,7 @@ TEST(FabricTest, ReadPastRemoteRegionFailsCleanly) {
     if (ok.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_TRUE(ok.ok()) << ok.ToString();
+  EXPECT_OK(ok);
   ExpectOpsMatch(a.buffer.data(), good, 41);
 }
 
@@ -366,7 +367,7 @@ TEST(FabricTest, ReadFromClosedPeerFailsWithinTimeout) {
   uint64_t connected = AddPeerOrDie(*a.fabric, *b->fabric);
   std::vector<uint8_t> addr = b->fabric->address();
   std::vector<Fabric::ReadOp> ops = {{0, 0, 4 * kMiB}};
-  ASSERT_TRUE(a.fabric->Read(connected, key, ops, kTimeoutMs).ok());
+  ASSERT_OK(a.fabric->Read(connected, key, ops, kTimeoutMs));
   b.reset();  // the peer closes
 
   auto start = Clock::now();
@@ -377,7 +378,7 @@ TEST(FabricTest, ReadFromClosedPeerFailsWithinTimeout) {
   std::cout << "[ info     ] read from a closed peer (connected): " << st.ToString() << " after " << took << " s\n";
 
   auto fresh = a.fabric->AddPeer(addr);  // never connected
-  ASSERT_TRUE(fresh.ok());
+  ASSERT_OK(fresh);
   start = Clock::now();
   st = a.fabric->Read(*fresh, key, ops, 2000);
   took = Seconds(start);
@@ -497,13 +498,13 @@ TEST(FabricProcessTest, ReadsFromAnotherProcess) {
   Node a;
   ASSERT_TRUE(a.fabric);
   auto added = a.fabric->AddPeer(child.address());
-  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  ASSERT_OK(added);
   uint64_t peer = *added;
   std::mt19937_64 rng(9);
   auto ops = RandomOps(rng, 500, 200000, 0, kRegion, kRegion);
   ops.push_back({0, 0, 0});  // empty ops are fine
   Status st = a.fabric->Read(peer, child.key(), ops, kTimeoutMs);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ExpectOpsMatch(a.buffer.data(), ops, 51);
 
   EXPECT_EQ(child.Stop(), 0);  // a clean close
@@ -525,15 +526,15 @@ TEST(FabricProcessTest, StoppedAndKilledTargets) {
   ASSERT_TRUE(a.fabric);
   uint64_t peer = *a.fabric->AddPeer(child.address());
   std::vector<Fabric::ReadOp> ops = {{0, 0, 32 * kMiB}, {32 * kMiB, 0, 32 * kMiB}};
-  ASSERT_TRUE(a.fabric->Read(peer, child.key(), ops, kTimeoutMs).ok());  // connected
+  ASSERT_OK(a.fabric->Read(peer, child.key(), ops, kTimeoutMs));  // connected
 
   Status frozen = child.Freeze();
-  ASSERT_TRUE(frozen.ok()) << frozen.ToString();
+  ASSERT_OK(frozen);
   std::memset(a.buffer.data(), 0, kRegion);
   auto start = Clock::now();
   Status st = a.fabric->Read(peer, child.key(), ops, 300);
   double took = Seconds(start);
-  EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
+  EXPECT_ERROR(st, Code::kDeadlineExceeded);
   EXPECT_GE(took, 0.29);
   EXPECT_LT(took, 2.0);
   std::cout << "[ info     ] read from a stopped process: " << st.ToString() << "\n";
@@ -544,12 +545,12 @@ TEST(FabricProcessTest, StoppedAndKilledTargets) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(a.fabric->reads_in_flight(), 0u);
-  ASSERT_TRUE(a.fabric->Read(peer, child.key(), ops, kTimeoutMs).ok());
+  ASSERT_OK(a.fabric->Read(peer, child.key(), ops, kTimeoutMs));
   ExpectOpsMatch(a.buffer.data(), ops, 61);
 
   // Killed in the middle of reads, and while the reader waits.
   frozen = child.Freeze();
-  ASSERT_TRUE(frozen.ok()) << frozen.ToString();
+  ASSERT_OK(frozen);
   std::thread killer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     child.Signal(SIGKILL);
@@ -579,10 +580,10 @@ TEST(FabricProcessTest, DestroyWithReadsInFlight) {
   ASSERT_TRUE(a.fabric);
   uint64_t peer = *a.fabric->AddPeer(child.address());
   std::vector<Fabric::ReadOp> ops = {{0, 0, 32 * kMiB}};
-  ASSERT_TRUE(a.fabric->Read(peer, child.key(), ops, kTimeoutMs).ok());
+  ASSERT_OK(a.fabric->Read(peer, child.key(), ops, kTimeoutMs));
   Status frozen = child.Freeze();
-  ASSERT_TRUE(frozen.ok()) << frozen.ToString();
-  EXPECT_EQ(a.fabric->Read(peer, child.key(), ops, 100).code(), Code::kDeadlineExceeded);
+  ASSERT_OK(frozen);
+  EXPECT_ERROR(a.fabric->Read(peer, child.key(), ops, 100), Code::kDeadlineExceeded);
   EXPECT_GT(a.fabric->reads_in_flight(), 0u);
   a.fabric.reset();
   child.Signal(SIGCONT);
@@ -601,7 +602,7 @@ TEST(FabricTest, IdleFabricsCostNoCpu) {
   ASSERT_TRUE(a.fabric && b.fabric);
   uint64_t peer = AddPeerOrDie(*a.fabric, *b.fabric);
   std::vector<Fabric::ReadOp> ops = {{0, 0, 8 * kMiB}};
-  ASSERT_TRUE(a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs).ok());  // connected
+  ASSERT_OK(a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs));  // connected
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   double cpu = CpuSeconds();
   auto start = Clock::now();
@@ -627,11 +628,11 @@ TEST(FabricBenchmark, ReadThroughput) {
   for (uint64_t op : {kMiB, 16 * kMiB}) {
     std::vector<Fabric::ReadOp> ops;
     for (uint64_t off = 0; off < region; off += op) ops.push_back({off, off, op});
-    ASSERT_TRUE(a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs).ok());  // warm up
+    ASSERT_OK(a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs));  // warm up
     auto start = Clock::now();
     for (uint64_t done = 0; done < total; done += region) {
       Status st = a.fabric->Read(peer, b.fabric->region_key(), ops, kTimeoutMs);
-      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_OK(st);
     }
     double fabric = total / Seconds(start) / 1e9;
     double copy = MemcpyGBps(a.buffer.data(), b.buffer.data(), region, op, total);
@@ -643,7 +644,7 @@ TEST(FabricBenchmark, ReadThroughput) {
   std::vector<Fabric::ReadOp> small = {{0, 0, 4096}};
   auto start = Clock::now();
   const int n = 2000;
-  for (int i = 0; i < n; ++i) ASSERT_TRUE(a.fabric->Read(peer, b.fabric->region_key(), small, kTimeoutMs).ok());
+  for (int i = 0; i < n; ++i) ASSERT_OK(a.fabric->Read(peer, b.fabric->region_key(), small, kTimeoutMs));
   std::cout << "[ bench    ] 4 KiB reads one at a time: " << Seconds(start) / n * 1e6 << " us each\n";
 }
 
@@ -658,11 +659,11 @@ TEST(FabricBenchmark, ReadThroughputFromAnotherProcess) {
   for (uint64_t op : {kMiB, 16 * kMiB}) {
     std::vector<Fabric::ReadOp> ops;
     for (uint64_t off = 0; off < region; off += op) ops.push_back({off, off, op});
-    ASSERT_TRUE(a.fabric->Read(peer, child.key(), ops, kTimeoutMs).ok());  // warm up
+    ASSERT_OK(a.fabric->Read(peer, child.key(), ops, kTimeoutMs));  // warm up
     auto start = Clock::now();
     for (uint64_t done = 0; done < total; done += region) {
       Status st = a.fabric->Read(peer, child.key(), ops, kTimeoutMs);
-      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_OK(st);
     }
     std::cout << "[ bench    ] 1 GiB in " << op / kMiB << " MiB ops from another process: "
               << total / Seconds(start) / 1e9 << " GB/s\n";

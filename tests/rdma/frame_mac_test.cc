@@ -16,6 +16,7 @@
 #include "core/wire.h"
 #include "rdma/auth.h"
 #include "rdma/framed_socket.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::rdma {
 namespace {
@@ -31,21 +32,21 @@ core::AuthNonce Nonce(uint8_t v) {
 std::unique_ptr<FrameMac> Mac(bool initiator, const std::string& secret = kSecret, uint8_t ni = 1,
                               uint8_t nr = 2) {
   auto m = FrameMac::Derive(secret, Nonce(ni), Nonce(nr), 3, 4, initiator);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_OK(m);
   return std::move(m).value();
 }
 
 FrameTag Tag(FrameMac::Half& h, const std::string& data, RecordKind kind = RecordKind::kFrame) {
-  EXPECT_TRUE(h.Begin(kind).ok());
-  EXPECT_TRUE(h.Update(reinterpret_cast<const uint8_t*>(data.data()), data.size()).ok());
+  EXPECT_OK(h.Begin(kind));
+  EXPECT_OK(h.Update(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
   auto t = h.Finish();
-  EXPECT_TRUE(t.ok());
+  EXPECT_OK(t);
   return *t;
 }
 
 Status Check(FrameMac::Half& h, const std::string& data, const FrameTag& tag, RecordKind kind = RecordKind::kFrame) {
-  EXPECT_TRUE(h.Begin(kind).ok());
-  EXPECT_TRUE(h.Update(reinterpret_cast<const uint8_t*>(data.data()), data.size()).ok());
+  EXPECT_OK(h.Begin(kind));
+  EXPECT_OK(h.Update(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
   return h.Check(tag);
 }
 
@@ -53,8 +54,8 @@ TEST(FrameMacTest, EachDirectionChecksWhatTheOtherSent) {
   auto i = Mac(true), r = Mac(false);
   for (int k = 0; k < 3; ++k) {
     const std::string msg = "record " + std::to_string(k);
-    EXPECT_TRUE(Check(r->receive(), msg, Tag(i->send(), msg)).ok());
-    EXPECT_TRUE(Check(i->receive(), msg, Tag(r->send(), msg)).ok());
+    EXPECT_OK(Check(r->receive(), msg, Tag(i->send(), msg)));
+    EXPECT_OK(Check(i->receive(), msg, Tag(r->send(), msg)));
   }
   EXPECT_EQ(i->send().seq(), 3u);
   EXPECT_EQ(r->receive().seq(), 3u);
@@ -79,15 +80,15 @@ TEST(FrameMacTest, AlteredReplayedAndReorderedRecordsFail) {
   auto i = Mac(true), r = Mac(false);
   const FrameTag t0 = Tag(i->send(), "zero"), t1 = Tag(i->send(), "one");
   Status altered = Check(r->receive(), "zerO", t0);
-  EXPECT_EQ(altered.code(), Code::kCorruption);
+  EXPECT_ERROR(altered, Code::kCorruption);
   EXPECT_NE(altered.message().find("record 0"), std::string::npos) << altered.ToString();
   // The receiver has moved on: record 0 again (a replay) fails, and so does
   // record 1 out of its place.
   auto r2 = Mac(false);
-  EXPECT_EQ(Check(r2->receive(), "one", t1).code(), Code::kCorruption);  // reordered (0 dropped)
+  EXPECT_ERROR(Check(r2->receive(), "one", t1), Code::kCorruption);  // reordered (0 dropped)
   auto r3 = Mac(false);
-  EXPECT_TRUE(Check(r3->receive(), "zero", t0).ok());
-  EXPECT_EQ(Check(r3->receive(), "zero", t0).code(), Code::kCorruption);  // replayed
+  EXPECT_OK(Check(r3->receive(), "zero", t0));
+  EXPECT_ERROR(Check(r3->receive(), "zero", t0), Code::kCorruption);  // replayed
 }
 
 // ---- over sockets ---------------------------------------------------------
@@ -135,7 +136,7 @@ struct Relay {
   }
   // One frame of `body` sent by a, as bytes on the wire.
   std::vector<uint8_t> SendFrame(const std::string& body, uint64_t id = 1) {
-    EXPECT_TRUE(a->Send(38, id, std::span(reinterpret_cast<const uint8_t*>(body.data()), body.size())).ok());
+    EXPECT_OK(a->Send(38, id, std::span(reinterpret_cast<const uint8_t*>(body.data()), body.size())));
     return Take(core::kFrameHeaderBytes + body.size() + kFrameTagBytes);
   }
 };
@@ -146,33 +147,33 @@ TEST(FramedIntegrityTest, FramesAndBulkPassUnchanged) {
   Relay x;
   x.Give(x.SendFrame("hello"));
   auto f = x.b->Receive(1000);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_EQ(Body(*f), "hello");
   std::vector<uint8_t> bulk(3 << 20);
   for (size_t k = 0; k < bulk.size(); ++k) bulk[k] = static_cast<uint8_t>(k * 131);
   auto sender = std::async(std::launch::async, [&] {
-    EXPECT_TRUE(x.a->SendRaw(bulk.data(), 1000).ok());
-    EXPECT_TRUE(x.a->SendRaw(bulk.data() + 1000, bulk.size() - 1000).ok());
-    EXPECT_TRUE(x.a->FinishSendRaw().ok());
+    EXPECT_OK(x.a->SendRaw(bulk.data(), 1000));
+    EXPECT_OK(x.a->SendRaw(bulk.data() + 1000, bulk.size() - 1000));
+    EXPECT_OK(x.a->FinishSendRaw());
   });
   auto wire = x.Take(bulk.size() + kFrameTagBytes);
   sender.get();
   auto giver = std::async(std::launch::async, [&] { x.Give(wire); });
   std::vector<uint8_t> got(bulk.size());
-  ASSERT_TRUE(x.b->ReceiveRaw(got.data(), got.size(), 1000).ok());
-  ASSERT_TRUE(x.b->FinishReceiveRaw(1000).ok());
+  ASSERT_OK(x.b->ReceiveRaw(got.data(), got.size(), 1000));
+  ASSERT_OK(x.b->FinishReceiveRaw(1000));
   giver.get();
   EXPECT_EQ(got, bulk);
   x.Give(x.SendFrame("after"));
   f = x.b->Receive(1000);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_EQ(Body(*f), "after");
   EXPECT_EQ(x.counters.integrity_failures.load(), 0u);
 }
 
 void ExpectRefused(Relay& x, Result<Frame> f) {
   ASSERT_FALSE(f.ok());
-  EXPECT_EQ(f.status().code(), Code::kCorruption) << f.status().ToString();
+  EXPECT_ERROR(f, Code::kCorruption);
   EXPECT_NE(f.status().message().find("frame integrity check failed"), std::string::npos) << f.status().ToString();
   EXPECT_NE(f.status().message().find("node 3 at a"), std::string::npos) << f.status().ToString();
   EXPECT_EQ(x.counters.integrity_failures.load(), 1u);
@@ -213,7 +214,7 @@ TEST(FramedIntegrityTest, AReplayedFrameIsRefused) {
   Relay x;
   auto w = x.SendFrame("once");
   x.Give(w);
-  ASSERT_TRUE(x.b->Receive(1000).ok());
+  ASSERT_OK(x.b->Receive(1000));
   x.Give(w);
   ExpectRefused(x, x.b->Receive(1000));
 }
@@ -239,15 +240,15 @@ TEST(FramedIntegrityTest, AnInjectedFrameIsRefused) {
 TEST(FramedIntegrityTest, AlteredBulkBytesAreRefusedAtTheirTag) {
   Relay x;
   std::vector<uint8_t> bulk(4096, 7);
-  ASSERT_TRUE(x.a->SendRaw(bulk.data(), bulk.size()).ok());
-  ASSERT_TRUE(x.a->FinishSendRaw().ok());
+  ASSERT_OK(x.a->SendRaw(bulk.data(), bulk.size()));
+  ASSERT_OK(x.a->FinishSendRaw());
   auto w = x.Take(bulk.size() + kFrameTagBytes);
   w[100] ^= 0x40;
   x.Give(w);
   std::vector<uint8_t> got(bulk.size());
-  ASSERT_TRUE(x.b->ReceiveRaw(got.data(), got.size(), 1000).ok());  // the bytes arrive ...
+  ASSERT_OK(x.b->ReceiveRaw(got.data(), got.size(), 1000));  // the bytes arrive ...
   Status st = x.b->FinishReceiveRaw(1000);                           // ... and fail their tag
-  EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
+  EXPECT_ERROR(st, Code::kCorruption);
   EXPECT_EQ(x.counters.integrity_failures.load(), 1u);
 }
 
@@ -262,7 +263,7 @@ TEST(FramedIntegrityTest, WithoutIntegrityTheSameAlterationPasses) {
   w.insert(w.end(), body.begin(), body.end());
   ASSERT_EQ(::write(p[0], w.data(), w.size()), (ssize_t)w.size());
   auto f = b.Receive(1000);
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK(f);
   EXPECT_EQ(Body(*f), body);
 }
 
@@ -276,13 +277,13 @@ TEST(FramedIntegrityTest, TheHandshakeTurnsItOnForVersionTwo) {
     auto responder = std::async(std::launch::async, [&] {
       return AuthenticateResponder(b, secret, 2, "a", 2000, nullptr, AuthOptions{});
     });
-    ASSERT_TRUE(AuthenticateInitiator(a, secret, 1, "b", 2, 2000, nullptr, old_node).ok());
-    ASSERT_TRUE(responder.get().ok());
+    ASSERT_OK(AuthenticateInitiator(a, secret, 1, "b", 2, 2000, nullptr, old_node));
+    ASSERT_OK(responder.get());
     EXPECT_EQ(a.integrity(), max >= kPeerProtocolIntegrity);
     EXPECT_EQ(b.integrity(), max >= kPeerProtocolIntegrity);
-    ASSERT_TRUE(a.SendMessage(5, core::EmptyReply{}).ok());
+    ASSERT_OK(a.SendMessage(5, core::EmptyReply{}));
     auto f = b.Receive(1000);
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_OK(f);
     EXPECT_EQ(f->request_id, 5u);
   }
 }

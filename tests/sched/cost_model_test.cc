@@ -1,6 +1,7 @@
 // The cost model: fitting, parsing profiles (the shipped file included),
 // load-versus-recompute plans.
 #include "sched/cost_model.h"
+#include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -33,7 +34,7 @@ TEST(FitPrefill, RecoversAnExactQuadratic) {
     pts.emplace_back(n, a * n * n + b * n + c);
   }
   double fa, fb, fc;
-  ASSERT_TRUE(FitPrefill(pts, &fa, &fb, &fc).ok());
+  ASSERT_OK(FitPrefill(pts, &fa, &fb, &fc));
   EXPECT_NEAR(fa / a, 1.0, 1e-6);
   EXPECT_NEAR(fb / b, 1.0, 1e-6);
   EXPECT_NEAR(fc / c, 1.0, 1e-6);
@@ -43,7 +44,7 @@ TEST(FitPrefill, NeverFitsANegativeTerm) {
   // Concave points would fit a < 0: the quadratic term is dropped instead.
   std::vector<std::pair<uint64_t, double>> pts = {{1000, 0.010}, {2000, 0.019}, {4000, 0.035}, {8000, 0.060}};
   double a, b, c;
-  ASSERT_TRUE(FitPrefill(pts, &a, &b, &c).ok());
+  ASSERT_OK(FitPrefill(pts, &a, &b, &c));
   EXPECT_GE(a, 0);
   EXPECT_GE(b, 0);
   EXPECT_GE(c, 0);
@@ -53,13 +54,13 @@ TEST(FitPrefill, NeedsThreeDistinctLengths) {
   std::vector<std::pair<uint64_t, double>> pts = {{1000, 0.01}, {1000, 0.011}, {2000, 0.02}};
   double a, b, c;
   Status s = FitPrefill(pts, &a, &b, &c);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.message().find("3 or more distinct"), std::string::npos) << s.message();
 }
 
 TEST(ParseProfiles, ReadsEveryField) {
   auto r = ParseProfiles(kProfile);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ASSERT_EQ(r->size(), 1u);
   const Profile& p = (*r)[0];
   EXPECT_EQ(p.model, "m");
@@ -79,7 +80,7 @@ TEST(ParseProfiles, ErrorsNameWhatIsWrong) {
   auto bad = [](std::string text, const char* want) {
     auto r = ParseProfiles(text, "p.toml");
     ASSERT_FALSE(r.ok()) << want;
-    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_ERROR(r, Code::kInvalidArgument);
     EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
   };
   std::string base = kProfile;
@@ -104,10 +105,10 @@ TEST(ParseProfiles, ErrorsNameWhatIsWrong) {
 TEST(CostModel, LoadsTheShippedProfiles) {
   const std::string path = DefaultProfilesPath();
   auto all = LoadProfiles(path);
-  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_OK(all);
   for (const char* gpu : {"a100-80g", "h100-80g", "h200"}) {
     auto m = CostModel::Load(path, "mistral-7b", gpu);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_OK(m);
     const Profile& p = m->profile();
     EXPECT_EQ(p.kv_bytes_per_token, 131072u) << gpu;  // Mistral-7B: 32 layers * 2 * 8 heads * 128 * 2 B
     EXPECT_FALSE(p.source.empty()) << gpu;
@@ -119,7 +120,7 @@ TEST(CostModel, LoadsTheShippedProfiles) {
     EXPECT_LT(m->LoadSeconds(8192 * p.kv_bytes_per_token, LoadPath::kDram), m->PrefillSeconds(8192)) << gpu;
   }
   auto missing = CostModel::Load(path, "mistral-7b", "tpu-v9");
-  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_ERROR(missing, Code::kNotFound);
   EXPECT_NE(missing.status().message().find("h100-80g"), std::string::npos) << missing.status().message();
 }
 

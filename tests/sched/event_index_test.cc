@@ -19,6 +19,7 @@
 #include "tests/cluster/kv_check.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::sched {
 namespace {
@@ -70,12 +71,12 @@ class EventIndexTest : public ::testing::Test {
                     "--events-replay-port", std::to_string(ports_[i].second), "--ssd-dir", ssd_[i],
                     "--ssd-capacity", "64MiB"};
     daemons_[i] = std::make_unique<testing::Daemon>();
-    ASSERT_TRUE(daemons_[i]->Start(o).ok());
+    ASSERT_OK(daemons_[i]->Start(o));
     ClientOptions co;
     co.socket_path = daemons_[i]->socket_path();
     auto c = Client::Connect(co);
-    ASSERT_TRUE(c.ok());
-    ASSERT_TRUE((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()).ok());
+    ASSERT_OK(c);
+    ASSERT_OK((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()));
     nodes_[i] = {i, std::move(*c)};
   }
   void SetUp() override {
@@ -116,7 +117,7 @@ TEST_F(EventIndexTest, AnswersAsLocatePrefixDoesAndFollowsRestartsAndRemovals) {
   EXPECT_EQ(loc->HeldBy(1), 96u);
   EXPECT_GT(events.stats().from_events, 0u);
   // A removal on node 1, a restart of node 0 (SSD: what it persisted comes back as a new incarnation).
-  ASSERT_TRUE(nodes_[1].client->Remove(kNs, Cat(doc, Gen(6, 32))).ok());
+  ASSERT_OK(nodes_[1].client->Remove(kNs, Cat(doc, Gen(6, 32))));
   const uint64_t restarts = events.stats().restarts;
   daemons_[0]->Stop();
   StartNode(0);
@@ -139,13 +140,13 @@ TEST_F(EventIndexTest, AnUnknownStreamFallsBackToLocatePrefix) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(events.AllKnown());
   auto loc = events.Locate(kNs, Gen(5, 64));
-  ASSERT_TRUE(loc.ok());
+  ASSERT_OK(loc);
   EXPECT_EQ(loc->HeldBy(0), 64u);
   EXPECT_GT(events.stats().from_fallback, 0u);
   EXPECT_EQ(events.stats().from_events, 0u);
   EXPECT_FALSE(EventIndex::ParseSource("0=tcp://a:1").ok());
   EXPECT_FALSE(EventIndex::ParseSource("x=tcp://a:1,tcp://a:2").ok());
-  EXPECT_TRUE(EventIndex::ParseSource("3=tcp://a:1,tcp://a:2").ok());
+  EXPECT_OK(EventIndex::ParseSource("3=tcp://a:1,tcp://a:2"));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "tests/sched/test_model.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::sched {
 namespace {
@@ -36,8 +37,8 @@ class SchedulerTest : public ::testing::Test {
     o.nodes = n;
     o.replicate_after = replicate_after;
     cluster_ = std::make_unique<TestCluster>(o);
-    ASSERT_TRUE(cluster_->Start().ok());
-    ASSERT_TRUE(cluster_->WaitConverged().ok());
+    ASSERT_OK(cluster_->Start());
+    ASSERT_OK(cluster_->WaitConverged());
     std::vector<std::unique_ptr<Client>> clients;
     testing::ConnectEach(*cluster_, &clients);
     for (size_t i = 0; i < clients.size(); ++i) nodes_.push_back({uint32_t(i), std::move(clients[i])});
@@ -54,7 +55,7 @@ class SchedulerTest : public ::testing::Test {
     o.cost = TestModel();
     auto s = std::make_unique<Scheduler>(o, index);
     for (const StoreIndex::Node& n : nodes_) {
-      EXPECT_TRUE(s->Register({"i" + std::to_string(n.id), n.id, "node" + std::to_string(n.id)}).ok());
+      EXPECT_OK(s->Register({"i" + std::to_string(n.id), n.id, "node" + std::to_string(n.id)}));
     }
     return s;
   }
@@ -71,7 +72,7 @@ TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
   testing::SaveKv(client(1), longer);  // node 1 owns only the 32 new tokens
   for (size_t asker = 0; asker < 3; ++asker) {
     auto loc = client(asker).LocatePrefix(kNs, Cat(longer, Gen(3, 16)));
-    ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+    ASSERT_OK(loc);
     EXPECT_EQ(loc->matched_tokens, 96u) << asker;
     ASSERT_EQ(loc->spans.size(), 2u) << asker;
     EXPECT_EQ(loc->spans[0].end_token, 64u);
@@ -87,7 +88,7 @@ TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
   }
   // The probe is no lookup: the nodes' request counters do not move.
   auto before = client(2).Stats();
-  ASSERT_TRUE(client(2).LocatePrefix(kNs, longer).ok());
+  ASSERT_OK(client(2).LocatePrefix(kNs, longer));
   auto after = client(2).Stats();
   EXPECT_EQ(after->lookups, before->lookups);
   EXPECT_EQ(after->hits, before->hits);
@@ -95,15 +96,15 @@ TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
   EXPECT_EQ(testing::LoadAndCheck(client(2), longer), 96u);
   EXPECT_EQ(testing::LoadAndCheck(client(2), longer), 96u);
   auto loc = client(0).LocatePrefix(kNs, longer);
-  ASSERT_TRUE(loc.ok());
+  ASSERT_OK(loc);
   EXPECT_EQ(loc->HeldBy(2), 96u);
   EXPECT_EQ(loc->spans[0].nodes, (std::vector<uint32_t>{0, 2}));
   // A miss, and an unknown namespace.
   auto miss = client(1).LocatePrefix(kNs, Gen(99, 64));
-  ASSERT_TRUE(miss.ok());
+  ASSERT_OK(miss);
   EXPECT_EQ(miss->matched_tokens, 0u);
   EXPECT_TRUE(miss->spans.empty());
-  EXPECT_EQ(client(1).LocatePrefix("no-such-ns", doc).status().code(), Code::kNotFound);
+  EXPECT_ERROR(client(1).LocatePrefix("no-such-ns", doc), Code::kNotFound);
 }
 
 TEST_F(SchedulerTest, PrefixLocalityRoutesToTheNodeThatHoldsTheLongestPrefix) {
@@ -114,27 +115,27 @@ TEST_F(SchedulerTest, PrefixLocalityRoutesToTheNodeThatHoldsTheLongestPrefix) {
   testing::SaveKv(client(2), doc);
   for (int k = 0; k < 4; ++k) {
     auto d = s->Route({kNs, Cat(doc, Gen(100 + k, 20)), ""});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ASSERT_OK(d);
     EXPECT_EQ(d->instance, "i2");
     EXPECT_EQ(d->local_tokens, 128u);
     EXPECT_EQ(d->cluster_tokens, 128u);
     EXPECT_EQ(d->plan.load_tokens, 128u);
     EXPECT_EQ(d->reason, "longest prefix");
-    ASSERT_TRUE(s->Finished(d->ticket).ok());
+    ASSERT_OK(s->Finished(d->ticket));
   }
   // Nothing cached: least-load, spread over the instances.
   std::set<std::string> used;
   std::vector<uint64_t> tickets;
   for (int k = 0; k < 3; ++k) {
     auto d = s->Route({kNs, Gen(200 + k, 64), ""});
-    ASSERT_TRUE(d.ok());
+    ASSERT_OK(d);
     EXPECT_EQ(d->local_tokens, 0u);
     EXPECT_NE(d->reason.find("least-load"), std::string::npos) << d->reason;
     used.insert(d->instance);
     tickets.push_back(d->ticket);
   }
   EXPECT_EQ(used.size(), 3u);
-  for (uint64_t t : tickets) ASSERT_TRUE(s->Finished(t).ok());
+  for (uint64_t t : tickets) ASSERT_OK(s->Finished(t));
 }
 
 TEST_F(SchedulerTest, PrefixLocalityFollowsTheDocumentNotTheSharedSystemPrompt) {
@@ -160,8 +161,8 @@ TEST_F(SchedulerTest, PrefixLocalityFollowsTheDocumentNotTheSharedSystemPrompt) 
     EXPECT_EQ(d1->local_tokens, 128u);
     EXPECT_EQ(d1->cluster_tokens, 144u);
     EXPECT_EQ(d1->plan.load_tokens, 144u);
-    ASSERT_TRUE(s->Finished(d1->ticket).ok());
-    ASSERT_TRUE(s->Finished(d2->ticket).ok());
+    ASSERT_OK(s->Finished(d1->ticket));
+    ASSERT_OK(s->Finished(d2->ticket));
   }
 }
 
@@ -177,7 +178,7 @@ TEST_F(SchedulerTest, PrefixLocalityGivesUpAnOverloadedNode) {
   std::vector<uint64_t> tickets;
   for (int k = 0; k < 12; ++k) {
     auto d = s->Route({kNs, Cat(doc, Gen(300 + k, 4096)), ""});
-    ASSERT_TRUE(d.ok());
+    ASSERT_OK(d);
     where[d->instance]++;
     tickets.push_back(d->ticket);
     if (d->instance == "i0") {
@@ -187,15 +188,15 @@ TEST_F(SchedulerTest, PrefixLocalityGivesUpAnOverloadedNode) {
   EXPECT_GT(where["i1"], 0);
   EXPECT_GT(where["i0"], 0) << "the holder took every request despite the load bound";
   // Prefilled and finished requests leave the queues.
-  for (uint64_t t : tickets) ASSERT_TRUE(s->PrefillDone(t).ok());
+  for (uint64_t t : tickets) ASSERT_OK(s->PrefillDone(t));
   for (const InstanceState& in : s->Instances()) EXPECT_NEAR(in.queued_s, 0.0, 1e-9) << in.spec.id;
-  for (uint64_t t : tickets) ASSERT_TRUE(s->Finished(t).ok());
+  for (uint64_t t : tickets) ASSERT_OK(s->Finished(t));
   for (const InstanceState& in : s->Instances()) EXPECT_EQ(in.running, 0u) << in.spec.id;
-  EXPECT_EQ(s->Finished(tickets[0]).code(), Code::kNotFound);
-  EXPECT_EQ(s->PrefillDone(987654).code(), Code::kNotFound);
+  EXPECT_ERROR(s->Finished(tickets[0]), Code::kNotFound);
+  EXPECT_ERROR(s->PrefillDone(987654), Code::kNotFound);
   // Back under the bound: the holder again.
   auto d = s->Route({kNs, Cat(doc, Gen(400, 16)), ""});
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->instance, "i1");
 }
 
@@ -212,7 +213,7 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
   auto c = ll->Route({kNs, Gen(3, 4096), ""});
   std::set<std::string> three = {a->instance, b->instance, c->instance};
   EXPECT_EQ(three.size(), 3u);
-  ASSERT_TRUE(ll->PrefillDone(b->ticket).ok());
+  ASSERT_OK(ll->PrefillDone(b->ticket));
   EXPECT_EQ(ll->Route({kNs, Gen(4, 4096), ""})->instance, b->instance);  // the one whose queue emptied
 
   auto sa = MakeScheduler(Policy::kSessionAffinity, nullptr);
@@ -222,7 +223,7 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
     for (int u = 0; u < 30; ++u) {
       const std::string session = "user-" + std::to_string(u);
       auto d = sa->Route({kNs, Gen(u * 10 + round, 32), session});
-      ASSERT_TRUE(d.ok());
+      ASSERT_OK(d);
       EXPECT_EQ(d->reason, "session");
       if (round == 0) first[session] = d->instance;
       EXPECT_EQ(d->instance, first[session]) << session;  // sticky
@@ -231,7 +232,7 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
   }
   EXPECT_EQ(spread.size(), 3u);  // 30 sessions land on every instance
   // Another instance joins: rendezvous hashing moves only the sessions it wins.
-  ASSERT_TRUE(sa->Register({"i9", 0, "node0-b"}).ok());
+  ASSERT_OK(sa->Register({"i9", 0, "node0-b"}));
   int moved = 0;
   for (int u = 0; u < 30; ++u) {
     const std::string session = "user-" + std::to_string(u);
@@ -247,19 +248,19 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
 
 TEST_F(SchedulerTest, RegistrationErrors) {
   Scheduler s({}, nullptr);
-  EXPECT_EQ(s.Route({kNs, Gen(1, 16), ""}).status().code(), Code::kUnavailable);
-  EXPECT_EQ(s.Register({"", 0, "x"}).code(), Code::kInvalidArgument);
-  ASSERT_TRUE(s.Register({"a", 0, "x"}).ok());
-  EXPECT_TRUE(s.Register({"a", 0, "x"}).ok());  // the same again: a no-op
+  EXPECT_ERROR(s.Route({kNs, Gen(1, 16), ""}), Code::kUnavailable);
+  EXPECT_ERROR(s.Register({"", 0, "x"}), Code::kInvalidArgument);
+  ASSERT_OK(s.Register({"a", 0, "x"}));
+  EXPECT_OK(s.Register({"a", 0, "x"}));  // the same again: a no-op
   Status dup = s.Register({"a", 1, "y"});
-  EXPECT_EQ(dup.code(), Code::kAlreadyExists);
+  EXPECT_ERROR(dup, Code::kAlreadyExists);
   EXPECT_NE(dup.message().find("instance a"), std::string::npos) << dup.message();
-  EXPECT_EQ(s.Unregister("b").code(), Code::kNotFound);
+  EXPECT_ERROR(s.Unregister("b"), Code::kNotFound);
   auto d = s.Route({kNs, Gen(1, 16), ""});
-  ASSERT_TRUE(d.ok());
-  ASSERT_TRUE(s.Unregister("a").ok());
-  EXPECT_EQ(s.Finished(d->ticket).code(), Code::kNotFound);  // forgotten with its instance
-  EXPECT_EQ(ParsePolicy("random").status().code(), Code::kInvalidArgument);
+  ASSERT_OK(d);
+  ASSERT_OK(s.Unregister("a"));
+  EXPECT_ERROR(s.Finished(d->ticket), Code::kNotFound);  // forgotten with its instance
+  EXPECT_ERROR(ParsePolicy("random"), Code::kInvalidArgument);
   EXPECT_EQ(*ParsePolicy("prefix"), Policy::kPrefixLocality);
 }
 
@@ -270,17 +271,17 @@ TEST_F(SchedulerTest, ForgottenRequestsExpire) {
   o.cost = TestModel();
   o.ticket_ttl_s = 0.05;
   Scheduler s(o, nullptr);
-  ASSERT_TRUE(s.Register({"a", 0, "x"}).ok());
+  ASSERT_OK(s.Register({"a", 0, "x"}));
   auto first = s.Route({kNs, Gen(1, 4096), ""});
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   EXPECT_EQ(s.Instances()[0].running, 1u);
   EXPECT_GT(s.Instances()[0].queued_s, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto second = s.Route({kNs, Gen(2, 16), ""});
-  ASSERT_TRUE(second.ok());
+  ASSERT_OK(second);
   EXPECT_EQ(s.Instances()[0].running, 1u);  // the second only
-  EXPECT_EQ(s.Finished(first->ticket).code(), Code::kNotFound);
-  EXPECT_TRUE(s.Finished(second->ticket).ok());
+  EXPECT_ERROR(s.Finished(first->ticket), Code::kNotFound);
+  EXPECT_OK(s.Finished(second->ticket));
   EXPECT_EQ(s.Instances()[0].running, 0u);
   EXPECT_NEAR(s.Instances()[0].queued_s, 0, 1e-9);
 }
@@ -292,12 +293,12 @@ TEST_F(SchedulerTest, IndependentStoresAreMergedByHeldLength) {
     daemons.push_back(std::make_unique<testing::Daemon>());
     testing::Daemon::Options o;
     o.extra_args = {"--node-id", std::to_string(i)};
-    ASSERT_TRUE(daemons.back()->Start(o).ok());
+    ASSERT_OK(daemons.back()->Start(o));
     ClientOptions co;
     co.socket_path = daemons.back()->socket_path();
     auto c = Client::Connect(co);
-    ASSERT_TRUE(c.ok());
-    ASSERT_TRUE((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()).ok());
+    ASSERT_OK(c);
+    ASSERT_OK((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()));
     nodes_.push_back({i, std::move(*c)});
   }
   const auto doc = Gen(5, 64);
@@ -305,7 +306,7 @@ TEST_F(SchedulerTest, IndependentStoresAreMergedByHeldLength) {
   testing::SaveKv(client(1), Cat(doc, Gen(6, 32)));  // independent: node 1 stores all 96
   StoreIndex index(nodes_, /*cluster=*/false);
   auto loc = index.Locate(kNs, Cat(doc, Gen(6, 48)));
-  ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+  ASSERT_OK(loc);
   EXPECT_EQ(loc->matched_tokens, 96u);
   EXPECT_EQ(loc->HeldBy(0), 64u);
   EXPECT_EQ(loc->HeldBy(1), 96u);
@@ -328,42 +329,42 @@ TEST_F(SchedulerTest, ElasticPoolOperations) {
   const auto kv = Kv(prompt, 0, prompt.size());
   // allocate + insert from the shared buffer on node 0
   auto buf = pool.Allocate(0, kv.size());
-  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  ASSERT_OK(buf);
   std::memcpy(buf->data(), kv.data(), kv.size());
   auto saved = pool.Insert(0, kNs, prompt, *buf, 0, kv.size());
-  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_OK(saved);
   EXPECT_EQ(saved->stored_tokens, 96u);
   // match
   auto m = pool.Match(kNs, prompt);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   EXPECT_EQ(m->HeldBy(0), 96u);
   EXPECT_EQ(m->HeldBy(1), 0u);
   // transfer to node 1: pinned there, byte-exact; kept as a replica
   {
     auto pin = pool.Transfer(kNs, prompt, 1);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     ASSERT_EQ(pin->tokens(), 96u);
     std::vector<uint8_t> out(pin->bytes());
-    ASSERT_TRUE(pin->CopyTo(out.data(), out.size()).ok());
+    ASSERT_OK(pin->CopyTo(out.data(), out.size()));
     EXPECT_EQ(out, kv);
   }
   m = pool.Match(kNs, prompt);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   EXPECT_EQ(m->HeldBy(1), 96u);
   // prefill on node 0 -> decode on node 1
   const auto p2 = Cat(prompt, Gen(12, 64));
   const auto kv2 = Kv(p2, 0, p2.size());
   std::vector<uint8_t> dst(kv2.size());
   auto h = pool.PrefillToDecode(kNs, p2, kv2.data(), kv2.size(), 0, 1, dst.data(), dst.size());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   EXPECT_EQ(h->saved.stored_tokens, 64u);  // the prompt's first 96 were there already
   EXPECT_EQ(h->loaded_tokens, 160u);
   EXPECT_EQ(dst, kv2);
   // errors
-  EXPECT_EQ(pool.Allocate(7, 100).status().code(), Code::kNotFound);
-  EXPECT_EQ(pool.Insert(1, kNs, prompt, kv.data(), kv.size() - 1).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(pool.Allocate(7, 100), Code::kNotFound);
+  EXPECT_ERROR(pool.Insert(1, kNs, prompt, kv.data(), kv.size() - 1), Code::kInvalidArgument);
   auto none = pool.Match("no-such-ns", prompt);
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(none->matched_tokens, 0u);
 }
 
@@ -374,12 +375,12 @@ TEST_F(SchedulerTest, LoadAdvisorPlansFromWhereThePrefixIs) {
   const auto prompt = Cat(doc, Gen(22, 16));
   LoadAdvisor local(&client(0), TestModel(), LoadPath::kTcp);
   auto p = local.Advise(kNs, prompt);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(p->load_tokens, 256u);
   EXPECT_LT(p->total_s(), local.model().PrefillSeconds(prompt.size()));
   LoadAdvisor remote(&client(1), TestModel(), LoadPath::kTcp);
   auto q = remote.Advise(kNs, prompt);
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   EXPECT_EQ(q->load_tokens, 256u);
   EXPECT_GT(q->load_s, p->load_s);  // over the network it costs more
   // A network so slow that node 1 recomputes.

@@ -25,6 +25,7 @@
 #include "tests/testing/http_get.h"
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/run_tool.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::sched {
 namespace {
@@ -46,7 +47,7 @@ class SchedServiceTest : public ::testing::Test {
     cluster_ = new TestCluster(o);
     Status st = cluster_->Start();
     if (st.ok()) st = cluster_->WaitConverged();
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     std::vector<std::unique_ptr<Client>> clients;
     testing::ConnectEach(*cluster_, &clients);
     nodes_ = new std::vector<StoreIndex::Node>;
@@ -75,7 +76,7 @@ class SchedServiceTest : public ::testing::Test {
     so.port = 0;
     service_ = std::make_unique<SchedService>(scheduler_.get(), so);
     Status st = service_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     ASSERT_NE(service_->port(), 0);
     SchedClientOptions co;
     co.address = service_->address();
@@ -97,16 +98,16 @@ std::vector<StoreIndex::Node>* SchedServiceTest::nodes_ = nullptr;
 
 TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
   StartService(Policy::kPrefixLocality, true);
-  ASSERT_TRUE(client_->Register({"i0", 0, "http://node0:8000"}).ok());
-  ASSERT_TRUE(client_->Register({"i1", 1, "http://node1:8000"}).ok());
+  ASSERT_OK(client_->Register({"i0", 0, "http://node0:8000"}));
+  ASSERT_OK(client_->Register({"i1", 1, "http://node1:8000"}));
   // Registering the same spec again is a no-op (an instance re-registering).
-  ASSERT_TRUE(client_->Register({"i1", 1, "http://node1:8000"}).ok());
+  ASSERT_OK(client_->Register({"i1", 1, "http://node1:8000"}));
 
   const auto doc = Gen(7, 128);
   testing::SaveKv(store(1), doc);
   for (int k = 0; k < 3; ++k) {
     auto d = client_->Route({kNs, Cat(doc, Gen(100 + k, 20)), "s" + std::to_string(k)});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ASSERT_OK(d);
     EXPECT_EQ(d->instance, "i1");
     EXPECT_EQ(d->node, 1u);
     EXPECT_EQ(d->local_tokens, 128u);
@@ -114,19 +115,19 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
     EXPECT_EQ(d->plan.load_tokens, 128u);
     EXPECT_GT(d->plan.compute_s, 0);
     EXPECT_EQ(d->reason, "longest prefix");
-    EXPECT_TRUE(client_->PrefillDone(d->ticket).ok());
-    EXPECT_TRUE(client_->PrefillDone(d->ticket).ok());  // twice is fine
-    EXPECT_TRUE(client_->Finished(d->ticket).ok());
-    EXPECT_EQ(client_->Finished(d->ticket).code(), Code::kNotFound);
+    EXPECT_OK(client_->PrefillDone(d->ticket));
+    EXPECT_OK(client_->PrefillDone(d->ticket));  // twice is fine
+    EXPECT_OK(client_->Finished(d->ticket));
+    EXPECT_ERROR(client_->Finished(d->ticket), Code::kNotFound);
   }
   // A prompt nobody holds goes to the least loaded instance.
   auto miss = client_->Route({kNs, Gen(55, 64), ""});
-  ASSERT_TRUE(miss.ok()) << miss.status().ToString();
+  ASSERT_OK(miss);
   EXPECT_EQ(miss->local_tokens, 0u);
   EXPECT_NE(miss->reason.find("least-load"), std::string::npos) << miss->reason;
 
   auto list = client_->Instances();
-  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_OK(list);
   ASSERT_EQ(list->size(), 2u);
   EXPECT_EQ((*list)[0].spec.id, "i0");
   EXPECT_EQ((*list)[1].spec.id, "i1");
@@ -138,10 +139,10 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
 
   // The metrics count routes by instance and reason.
   auto m = testing::HttpGet(port(), "/metrics");
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK(m);
   EXPECT_EQ(m->code, 200);
   auto parsed = testing::ParsePromText(m->body);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << m->body;
+  ASSERT_OK(parsed) << "\n" << m->body;
   EXPECT_EQ(parsed->Value("ptstore_sched_routed_total", {{"instance", "i1"}, {"reason", "longest prefix"}}), 3);
   EXPECT_EQ(parsed->Value("ptstore_sched_instances"), 2);
   EXPECT_EQ(parsed->Value("ptstore_sched_route_seconds_count"), 4);
@@ -149,28 +150,28 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
             1);
 
   auto policy = client_->Policy();
-  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  ASSERT_OK(policy);
   EXPECT_EQ(policy->policy, "prefix");
   EXPECT_EQ(policy->model, "mistral-7b");
   EXPECT_EQ(policy->gpu, "h100-80g");
   EXPECT_EQ(policy->remote_path, "rma");
   EXPECT_DOUBLE_EQ(policy->load_bound_s, -1.0);  // automatic
 
-  EXPECT_TRUE(client_->Unregister("i1").ok());
-  EXPECT_EQ(client_->Unregister("i1").code(), Code::kNotFound);
+  EXPECT_OK(client_->Unregister("i1"));
+  EXPECT_ERROR(client_->Unregister("i1"), Code::kNotFound);
   auto after = client_->Route({kNs, Cat(doc, Gen(9, 4)), ""});
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_EQ(after->instance, "i0");
 }
 
 TEST_F(SchedServiceTest, RoundRobinAlternates) {
   StartService(Policy::kRoundRobin, false);
-  ASSERT_TRUE(client_->Register({"a", 0, ""}).ok());
-  ASSERT_TRUE(client_->Register({"b", 1, ""}).ok());
+  ASSERT_OK(client_->Register({"a", 0, ""}));
+  ASSERT_OK(client_->Register({"b", 1, ""}));
   std::vector<std::string> got;
   for (int k = 0; k < 6; ++k) {
     auto d = client_->Route({kNs, Gen(k, 16), ""});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ASSERT_OK(d);
     EXPECT_EQ(d->reason, "round-robin");
     got.push_back(d->instance);
   }
@@ -181,31 +182,31 @@ TEST_F(SchedServiceTest, ErrorsMapToStatusesAndCodes) {
   StartService(Policy::kRoundRobin, false);
   // No instance registered: 503, Unavailable.
   auto none = client_->Route({kNs, {1, 2, 3}, ""});
-  EXPECT_EQ(none.status().code(), Code::kUnavailable) << none.status().ToString();
+  EXPECT_ERROR(none, Code::kUnavailable);
   auto raw = client_->Call("POST", "/v1/route", R"({"ns":"kv","tokens":[1,2,3]})");
-  ASSERT_TRUE(raw.ok());
+  ASSERT_OK(raw);
   EXPECT_EQ(raw->status, 503);
   EXPECT_EQ(raw->content_type, "application/json");
   EXPECT_NE(raw->body.find("\"code\":\"unavailable\""), std::string::npos) << raw->body;
 
   // A duplicate registration with another node: 409, AlreadyExists.
-  ASSERT_TRUE(client_->Register({"a", 0, "x"}).ok());
+  ASSERT_OK(client_->Register({"a", 0, "x"}));
   Status dup = client_->Register({"a", 1, "x"});
-  EXPECT_EQ(dup.code(), Code::kAlreadyExists) << dup.ToString();
+  EXPECT_ERROR(dup, Code::kAlreadyExists);
   auto dup_raw = client_->Call("POST", "/v1/instances", R"({"id":"a","node":1,"endpoint":"x"})");
-  ASSERT_TRUE(dup_raw.ok());
+  ASSERT_OK(dup_raw);
   EXPECT_EQ(dup_raw->status, 409);
 
   // Unknown tickets and instances: 404, NotFound.
-  EXPECT_EQ(client_->PrefillDone(987654).code(), Code::kNotFound);
-  EXPECT_EQ(client_->Finished(987654).code(), Code::kNotFound);
-  EXPECT_EQ(client_->Unregister("nobody").code(), Code::kNotFound);
+  EXPECT_ERROR(client_->PrefillDone(987654), Code::kNotFound);
+  EXPECT_ERROR(client_->Finished(987654), Code::kNotFound);
+  EXPECT_ERROR(client_->Unregister("nobody"), Code::kNotFound);
   auto t404 = client_->Call("POST", "/v1/requests/987654/finished");
-  ASSERT_TRUE(t404.ok());
+  ASSERT_OK(t404);
   EXPECT_EQ(t404->status, 404);
   // An id with a space and a slash survives the path (percent-encoded).
-  ASSERT_TRUE(client_->Register({"odd id/1", 0, ""}).ok());
-  EXPECT_TRUE(client_->Unregister("odd id/1").ok());
+  ASSERT_OK(client_->Register({"odd id/1", 0, ""}));
+  EXPECT_OK(client_->Unregister("odd id/1"));
 
   // Bad requests: 400 naming what is wrong, never a crash.
   struct Case {
@@ -243,31 +244,31 @@ TEST_F(SchedServiceTest, ErrorsMapToStatusesAndCodes) {
   };
   for (const Case& c : cases) {
     auto r = client_->Call("POST", c.path, c.body);
-    ASSERT_TRUE(r.ok()) << c.path << " " << c.body.substr(0, 60) << ": " << r.status().ToString();
+    ASSERT_OK(r) << c.path << " " << c.body.substr(0, 60) << ": " << r.status().ToString();
     EXPECT_EQ(r->status, c.status) << c.path << " " << c.body.substr(0, 60) << ": " << r->body;
     EXPECT_NE(r->body.find(c.mention), std::string::npos) << c.path << " " << c.body.substr(0, 60) << ": " << r->body;
     EXPECT_EQ(r->content_type, "application/json");
   }
   Status bad = client_->Register({"", 0, ""});
-  EXPECT_EQ(bad.code(), Code::kInvalidArgument) << bad.ToString();
+  EXPECT_ERROR(bad, Code::kInvalidArgument);
 
   // Wrong methods: 405 with Allow.
   auto m = testing::HttpExchange(port(), "GET /v1/route HTTP/1.1\r\n\r\n");
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   EXPECT_EQ(m->code, 405);
   EXPECT_EQ(m->headers["allow"], "POST");
   auto m2 = testing::HttpExchange(port(), "PUT /v1/instances HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}");
-  ASSERT_TRUE(m2.ok());
+  ASSERT_OK(m2);
   EXPECT_EQ(m2->code, 405);
   EXPECT_EQ(m2->headers["allow"], "GET, POST");
 
   // Malformed JSON and malformed HTTP, as raw bytes.
   auto j = testing::HttpExchange(port(), "POST /v1/route HTTP/1.1\r\nContent-Length: 9\r\n\r\n{\"ns\":}}}");
-  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_OK(j);
   EXPECT_EQ(j->code, 400);
   EXPECT_NE(j->body.find("\"code\":\"invalid_argument\""), std::string::npos) << j->body;
   auto h = testing::HttpExchange(port(), "POST /v1/route HTTP/1.1\r\nContent-Length: nine\r\n\r\n");
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   EXPECT_EQ(h->code, 400);
   EXPECT_NE(h->body.find("\"error\""), std::string::npos) << h->body;
 
@@ -275,16 +276,16 @@ TEST_F(SchedServiceTest, ErrorsMapToStatusesAndCodes) {
   std::string huge = "{\"ns\":\"kv\",\"tokens\":[" + std::string(5 << 20, '1') + "]}";
   auto big = testing::HttpExchange(port(), "POST /v1/route HTTP/1.1\r\nContent-Length: " +
                                                std::to_string(huge.size()) + "\r\n\r\n" + huge);
-  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  ASSERT_OK(big);
   EXPECT_EQ(big->code, 413);
   EXPECT_NE(big->body.find("\"error\""), std::string::npos) << big->body;
   auto big2 = client_->Call("POST", "/v1/route", huge);
-  ASSERT_TRUE(big2.ok()) << big2.status().ToString();
+  ASSERT_OK(big2);
   EXPECT_EQ(big2->status, 413);
 
   // Still serving.
   auto d = client_->Route({kNs, {1, 2, 3}, ""});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->instance, "a");
 }
 
@@ -293,12 +294,12 @@ TEST_F(SchedServiceTest, UnreachableServiceIsUnavailable) {
   co.address = "127.0.0.1:" + std::to_string(testing::FreePort());
   co.timeout_ms = 1000;
   SchedClient c(co);
-  EXPECT_EQ(c.Register({"a", 0, ""}).code(), Code::kUnavailable);
-  EXPECT_EQ(c.Route({kNs, {1}, ""}).status().code(), Code::kUnavailable);
+  EXPECT_ERROR(c.Register({"a", 0, ""}), Code::kUnavailable);
+  EXPECT_ERROR(c.Route({kNs, {1}, ""}), Code::kUnavailable);
   SchedClient bad({"no-such-host.invalid:7600", 1000});
-  EXPECT_EQ(bad.Instances().status().code(), Code::kUnavailable);
+  EXPECT_ERROR(bad.Instances(), Code::kUnavailable);
   SchedClient malformed({"[::1", 1000});
-  EXPECT_EQ(malformed.Instances().status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(malformed.Instances(), Code::kInvalidArgument);
 }
 
 // The port of "listening on http://127.0.0.1:PORT" in a log; 0 if not there yet.
@@ -316,7 +317,7 @@ TEST_F(SchedServiceTest, TheBinaryServesAndStops) {
                                     "1=" + cluster_->node(1).socket_path(), "--cluster", "--remote-path", "tcp",
                                     "--load-bound", "2.5", "--log-level", "debug"},
                                    log);
-  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  ASSERT_OK(pid);
   uint16_t p = 0;
   for (int i = 0; i < 200 && p == 0; ++i) {
     std::this_thread::sleep_for(25ms);
@@ -324,7 +325,7 @@ TEST_F(SchedServiceTest, TheBinaryServesAndStops) {
   }
   ASSERT_NE(p, 0) << testing::ReadFile(log);
   auto policy = testing::HttpGet(p, "/v1/policy");
-  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  ASSERT_OK(policy);
   EXPECT_EQ(policy->code, 200);
   EXPECT_NE(policy->body.find("\"policy\":\"prefix\""), std::string::npos) << policy->body;
   EXPECT_NE(policy->body.find("\"remote_path\":\"tcp\""), std::string::npos) << policy->body;
@@ -332,12 +333,12 @@ TEST_F(SchedServiceTest, TheBinaryServesAndStops) {
 
   // It routes by the stores' index.
   SchedClient c({"127.0.0.1:" + std::to_string(p), 5000});
-  ASSERT_TRUE(c.Register({"i0", 0, ""}).ok());
-  ASSERT_TRUE(c.Register({"i1", 1, ""}).ok());
+  ASSERT_OK(c.Register({"i0", 0, ""}));
+  ASSERT_OK(c.Register({"i1", 1, ""}));
   const auto doc = Gen(77, 64);
   testing::SaveKv(store(0), doc);
   auto d = c.Route({kNs, Cat(doc, Gen(78, 8)), ""});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->instance, "i0");
   EXPECT_EQ(d->local_tokens, 64u);
 

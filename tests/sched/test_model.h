@@ -6,12 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "sched/cost_model.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::sched {
 
 inline CostModel TestModel() {
   auto m = CostModel::Load(DefaultProfilesPath(), "mistral-7b", "h100-80g");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_OK(m);
   return m.ok() ? *m : CostModel();
 }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "tests/soak/soak.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::soak {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 void ExpectASoakWithoutViolations(SoakOptions o) {
   o.progress = [](const std::string& line) { std::cerr << line << std::endl; };
   auto r = RunSoak(o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   std::cerr << r->Summary();
   EXPECT_TRUE(r->ok()) << r->Summary();
   // A soak that did nothing proves nothing: its faults were made (it goes

@@ -1,4 +1,5 @@
 #include "storage/codec.h"
+#include "tests/testing/status_matchers.h"
 
 #include <algorithm>
 #include <bit>
@@ -77,7 +78,7 @@ size_t ChunkStart(const std::vector<uint8_t>& s, uint32_t chunk) {
 std::vector<uint8_t> MustCompress(std::span<const uint8_t> raw, const CodecOptions& o) {
   std::vector<uint8_t> out;
   const Status s = Compress(raw, o, &out);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(s);
   return out;
 }
 
@@ -157,12 +158,12 @@ TEST_P(CodecRoundTripTest, KvLikeAndRandomDataComeBackExactly) {
     EXPECT_LE(c.size(), kHeader + 4 * chunks + bytes) << "never larger than raw + header + table";
 
     Result<uint64_t> size = CompressedRawSize(c);
-    ASSERT_TRUE(size.ok()) << size.status().ToString();
+    ASSERT_OK(size);
     EXPECT_EQ(*size, bytes);
     for (uint32_t dthreads : {1u, threads}) {
       std::vector<uint8_t> back;
       const Status s = GuardedDecompress(c, bytes, dthreads, &back);
-      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_OK(s);
       ASSERT_TRUE(back == raw) << (random ? "random" : "kv-like") << " es=" << es << " bytes=" << bytes;
     }
   }
@@ -190,7 +191,7 @@ TEST(CodecTest, DefaultOptionsManyChunksMultiThreaded) {
     EXPECT_LT(c.size(), raw.size() * 9 / 10) << "bf16 normal data should shrink by more than 10%";
     std::vector<uint8_t> back;
     const Status s = GuardedDecompress(c, raw.size(), threads, &back);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
     ASSERT_TRUE(back == raw) << "threads=" << threads;
   }
 }
@@ -233,7 +234,7 @@ TEST(CodecTest, MixedRawAndCompressedChunks) {
   EXPECT_EQ(StoredSize(c, 3), 4096u);
   EXPECT_LT(StoredSize(c, 2), 4096u);
   std::vector<uint8_t> back;
-  ASSERT_TRUE(GuardedDecompress(c, raw.size(), 2, &back).ok());
+  ASSERT_OK(GuardedDecompress(c, raw.size(), 2, &back));
   EXPECT_TRUE(back == raw);
 }
 
@@ -242,7 +243,7 @@ TEST(CodecTest, ZerosShrinkToAlmostNothing) {
   const std::vector<uint8_t> c = MustCompress(raw, CodecOptions{});
   EXPECT_LT(c.size(), 4096u);
   std::vector<uint8_t> back;
-  ASSERT_TRUE(GuardedDecompress(c, raw.size(), 1, &back).ok());
+  ASSERT_OK(GuardedDecompress(c, raw.size(), 1, &back));
   EXPECT_TRUE(back == raw);
 }
 
@@ -259,7 +260,7 @@ TEST(CodecTest, ShuffleHelpsBf16) {
 TEST(CodecTest, CompressReplacesTheOutput) {
   std::vector<uint8_t> out(1000, 0x77);
   const std::vector<uint8_t> raw = KvLike(100, 2, 6);
-  ASSERT_TRUE(Compress(raw, CodecOptions{}, &out).ok());
+  ASSERT_OK(Compress(raw, CodecOptions{}, &out));
   EXPECT_EQ(out, MustCompress(raw, CodecOptions{}));
 }
 
@@ -290,7 +291,7 @@ TEST(CodecTest, WrongOutputSizeIsAnError) {
   const std::vector<uint8_t> c = MustCompress(raw, CodecOptions{});
   for (size_t size : {size_t{0}, size_t{9999}, size_t{10001}, size_t{20000}}) {
     const Status s = GuardedDecompress(c, size, 1, nullptr);
-    EXPECT_EQ(s.code(), Code::kInvalidArgument) << size << ": " << s.ToString();
+    EXPECT_ERROR(s, Code::kInvalidArgument) << size << ": " << s.ToString();
     EXPECT_NE(s.message().find("10000"), std::string::npos) << s.message();
   }
 }
@@ -301,7 +302,7 @@ TEST(CodecTest, TrailingBytesAfterTheLastChunkAreIgnored) {
   std::vector<uint8_t> c = MustCompress(raw, CodecOptions{});
   c.resize(8192, 0);
   std::vector<uint8_t> back;
-  ASSERT_TRUE(GuardedDecompress(c, raw.size(), 1, &back).ok());
+  ASSERT_OK(GuardedDecompress(c, raw.size(), 1, &back));
   EXPECT_TRUE(back == raw);
 }
 
@@ -325,7 +326,7 @@ struct CorruptFixture {
 };
 
 void ExpectCorruption(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+  EXPECT_ERROR(s, Code::kCorruption);
   EXPECT_NE(s.message().find(needle), std::string::npos) << "message \"" << s.message() << "\" lacks \"" << needle
                                                          << "\"";
 }
@@ -335,7 +336,7 @@ TEST(CodecCorruptionTest, FixtureIsSane) {
   EXPECT_EQ(ReadU32(f.good, 20), 6u);
   EXPECT_EQ(StoredSize(f.good, 2), 4096u);
   EXPECT_LT(StoredSize(f.good, 0), 4096u);
-  EXPECT_TRUE(f.Try(f.good).ok());
+  EXPECT_OK(f.Try(f.good));
 }
 
 TEST(CodecCorruptionTest, BadMagic) {
@@ -343,7 +344,7 @@ TEST(CodecCorruptionTest, BadMagic) {
   std::vector<uint8_t> bad = f.good;
   bad[0] = 'X';
   ExpectCorruption(f.Try(bad), "magic");
-  EXPECT_EQ(CompressedRawSize(bad).status().code(), Code::kCorruption);
+  EXPECT_ERROR(CompressedRawSize(bad), Code::kCorruption);
 }
 
 TEST(CodecCorruptionTest, TruncatedAtEveryLength) {
@@ -351,12 +352,12 @@ TEST(CodecCorruptionTest, TruncatedAtEveryLength) {
   for (size_t len = 0; len < f.good.size(); ++len) {
     std::vector<uint8_t> bad(f.good.begin(), f.good.begin() + len);
     const Status s = f.Try(bad);
-    ASSERT_EQ(s.code(), Code::kCorruption) << "length " << len << ": " << s.ToString();
+    ASSERT_ERROR(s, Code::kCorruption) << "length " << len << ": " << s.ToString();
     if (len >= kHeader + 24) {
       EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
     }
   }
-  EXPECT_EQ(CompressedRawSize(std::span<const uint8_t>()).status().code(), Code::kCorruption);
+  EXPECT_ERROR(CompressedRawSize(std::span<const uint8_t>()), Code::kCorruption);
 }
 
 TEST(CodecCorruptionTest, FlippedByteInAChunk) {
@@ -423,14 +424,14 @@ TEST(CodecCorruptionTest, HeaderFields) {
   ExpectCorruption(f.Try(bad), "chunk size 4095");
   bad = f.good;
   bad[15] = 0x80;  // raw bytes: 2^63 + ...
-  EXPECT_EQ(CompressedRawSize(bad).status().code(), Code::kCorruption);
-  EXPECT_EQ(f.Try(bad).code(), Code::kCorruption);
+  EXPECT_ERROR(CompressedRawSize(bad), Code::kCorruption);
+  EXPECT_ERROR(f.Try(bad), Code::kCorruption);
   // Raw size and chunk count changed together, consistently: the size
   // table now runs into the chunk data, whose bytes make no valid sizes.
   bad = f.good;
   WriteU32(&bad, 8, 100 * 4096);
   WriteU32(&bad, 20, 100);
-  EXPECT_EQ(GuardedDecompress(bad, 100 * 4096, 1, nullptr).code(), Code::kCorruption);
+  EXPECT_ERROR(GuardedDecompress(bad, 100 * 4096, 1, nullptr), Code::kCorruption);
 }
 
 TEST(CodecCorruptionTest, EveryByteFlippedNeverCrashes) {
@@ -445,7 +446,7 @@ TEST(CodecCorruptionTest, EveryByteFlippedNeverCrashes) {
   auto one = [&](const std::vector<uint8_t>& bad, uint32_t threads) -> Code {
     Result<uint64_t> size = CompressedRawSize(bad);
     if (!size.ok()) {
-      EXPECT_EQ(size.status().code(), Code::kCorruption) << size.status().ToString();
+      EXPECT_ERROR(size, Code::kCorruption);
       ++corrupt;
       return size.status().code();
     }
@@ -531,7 +532,7 @@ TEST(CodecInPlaceTest, MatchesDecompressForEveryShapeAndThreadCount) {
       Status s;
       std::vector<uint8_t> out = InPlace(z, raw.size(), threads, &s);
       if (z.size() > raw.size()) continue;  // checked by InPlace: it does not fit
-      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_OK(s);
       EXPECT_EQ(out, raw);
     }
   }
@@ -546,9 +547,9 @@ TEST(CodecInPlaceTest, CorruptOrMisplacedStreamsAreErrors) {
   // A buffer of another size than the payload's.
   std::vector<uint8_t> small(z.size() + 10);
   std::memcpy(small.data() + 10, z.data(), z.size());
-  EXPECT_EQ(DecompressInPlace(small, z.size()).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(DecompressInPlace(small, z.size()), Code::kInvalidArgument);
   // A stream longer than its buffer.
-  EXPECT_EQ(DecompressInPlace(std::span<uint8_t>(small.data(), 5), z.size()).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(DecompressInPlace(std::span<uint8_t>(small.data(), 5), z.size()), Code::kInvalidArgument);
   // Flipped bytes in the chunk data: an error or (zstd without frame
   // checksums) other bytes, never a crash or an overrun. The record
   // checksum catches the rest before decompression.
@@ -562,7 +563,7 @@ TEST(CodecInPlaceTest, CorruptOrMisplacedStreamsAreErrors) {
   const uint32_t huge = 1u << 30;
   std::memcpy(bad.data() + 24, &huge, 4);
   InPlace(bad, raw.size(), 2, &s);
-  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_ERROR(s, Code::kCorruption);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "storage/ssd/env.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage::testenv {
 
@@ -28,11 +29,11 @@ inline OpenOptions Create() {
 // "<error>", which no expected content (an empty file included) matches.
 inline std::string ReadAll(File* f) {
   Result<uint64_t> size = f->Size();
-  EXPECT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_OK(size);
   if (!size.ok()) return "<error>";
   std::string out(*size, '\0');
   Result<size_t> n = f->ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
-  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_OK(n);
   if (!n.ok()) return "<error>";
   out.resize(*n);
   return out;
@@ -42,7 +43,7 @@ inline std::string ReadAll(File* f) {
 // FaultEnv that wrote it).
 inline std::string OnDisk(const std::string& path) {
   auto f = Env::Default()->Open(path, OpenOptions{});
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_OK(f);
   return f.ok() ? ReadAll(f->get()) : "<error>";
 }
 

@@ -17,6 +17,7 @@
 
 #include "tests/storage/env_files.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -34,16 +35,16 @@ class FaultEnvTest : public ::testing::Test {
 
   std::unique_ptr<File> OpenFile(const std::string& path) {
     auto f = env_.Open(path, Create());
-    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_OK(f);
     return f.ok() ? std::move(f).value() : nullptr;
   }
 };
 
 TEST_F(FaultEnvTest, PassesThroughWithoutFaults) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("hello")).ok());
-  ASSERT_TRUE(f->WriteAt(5, Bytes(" world")).ok());
-  ASSERT_TRUE(f->Sync().ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("hello")));
+  ASSERT_OK(f->WriteAt(5, Bytes(" world")));
+  ASSERT_OK(f->Sync());
   EXPECT_EQ(ReadAll(f.get()), "hello world");
   EXPECT_EQ(OnDisk(path_), "hello world");
   EXPECT_EQ(f->path(), path_);
@@ -52,18 +53,18 @@ TEST_F(FaultEnvTest, PassesThroughWithoutFaults) {
   EXPECT_EQ(env_.syncs(), 1u);
   EXPECT_TRUE(env_.FileExists(path_));
   auto names = env_.ListDir(dir_.path());
-  ASSERT_TRUE(names.ok());
+  ASSERT_OK(names);
   EXPECT_EQ(*names, std::vector<std::string>{"file"});
 }
 
 TEST_F(FaultEnvTest, FailWritesAfterLetsNWritesThroughThenFailsEveryWrite) {
   auto f = OpenFile(path_);
   env_.FailWritesAfter(2, EIO);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("ab")).ok());
-  ASSERT_TRUE(f->WriteAt(2, Bytes("cd")).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("ab")));
+  ASSERT_OK(f->WriteAt(2, Bytes("cd")));
   for (int i = 0; i < 3; i++) {
     Status st = f->WriteAt(4, Bytes("ef"));
-    EXPECT_EQ(st.code(), Code::kIOError);
+    EXPECT_ERROR(st, Code::kIOError);
     EXPECT_TRUE(Contains(st, "pwrite of 2 bytes at offset 4 to " + path_ + ": Input/output error")) << st.ToString();
   }
   EXPECT_EQ(OnDisk(path_), "abcd");
@@ -71,57 +72,57 @@ TEST_F(FaultEnvTest, FailWritesAfterLetsNWritesThroughThenFailsEveryWrite) {
   EXPECT_EQ(env_.bytes_written(), 4u);
 
   env_.ClearFaults();
-  ASSERT_TRUE(f->WriteAt(4, Bytes("ef")).ok());
+  ASSERT_OK(f->WriteAt(4, Bytes("ef")));
   EXPECT_EQ(OnDisk(path_), "abcdef");
 }
 
 TEST_F(FaultEnvTest, FailedWritesUseThePosixStatusCodes) {
   auto f = OpenFile(path_);
   env_.FailWritesAfter(0, ENOSPC);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kResourceExhausted);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kResourceExhausted);
   env_.FailWritesAfter(0, EDQUOT);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kResourceExhausted);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kResourceExhausted);
   env_.FailWritesAfter(0, ENOENT);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kNotFound);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kNotFound);
   env_.FailWritesAfter(0, EROFS);
-  EXPECT_EQ(f->WriteAt(0, Bytes("x")).code(), Code::kIOError);
+  EXPECT_ERROR(f->WriteAt(0, Bytes("x")), Code::kIOError);
   EXPECT_EQ(OnDisk(path_), "");
 }
 
 TEST_F(FaultEnvTest, DiskCapacityFailsWritesThatWouldPassIt) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("0123")).ok());  // counts, though written before the limit
+  ASSERT_OK(f->WriteAt(0, Bytes("0123")));  // counts, though written before the limit
   env_.SetDiskCapacity(10);
-  ASSERT_TRUE(f->WriteAt(4, Bytes("45")).ok());
+  ASSERT_OK(f->WriteAt(4, Bytes("45")));
   Status st = f->WriteAt(6, Bytes("6789X"));
-  EXPECT_EQ(st.code(), Code::kResourceExhausted);
+  EXPECT_ERROR(st, Code::kResourceExhausted);
   EXPECT_TRUE(Contains(st, "pwrite of 5 bytes at offset 6 to " + path_ + ": No space left on device"))
       << st.ToString();
   EXPECT_EQ(OnDisk(path_), "012345");  // nothing of the refused write
-  ASSERT_TRUE(f->WriteAt(6, Bytes("6789")).ok());  // exactly full
-  EXPECT_EQ(f->WriteAt(10, Bytes("X")).code(), Code::kResourceExhausted);
+  ASSERT_OK(f->WriteAt(6, Bytes("6789")));  // exactly full
+  EXPECT_ERROR(f->WriteAt(10, Bytes("X")), Code::kResourceExhausted);
   EXPECT_EQ(OnDisk(path_), "0123456789");
 
   // ClearFaults starts the count afresh.
   env_.ClearFaults();
   env_.SetDiskCapacity(3);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("abc")).ok());
-  EXPECT_EQ(f->WriteAt(3, Bytes("d")).code(), Code::kResourceExhausted);
+  ASSERT_OK(f->WriteAt(0, Bytes("abc")));
+  EXPECT_ERROR(f->WriteAt(3, Bytes("d")), Code::kResourceExhausted);
   EXPECT_EQ(OnDisk(path_), "abc3456789");
 }
 
 TEST_F(FaultEnvTest, TornWriteStoresExactlyThePrefix) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("01234567")).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("01234567")));
   env_.TearNextWrite(3);
   Status st = f->WriteAt(2, Bytes("abcdef"));
-  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_ERROR(st, Code::kIOError);
   EXPECT_TRUE(Contains(st, "pwrite of 6 bytes at offset 2 to " + path_)) << st.ToString();
   EXPECT_TRUE(Contains(st, "Input/output error")) << st.ToString();
   EXPECT_EQ(OnDisk(path_), "01abc567");
 
   // Only the next write tears.
-  ASSERT_TRUE(f->WriteAt(8, Bytes("89")).ok());
+  ASSERT_OK(f->WriteAt(8, Bytes("89")));
   EXPECT_EQ(OnDisk(path_), "01abc56789");
 
   // A torn append leaves the file ending inside the record.
@@ -137,26 +138,26 @@ TEST_F(FaultEnvTest, TornWriteStoresExactlyThePrefix) {
 
 TEST_F(FaultEnvTest, FlipBitOnReadChangesOnlyWhatIsRead) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("ABCD")).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("ABCD")));
   env_.FlipBitOnRead(path_, 2, 0);  // 'C' 0x43 -> 'B' 0x42
   env_.FlipBitOnRead(path_, 3, 7);  // 'D' 0x44 -> 0xc4
   EXPECT_EQ(ReadAll(f.get()), "ABB\xc4");
 
   std::string two(2, '\0');
-  ASSERT_TRUE(ReadFully(f.get(), 1, {reinterpret_cast<uint8_t*>(two.data()), 2}).ok());
+  ASSERT_OK(ReadFully(f.get(), 1, {reinterpret_cast<uint8_t*>(two.data()), 2}));
   EXPECT_EQ(two, "BB");
-  ASSERT_TRUE(ReadFully(f.get(), 0, {reinterpret_cast<uint8_t*>(two.data()), 2}).ok());
+  ASSERT_OK(ReadFully(f.get(), 0, {reinterpret_cast<uint8_t*>(two.data()), 2}));
   EXPECT_EQ(two, "AB");
 
   // A handle opened later sees it too; the file itself is untouched.
   auto reader = env_.Open(path_, OpenOptions{});
-  ASSERT_TRUE(reader.ok());
+  ASSERT_OK(reader);
   EXPECT_EQ(ReadAll(reader->get()), "ABB\xc4");
   EXPECT_EQ(OnDisk(path_), "ABCD");
 
   // Other files are unaffected.
   auto other = OpenFile(dir_.Join("other"));
-  ASSERT_TRUE(other->WriteAt(0, Bytes("ABCD")).ok());
+  ASSERT_OK(other->WriteAt(0, Bytes("ABCD")));
   EXPECT_EQ(ReadAll(other.get()), "ABCD");
 
   env_.ClearFaults();
@@ -165,9 +166,9 @@ TEST_F(FaultEnvTest, FlipBitOnReadChangesOnlyWhatIsRead) {
 
 TEST_F(FaultEnvTest, HeldReadsWaitUntilReleased) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("ABCD")).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("ABCD")));
   env_.HoldReads();
-  EXPECT_TRUE(f->WriteAt(4, Bytes("E")).ok());  // writes go on
+  EXPECT_OK(f->WriteAt(4, Bytes("E")));  // writes go on
   std::atomic<bool> done{false};
   std::string got;
   std::thread reader([&] {
@@ -195,36 +196,36 @@ TEST_F(FaultEnvTest, HeldReadsWaitUntilReleased) {
 
 TEST_F(FaultEnvTest, CrashDropsUnsyncedAppends) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("synced")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(f->WriteAt(6, Bytes("+unsynced")).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("synced")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(f->WriteAt(6, Bytes("+unsynced")));
   EXPECT_EQ(OnDisk(path_), "synced+unsynced");
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "synced");
 }
 
 TEST_F(FaultEnvTest, CrashRestoresOverwrittenSyncedBytes) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("0123456789")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(f->WriteAt(3, Bytes("abc")).ok());
-  ASSERT_TRUE(f->WriteAt(4, Bytes("XY")).ok());      // over the previous unsynced write
-  ASSERT_TRUE(f->WriteAt(8, Bytes("zzzz")).ok());    // half over synced bytes, half appended
-  ASSERT_TRUE(f->WriteAt(0, Bytes("#")).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("0123456789")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(f->WriteAt(3, Bytes("abc")));
+  ASSERT_OK(f->WriteAt(4, Bytes("XY")));      // over the previous unsynced write
+  ASSERT_OK(f->WriteAt(8, Bytes("zzzz")));    // half over synced bytes, half appended
+  ASSERT_OK(f->WriteAt(0, Bytes("#")));
   EXPECT_EQ(OnDisk(path_), "#12aXY67zzzz");
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "0123456789");
 }
 
 TEST_F(FaultEnvTest, CrashKeepsWhatTheLastSyncCovered) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("aaaa")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(f->WriteAt(0, Bytes("bb")).ok());
-  ASSERT_TRUE(f->WriteAt(4, Bytes("cc")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(f->WriteAt(1, Bytes("dddddd")).ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("aaaa")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(f->WriteAt(0, Bytes("bb")));
+  ASSERT_OK(f->WriteAt(4, Bytes("cc")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(f->WriteAt(1, Bytes("dddddd")));
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "bbaacc");
   EXPECT_EQ(env_.syncs(), 2u);
 }
@@ -232,60 +233,60 @@ TEST_F(FaultEnvTest, CrashKeepsWhatTheLastSyncCovered) {
 TEST_F(FaultEnvTest, SyncThroughAnyHandleMakesTheFileDurable) {
   auto writer = OpenFile(path_);
   auto reader = env_.Open(path_, OpenOptions{});
-  ASSERT_TRUE(reader.ok());
-  ASSERT_TRUE(writer->WriteAt(0, Bytes("durable")).ok());
-  ASSERT_TRUE((*reader)->Sync().ok());  // fdatasync covers the whole file
-  ASSERT_TRUE(writer->WriteAt(7, Bytes("?")).ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(reader);
+  ASSERT_OK(writer->WriteAt(0, Bytes("durable")));
+  ASSERT_OK((*reader)->Sync());  // fdatasync covers the whole file
+  ASSERT_OK(writer->WriteAt(7, Bytes("?")));
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "durable");
 }
 
 TEST_F(FaultEnvTest, CrashEmptiesAFileNeverSynced) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("lost")).ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("lost")));
+  ASSERT_OK(env_.Crash());
   EXPECT_TRUE(Env::Default()->FileExists(path_));
   EXPECT_EQ(OnDisk(path_), "");
 }
 
 TEST_F(FaultEnvTest, CrashKeepsWhatWasOnDiskBeforeTheFirstOpen) {
-  ASSERT_TRUE((*Env::Default()->Open(path_, Create()))->WriteAt(0, Bytes("before")).ok());
+  ASSERT_OK((*Env::Default()->Open(path_, Create()))->WriteAt(0, Bytes("before")));
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("AFTER!!!")).ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("AFTER!!!")));
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "before");
 }
 
 TEST_F(FaultEnvTest, CrashRestoresBytesCutByTruncate) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("0123456789")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(f->Truncate(4).ok());
-  ASSERT_TRUE(f->WriteAt(6, Bytes("ab")).ok());
-  ASSERT_TRUE(f->Truncate(12).ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("0123456789")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(f->Truncate(4));
+  ASSERT_OK(f->WriteAt(6, Bytes("ab")));
+  ASSERT_OK(f->Truncate(12));
   EXPECT_EQ(OnDisk(path_), std::string("0123\0\0ab\0\0\0\0", 12));
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "0123456789");
 }
 
 TEST_F(FaultEnvTest, CrashRestoresATornWrite) {
   auto f = OpenFile(path_);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("01234567")).ok());
-  ASSERT_TRUE(f->Sync().ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("01234567")));
+  ASSERT_OK(f->Sync());
   env_.TearNextWrite(5);
   EXPECT_FALSE(f->WriteAt(6, Bytes("abcdefgh")).ok());
   EXPECT_EQ(OnDisk(path_), "012345abcde");
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "01234567");
 }
 
 TEST_F(FaultEnvTest, HandlesOpenedBeforeACrashFailAfterIt) {
   auto f = OpenFile(path_);
   auto reader = env_.Open(path_, OpenOptions{});
-  ASSERT_TRUE(reader.ok());
-  ASSERT_TRUE(f->WriteAt(0, Bytes("abc")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(reader);
+  ASSERT_OK(f->WriteAt(0, Bytes("abc")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(env_.Crash());
 
   std::string buf(3, '\0');
   std::span<uint8_t> out(reinterpret_cast<uint8_t*>(buf.data()), buf.size());
@@ -294,7 +295,7 @@ TEST_F(FaultEnvTest, HandlesOpenedBeforeACrashFailAfterIt) {
       (*reader)->ReadAt(0, out).status(), (*reader)->Size().status(),
   };
   for (const Status& st : failures) {
-    EXPECT_EQ(st.code(), Code::kIOError);
+    EXPECT_ERROR(st, Code::kIOError);
     EXPECT_TRUE(Contains(st, path_)) << st.ToString();
     EXPECT_TRUE(Contains(st, "after a simulated crash")) << st.ToString();
   }
@@ -304,10 +305,10 @@ TEST_F(FaultEnvTest, HandlesOpenedBeforeACrashFailAfterIt) {
   // like any other.
   auto g = OpenFile(path_);
   EXPECT_EQ(ReadAll(g.get()), "abc");
-  ASSERT_TRUE(g->WriteAt(3, Bytes("def")).ok());
-  ASSERT_TRUE(g->Sync().ok());
-  ASSERT_TRUE(g->WriteAt(0, Bytes("XYZ")).ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(g->WriteAt(3, Bytes("def")));
+  ASSERT_OK(g->Sync());
+  ASSERT_OK(g->WriteAt(0, Bytes("XYZ")));
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), "abcdef");
   EXPECT_FALSE(g->Size().ok());
 }
@@ -315,20 +316,20 @@ TEST_F(FaultEnvTest, HandlesOpenedBeforeACrashFailAfterIt) {
 TEST_F(FaultEnvTest, FreshPosixEnvSeesTheCrashedStateOfEveryFile) {
   auto a = OpenFile(dir_.Join("a"));
   auto b = OpenFile(dir_.Join("b"));
-  ASSERT_TRUE(a->WriteAt(0, Bytes("A-synced")).ok());
-  ASSERT_TRUE(a->Sync().ok());
-  ASSERT_TRUE(b->WriteAt(0, Bytes("B-synced")).ok());
-  ASSERT_TRUE(b->Sync().ok());
-  ASSERT_TRUE(a->WriteAt(0, Bytes("a-unsynced-and-longer")).ok());
-  ASSERT_TRUE(b->WriteAt(2, Bytes("UNSYNCED")).ok());
+  ASSERT_OK(a->WriteAt(0, Bytes("A-synced")));
+  ASSERT_OK(a->Sync());
+  ASSERT_OK(b->WriteAt(0, Bytes("B-synced")));
+  ASSERT_OK(b->Sync());
+  ASSERT_OK(a->WriteAt(0, Bytes("a-unsynced-and-longer")));
+  ASSERT_OK(b->WriteAt(2, Bytes("UNSYNCED")));
   a.reset();  // closing a file does not make it durable
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
 
   for (const auto& [name, want] : {std::pair{"a", "A-synced"}, std::pair{"b", "B-synced"}}) {
     auto f = Env::Default()->Open(dir_.Join(name), OpenOptions{});
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_OK(f);
     std::string got(8, '\0');
-    ASSERT_TRUE(ReadFully(f->get(), 0, {reinterpret_cast<uint8_t*>(got.data()), got.size()}).ok());
+    ASSERT_OK(ReadFully(f->get(), 0, {reinterpret_cast<uint8_t*>(got.data()), got.size()}));
     EXPECT_EQ(got, want);
     EXPECT_EQ(*(*f)->Size(), 8u);
   }
@@ -337,18 +338,18 @@ TEST_F(FaultEnvTest, FreshPosixEnvSeesTheCrashedStateOfEveryFile) {
 TEST_F(FaultEnvTest, RenameCarriesTheUnsyncedStateAlong) {
   const std::string tmp = dir_.Join("tmp");
   auto f = OpenFile(tmp);
-  ASSERT_TRUE(f->WriteAt(0, Bytes("kept")).ok());
-  ASSERT_TRUE(f->Sync().ok());
-  ASSERT_TRUE(f->WriteAt(4, Bytes("+lost")).ok());
-  ASSERT_TRUE(env_.RenameFile(tmp, path_).ok());
-  ASSERT_TRUE(env_.SyncDir(dir_.path()).ok());
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(f->WriteAt(0, Bytes("kept")));
+  ASSERT_OK(f->Sync());
+  ASSERT_OK(f->WriteAt(4, Bytes("+lost")));
+  ASSERT_OK(env_.RenameFile(tmp, path_));
+  ASSERT_OK(env_.SyncDir(dir_.path()));
+  ASSERT_OK(env_.Crash());
   EXPECT_FALSE(env_.FileExists(tmp));
   EXPECT_EQ(OnDisk(path_), "kept");
 
-  ASSERT_TRUE(env_.DeleteFile(path_).ok());
+  ASSERT_OK(env_.DeleteFile(path_));
   EXPECT_FALSE(env_.FileExists(path_));
-  ASSERT_TRUE(env_.Crash().ok());  // nothing to restore for a deleted file
+  ASSERT_OK(env_.Crash());  // nothing to restore for a deleted file
   EXPECT_FALSE(env_.FileExists(path_));
 }
 
@@ -358,23 +359,23 @@ TEST_F(FaultEnvTest, DirectFilesCrashAndTearLikeBufferedOnes) {
   OpenOptions o = Create();
   o.direct = true;
   auto f = env_.Open(path_, o);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   ASSERT_TRUE((*f)->direct());
 
   constexpr size_t kBlock = kDirectIoAlignment;
   auto* buf = static_cast<uint8_t*>(std::aligned_alloc(kBlock, 2 * kBlock));
   std::memset(buf, 'a', 2 * kBlock);
-  ASSERT_TRUE((*f)->WriteAt(0, {buf, 2 * kBlock}).ok());
-  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_OK((*f)->WriteAt(0, {buf, 2 * kBlock}));
+  ASSERT_OK((*f)->Sync());
   std::memset(buf, 'b', 2 * kBlock);
-  ASSERT_TRUE((*f)->WriteAt(kBlock, {buf, 2 * kBlock}).ok());
+  ASSERT_OK((*f)->WriteAt(kBlock, {buf, 2 * kBlock}));
   env_.TearNextWrite(100);
   std::memset(buf, 'c', 2 * kBlock);
-  EXPECT_EQ((*f)->WriteAt(0, {buf, kBlock}).code(), Code::kIOError);
+  EXPECT_ERROR((*f)->WriteAt(0, {buf, kBlock}), Code::kIOError);
   std::string want = std::string(100, 'c') + std::string(kBlock - 100, 'a') + std::string(2 * kBlock, 'b');
   EXPECT_EQ(OnDisk(path_), want);
 
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
   EXPECT_EQ(OnDisk(path_), std::string(2 * kBlock, 'a'));
   std::free(buf);
 }
@@ -393,14 +394,14 @@ TEST_F(FaultEnvTest, ConcurrentWritersAtDifferentOffsetsThenCrash) {
         File* target = f.get();
         if (own_handle && t % 2 == 1) {  // half of them through a handle of their own
           auto opened = env_.Open(path_, Create());
-          ASSERT_TRUE(opened.ok());
+          ASSERT_OK(opened);
           own = std::move(opened).value();
           target = own.get();
         }
         std::vector<uint8_t> block(kBlock);
         for (int b = 0; b < kBlocks; b++) {
           std::fill(block.begin(), block.end(), static_cast<uint8_t>(salt + t * kBlocks + b));
-          EXPECT_TRUE(target->WriteAt(offset(t, b), block).ok());
+          EXPECT_OK(target->WriteAt(offset(t, b), block));
         }
       });
     }
@@ -408,7 +409,7 @@ TEST_F(FaultEnvTest, ConcurrentWritersAtDifferentOffsetsThenCrash) {
   };
   auto check_all = [&](uint8_t salt) {
     std::vector<uint8_t> all(kThreads * kBlocks * kBlock);
-    ASSERT_TRUE(ReadFully(f.get(), 0, all).ok());
+    ASSERT_OK(ReadFully(f.get(), 0, all));
     for (int t = 0; t < kThreads; t++) {
       for (int b = 0; b < kBlocks; b++) {
         const uint8_t want = static_cast<uint8_t>(salt + t * kBlocks + b);
@@ -420,14 +421,14 @@ TEST_F(FaultEnvTest, ConcurrentWritersAtDifferentOffsetsThenCrash) {
   };
 
   write_all(0, /*own_handle=*/false);
-  ASSERT_TRUE(f->Sync().ok());
+  ASSERT_OK(f->Sync());
   check_all(0);
   EXPECT_EQ(env_.writes(), uint64_t{kThreads * kBlocks});
   EXPECT_EQ(env_.bytes_written(), uint64_t{kThreads * kBlocks * kBlock});
 
   write_all(100, /*own_handle=*/true);
   check_all(100);
-  ASSERT_TRUE(env_.Crash().ok());
+  ASSERT_OK(env_.Crash());
   f = OpenFile(path_);
   check_all(0);
 }

@@ -11,6 +11,7 @@
 
 #include "storage/events/kv_event_codec.h"
 #include "storage/events/kv_event_publisher.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -84,7 +85,7 @@ TEST(KvEventCodecTest, CacheSpecFieldsFollowTheLayout) {
                         Case{Layout::FromGroups({full, win}, 4), "unknown", 0},
                         Case{Layout::FromGroups({win, win64}, 4), "sliding_window", 0},
                         Case{Layout::FromGroups({full, latent, state}, 4), "unknown", 0}}) {
-    ASSERT_TRUE(c.layout.Validate().ok()) << c.layout.ToString();
+    ASSERT_OK(c.layout.Validate()) << c.layout.ToString();
     const KvCacheSpec spec = KvCacheSpecOf(c.layout);
     ASSERT_NE(spec.kind, nullptr);
     EXPECT_EQ(std::string(spec.kind), c.kind) << c.layout.ToString();
@@ -186,7 +187,7 @@ TEST(KvEventPublisherTest, FullQueueDropsCountsAndResyncs) {
     c.kind = KvEventKind::kCleared;
     self->Publish(std::move(c), true);
   });
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   self = p->get();
   (*p)->SetPausedForTest(true);
   for (int i = 0; i < 10; i++) (*p)->Publish(Stored("m", {1, 2, 3, 4}), false);
@@ -241,7 +242,7 @@ TEST(KvEventPublisherTest, SubscriberSeesTopicSeqAndPayload) {
   o.node_id = 5;
   o.incarnation = 9;
   auto p = KvEventPublisher::Start(o, nullptr);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   zmq::context_t ctx;
   zmq::socket_t sub(ctx, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "kv@5@");

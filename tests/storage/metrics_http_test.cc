@@ -17,6 +17,7 @@
 #include "storage/server/metrics.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/prometheus_text.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -48,7 +49,7 @@ class MetricsHttpTest : public ::testing::Test {
     }
     server_ = std::make_unique<MetricsHttpServer>(o);
     Status st = server_->Start("127.0.0.1", 0, std::move(render));
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     ASSERT_NE(server_->port(), 0);
     port_ = server_->port();
   }
@@ -63,10 +64,10 @@ class MetricsHttpTest : public ::testing::Test {
 
 void ExpectScrapeOk(uint16_t port) {
   auto r = HttpGet(port, "/metrics");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200) << r->raw;
   auto parsed = testing::ParsePromText(r->body);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->Value("ptstore_hits_total"), 7);
 }
 
@@ -74,13 +75,13 @@ TEST_F(MetricsHttpTest, MetricsIsPrometheusText) {
   Start();
   EXPECT_EQ(server_->address(), "127.0.0.1:" + std::to_string(port_));
   auto r = HttpGet(port_, "/metrics");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200);
   EXPECT_EQ(r->headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_EQ(r->headers["content-length"], std::to_string(r->body.size()));
   EXPECT_EQ(r->headers["connection"], "close");
   auto parsed = testing::ParsePromText(r->body);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->Value("ptstore_hits_total"), 7);
   EXPECT_EQ(parsed->Value("ptstore_misses_total"), 3);
   EXPECT_EQ(parsed->Value("ptstore_cache_bytes", {{"class", "owned"}}), 4096);
@@ -89,10 +90,10 @@ TEST_F(MetricsHttpTest, MetricsIsPrometheusText) {
 
   // A query string is ignored; HTTP/1.0 and bare-LF line ends are accepted.
   auto q = HttpGet(port_, "/metrics?format=text");
-  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_OK(q);
   EXPECT_EQ(q->code, 200);
   auto old = HttpExchange(port_, "GET /metrics HTTP/1.0\n\n");
-  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  ASSERT_OK(old);
   EXPECT_EQ(old->code, 200);
   EXPECT_EQ(server_->requests(), 3u);
 }
@@ -100,13 +101,13 @@ TEST_F(MetricsHttpTest, MetricsIsPrometheusText) {
 TEST_F(MetricsHttpTest, IndexPageAndHead) {
   Start();
   auto r = HttpGet(port_, "/");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200);
   EXPECT_NE(r->body.find("href=\"/metrics\""), std::string::npos) << r->body;
   EXPECT_EQ(r->headers["content-length"], std::to_string(r->body.size()));
 
   auto h = HttpExchange(port_, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   EXPECT_EQ(h->code, 200);
   EXPECT_TRUE(h->body.empty());
   EXPECT_GT(std::stoul(h->headers["content-length"]), 100u);
@@ -138,7 +139,7 @@ TEST_F(MetricsHttpTest, ErrorStatuses) {
   };
   for (const Case& c : cases) {
     auto r = HttpExchange(port_, c.request);
-    ASSERT_TRUE(r.ok()) << c.request << ": " << r.status().ToString();
+    ASSERT_OK(r) << c.request << ": " << r.status().ToString();
     EXPECT_EQ(r->code, c.code) << c.request;
     EXPECT_EQ(r->headers["content-length"], std::to_string(r->body.size())) << c.request;
     EXPECT_EQ(r->headers["connection"], "close");
@@ -154,12 +155,12 @@ TEST_F(MetricsHttpTest, OversizedHeadersAre431) {
   Start();
   std::string big = "GET /metrics HTTP/1.1\r\nX-Filler: " + std::string(9000, 'a') + "\r\n\r\n";
   auto r = HttpExchange(port_, big);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 431);
   // Just under the cap is fine.
   std::string ok = "GET /metrics HTTP/1.1\r\nX-Filler: " + std::string(7000, 'a') + "\r\n\r\n";
   auto r2 = HttpExchange(port_, ok);
-  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  ASSERT_OK(r2);
   EXPECT_EQ(r2->code, 200);
   // An endless header stream without a blank line is cut off too.
   int fd = testing::ConnectTcp(port_);
@@ -187,7 +188,7 @@ TEST_F(MetricsHttpTest, RequestInManyPieces) {
   EXPECT_TRUE(testing::ReadToEof(fd, &raw, 5s));
   close(fd);
   auto r = testing::ParseHttpReply(raw);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200);
 }
 
@@ -284,10 +285,10 @@ TEST_F(MetricsHttpTest, ConcurrentScrapes) {
 TEST_F(MetricsHttpTest, RenderThatThrowsIs500) {
   Start({}, []() -> std::string { throw std::runtime_error("boom"); });
   auto r = HttpGet(port_, "/metrics");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 500);
   auto idx = HttpGet(port_, "/");
-  ASSERT_TRUE(idx.ok());
+  ASSERT_OK(idx);
   EXPECT_EQ(idx->code, 200);
 }
 
@@ -296,20 +297,20 @@ TEST_F(MetricsHttpTest, StartErrorsAndStop) {
   // The port is taken.
   MetricsHttpServer other;
   Status st = other.Start("127.0.0.1", port_, [] { return std::string(); });
-  EXPECT_EQ(st.code(), Code::kIOError) << st.ToString();
+  EXPECT_ERROR(st, Code::kIOError);
   // Not an address.
   MetricsHttpServer bad;
   st = bad.Start("no such host.invalid", 0, [] { return std::string(); });
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   // Not a local address.
   st = bad.Start("192.0.2.1", 0, [] { return std::string(); });
-  EXPECT_EQ(st.code(), Code::kIOError) << st.ToString();
+  EXPECT_ERROR(st, Code::kIOError);
   // Twice.
   st = server_->Start("127.0.0.1", 0, [] { return std::string(); });
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_ERROR(st, Code::kInvalidArgument);
   // No render function.
   MetricsHttpServer none;
-  EXPECT_EQ(none.Start("127.0.0.1", 0, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(none.Start("127.0.0.1", 0, nullptr), Code::kInvalidArgument);
 
   // A connection open at Stop is closed; then the port refuses.
   int fd = testing::ConnectTcp(port_);
@@ -329,7 +330,7 @@ TEST_F(MetricsHttpTest, Ipv6Loopback) {
   if (!st.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << st.ToString();
   EXPECT_EQ(v6.address(), "[::1]:" + std::to_string(v6.port()));
   auto r = HttpExchange(v6.port(), "GET /metrics HTTP/1.1\r\n\r\n", 5s, "::1");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->code, 200);
   EXPECT_EQ(r->body, "# HELP a_total x\n# TYPE a_total counter\na_total 1\n");
 }

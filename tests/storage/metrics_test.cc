@@ -14,6 +14,7 @@
 #include "storage/server/config.h"
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -36,9 +37,9 @@ TEST(StoreMetricsTest, EveryStoreStatsFieldIsExported) {
   const StoreStats s = Distinct();
   core::PromWriter w;
   AppendStoreMetrics(w, s);
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   auto parsed = testing::ParsePromText(w.text());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << w.text();
+  ASSERT_OK(parsed) << "\n" << w.text();
   std::multiset<double> values;
   for (const auto& f : parsed->families) {
     EXPECT_EQ(f.name.rfind("ptstore_", 0), 0u) << f.name;
@@ -74,7 +75,7 @@ TEST(StoreMetricsTest, NamedFamilies) {
   ns.prefixes = 5;
   const std::string text = RenderStoreMetrics(s, node, {ns});
   auto p = testing::ParsePromText(text);
-  ASSERT_TRUE(p.ok()) << p.status().ToString() << "\n" << text;
+  ASSERT_OK(p) << "\n" << text;
   EXPECT_EQ(p->Value("ptstore_node_info", {{"node", "42"}, {"version", "0.1.0"}}), 1);
   EXPECT_EQ(p->Value("ptstore_start_time_seconds"), 1700000000.5);
   EXPECT_EQ(p->Value("ptstore_sessions"), 2);
@@ -93,7 +94,7 @@ TEST(StoreMetricsTest, NamedFamilies) {
   EXPECT_EQ(p->Find("ptstore_arena_used_bytes")->type, "gauge");
   // No namespaces: the families are there, without samples.
   auto empty = testing::ParsePromText(RenderStoreMetrics(s, node));
-  ASSERT_TRUE(empty.ok());
+  ASSERT_OK(empty);
   ASSERT_NE(empty->Find("ptstore_namespace_bytes"), nullptr);
   EXPECT_TRUE(empty->Find("ptstore_namespace_bytes")->samples.empty());
 }
@@ -110,34 +111,34 @@ TEST(StoreMetricsTest, OtherWritersAppend) {
   w.Family("ptstore_moved_bytes_total", core::MetricType::kCounter, "Bytes moved by path.");
   w.Sample(uint64_t{10}, {{"path", "rma"}});
   w.Sample(uint64_t{20}, {{"path", "tcp"}});
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  ASSERT_OK(w.status());
   auto p = testing::ParsePromText(w.text());
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(p->Value("ptstore_rpc_duration_seconds_count", {{"rpc", "lookup"}}), 1);
   EXPECT_EQ(p->Value("ptstore_rpc_duration_seconds_bucket", {{"rpc", "lookup"}, {"le", "0.0005"}}), 1);
   EXPECT_EQ(p->Value("ptstore_moved_bytes_total", {{"path", "tcp"}}), 20);
   // A family name the store already uses is refused, not duplicated.
   w.Family("ptstore_hits_total", core::MetricType::kCounter, "again");
   EXPECT_FALSE(w.status().ok());
-  EXPECT_TRUE(testing::ParsePromText(w.text()).ok());
+  EXPECT_OK(testing::ParsePromText(w.text()));
 }
 
 TEST(MetricsConfigTest, Ports) {
   MetricsConfig m;
   EXPECT_FALSE(m.enabled);
   EXPECT_EQ(m.bind, "127.0.0.1");
-  ASSERT_TRUE(ParseMetricsPort("9464", &m).ok());
+  ASSERT_OK(ParseMetricsPort("9464", &m));
   EXPECT_TRUE(m.enabled);
   EXPECT_EQ(m.port, 9464);
-  ASSERT_TRUE(ParseMetricsPort("auto", &m).ok());
+  ASSERT_OK(ParseMetricsPort("auto", &m));
   EXPECT_TRUE(m.enabled);
   EXPECT_EQ(m.port, 0);
-  ASSERT_TRUE(ParseMetricsPort("0", &m).ok());
+  ASSERT_OK(ParseMetricsPort("0", &m));
   EXPECT_FALSE(m.enabled);
-  ASSERT_TRUE(ParseMetricsPort("65535", &m).ok());
+  ASSERT_OK(ParseMetricsPort("65535", &m));
   for (const char* bad : {"65536", "-1", "", "80x", " 80", "Auto", "99999999999"}) {
     Status st = ParseMetricsPort(bad, &m);
-    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_ERROR(st, Code::kInvalidArgument) << bad;
   }
 }
 
@@ -148,17 +149,17 @@ TEST(MetricsConfigTest, ConfigFileSection) {
     return LoadConfigFile(dir.Join("c.toml"), cfg);
   };
   DaemonConfig cfg;
-  ASSERT_TRUE(load("[metrics]\nport = 9100\nbind = \"0.0.0.0\"\n", &cfg).ok());
+  ASSERT_OK(load("[metrics]\nport = 9100\nbind = \"0.0.0.0\"\n", &cfg));
   EXPECT_TRUE(cfg.metrics.enabled);
   EXPECT_EQ(cfg.metrics.port, 9100);
   EXPECT_EQ(cfg.metrics.bind, "0.0.0.0");
   DaemonConfig a;
-  ASSERT_TRUE(load("[metrics]\nport = \"auto\"\n", &a).ok());
+  ASSERT_OK(load("[metrics]\nport = \"auto\"\n", &a));
   EXPECT_TRUE(a.metrics.enabled);
   EXPECT_EQ(a.metrics.port, 0);
   EXPECT_EQ(a.metrics.bind, "127.0.0.1");
   DaemonConfig off;
-  ASSERT_TRUE(load("[metrics]\nport = 0\n", &off).ok());
+  ASSERT_OK(load("[metrics]\nport = 0\n", &off));
   EXPECT_FALSE(off.metrics.enabled);
   DaemonConfig bad;
   EXPECT_FALSE(load("[metrics]\nport = 70000\n", &bad).ok());

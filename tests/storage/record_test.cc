@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "tests/testing/segment_files.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -105,7 +106,7 @@ TEST(SegmentHeader, RoundTrip) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(enc.data()), 8), "PTSSEG01");
   for (size_t i = 48; i < enc.size(); ++i) ASSERT_EQ(enc[i], 0) << "padding byte " << i;
   Result<SegmentHeader> d = DecodeSegmentHeader(enc);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->version, kFormatVersion);
   EXPECT_EQ(d->node_id, h.node_id);
   EXPECT_EQ(d->segment_id, h.segment_id);
@@ -113,7 +114,7 @@ TEST(SegmentHeader, RoundTrip) {
   EXPECT_EQ(d->seed, h.seed);
   // 48 bytes are enough.
   Result<SegmentHeader> d48 = DecodeSegmentHeader(std::span<const uint8_t>(enc).first(48));
-  ASSERT_TRUE(d48.ok()) << d48.status().ToString();
+  ASSERT_OK(d48);
   EXPECT_EQ(d48->seed, h.seed);
 }
 
@@ -122,12 +123,12 @@ TEST(SegmentHeader, BadMagic) {
   enc[0] = 'X';
   Result<SegmentHeader> d = DecodeSegmentHeader(enc);
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), Code::kCorruption);
+  EXPECT_ERROR(d, Code::kCorruption);
   EXPECT_NE(d.status().message().find("magic"), std::string::npos) << d.status().ToString();
   // A record header is not a segment header.
   RecordHeader rh = NamespaceHeader();
   Result<SegmentHeader> r = DecodeSegmentHeader(EncodeRecordHeader(rh, kSeed));
-  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_ERROR(r, Code::kCorruption);
 }
 
 TEST(SegmentHeader, EveryFlippedBitInTheFirst48BytesIsCorruption) {
@@ -138,7 +139,7 @@ TEST(SegmentHeader, EveryFlippedBitInTheFirst48BytesIsCorruption) {
       bad[byte] ^= uint8_t(1u << bit);
       Result<SegmentHeader> d = DecodeSegmentHeader(bad);
       ASSERT_FALSE(d.ok()) << "byte " << byte << " bit " << bit;
-      EXPECT_EQ(d.status().code(), Code::kCorruption) << "byte " << byte << " bit " << bit;
+      EXPECT_ERROR(d, Code::kCorruption) << "byte " << byte << " bit " << bit;
     }
   }
 }
@@ -148,10 +149,10 @@ TEST(SegmentHeader, WrongVersion) {
   h.version = kFormatVersion + 1;
   Result<SegmentHeader> d = DecodeSegmentHeader(EncodeSegmentHeader(h));
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), Code::kCorruption);
+  EXPECT_ERROR(d, Code::kCorruption);
   EXPECT_NE(d.status().message().find("version"), std::string::npos) << d.status().ToString();
   h.version = 0;
-  EXPECT_EQ(DecodeSegmentHeader(EncodeSegmentHeader(h)).status().code(), Code::kCorruption);
+  EXPECT_ERROR(DecodeSegmentHeader(EncodeSegmentHeader(h)), Code::kCorruption);
 }
 
 TEST(SegmentHeader, ShortInput) {
@@ -159,10 +160,10 @@ TEST(SegmentHeader, ShortInput) {
   for (size_t n : {0, 1, 8, 40, 47}) {
     Result<SegmentHeader> d = DecodeSegmentHeader(std::span<const uint8_t>(enc).first(n));
     ASSERT_FALSE(d.ok()) << n;
-    EXPECT_EQ(d.status().code(), Code::kCorruption) << n;
+    EXPECT_ERROR(d, Code::kCorruption) << n;
   }
   std::vector<uint8_t> zeros(kSegmentHeaderBytes, 0);
-  EXPECT_EQ(DecodeSegmentHeader(zeros).status().code(), Code::kCorruption);
+  EXPECT_ERROR(DecodeSegmentHeader(zeros), Code::kCorruption);
 }
 
 // ------------------------------------------------------------- record header
@@ -176,19 +177,18 @@ TEST(RecordHeader, TensorRoundTrip) {
   EXPECT_LT(len, kRecordAlignment);
   for (size_t i = len; i < enc.size(); ++i) ASSERT_EQ(enc[i], 0) << "padding byte " << i;
   Result<uint32_t> peek = PeekRecordHeaderBytes(enc);
-  ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+  ASSERT_OK(peek);
   EXPECT_EQ(*peek, len);
   Result<RecordHeader> d = DecodeRecordHeader(enc, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, h);
   EXPECT_FALSE(d->dead());
   // The unpadded bytes alone decode too.
   Result<RecordHeader> u = DecodeRecordHeader(std::span<const uint8_t>(enc).first(len), kSeed);
-  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  ASSERT_OK(u);
   ExpectSameHeader(*u, h);
   // One byte short of the length is truncated.
-  EXPECT_EQ(DecodeRecordHeader(std::span<const uint8_t>(enc).first(len - 1), kSeed).status().code(),
-            Code::kCorruption);
+  EXPECT_ERROR(DecodeRecordHeader(std::span<const uint8_t>(enc).first(len - 1), kSeed), Code::kCorruption);
 }
 
 TEST(RecordHeader, TimesRoundTripAndAreTheLast24BytesBeforeTheChecksum) {
@@ -196,7 +196,7 @@ TEST(RecordHeader, TimesRoundTripAndAreTheLast24BytesBeforeTheChecksum) {
   h.times = Times{1'700'000'000'000'000'001ull, 1'700'000'000'000'000'002ull, 1'700'000'000'000'000'003ull};
   std::vector<uint8_t> enc = EncodeRecordHeader(h, kSeed);
   Result<RecordHeader> d = DecodeRecordHeader(enc, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_TRUE(d->has_times);
   EXPECT_EQ(d->times, h.times);
   const uint32_t len = UnpaddedLength(enc);
@@ -212,7 +212,7 @@ TEST(RecordHeader, TimesRoundTripAndAreTheLast24BytesBeforeTheChecksum) {
   cut.resize(cut.size() + 8);
   Reseal(&cut, kSeed);
   Result<RecordHeader> c = DecodeRecordHeader(cut, kSeed);
-  EXPECT_EQ(c.status().code(), Code::kCorruption);
+  EXPECT_ERROR(c, Code::kCorruption);
   EXPECT_NE(c.status().message().find("times"), std::string::npos) << c.status().ToString();
 }
 
@@ -224,11 +224,11 @@ TEST(RecordHeader, TensorRoundTripCompressedPartialLiveAndDead) {
   h.start_token = 0;
   h.parent_key = ChainKey{};
   Result<RecordHeader> d = DecodeRecordHeader(EncodeRecordHeader(h, kSeed), kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, h);
   h.live_tokens = 0;
   d = DecodeRecordHeader(EncodeRecordHeader(h, kSeed), kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_TRUE(d->dead());
 }
 
@@ -237,14 +237,14 @@ TEST(RecordHeader, NamespaceRoundTrip) {
   const std::vector<uint8_t> enc = EncodeRecordHeader(h, kSeed);
   ASSERT_EQ(enc.size(), kRecordAlignment);
   Result<RecordHeader> d = DecodeRecordHeader(enc, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, h);
   EXPECT_EQ(d->salt.size(), 5u);
   EXPECT_TRUE(d->tokens.empty());
   RecordHeader dead = h;
   dead.live_tokens = 0;
   d = DecodeRecordHeader(EncodeRecordHeader(dead, kSeed), kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_TRUE(d->dead());
 }
 
@@ -258,11 +258,10 @@ TEST(RecordHeader, LargeHeaderIsPaddedToWholeBlocks) {
   EXPECT_GT(len, 2 * kRecordAlignment);
   for (size_t i = len; i < enc.size(); ++i) ASSERT_EQ(enc[i], 0) << "padding byte " << i;
   Result<RecordHeader> d = DecodeRecordHeader(enc, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, h);
   // The first block alone is truncated.
-  EXPECT_EQ(DecodeRecordHeader(std::span<const uint8_t>(enc).first(kRecordAlignment), kSeed).status().code(),
-            Code::kCorruption);
+  EXPECT_ERROR(DecodeRecordHeader(std::span<const uint8_t>(enc).first(kRecordAlignment), kSeed), Code::kCorruption);
   // Headers of every size stay block multiples.
   for (size_t tokens = 16; tokens <= 4096; tokens += 16 * 37) {
     RecordHeader t = TensorHeader(tokens);
@@ -279,21 +278,21 @@ TEST(RecordHeader, PeekRejectsGarbageAndShortInput) {
   for (size_t n = 0; n < 16; ++n) {
     Result<uint32_t> p = PeekRecordHeaderBytes(std::span<const uint8_t>(enc).first(n));
     ASSERT_FALSE(p.ok()) << n;
-    EXPECT_EQ(p.status().code(), Code::kCorruption) << n;
+    EXPECT_ERROR(p, Code::kCorruption) << n;
   }
   // Exactly 16 bytes are enough.
   Result<uint32_t> p16 = PeekRecordHeaderBytes(std::span<const uint8_t>(enc).first(16));
-  ASSERT_TRUE(p16.ok()) << p16.status().ToString();
+  ASSERT_OK(p16);
   EXPECT_EQ(*p16, UnpaddedLength(enc));
   // Zeros, a segment header, random bytes.
   std::vector<uint8_t> zeros(4096, 0);
-  EXPECT_EQ(PeekRecordHeaderBytes(zeros).status().code(), Code::kCorruption);
-  EXPECT_EQ(PeekRecordHeaderBytes(EncodeSegmentHeader(SampleSegmentHeader())).status().code(), Code::kCorruption);
+  EXPECT_ERROR(PeekRecordHeaderBytes(zeros), Code::kCorruption);
+  EXPECT_ERROR(PeekRecordHeaderBytes(EncodeSegmentHeader(SampleSegmentHeader())), Code::kCorruption);
   std::mt19937_64 rng(1);
   std::vector<uint8_t> junk(64);
   for (int i = 0; i < 1000; ++i) {
     for (auto& b : junk) b = static_cast<uint8_t>(rng());
-    EXPECT_EQ(PeekRecordHeaderBytes(junk).status().code(), Code::kCorruption);
+    EXPECT_ERROR(PeekRecordHeaderBytes(junk), Code::kCorruption);
   }
   // Right magic, implausible lengths.
   for (uint32_t len : {0u, 1u, 16u, 63u, kMaxRecordHeaderBytes + 1, 0xffffffffu}) {
@@ -301,16 +300,16 @@ TEST(RecordHeader, PeekRejectsGarbageAndShortInput) {
     std::memcpy(b.data() + 8, &len, 4);
     Result<uint32_t> p = PeekRecordHeaderBytes(b);
     ASSERT_FALSE(p.ok()) << len;
-    EXPECT_EQ(p.status().code(), Code::kCorruption) << len;
+    EXPECT_ERROR(p, Code::kCorruption) << len;
   }
   // Plausible lengths pass the peek (the checksum is DecodeRecordHeader's job).
   for (uint32_t len : {64u, 4096u, kMaxRecordHeaderBytes}) {
     std::vector<uint8_t> b = enc;
     std::memcpy(b.data() + 8, &len, 4);
     Result<uint32_t> p = PeekRecordHeaderBytes(b);
-    ASSERT_TRUE(p.ok()) << len;
+    ASSERT_OK(p) << len;
     EXPECT_EQ(*p, len);
-    EXPECT_EQ(DecodeRecordHeader(b, kSeed).status().code(), Code::kCorruption) << len;
+    EXPECT_ERROR(DecodeRecordHeader(b, kSeed), Code::kCorruption) << len;
   }
 }
 
@@ -323,7 +322,7 @@ void ExpectEveryFlipIsCorruption(const RecordHeader& h) {
       bad[byte] ^= uint8_t(1u << bit);
       Result<RecordHeader> d = DecodeRecordHeader(bad, kSeed);
       ASSERT_FALSE(d.ok()) << "byte " << byte << " bit " << bit << " of " << len;
-      ASSERT_EQ(d.status().code(), Code::kCorruption) << "byte " << byte << " bit " << bit << ": "
+      ASSERT_ERROR(d, Code::kCorruption) << "byte " << byte << " bit " << bit << ": "
                                                       << d.status().ToString();
     }
   }
@@ -332,7 +331,7 @@ void ExpectEveryFlipIsCorruption(const RecordHeader& h) {
   padded[len] ^= 0x80;
   padded.back() ^= 1;
   Result<RecordHeader> d = DecodeRecordHeader(padded, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, h);
 }
 
@@ -346,17 +345,17 @@ TEST(RecordHeader, WrongSeedIsCorruption) {
     for (uint64_t seed : {uint64_t{0}, uint64_t{kSeed + 1}, uint64_t{kSeed ^ (uint64_t{1} << 63)}, uint64_t{~kSeed}}) {
       Result<RecordHeader> d = DecodeRecordHeader(enc, seed);
       ASSERT_FALSE(d.ok()) << seed;
-      EXPECT_EQ(d.status().code(), Code::kCorruption);
+      EXPECT_ERROR(d, Code::kCorruption);
       EXPECT_NE(d.status().message().find("checksum"), std::string::npos) << d.status().ToString();
     }
-    EXPECT_TRUE(DecodeRecordHeader(enc, kSeed).ok());
+    EXPECT_OK(DecodeRecordHeader(enc, kSeed));
   }
 }
 
 void ExpectSemanticCorruption(const RecordHeader& h, const std::string& what) {
   Result<RecordHeader> d = DecodeRecordHeader(EncodeRecordHeader(h, kSeed), kSeed);
   ASSERT_FALSE(d.ok()) << what;
-  EXPECT_EQ(d.status().code(), Code::kCorruption) << what << ": " << d.status().ToString();
+  EXPECT_ERROR(d, Code::kCorruption) << what << ": " << d.status().ToString();
 }
 
 TEST(RecordHeader, SemanticChecks) {
@@ -464,7 +463,7 @@ TEST(RecordHeader, DenseRecordsWrittenBeforeGroupsDecodeUnchanged) {
   t.hits = 2;
   t.has_times = false;
   Result<RecordHeader> d = DecodeRecordHeader(tensor, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, t);
   EXPECT_EQ(d->layout, SegmentTestLayout());
   EXPECT_FALSE(d->layout.grouped());
@@ -482,7 +481,7 @@ TEST(RecordHeader, DenseRecordsWrittenBeforeGroupsDecodeUnchanged) {
   RecordHeader n = testing::NamespaceRecord("tenant.a", 4);
   n.has_times = false;
   d = DecodeRecordHeader(ns, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, n);
   EXPECT_EQ(d->layout, SegmentTestLayout());
   EXPECT_FALSE(d->has_times);
@@ -501,14 +500,14 @@ Layout GroupedTestLayout() {
 TEST(RecordHeader, GroupedTensorAndNamespaceRoundTrip) {
   RecordHeader h = TensorHeader(32);
   h.layout = GroupedTestLayout();
-  ASSERT_TRUE(h.layout.Validate().ok());
+  ASSERT_OK(h.layout.Validate());
   h.payload_bytes = h.stored_bytes = 32 * h.layout.BytesPerToken();
   const std::vector<uint8_t> enc = EncodeRecordHeader(h, kSeed);
   // The grouped layout takes a count and 26 bytes per group more than the
   // dense one: 4 + 4 * 26 = 108.
   EXPECT_EQ(UnpaddedLength(enc), UnpaddedLength(EncodeRecordHeader(TensorHeader(32), kSeed)) + 108);
   Result<RecordHeader> d = DecodeRecordHeader(enc, kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, h);
   EXPECT_EQ(d->layout, GroupedTestLayout());
   EXPECT_TRUE(d->layout.grouped());
@@ -516,7 +515,7 @@ TEST(RecordHeader, GroupedTensorAndNamespaceRoundTrip) {
   RecordHeader n = NamespaceHeader();
   n.layout = GroupedTestLayout();
   d = DecodeRecordHeader(EncodeRecordHeader(n, kSeed), kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, n);
 
   // A remote record (no payload) of a grouped layout.
@@ -525,7 +524,7 @@ TEST(RecordHeader, GroupedTensorAndNamespaceRoundTrip) {
   r.layout = GroupedTestLayout();
   r.payload_bytes = r.stored_bytes = 0;
   d = DecodeRecordHeader(EncodeRecordHeader(r, kSeed), kSeed);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ExpectSameHeader(*d, r);
   ExpectEveryFlipIsCorruption(h);
 }
@@ -563,16 +562,16 @@ TEST(RecordHeader, TrailingOrMissingBytesAreCorruption) {
   std::vector<uint8_t> longer(enc.begin(), enc.begin() + len);
   longer.insert(longer.end() - 8, {1, 2, 3, 4});
   Reseal(&longer, kSeed);
-  EXPECT_EQ(DecodeRecordHeader(longer, kSeed).status().code(), Code::kCorruption);
+  EXPECT_ERROR(DecodeRecordHeader(longer, kSeed), Code::kCorruption);
   // And one with four bytes (the mode) missing.
   std::vector<uint8_t> shorter(enc.begin(), enc.begin() + len);
   shorter.erase(shorter.end() - 12, shorter.end() - 8);
   Reseal(&shorter, kSeed);
-  EXPECT_EQ(DecodeRecordHeader(shorter, kSeed).status().code(), Code::kCorruption);
+  EXPECT_ERROR(DecodeRecordHeader(shorter, kSeed), Code::kCorruption);
   // Resealing the unchanged bytes gives back a valid header (the helper is right).
   std::vector<uint8_t> same(enc.begin(), enc.begin() + len);
   Reseal(&same, kSeed);
-  EXPECT_TRUE(DecodeRecordHeader(same, kSeed).ok());
+  EXPECT_OK(DecodeRecordHeader(same, kSeed));
 }
 
 TEST(RecordHeader, HeaderChecksumIsSeededXxh3) {
@@ -729,15 +728,15 @@ TEST(RecordHeaderFuzz, RandomBytesNeverCrashTheDecoder) {
         ASSERT_LE(d->live_tokens, d->tokens.size());
       }
     } else {
-      ASSERT_EQ(d.status().code(), Code::kCorruption) << d.status().ToString();
+      ASSERT_ERROR(d, Code::kCorruption);
     }
     Result<uint32_t> p = PeekRecordHeaderBytes(b);
     if (!p.ok()) {
-      ASSERT_EQ(p.status().code(), Code::kCorruption);
+      ASSERT_ERROR(p, Code::kCorruption);
     }
     Result<SegmentHeader> s = DecodeSegmentHeader(b);
     if (!s.ok()) {
-      ASSERT_EQ(s.status().code(), Code::kCorruption);
+      ASSERT_ERROR(s, Code::kCorruption);
     }
   }
   // Some resealed edits (e.g. of hits or seq) must still decode.

@@ -17,6 +17,7 @@
 #include "storage/ssd/ssd_tier.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -58,14 +59,14 @@ class SegmentScannerTest : public ::testing::Test {
   }
   void OpenTier(bool compress = false) {
     auto t = SsdTier::Open(Env::Default(), Options(compress), 7);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_OK(t);
     tier_ = std::move(*t);
   }
   SsdLocation Append(RecordHeader h, uint32_t salt, bool compressible = false) {
     std::vector<uint8_t> payload =
         TestPayload(h.tokens.size() * h.layout.BytesPerToken(), salt, compressible);
     auto loc = tier_->Append(std::move(h), payload);
-    EXPECT_TRUE(loc.ok()) << loc.status().ToString();
+    EXPECT_OK(loc);
     return loc.ok() ? *loc : SsdLocation{};
   }
   // ns record, then three tensors of 16, 32 and 48 tokens.
@@ -81,13 +82,13 @@ class SegmentScannerTest : public ::testing::Test {
   std::string SegPath(uint64_t id = 1) const { return dir_ + "/" + SegmentFileName(id); }
   uint64_t Seed() const {
     auto h = DecodeSegmentHeader(ReadAt(SegPath(), 0, kSegmentHeaderBytes));
-    EXPECT_TRUE(h.ok());
+    EXPECT_OK(h);
     return h.ok() ? h->seed : 0;
   }
 
   Seen ScanFile(uint64_t fallback_seed, bool verify = true, Status* status = nullptr) {
     auto f = Env::Default()->Open(SegPath(), OpenOptions{});  // read-only
-    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_OK(f);
     Seen seen;
     SegmentVisitor v;
     v.segment_header = [&](const Result<SegmentHeader>& h) {
@@ -105,7 +106,7 @@ class SegmentScannerTest : public ::testing::Test {
     if (status) {
       *status = s;
     } else {
-      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_OK(s);
     }
     return seen;
   }
@@ -122,7 +123,7 @@ TEST_F(SegmentScannerTest, CleanSegmentVisitsEveryRecordInOrder) {
   locs_.push_back(Append(NamespaceRecord("m", 1), 0));
   locs_.push_back(Append(TensorRecord("m", 1, 2, 0, 16), 2));
   locs_.push_back(Append(TensorRecord("m", 1, 3, 16, 32), 3));
-  ASSERT_TRUE(tier_->SetLiveTokens(locs_[2], 0).ok());  // dead
+  ASSERT_OK(tier_->SetLiveTokens(locs_[2], 0));  // dead
   tier_.reset();
   const uint64_t before = SizeOf(SegPath());
   Seen s = ScanFile(/*fallback_seed=*/12345);
@@ -317,7 +318,7 @@ TEST_F(SegmentScannerTest, GarbageFileNeverCrashes) {
   TruncateTo(SegPath(), 10);
   Status st;
   s = ScanFile(1, true, &st);
-  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_OK(st);
   EXPECT_TRUE(s.header_error.has_value());
   EXPECT_TRUE(s.problems.empty());
 }
@@ -326,7 +327,7 @@ TEST_F(SegmentScannerTest, GarbageFileNeverCrashes) {
 TEST_F(SegmentScannerTest, TierScanCountsGarbageRunsOnce) {
   OpenTier();
   for (uint64_t i = 0; i < 8; ++i) locs_.push_back(Append(TensorRecord("m", 1, 10 + i, 0, 16 * (1 + i % 3)), i));
-  ASSERT_TRUE(tier_->SetLiveTokens(locs_[7], 0).ok());
+  ASSERT_OK(tier_->SetLiveTokens(locs_[7], 0));
   tier_.reset();
   // Run 1: records 1 and 2 both have bad headers (one run, one count).
   FlipBit(SegPath(), locs_[1].offset + 40);
@@ -342,7 +343,7 @@ TEST_F(SegmentScannerTest, TierScanCountsGarbageRunsOnce) {
   OpenTier();
   std::vector<SsdLocation> seen;
   ScanStats stats;
-  ASSERT_TRUE(tier_->Scan([&](const RecordHeader&, const SsdLocation& loc) { seen.push_back(loc); }, &stats).ok());
+  ASSERT_OK(tier_->Scan([&](const RecordHeader&, const SsdLocation& loc) { seen.push_back(loc); }, &stats));
   EXPECT_EQ(stats.segments, 1u);
   EXPECT_EQ(stats.bad_segment_headers, 0u);
   EXPECT_EQ(stats.corrupt_records, 4u);
@@ -364,9 +365,9 @@ TEST_F(SegmentScannerTest, TierScanWithoutPayloadVerification) {
   SsdOptions o = Options();
   o.verify_on_recovery = false;
   auto t = SsdTier::Open(Env::Default(), o, 7);
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   ScanStats stats;
-  ASSERT_TRUE((*t)->Scan([](const RecordHeader&, const SsdLocation&) {}, &stats).ok());
+  ASSERT_OK((*t)->Scan([](const RecordHeader&, const SsdLocation&) {}, &stats));
   EXPECT_EQ(stats.records, 3u);
   EXPECT_EQ(stats.corrupt_records, 0u);
 }

@@ -27,6 +27,7 @@
 #include "storage/record.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -156,11 +157,11 @@ ScanResult ScanAll(SsdTier* tier) {
 
 std::unique_ptr<SsdTier> OpenTier(Env* env, const SsdOptions& o, ScanResult* scan = nullptr) {
   Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(env, o, 7);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_OK(t);
   if (!t.ok()) return nullptr;
   // Scan comes first, even on an empty directory.
   ScanResult r = ScanAll(t->get());
-  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_OK(r.status);
   EXPECT_EQ(r.duplicates, 0);
   if (scan) *scan = std::move(r);
   return std::move(t).value();
@@ -209,7 +210,7 @@ class Buffer {
 
 void AppendOk(SsdTier* tier, Rec* r) {
   Result<SsdLocation> loc = tier->Append(r->h, r->payload);
-  ASSERT_TRUE(loc.ok()) << "seq " << r->h.seq << ": " << loc.status().ToString();
+  ASSERT_OK(loc) << "seq " << r->h.seq << ": " << loc.status().ToString();
   r->loc = *loc;
 }
 
@@ -260,17 +261,17 @@ TEST(SsdTierOpen, RejectsSmallCapacityAndNoDirectory) {
     o.capacity = cap;
     Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(Env::Default(), o, 1);
     ASSERT_FALSE(t.ok()) << cap;
-    EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << cap;
+    EXPECT_ERROR(t, Code::kInvalidArgument) << cap;
   }
   o.capacity = 8 * kMiB;
   Result<std::unique_ptr<SsdTier>> ok = SsdTier::Open(Env::Default(), o, 1);
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_OK(ok);
   EXPECT_EQ((*ok)->capacity(), 8 * kMiB);
   // At least eight segments fit.
   EXPECT_LE((*ok)->options().segment_bytes, 1 * kMiB);
   EXPECT_TRUE(std::filesystem::is_directory(o.dir));
   o.dir = "";
-  EXPECT_EQ(SsdTier::Open(Env::Default(), o, 1).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(SsdTier::Open(Env::Default(), o, 1), Code::kInvalidArgument);
 }
 
 TEST(SsdTierOpen, FootprintBoundCoversTheRealFootprint) {
@@ -341,7 +342,7 @@ TEST(SsdTierRoundTrip, EverySizeCompressOnOffDirectOnOff) {
           EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload)) << seq;
           EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload, 1)) << seq << " unaligned";
           Result<RecordHeader> h = tier->ReadHeader(r.loc);
-          ASSERT_TRUE(h.ok()) << h.status().ToString();
+          ASSERT_OK(h);
           ExpectSameRecord(*h, r.h);
           EXPECT_EQ(h->live_tokens, r.h.live_tokens);
           EXPECT_EQ(h->payload_bytes, r.payload.size());
@@ -402,9 +403,9 @@ TEST(SsdTierRoundTrip, LargePayloadsAcrossReadPieces) {
         ASSERT_NO_FATAL_FAILURE(
             FlipBitInFile(SegmentPath(o, l.segment), l.offset + l.header_bytes + l.stored_bytes - 3, 2));
         std::vector<uint8_t> out(odd.payload.size());
-        EXPECT_EQ(tier->ReadPayload(l, out).code(), Code::kCorruption);
+        EXPECT_ERROR(tier->ReadPayload(l, out), Code::kCorruption);
         Buffer aligned(odd.payload.size(), 0);
-        EXPECT_EQ(tier->ReadPayload(l, aligned.span()).code(), Code::kCorruption);
+        EXPECT_ERROR(tier->ReadPayload(l, aligned.span()), Code::kCorruption);
       }
       ScanResult scan;
       std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -428,7 +429,7 @@ TEST(SsdTierRoundTrip, AppendFromUnalignedSourceAndReadIntoAnyBuffer) {
       Buffer src(r.payload.size(), 1);
       std::memcpy(src.span().data(), r.payload.data(), r.payload.size());
       Result<SsdLocation> loc = tier->Append(r.h, src.span());
-      ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+      ASSERT_OK(loc);
       r.loc = *loc;
       // And an aligned source too.
       Rec again = r;
@@ -436,7 +437,7 @@ TEST(SsdTierRoundTrip, AppendFromUnalignedSourceAndReadIntoAnyBuffer) {
       Buffer aligned(r.payload.size(), 0);
       std::memcpy(aligned.span().data(), r.payload.data(), r.payload.size());
       loc = tier->Append(again.h, aligned.span());
-      ASSERT_TRUE(loc.ok()) << loc.status().ToString();
+      ASSERT_OK(loc);
       for (size_t skew : {0, 1, 7, 512, 4095}) {
         EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload, skew)) << "skew " << skew;
         EXPECT_TRUE(PayloadIs(tier.get(), *loc, r.payload, skew)) << "skew " << skew;
@@ -444,14 +445,14 @@ TEST(SsdTierRoundTrip, AppendFromUnalignedSourceAndReadIntoAnyBuffer) {
     }
     // A destination of the wrong size is refused.
     std::vector<uint8_t> small(recs[0].payload.size() - 1);
-    EXPECT_EQ(tier->ReadPayload(recs[0].loc, small).code(), Code::kInvalidArgument);
+    EXPECT_ERROR(tier->ReadPayload(recs[0].loc, small), Code::kInvalidArgument);
     std::vector<uint8_t> big(recs[0].payload.size() + 1);
-    EXPECT_EQ(tier->ReadPayload(recs[0].loc, big).code(), Code::kInvalidArgument);
+    EXPECT_ERROR(tier->ReadPayload(recs[0].loc, big), Code::kInvalidArgument);
     // A location in a segment that does not exist.
     SsdLocation gone = recs[0].loc;
     gone.segment = 999;
     std::vector<uint8_t> out(gone.payload_bytes);
-    EXPECT_EQ(tier->ReadPayload(gone, out).code(), Code::kNotFound);
+    EXPECT_ERROR(tier->ReadPayload(gone, out), Code::kNotFound);
   }
 }
 
@@ -464,21 +465,21 @@ TEST(SsdTierRoundTrip, InvalidHeadersAreRefusedBeforeWriting) {
   Rec r = Tensor(kBlockLayout, 32, 1);
   r.payload.resize(r.payload.size() - 1);
   Result<SsdLocation> loc = tier->Append(r.h, r.payload);
-  EXPECT_EQ(loc.status().code(), Code::kInvalidArgument) << loc.status().ToString();
+  EXPECT_ERROR(loc, Code::kInvalidArgument);
   // Tokens that are not whole blocks.
   Rec partial = Tensor(kBlockLayout, 32, 2);
   partial.h.tokens.resize(20);
   partial.h.live_tokens = 16;
   partial.payload.resize(20 * kBlockLayout.BytesPerToken());
-  EXPECT_EQ(tier->Append(partial.h, partial.payload).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(tier->Append(partial.h, partial.payload), Code::kInvalidArgument);
   // live_tokens past the tokens.
   Rec over = Tensor(kBlockLayout, 32, 3);
   over.h.live_tokens = 48;
-  EXPECT_EQ(tier->Append(over.h, over.payload).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(tier->Append(over.h, over.payload), Code::kInvalidArgument);
   // A namespace record with a payload.
   Rec ns = Namespace(4);
   ns.payload = RandomBytes(100, 4);
-  EXPECT_EQ(tier->Append(ns.h, ns.payload).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(tier->Append(ns.h, ns.payload), Code::kInvalidArgument);
   EXPECT_EQ(tier->file_bytes(), before);
   EXPECT_EQ(tier->live_bytes(), 0u);
   // Nothing that would not read back reached the disk.
@@ -510,13 +511,13 @@ TEST(SsdTierCorruption, PayloadBitFlipOnDisk) {
         FlipBitInFile(SegmentPath(o, bad.segment), bad.offset + bad.header_bytes + bad.stored_bytes / 2, 3));
     std::vector<uint8_t> out(bad.payload_bytes);
     Status s = tier->ReadPayload(bad, out);
-    EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+    EXPECT_ERROR(s, Code::kCorruption);
     EXPECT_EQ(tier->Stats().read_errors, 1u);
     // Into an unaligned buffer too (the bounce path).
     Buffer skewed(bad.payload_bytes, 5);
-    EXPECT_EQ(tier->ReadPayload(bad, skewed.span()).code(), Code::kCorruption);
+    EXPECT_ERROR(tier->ReadPayload(bad, skewed.span()), Code::kCorruption);
     // Compaction refuses to copy it.
-    EXPECT_EQ(tier->CopyRecord(bad).status().code(), Code::kCorruption);
+    EXPECT_ERROR(tier->CopyRecord(bad), Code::kCorruption);
     // Its neighbours are fine.
     EXPECT_TRUE(PayloadIs(tier.get(), recs[0].loc, recs[0].payload));
     EXPECT_TRUE(PayloadIs(tier.get(), recs[2].loc, recs[2].payload));
@@ -545,7 +546,7 @@ TEST(SsdTierCorruption, PayloadBitFlipInTheLastPaddedByteIsCaught) {
     ASSERT_NO_FATAL_FAILURE(
         FlipBitInFile(SegmentPath(o, a.loc.segment), a.loc.offset + a.loc.header_bytes + a.loc.stored_bytes - 1, 0));
     std::vector<uint8_t> out(a.payload.size());
-    EXPECT_EQ(tier->ReadPayload(a.loc, out).code(), Code::kCorruption);
+    EXPECT_ERROR(tier->ReadPayload(a.loc, out), Code::kCorruption);
     // A flip in the padding after the payload is harmless.
     ASSERT_NO_FATAL_FAILURE(
         FlipBitInFile(SegmentPath(o, b.loc.segment), b.loc.offset + b.loc.header_bytes + b.loc.stored_bytes + 1, 0));
@@ -564,16 +565,16 @@ TEST(SsdTierTest, SetTimesRewritesTheHeaderInPlaceAndKeepsThePayload) {
   Rec r = Tensor(kBlockLayout, 64, 1);
   ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
   const Times later{111, 222, 333};
-  ASSERT_TRUE(tier->SetTimes(r.loc, later).ok());
+  ASSERT_OK(tier->SetTimes(r.loc, later));
   Result<RecordHeader> h = tier->ReadHeader(r.loc);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   EXPECT_EQ(h->times, later);
   EXPECT_EQ(h->live_tokens, 64u);
   EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload));
   // Both rewrites keep each other's field.
-  ASSERT_TRUE(tier->SetLiveTokens(r.loc, 32).ok());
+  ASSERT_OK(tier->SetLiveTokens(r.loc, 32));
   h = tier->ReadHeader(r.loc);
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->times, later);
   EXPECT_EQ(h->live_tokens, 32u);
 }
@@ -587,16 +588,16 @@ TEST(SsdTierCorruption, FlipBitOnReadIsCaught) {
   ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
   env.FlipBitOnRead(SegmentPath(o, r.loc.segment), r.loc.offset + r.loc.header_bytes + 100, 6);
   std::vector<uint8_t> out(r.payload.size());
-  EXPECT_EQ(tier->ReadPayload(r.loc, out).code(), Code::kCorruption);
+  EXPECT_ERROR(tier->ReadPayload(r.loc, out), Code::kCorruption);
   // A flipped header bit on read: ReadHeader and SetLiveTokens refuse it.
   env.ClearFaults();
   EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload));
   env.FlipBitOnRead(SegmentPath(o, r.loc.segment), r.loc.offset + 30, 1);
-  EXPECT_EQ(tier->ReadHeader(r.loc).status().code(), Code::kCorruption);
-  EXPECT_EQ(tier->SetLiveTokens(r.loc, 0).code(), Code::kCorruption);
+  EXPECT_ERROR(tier->ReadHeader(r.loc), Code::kCorruption);
+  EXPECT_ERROR(tier->SetLiveTokens(r.loc, 0), Code::kCorruption);
   env.ClearFaults();
   Result<RecordHeader> h = tier->ReadHeader(r.loc);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   EXPECT_EQ(h->live_tokens, 64u) << "a refused rewrite must not have written anything";
 }
 
@@ -628,7 +629,7 @@ void CheckHeaderFlip(uint64_t byte, int bit) {
     EXPECT_EQ(scan.by_seq.at(seq).second, recs[seq].loc);
     EXPECT_TRUE(PayloadIs(tier.get(), recs[seq].loc, recs[seq].payload));
   }
-  EXPECT_EQ(tier->ReadHeader(victim).status().code(), Code::kCorruption);
+  EXPECT_ERROR(tier->ReadHeader(victim), Code::kCorruption);
 }
 
 TEST(SsdTierCorruption, FlippedHeaderBitIsSkippedAndLaterRecordsFound) {
@@ -730,7 +731,7 @@ TEST(SsdTierCorruption, TornWriteOfTheLastRecord) {
     Rec torn = Tensor(kBlockLayout, 64, 4);
     env.TearNextWrite(1000);
     Result<SsdLocation> loc = tier->Append(torn.h, torn.payload);
-    EXPECT_EQ(loc.status().code(), Code::kIOError) << loc.status().ToString();
+    EXPECT_ERROR(loc, Code::kIOError);
     EXPECT_EQ(tier->Stats().write_errors, 1u);
     // Reads keep working.
     for (auto& [seq, r] : ok) EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload));
@@ -787,7 +788,7 @@ TEST(SsdTierCorruption, FailedAppendWithACompleteTornHeaderIsNotRecovered) {
       env.TearNextWrite(keep);
       Result<SsdLocation> failed = tier->Append(b.h, b.payload);
       ASSERT_FALSE(failed.ok());
-      EXPECT_EQ(failed.status().code(), Code::kIOError);
+      EXPECT_ERROR(failed, Code::kIOError);
       Rec c = Tensor(kOddLayout, 16, 3);
       ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &c));
       ok[3] = c;
@@ -812,7 +813,7 @@ TEST(SsdTierCorruption, HoleIsSkippedSilently) {
     env.FailWritesAfter(0, EIO);
     Rec b = Tensor(kBlockLayout, 64, 2);
     Result<SsdLocation> failed = tier->Append(b.h, b.payload);
-    EXPECT_EQ(failed.status().code(), Code::kIOError);
+    EXPECT_ERROR(failed, Code::kIOError);
     env.ClearFaults();
     ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &c));
     ok[1] = a;
@@ -874,7 +875,7 @@ TEST(SsdTierCorruption, CraftedHeadersInAPayloadAreNeverReported) {
       EXPECT_EQ(::pread(fd, seg.data(), seg.size(), 0), static_cast<ssize_t>(seg.size()));
       ::close(fd);
       Result<SegmentHeader> sh = DecodeSegmentHeader(seg);
-      EXPECT_TRUE(sh.ok());
+      EXPECT_OK(sh);
       seed = same_seed ? sh->seed : sh->seed ^ 0x9e3779b97f4a7c15ull;
       Rec victim = Tensor(kBlockLayout, 16 * kBlocks, 2);
       victim.payload = crafted_payload(seed);
@@ -933,9 +934,9 @@ TEST(SsdTierCorruption, ScanFindsTheSeedWhenTheFirstSegmentHeaderIsCorrupt) {
     EXPECT_EQ(scan.by_seq.size(), recs.size());
     ExpectReportedRecordsValid(tier.get(), scan, recs);
     // The records of the damaged segment can be rewritten and copied.
-    EXPECT_TRUE(tier->SetLiveTokens(recs[1].loc, 0).ok());
+    EXPECT_OK(tier->SetLiveTokens(recs[1].loc, 0));
     Result<SsdLocation> copy = tier->CopyRecord(recs[2].loc);
-    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    ASSERT_OK(copy);
     EXPECT_TRUE(PayloadIs(tier.get(), *copy, recs[2].payload));
   }
   // With every segment header damaged no record can be verified: none may
@@ -964,7 +965,7 @@ TEST(SsdTierCorruption, VerifyOnRecoveryOffSkipsPayloadChecks) {
   EXPECT_EQ(Seqs(scan), (std::set<uint64_t>{1}));
   // ...but the read still catches it.
   std::vector<uint8_t> out(a.payload.size());
-  EXPECT_EQ(tier->ReadPayload(a.loc, out).code(), Code::kCorruption);
+  EXPECT_ERROR(tier->ReadPayload(a.loc, out), Code::kCorruption);
 }
 
 // --------------------------------------------------------- live tokens
@@ -980,27 +981,27 @@ TEST(SsdTierLiveTokens, PartialAndZeroSurviveRestart) {
   {
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
     for (Rec* r : {&partial, &dead, &zero_first, &ns, &keep}) ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), r));
-    EXPECT_TRUE(tier->SetLiveTokens(partial.loc, 32).ok());
+    EXPECT_OK(tier->SetLiveTokens(partial.loc, 32));
     // live_tokens only goes down: a larger value is a no-op.
-    EXPECT_TRUE(tier->SetLiveTokens(partial.loc, 48).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(partial.loc, 64).ok());
+    EXPECT_OK(tier->SetLiveTokens(partial.loc, 48));
+    EXPECT_OK(tier->SetLiveTokens(partial.loc, 64));
     Result<RecordHeader> h = tier->ReadHeader(partial.loc);
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h);
     EXPECT_EQ(h->live_tokens, 32u);
     ExpectSameRecord(*h, partial.h);
     // The payload is untouched.
     EXPECT_TRUE(PayloadIs(tier.get(), partial.loc, partial.payload));
 
-    EXPECT_TRUE(tier->SetLiveTokens(dead.loc, 16).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(dead.loc, 0).ok());
+    EXPECT_OK(tier->SetLiveTokens(dead.loc, 16));
+    EXPECT_OK(tier->SetLiveTokens(dead.loc, 0));
     // Order does not matter: 0 then k stays 0.
-    EXPECT_TRUE(tier->SetLiveTokens(zero_first.loc, 0).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(zero_first.loc, 32).ok());
-    EXPECT_TRUE(tier->SetLiveTokens(zero_first.loc, 48).ok());
+    EXPECT_OK(tier->SetLiveTokens(zero_first.loc, 0));
+    EXPECT_OK(tier->SetLiveTokens(zero_first.loc, 32));
+    EXPECT_OK(tier->SetLiveTokens(zero_first.loc, 48));
     h = tier->ReadHeader(zero_first.loc);
-    ASSERT_TRUE(h.ok());
+    ASSERT_OK(h);
     EXPECT_EQ(h->live_tokens, 0u);
-    EXPECT_TRUE(tier->SetLiveTokens(ns.loc, 0).ok());
+    EXPECT_OK(tier->SetLiveTokens(ns.loc, 0));
     // Rewrites do not touch the accounting.
     uint64_t all = 0;
     for (Rec* r : {&partial, &dead, &zero_first, &ns, &keep}) all += r->loc.footprint();
@@ -1035,12 +1036,12 @@ TEST(SsdTierLiveTokens, ValuesThatWouldCorruptTheHeaderAreRefused) {
     // Not a whole number of blocks.
     for (uint64_t bad : {uint64_t{5}, uint64_t{17}, uint64_t{63}}) {
       Status s = tier->SetLiveTokens(r.loc, bad);
-      EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad << ": " << s.ToString();
+      EXPECT_ERROR(s, Code::kInvalidArgument) << bad << ": " << s.ToString();
       Result<RecordHeader> h = tier->ReadHeader(r.loc);
-      ASSERT_TRUE(h.ok()) << "after SetLiveTokens(" << bad << "): " << h.status().ToString();
+      ASSERT_OK(h) << "after SetLiveTokens(" << bad << "): " << h.status().ToString();
       EXPECT_EQ(h->live_tokens, 64u);
     }
-    EXPECT_TRUE(tier->SetLiveTokens(r.loc, 16).ok());
+    EXPECT_OK(tier->SetLiveTokens(r.loc, 16));
   }
   ScanResult scan;
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -1096,8 +1097,8 @@ TEST(SsdTierAccounting, ForgetDropsLiveBytesAndDeletesEmptySealedSegments) {
   EXPECT_EQ(tier->file_bytes(), file_before - seg_size);
   EXPECT_EQ(tier->Stats().segments, by_segment.size() - 1);
   std::vector<uint8_t> out(sealed[1]->loc.payload_bytes);
-  EXPECT_EQ(tier->ReadPayload(sealed[1]->loc, out).code(), Code::kNotFound);
-  EXPECT_EQ(tier->SetLiveTokens(sealed[1]->loc, 0).code(), Code::kNotFound);
+  EXPECT_ERROR(tier->ReadPayload(sealed[1]->loc, out), Code::kNotFound);
+  EXPECT_ERROR(tier->SetLiveTokens(sealed[1]->loc, 0), Code::kNotFound);
   // Forgetting a record of a segment that is gone is harmless.
   tier->Forget(sealed[1]->loc);
   EXPECT_EQ(tier->live_bytes(), live);
@@ -1134,7 +1135,7 @@ TEST(SsdTierAccounting, ScanDeletesSegmentsWithNothingLive) {
     // Kill every record of the first segment.
     for (Rec& r : recs) {
       if (r.loc.segment == recs[0].loc.segment) {
-        EXPECT_TRUE(tier->SetLiveTokens(r.loc, 0).ok());
+        EXPECT_OK(tier->SetLiveTokens(r.loc, 0));
       }
     }
   }
@@ -1178,12 +1179,12 @@ TEST(SsdTierAccounting, AppendPastCapacityLosesNothing) {
       ok[seq] = r;
       EXPECT_LE(tier->file_bytes(), o.capacity);
     }
-    ASSERT_EQ(last.code(), Code::kResourceExhausted) << last.ToString();
+    ASSERT_ERROR(last, Code::kResourceExhausted);
     EXPECT_GE(ok.size(), 20u);
     EXPECT_LE(tier->file_bytes(), o.capacity);
     // Still full.
     Rec more = Tensor(kBigLayout, 16, 200);
-    EXPECT_EQ(tier->Append(more.h, more.payload).status().code(), Code::kResourceExhausted);
+    EXPECT_ERROR(tier->Append(more.h, more.payload), Code::kResourceExhausted);
     for (auto& [s, r] : ok) EXPECT_TRUE(PayloadIs(tier.get(), r.loc, r.payload)) << s;
     // Freeing a sealed segment makes room again.
     const uint64_t first = ok.begin()->second.loc.segment;
@@ -1296,11 +1297,11 @@ TEST(SsdTierCrash, SyncRecordKeepsEveryAppendedRecord) {
   ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 1, 12, &recs, [](uint64_t seq) {
     return seq % 3 == 0 ? Tensor(kBigLayout, 16, seq) : seq % 3 == 1 ? Tensor(kOddLayout, 32, seq) : Namespace(seq);
   }));
-  ASSERT_TRUE(tier->SetLiveTokens(recs[1].loc, 16).ok());
+  ASSERT_OK(tier->SetLiveTokens(recs[1].loc, 16));
   recs[1].h.live_tokens = 16;
-  ASSERT_TRUE(tier->SetLiveTokens(recs[2].loc, 0).ok());
+  ASSERT_OK(tier->SetLiveTokens(recs[2].loc, 0));
   recs[2].h.live_tokens = 0;
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   tier.reset();  // its handles are dead; the destructor must cope
 
   ScanResult scan;
@@ -1329,7 +1330,7 @@ TEST(SsdTierCrash, SyncSegmentKeepsSealedSegments) {
   }));
   const uint64_t active = recs[10].loc.segment;
   ASSERT_NE(recs[1].loc.segment, active);
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   tier.reset();
 
   ScanResult scan;
@@ -1355,7 +1356,7 @@ TEST(SsdTierCrash, SyncSegmentCleanShutdownIsDurable) {
       return seq % 2 ? Tensor(kBigLayout, 16, seq) : Tensor(kOddLayout, 16, seq);
     }));
   }
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   ScanResult scan;
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
   EXPECT_EQ(scan.by_seq.size(), recs.size());
@@ -1384,7 +1385,7 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
     std::unique_ptr<SsdTier> tier = OpenTier(&env, o, &first);
     ASSERT_EQ(first.by_seq.size(), 4u);
     // An unsynced kill of record 1 is undone by the crash.
-    ASSERT_TRUE(tier->SetLiveTokens(recs[1].loc, 0).ok());
+    ASSERT_OK(tier->SetLiveTokens(recs[1].loc, 0));
     ASSERT_NO_FATAL_FAILURE(AppendSeqs(tier.get(), 5, 8, &recs, [](uint64_t seq) {
       return Tensor(kBlockLayout, 32, seq);
     }));
@@ -1393,8 +1394,8 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
     {
       OpenOptions ro;
       Result<std::unique_ptr<File>> f = env.Open(SegmentPath(o, recs[8].loc.segment), ro);
-      ASSERT_TRUE(f.ok()) << f.status().ToString();
-      ASSERT_TRUE((*f)->Sync().ok());
+      ASSERT_OK(f);
+      ASSERT_OK((*f)->Sync());
     }
     must_survive.insert({5, 6, 7, 8});
     for (uint64_t seq = 9; seq <= 14; ++seq) {
@@ -1406,7 +1407,7 @@ TEST(SsdTierCrash, SyncNoneReportsOnlyCompleteRecords) {
         recs[seq] = r;
       }
     }
-    ASSERT_TRUE(env.Crash().ok());
+    ASSERT_OK(env.Crash());
   }
   ScanResult scan;
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -1448,13 +1449,13 @@ TEST(SsdTierCrash, RandomCrashesNeverReportGarbage) {
           // Make every segment durable.
           for (auto& entry : std::filesystem::directory_iterator(o.dir)) {
             Result<std::unique_ptr<File>> f = env.Open(entry.path().string(), OpenOptions{});
-            ASSERT_TRUE(f.ok());
-            ASSERT_TRUE((*f)->Sync().ok());
+            ASSERT_OK(f);
+            ASSERT_OK((*f)->Sync());
           }
           for (auto& [s, rec] : recs) durable.insert(s);
         }
       }
-      ASSERT_TRUE(env.Crash().ok());
+      ASSERT_OK(env.Crash());
     }
     ScanResult scan;
     std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o, &scan);
@@ -1489,7 +1490,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
 
     // Kill one record of the second segment (a third dead): only pressure picks it.
     const uint64_t victim2 = by_segment[second][0];
-    ASSERT_TRUE(tier->SetLiveTokens(recs[victim2].loc, 0).ok());
+    ASSERT_OK(tier->SetLiveTokens(recs[victim2].loc, 0));
     tier->Forget(recs[victim2].loc);
     EXPECT_FALSE(tier->PickSegmentToCompact(false).has_value());
     EXPECT_EQ(tier->PickSegmentToCompact(true), second);
@@ -1497,7 +1498,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     std::vector<uint64_t>& firsts = by_segment[first];
     ASSERT_GE(firsts.size(), 2u);
     for (size_t i = 0; i + 1 < firsts.size(); ++i) {
-      ASSERT_TRUE(tier->SetLiveTokens(recs[firsts[i]].loc, 0).ok());
+      ASSERT_OK(tier->SetLiveTokens(recs[firsts[i]].loc, 0));
       tier->Forget(recs[firsts[i]].loc);
     }
     EXPECT_EQ(tier->PickSegmentToCompact(false), first);
@@ -1506,12 +1507,12 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     // The survivor (with a partial live count) moves to the active segment.
     const uint64_t survivor = firsts.back();
     Result<SsdLocation> copy = tier->CopyRecord(recs[survivor].loc);
-    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    ASSERT_OK(copy);
     EXPECT_NE(copy->segment, first);
     EXPECT_EQ(copy->payload_bytes, recs[survivor].loc.payload_bytes);
     EXPECT_TRUE(PayloadIs(tier.get(), *copy, recs[survivor].payload));
     Result<RecordHeader> h = tier->ReadHeader(*copy);
-    ASSERT_TRUE(h.ok());
+    ASSERT_OK(h);
     ExpectSameRecord(*h, recs[survivor].h);
     const uint64_t live_before = tier->live_bytes();
     tier->Forget(recs[survivor].loc);
@@ -1520,7 +1521,7 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     recs[survivor].h.live_tokens = h->live_tokens;
     // The empty sealed segment went with the last Forget; deleting it again is fine.
     EXPECT_FALSE(std::filesystem::exists(SegmentPath(o, first)));
-    EXPECT_TRUE(tier->DeleteSegment(first).ok());
+    EXPECT_OK(tier->DeleteSegment(first));
     for (size_t i = 0; i + 1 < firsts.size(); ++i) recs.erase(firsts[i]);
 
     // Compact the second segment the same way, explicitly deleting it.
@@ -1529,12 +1530,12 @@ TEST(SsdTierCompaction, CopyPickDeleteKeepsBytesExact) {
     for (uint64_t seq : by_segment[second]) {
       if (seq == victim2) continue;
       Result<SsdLocation> c = tier->CopyRecord(recs[seq].loc);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      ASSERT_OK(c);
       recs[seq].loc = *c;
     }
     const uint64_t files_before = tier->file_bytes();
     const uint64_t seg_size = FileSize(SegmentPath(o, second));
-    ASSERT_TRUE(tier->DeleteSegment(second).ok());
+    ASSERT_OK(tier->DeleteSegment(second));
     EXPECT_FALSE(std::filesystem::exists(SegmentPath(o, second)));
     EXPECT_EQ(tier->file_bytes(), files_before - seg_size);
     EXPECT_FALSE(tier->PickSegmentToCompact(false).has_value());
@@ -1559,11 +1560,11 @@ TEST(SsdTierCompaction, CopyKeepsAPartialLiveCount) {
   std::unique_ptr<SsdTier> tier = OpenTier(Env::Default(), o);
   Rec r = Tensor(kBlockLayout, 64, 1, Fill::kBf16);
   ASSERT_NO_FATAL_FAILURE(AppendOk(tier.get(), &r));
-  ASSERT_TRUE(tier->SetLiveTokens(r.loc, 32).ok());
+  ASSERT_OK(tier->SetLiveTokens(r.loc, 32));
   Result<SsdLocation> copy = tier->CopyRecord(r.loc);
-  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  ASSERT_OK(copy);
   Result<RecordHeader> h = tier->ReadHeader(*copy);
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->live_tokens, 32u);
   EXPECT_EQ(h->seq, 1u);
   EXPECT_TRUE(PayloadIs(tier.get(), *copy, r.payload));

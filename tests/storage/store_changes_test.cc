@@ -11,6 +11,7 @@
 #include "storage/cache/change_log.h"
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -25,14 +26,14 @@ class StoreChangesTest : public ::testing::Test {
     o.prefault = false;
     o.try_huge_pages = false;
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     epoch_ = store_->Changes(0, 0, 0).epoch;
-    ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());
+    ASSERT_OK(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false));
   }
   void Save(const Tokens& t) {
     std::vector<uint8_t> kv = Kv(t, 0, t.size());
-    ASSERT_TRUE(store_->Save("m", t, kv.data(), kv.size(), 0).ok());
+    ASSERT_OK(store_->Save("m", t, kv.data(), kv.size(), 0));
   }
   // Everything logged since the last call.
   std::vector<TreeChange> Take() {
@@ -45,7 +46,7 @@ class StoreChangesTest : public ::testing::Test {
   }
   PrefixNodeInfo At(uint64_t end) {
     auto tree = store_->ListTree("m", ChainKey{}, true);
-    EXPECT_TRUE(tree.ok());
+    EXPECT_OK(tree);
     for (const auto& n : *tree) {
       if (n.start_token + n.tokens == end) return n;
     }
@@ -86,15 +87,15 @@ TEST_F(StoreChangesTest, SavesSplitsUsesRemovalsAndDropsAreLoggedInOrder) {
   EXPECT_EQ(split[2], (TreeChange{ChangeKind::kAdded, "m", ka, up}));
   EXPECT_EQ(split[3], (TreeChange{ChangeKind::kAdded, "m", kb, up}));
   // A use (a lookup) logs the deepest increment it matched; a listing logs nothing.
-  ASSERT_TRUE(store_->ListTree("m", ChainKey{}, true).ok());
-  ASSERT_TRUE(store_->Increment("m", ka, false, false, 1).ok());
+  ASSERT_OK(store_->ListTree("m", ChainKey{}, true));
+  ASSERT_OK(store_->Increment("m", ka, false, false, 1));
   EXPECT_TRUE(Take().empty());
-  ASSERT_TRUE(store_->Lookup("m", a).ok());
+  ASSERT_OK(store_->Lookup("m", a));
   EXPECT_EQ(Take(), (std::vector<TreeChange>{{ChangeKind::kTimes, "m", ka, up}}));
-  ASSERT_TRUE(store_->SetTimes("m", kb, 1, 0).ok());
+  ASSERT_OK(store_->SetTimes("m", kb, 1, 0));
   EXPECT_EQ(Take(), (std::vector<TreeChange>{{ChangeKind::kTimes, "m", kb, up}}));
   // A removal logs every increment it took, children first.
-  ASSERT_TRUE(store_->RemoveByKey("m", up).ok());
+  ASSERT_OK(store_->RemoveByKey("m", up));
   std::vector<TreeChange> removed = Take();
   ASSERT_EQ(removed.size(), 3u);
   EXPECT_EQ(removed[2], (TreeChange{ChangeKind::kRemoved, "m", up, {}}));
@@ -105,7 +106,7 @@ TEST_F(StoreChangesTest, SavesSplitsUsesRemovalsAndDropsAreLoggedInOrder) {
   // Dropping a namespace is one change, whatever it held.
   Save(Gen(7, 64));
   Take();
-  ASSERT_TRUE(store_->DropNamespace("m").ok());
+  ASSERT_OK(store_->DropNamespace("m"));
   EXPECT_EQ(Take(), (std::vector<TreeChange>{{ChangeKind::kNamespace, "m", {}, {}}}));
 }
 

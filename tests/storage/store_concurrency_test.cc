@@ -33,6 +33,7 @@
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "storage/cache/store.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<Store> OpenStore(uint64_t arena) {
   o.prefault = false;
   o.try_huge_pages = false;
   auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_OK(s);
   return s.ok() ? std::move(*s) : nullptr;
 }
 
@@ -83,7 +84,7 @@ bool PinnedBytesRight(const Store& store, const PrefixResult& p, const Tokens& t
 TEST(StoreConcurrencyTest, SamePrefixSavedByManyThreadsIsStoredOnce) {
   auto store = OpenStore(16 * kMiB);
   ASSERT_TRUE(store);
-  ASSERT_TRUE(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false));
   constexpr int kThreads = 8, kRounds = 25;
   constexpr uint64_t kBlocks = 48;
   for (int round = 0; round < kRounds; ++round) {
@@ -107,7 +108,7 @@ TEST(StoreConcurrencyTest, SamePrefixSavedByManyThreadsIsStoredOnce) {
     for (auto& th : threads) th.join();
     int writers = 0;
     for (int i = 0; i < kThreads; ++i) {
-      ASSERT_TRUE(errors[i].ok()) << errors[i].ToString();
+      ASSERT_OK(errors[i]);
       if (results[i].new_bytes > 0) {
         ++writers;
         EXPECT_EQ(results[i].new_bytes, kBlocks * kBb);
@@ -119,11 +120,11 @@ TEST(StoreConcurrencyTest, SamePrefixSavedByManyThreadsIsStoredOnce) {
     }
     EXPECT_EQ(writers, 1) << "round " << round;
     auto p = store->Pin("ns", t, 1);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     EXPECT_EQ(p->matched_tokens, kBlocks * kBt);
     EXPECT_EQ(p->extents.size(), 1u);
     EXPECT_TRUE(PinnedBytesRight(*store, *p, t));
-    ASSERT_TRUE(store->Release(p->lease_id, 1).ok());
+    ASSERT_OK(store->Release(p->lease_id, 1));
   }
   StoreStats s = store->Stats();
   EXPECT_EQ(s.saved_bytes, kRounds * kBlocks * kBb) << "each prefix written exactly once";
@@ -137,7 +138,7 @@ TEST(StoreConcurrencyTest, SamePrefixSavedByManyThreadsIsStoredOnce) {
 TEST(StoreConcurrencyTest, RacingSavesOfNestedPrefixesWriteEachBlockOnce) {
   auto store = OpenStore(16 * kMiB);
   ASSERT_TRUE(store);
-  ASSERT_TRUE(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false));
   constexpr int kThreads = 8, kRounds = 20;
   uint64_t new_bytes_total = 0;
   for (int round = 0; round < kRounds; ++round) {
@@ -150,7 +151,7 @@ TEST(StoreConcurrencyTest, RacingSavesOfNestedPrefixesWriteEachBlockOnce) {
         const Tokens mine = Head(full, (i + 1) * 6 * kBt);  // thread i saves 6(i+1) blocks
         start.arrive_and_wait();
         auto r = SaveKv(store.get(), "ns", mine);
-        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_OK(r);
         results[i] = *r;
       });
     }
@@ -165,10 +166,10 @@ TEST(StoreConcurrencyTest, RacingSavesOfNestedPrefixesWriteEachBlockOnce) {
     for (int i = 0; i < kThreads; ++i) {
       const Tokens mine = Head(full, (i + 1) * 6 * kBt);
       auto p = store->Pin("ns", mine, 1);
-      ASSERT_TRUE(p.ok());
+      ASSERT_OK(p);
       EXPECT_EQ(p->matched_tokens, mine.size());
       EXPECT_TRUE(PinnedBytesRight(*store, *p, mine));
-      ASSERT_TRUE(store->Release(p->lease_id, 1).ok());
+      ASSERT_OK(store->Release(p->lease_id, 1));
     }
   }
   StoreStats s = store->Stats();
@@ -179,7 +180,7 @@ TEST(StoreConcurrencyTest, RacingSavesOfNestedPrefixesWriteEachBlockOnce) {
 TEST(StoreConcurrencyTest, BranchingSavesShareTheirBase) {
   auto store = OpenStore(16 * kMiB);
   ASSERT_TRUE(store);
-  ASSERT_TRUE(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false));
   constexpr int kThreads = 8, kRounds = 20;
   constexpr uint64_t kBase = 20, kSuffix = 8;
   for (int round = 0; round < kRounds; ++round) {
@@ -192,13 +193,13 @@ TEST(StoreConcurrencyTest, BranchingSavesShareTheirBase) {
         const Tokens mine = Cat(base, Gen(5000 + round * 100 + i, kSuffix * kBt + 1));
         start.arrive_and_wait();
         auto r = SaveKv(store.get(), "ns", mine);
-        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_OK(r);
         written += r->new_bytes;
         auto p = store->Pin("ns", mine, i + 1);
-        ASSERT_TRUE(p.ok());
+        ASSERT_OK(p);
         EXPECT_EQ(p->matched_tokens, (kBase + kSuffix) * kBt);
         EXPECT_TRUE(PinnedBytesRight(*store, *p, mine));
-        ASSERT_TRUE(store->Release(p->lease_id, i + 1).ok());
+        ASSERT_OK(store->Release(p->lease_id, i + 1));
       });
     }
     for (auto& th : threads) th.join();
@@ -224,11 +225,11 @@ TEST(StoreConcurrencyTest, LoadCopyIsNotCutShortByLeaseExpiry) {
   o.try_huge_pages = false;
   o.default_lease_ms = 1;
   auto opened = Store::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   std::unique_ptr<Store> store = std::move(*opened);
   const core::LogLevel level = core::GetLogLevel();
   core::SetLogLevel(core::LogLevel::kError);
-  ASSERT_TRUE(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false));
   const Tokens p = Gen(1, kBlocks * kBt);
   const Tokens q1 = Gen(2, kBlocks * kBt);
   const Tokens q2 = Gen(3, kBlocks * kBt);
@@ -480,10 +481,10 @@ TEST(StoreConcurrencyTest, MixedWorkloadNeverReturnsAWrongByte) {
   // 3 MiB: far less than the prompt space, so eviction runs all the time.
   auto store = OpenStore(3 * kMiB);
   ASSERT_TRUE(store);
-  ASSERT_TRUE(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store->CreateNamespace("vol", SmallLayout(), "", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store->CreateNamespace("vol8", SmallLayout(8), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false));
+  ASSERT_OK(store->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
+  ASSERT_OK(store->CreateNamespace("vol", SmallLayout(), "", 0, 0, 0755, false));
+  ASSERT_OK(store->CreateNamespace("vol8", SmallLayout(8), "", 0, 0, 0755, false));
   // Lease expiry and session ends log a line each: thousands here.
   const core::LogLevel level = core::GetLogLevel();
   core::SetLogLevel(core::LogLevel::kError);
@@ -525,7 +526,7 @@ TEST(StoreConcurrencyTest, MixedWorkloadNeverReturnsAWrongByte) {
   uint64_t nodes = 0, ns_bytes = 0;
   for (const NamespaceInfo& n : store->ListNamespaces()) {
     auto tree = store->ListTree(n.name, ChainKey{}, true);
-    ASSERT_TRUE(tree.ok());
+    ASSERT_OK(tree);
     nodes += tree->size();
     EXPECT_EQ(n.prefixes, tree->size()) << n.name;
     for (const PrefixNodeInfo& x : *tree) {
@@ -545,13 +546,13 @@ TEST(StoreConcurrencyTest, MixedWorkloadNeverReturnsAWrongByte) {
   for (int i = 0; i < 3000; ++i) {
     const Tokens t = space.Make(rng);
     auto p = store->Pin("ns", t, 1);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     if (p->matched_tokens == 0) continue;
     EXPECT_TRUE(PinnedBytesRight(*store, *p, t));
-    ASSERT_TRUE(store->Release(p->lease_id, 1).ok());
+    ASSERT_OK(store->Release(p->lease_id, 1));
   }
   // And everything can be taken away.
-  for (const NamespaceInfo& n : store->ListNamespaces()) ASSERT_TRUE(store->DropNamespace(n.name).ok());
+  for (const NamespaceInfo& n : store->ListNamespaces()) ASSERT_OK(store->DropNamespace(n.name));
   s = store->Stats();
   EXPECT_EQ(s.used_bytes, 0u);
   EXPECT_EQ(s.tensors, 0u);

@@ -11,6 +11,7 @@
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -33,18 +34,18 @@ class StoreIncrementTest : public ::testing::Test {
       o.ssd.sync = SsdOptions::Sync::kNone;
     }
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
-    ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());
+    ASSERT_OK(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false));
   }
   void Save(const Tokens& t) {
     std::vector<uint8_t> kv = Kv(t, 0, t.size());
-    ASSERT_TRUE(store_->Save("m", t, kv.data(), kv.size(), 0).ok());
+    ASSERT_OK(store_->Save("m", t, kv.data(), kv.size(), 0));
   }
   // The listing entry whose increment ends at token `end` of a prompt.
   PrefixNodeInfo NodeEndingAt(uint64_t end) {
     auto tree = store_->ListTree("m", ChainKey{}, true);
-    EXPECT_TRUE(tree.ok());
+    EXPECT_OK(tree);
     for (const auto& n : *tree) {
       if (n.start_token + n.tokens == end) return n;
     }
@@ -73,7 +74,7 @@ TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
   const PrefixNodeInfo lower = NodeEndingAt(64);  // a's tokens 32..64
   ASSERT_EQ(lower.start_token, 32u);
   auto info = store_->Increment("m", lower.key, false, false, kSession);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_OK(info);
   EXPECT_EQ(info->node.key, lower.key);
   EXPECT_EQ(info->node.bytes, 32 * kBpt);
   EXPECT_EQ(info->tokens, Tokens(a.begin() + 32, a.end()));
@@ -81,21 +82,21 @@ TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
   EXPECT_TRUE(info->extents.empty());
 
   auto own = store_->Increment("m", lower.key, true, false, kSession);
-  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ASSERT_OK(own);
   EXPECT_NE(own->lease_id, 0u);
   EXPECT_EQ(Bytes(own->extents), Kv(a, 32, 64));
   auto whole = store_->Increment("m", lower.key, true, true, kSession);
-  ASSERT_TRUE(whole.ok());
+  ASSERT_OK(whole);
   EXPECT_EQ(Bytes(whole->extents), Kv(a, 0, 64));
   // The pins hold the bytes until released.
   EXPECT_GT(store_->Stats().pinned_bytes, 0u);
-  EXPECT_TRUE(store_->Release(own->lease_id, kSession).ok());
-  EXPECT_TRUE(store_->Release(whole->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(own->lease_id, kSession));
+  EXPECT_OK(store_->Release(whole->lease_id, kSession));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
   // b's own increment: 16 tokens below the split.
   const PrefixNodeInfo bn = NodeEndingAt(48);
   auto bo = store_->Increment("m", bn.key, true, false, kSession);
-  ASSERT_TRUE(bo.ok());
+  ASSERT_OK(bo);
   EXPECT_EQ(Bytes(bo->extents), Kv(b, 32, 48));
 }
 
@@ -103,9 +104,9 @@ TEST_F(StoreIncrementTest, UnknownKeyOrNamespaceIsNotFound) {
   Open(false);
   Save(Gen(3, 16));
   auto r = store_->Increment("m", ChainKey{1, 2}, true, false, kSession);
-  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  EXPECT_ERROR(r, Code::kNotFound);
   EXPECT_NE(r.status().message().find("00000000000000010000000000000002"), std::string::npos) << r.status().message();
-  EXPECT_EQ(store_->Increment("nope", ChainKey{1, 2}, false, false, kSession).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->Increment("nope", ChainKey{1, 2}, false, false, kSession), Code::kNotFound);
 }
 
 TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
@@ -114,14 +115,14 @@ TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
   for (int i = 0; i < 24; ++i) prompts.push_back(Gen(100 + i, 256));  // 64 KiB each: 1.5 MiB
   for (const auto& p : prompts) Save(p);
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   int ssd_only = 0;
   for (const auto& n : *tree) {
     if (n.tier == kTierSsd) ++ssd_only;
     auto r = store_->Increment("m", n.key, true, false, kSession);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     auto info = store_->Increment("m", n.key, false, false, kSession);
-    ASSERT_TRUE(info.ok());
+    ASSERT_OK(info);
     const std::vector<uint8_t> got = Bytes(r->extents);
     bool matched = false;
     for (const auto& p : prompts) {
@@ -130,7 +131,7 @@ TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
       }
     }
     EXPECT_TRUE(matched) << "increment " << n.key.ToHex();
-    ASSERT_TRUE(store_->Release(r->lease_id, kSession).ok());
+    ASSERT_OK(store_->Release(r->lease_id, kSession));
   }
   EXPECT_GT(ssd_only, 0);
   EXPECT_GT(store_->Stats().ssd_fills, 0u);

@@ -20,6 +20,7 @@
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -51,12 +52,12 @@ class StoreQuotaTest : public ::testing::Test {
   void Open(const StoreOptions& o, bool create = true) {
     store_.reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     if (!create) return;
     for (const char* name : {"a", "b"}) {
       auto r = store_->CreateNamespace(name, SmallLayout(), "", 1000, 1000, 0755, true);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
     }
   }
 
@@ -73,7 +74,7 @@ class StoreQuotaTest : public ::testing::Test {
   uint64_t Load(const std::string& ns, const Tokens& t) {
     std::vector<uint8_t> out(t.size() * kBpt);
     auto r = store_->LoadCopy(ns, t, out.data(), out.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (!r.ok()) return 0;
     std::vector<uint8_t> want = Kv(t, 0, *r);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes for a prefix of " << *r;
@@ -82,13 +83,13 @@ class StoreQuotaTest : public ::testing::Test {
 
   NamespaceQuota Quota(const std::string& ns) {
     auto q = store_->GetQuota(ns);
-    EXPECT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_OK(q);
     return q.ok() ? *q : NamespaceQuota{};
   }
 
   NamespaceQuota Set(const std::string& ns, std::optional<uint64_t> dram, std::optional<uint64_t> ssd = {}) {
     auto q = store_->SetQuota(ns, QuotaChange{dram, ssd});
-    EXPECT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_OK(q);
     return q.ok() ? *q : NamespaceQuota{};
   }
 
@@ -98,20 +99,20 @@ class StoreQuotaTest : public ::testing::Test {
 
 TEST_F(StoreQuotaTest, UseIsCountedExactlyPerNamespace) {
   Open(Options(false));
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Save("b", Prompt("b", i)).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_OK(Save("a", Prompt("a", i)));
+  for (int i = 0; i < 3; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   // A continuation of a stored prompt is one more tensor of its own blocks.
-  ASSERT_TRUE(Save("a", Cat(Prompt("a", 0), Gen(7, 8))).ok());
+  ASSERT_OK(Save("a", Cat(Prompt("a", 0), Gen(7, 8))));
   EXPECT_EQ(Quota("a").dram_bytes, 10 * kPromptBytes + 4 * kKiB);
   EXPECT_EQ(Quota("b").dram_bytes, 3 * kPromptBytes);
   EXPECT_EQ(Quota("a").dram_bytes + Quota("b").dram_bytes, store_->Stats().used_bytes);
   EXPECT_EQ(Quota("a").ssd_bytes, 0u);
   // A save of what is stored adds nothing; a removal gives its bytes back.
-  ASSERT_TRUE(Save("a", Prompt("a", 1)).ok());
+  ASSERT_OK(Save("a", Prompt("a", 1)));
   EXPECT_EQ(Quota("a").dram_bytes, 10 * kPromptBytes + 4 * kKiB);
-  ASSERT_TRUE(store_->Remove("a", Prompt("a", 0)).ok());  // and its continuation
+  ASSERT_OK(store_->Remove("a", Prompt("a", 0)));  // and its continuation
   EXPECT_EQ(Quota("a").dram_bytes, 9 * kPromptBytes);
-  ASSERT_TRUE(store_->DropNamespace("b").ok());
+  ASSERT_OK(store_->DropNamespace("b"));
   EXPECT_EQ(Quota("a").dram_bytes, store_->Stats().used_bytes);
   auto all = store_->ListQuotas();
   ASSERT_EQ(all.size(), 1u);
@@ -120,11 +121,11 @@ TEST_F(StoreQuotaTest, UseIsCountedExactlyPerNamespace) {
 
 TEST_F(StoreQuotaTest, AFloodEvictsOnlyItsOwnIncrements) {
   Open(Options(false));
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Save("b", Prompt("b", i)).ok());
+  for (int i = 0; i < 8; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   Set("a", 64 * kKiB);
   for (int i = 0; i < 200; ++i) {
     auto r = Save("a", Prompt("a", i));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     EXPECT_EQ(r->stored_tokens, kPromptTokens) << "a save that fits its quota stores all of it";
     EXPECT_LE(Quota("a").dram_bytes, 64 * kKiB);
   }
@@ -144,9 +145,9 @@ TEST_F(StoreQuotaTest, AncestorsStayWhileTheirDescendantsDo) {
   Open(Options(false));
   Set("a", 32 * kKiB);
   const Tokens head = Gen(5, 16);
-  ASSERT_TRUE(Save("a", head).ok());
+  ASSERT_OK(Save("a", head));
   for (int i = 0; i < 40; ++i) {
-    ASSERT_TRUE(Save("a", Cat(head, Gen(1000 + i, 16))).ok());
+    ASSERT_OK(Save("a", Cat(head, Gen(1000 + i, 16))));
     EXPECT_LE(Quota("a").dram_bytes, 32 * kKiB);
   }
   // Every continuation still stored loads whole, head included.
@@ -164,7 +165,7 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   Set("a", 8 * kKiB);
   const Tokens big = Gen(9, 64);  // 16 KiB
   auto r = Save("a", big);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->matched_tokens, 0u);
   EXPECT_EQ(r->stored_tokens, 32u);
   EXPECT_EQ(r->new_bytes, 8 * kKiB);
@@ -172,7 +173,7 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   EXPECT_EQ(Quota("a").cut_saves, 1u);
   // Again: the stored half is matched, the rest does not fit beside it...
   r = Save("a", big);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->matched_tokens, 32u);
   EXPECT_LE(Quota("a").dram_bytes, 8 * kKiB);
   EXPECT_GE(Load("a", big), 32u);
@@ -180,7 +181,7 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   Set("a", 2 * kKiB);
   EXPECT_EQ(Quota("a").dram_bytes, 0u) << "lowering the quota evicts at once";
   r = Save("a", Gen(10, 16));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->stored_tokens, 0u);
   EXPECT_EQ(Load("a", Gen(10, 16)), 0u);
 }
@@ -190,21 +191,21 @@ TEST_F(StoreQuotaTest, PinnedOwnDataIsNeverEvictedAndAFullQuotaOfItIsTheArenaFul
   Set("a", 16 * kKiB);
   std::vector<uint64_t> leases;
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
+    ASSERT_OK(Save("a", Prompt("a", i)));
     auto p = store_->Pin("a", Prompt("a", i), 1);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     leases.push_back(p->lease_id);
   }
   auto r = Save("a", Prompt("a", 10));
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kResourceExhausted);
+  EXPECT_ERROR(r, Code::kResourceExhausted);
   EXPECT_NE(r.status().message().find("namespace 'a'"), std::string::npos) << r.status().ToString();
   EXPECT_NE(r.status().message().find("quota"), std::string::npos) << r.status().ToString();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Load("a", Prompt("a", i)), kPromptTokens);
   // Unpinned, they make room again.
-  for (uint64_t l : leases) ASSERT_TRUE(store_->Release(l, 1).ok());
+  for (uint64_t l : leases) ASSERT_OK(store_->Release(l, 1));
   r = Save("a", Prompt("a", 10));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->stored_tokens, kPromptTokens);
 }
 
@@ -213,24 +214,24 @@ TEST_F(StoreQuotaTest, BadQuotasAreRefusedAndChangeNothing) {
   Set("a", 64 * kKiB);
   auto r = store_->SetQuota("a", QuotaChange{kMaxQuotaBytes + 1, {}});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(r, Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("too large"), std::string::npos) << r.status().ToString();
   r = store_->SetQuota("a", QuotaChange{{}, 1 * kMiB});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(r, Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("SSD tier"), std::string::npos) << r.status().ToString();
   EXPECT_EQ(Quota("a").dram_quota, 64 * kKiB);
-  EXPECT_EQ(store_->SetQuota("nope", QuotaChange{1, {}}).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->SetQuota("nope", QuotaChange{1, {}}), Code::kNotFound);
   // 0 lifts it.
   EXPECT_EQ(Set("a", 0).dram_quota, 0u);
 }
 
 TEST_F(StoreQuotaTest, OverItsDramQuotaANamespaceSpillsItsOwnToSsdAndKeepsUnderItsSsdQuota) {
   Open(Options(true));
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Save("b", Prompt("b", i)).ok());
+  for (int i = 0; i < 8; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   Set("a", 32 * kKiB, 128 * kKiB);
   for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
+    ASSERT_OK(Save("a", Prompt("a", i)));
     const NamespaceQuota q = Quota("a");
     EXPECT_LE(q.dram_bytes, 32 * kKiB);
     EXPECT_LE(q.ssd_bytes, 128 * kKiB);
@@ -256,8 +257,8 @@ TEST_F(StoreQuotaTest, QuotasSurviveARestartWithTheSsdTier) {
   Open(Options(true));
   Set("a", 48 * kKiB, 256 * kKiB);
   Set("b", {}, 512 * kKiB);
-  for (int i = 0; i < 30; ++i) ASSERT_TRUE(Save("a", Prompt("a", i)).ok());
-  ASSERT_TRUE(store_->PersistAll().ok());
+  for (int i = 0; i < 30; ++i) ASSERT_OK(Save("a", Prompt("a", i)));
+  ASSERT_OK(store_->PersistAll());
   store_->FlushSsd();
   const uint64_t ssd_before = Quota("a").ssd_bytes;
   std::vector<uint64_t> loaded;
@@ -307,7 +308,7 @@ TEST_F(StoreQuotaTest, ConcurrentSavesNeverPassTheQuotaAndUseStaysExact) {
           // Every fourth prompt continues an earlier one of the same writer.
           Tokens t = i % 4 == 3 ? Cat(Prompt("a", w * 1000 + i - 1), Gen(w * 1000 + i, 8)) : Prompt("a", w * 1000 + i);
           auto r = Save("a", t);
-          EXPECT_TRUE(r.ok()) << r.status().ToString();
+          EXPECT_OK(r);
           Load("a", t);
         }
       });
@@ -330,7 +331,7 @@ TEST_F(StoreQuotaTest, QuotaChangesWhileSavingKeepTheAccountingExact) {
   std::thread changer([&] {
     for (int i = 0; !done; ++i) {
       auto r = store_->SetQuota("a", QuotaChange{(i % 2 ? 32 : 96) * kKiB, (i % 3 ? 128 : 512) * kKiB});
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_OK(r);
     }
   });
   std::vector<std::thread> writers;
@@ -339,7 +340,7 @@ TEST_F(StoreQuotaTest, QuotaChangesWhileSavingKeepTheAccountingExact) {
       for (int i = 0; i < 80; ++i) {
         const Tokens t = Prompt("a", w * 1000 + i);
         auto r = Save("a", t);
-        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_OK(r);
         Load("a", t);
         if (i % 10 == 9) store_->Remove("a", Prompt("a", w * 1000 + i - 5)).status().IgnoreError();
       }
@@ -376,12 +377,12 @@ TEST(NamespaceRecordTest, QuotasRoundTripAndRecordsWithoutThemAreUnchanged) {
   h.dram_quota = 4ull << 30;
   h.ssd_quota = 1ull << 40;
   auto d = DecodeRecordHeader(EncodeRecordHeader(h, 42), 42);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->dram_quota, 4ull << 30);
   EXPECT_EQ(d->ssd_quota, 1ull << 40);
   EXPECT_EQ(d->ns_incarnation, 3u);
   auto p = DecodeRecordHeader(plain, 42);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_OK(p);
   EXPECT_EQ(p->flags & kRecordQuotas, 0);
   EXPECT_EQ(p->dram_quota, 0u);
 }

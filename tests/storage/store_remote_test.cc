@@ -52,6 +52,7 @@
 #include "ptstore/types.h"
 #include "storage/cache/remote.h"
 #include "storage/cache/store.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -165,7 +166,7 @@ class PeerFetcher : public RemoteFetcher {
         }
         EXPECT_EQ(copied, blocks * bb) << "PinHeld extents do not cover the pinned blocks exactly";
         seg.fetched_blocks = copied == blocks * bb ? blocks : 0;
-        EXPECT_TRUE(owner->Release(pin->lease_id, kPeerSession).ok());
+        EXPECT_OK(owner->Release(pin->lease_id, kPeerSession));
       }
     }
   }
@@ -220,10 +221,10 @@ class StoreRemoteTest : public ::testing::Test {
   void Reopen(uint32_t i, const StoreOptions& o) {
     nodes_[i].reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     nodes_[i] = std::move(*s);
     auto ns = nodes_[i]->CreateNamespace(kNs, SmallLayout(), kSalt, 1000, 1000, 0755, false);
-    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ASSERT_OK(ns);
     nodes_[i]->SetFetcher(fetchers_[i].get());
   }
 
@@ -233,13 +234,13 @@ class StoreRemoteTest : public ::testing::Test {
   SaveResult SaveOn(uint32_t node, const Tokens& tokens, uint64_t first_block = 0) {
     std::vector<uint8_t> data = Kv(tokens, first_block * kBt, Blocks(tokens) * kBt);
     Result<SaveResult> r = N(node).Save(kNs, tokens, data.data(), data.size(), first_block);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : SaveResult{};
   }
 
   Ownership ResolveOn(uint32_t node, const Tokens& tokens) {
     Result<Ownership> o = N(node).Resolve(kNs, tokens);
-    EXPECT_TRUE(o.ok()) << o.status().ToString();
+    EXPECT_OK(o);
     return o.ok() ? *o : Ownership{};
   }
 
@@ -248,13 +249,13 @@ class StoreRemoteTest : public ::testing::Test {
   uint64_t Share(uint32_t from, uint32_t to, const Tokens& tokens) {
     Ownership o = ResolveOn(from, tokens);
     Result<uint64_t> r = N(to).InsertRemote(kNs, tokens, o.ranges);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : 0;
   }
 
   uint64_t Matched(uint32_t node, const Tokens& tokens) {
     Result<PrefixResult> r = N(node).Lookup(kNs, tokens);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? r->matched_tokens : 0;
   }
 
@@ -273,7 +274,7 @@ class StoreRemoteTest : public ::testing::Test {
   // matched tokens.
   uint64_t PinCheck(uint32_t node, const Tokens& tokens) {
     Result<PrefixResult> pin = N(node).Pin(kNs, tokens, kSession);
-    EXPECT_TRUE(pin.ok()) << pin.status().ToString();
+    EXPECT_OK(pin);
     if (!pin.ok()) return 0;
     uint64_t total = 0;
     for (const Extent& x : pin->extents) total += x.length;
@@ -281,14 +282,14 @@ class StoreRemoteTest : public ::testing::Test {
     EXPECT_TRUE(Read(node, pin->extents) == Kv(tokens, 0, pin->matched_tokens))
         << "wrong bytes for the " << pin->matched_tokens << " tokens pinned on node " << node;
     if (pin->lease_id) {
-      EXPECT_TRUE(N(node).Release(pin->lease_id, kSession).ok());
+      EXPECT_OK(N(node).Release(pin->lease_id, kSession));
     }
     return pin->matched_tokens;
   }
 
   std::vector<PrefixNodeInfo> Tree(uint32_t node) {
     auto r = N(node).ListTree(kNs, ChainKey{}, true);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : std::vector<PrefixNodeInfo>{};
   }
 
@@ -328,7 +329,7 @@ TEST_F(StoreRemoteTest, ResolveOnTheOwnerNamesItself) {
   o = ResolveOn(0, Gen(3, 32));
   EXPECT_EQ(o.blocks, 0u);
   EXPECT_TRUE(o.ranges.empty());
-  EXPECT_EQ(N(0).Resolve("nope", p).status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(0).Resolve("nope", p), Code::kNotFound);
 }
 
 TEST_F(StoreRemoteTest, RemoteIncrementIsMatchedListedAndFetchedByteExact) {
@@ -392,7 +393,7 @@ TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
   SaveOn(0, p);
   Share(0, 1, p);
   Result<PrefixResult> pin = N(1).Pin(kNs, p, kSession);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   ASSERT_EQ(pin->matched_tokens, p.size());
   ASSERT_EQ(pin->extents.size(), 1u);
   EXPECT_EQ(pin->extents[0].tensor.owner().value, 0u);
@@ -403,7 +404,7 @@ TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
   EXPECT_EQ(n->pins, 1u);
   EXPECT_GT(N(1).Stats().replica_bytes, 0u);
   EXPECT_GT(N(1).Stats().pinned_bytes, 0u);
-  ASSERT_TRUE(N(1).Release(pin->lease_id, kSession).ok());
+  ASSERT_OK(N(1).Release(pin->lease_id, kSession));
   // First load of two (replicate_after = 2): transient, gone with the pin.
   n = NodeAt(1, 0);
   ASSERT_TRUE(n.has_value());
@@ -416,26 +417,25 @@ TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
 TEST_F(StoreRemoteTest, InsertRemoteValidatesAndSkipsWhatIsHeld) {
   const Tokens p = Gen(16, 8 * kBt);
   // Ranges must grow within the prompt.
-  EXPECT_EQ(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{0, 0}}).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{9, 0}}).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(N(1).InsertRemote("nope", p, std::vector<OwnedRange>{{8, 0}}).status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{0, 0}}), Code::kInvalidArgument);
+  EXPECT_ERROR(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{9, 0}}), Code::kInvalidArgument);
+  EXPECT_ERROR(N(1).InsertRemote("nope", p, std::vector<OwnedRange>{{8, 0}}), Code::kNotFound);
   EXPECT_EQ(Matched(1, p), 0u);
   // (A range that does not grow after valid ones is refused too; the valid
   // ranges before it may have been filed by then: they are valid ownership.)
-  EXPECT_EQ(N(1).InsertRemote(kNs, Head(p, 2 * kBt), std::vector<OwnedRange>{{1, 0}, {1, 2}}).status().code(),
-            Code::kInvalidArgument);
-  ASSERT_TRUE(N(1).RemoveFrom(kNs, p, 0).ok());
+  EXPECT_ERROR(N(1).InsertRemote(kNs, Head(p, 2 * kBt), std::vector<OwnedRange>{{1, 0}, {1, 2}}), Code::kInvalidArgument);
+  ASSERT_OK(N(1).RemoveFrom(kNs, p, 0));
   EXPECT_EQ(Matched(1, p), 0u);
 
   // Ranges naming this node are stale: nothing at or past them is filed.
   Result<uint64_t> r = N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{2, 0}, {4, 1}, {8, 2}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, 2u);
   EXPECT_EQ(Matched(1, p), 2 * kBt);
 
   // Blocks held here already are skipped; the rest is filed after them.
   r = N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{6, 0}, {8, 2}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, 8u);
   std::vector<PrefixNodeInfo> tree = Tree(1);
   ASSERT_EQ(tree.size(), 3u);
@@ -448,7 +448,7 @@ TEST_F(StoreRemoteTest, InsertRemoteValidatesAndSkipsWhatIsHeld) {
   for (const PrefixNodeInfo& n : tree) EXPECT_EQ(n.tier, kTierRemote);
   // Inserting the same again changes nothing.
   r = N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{8, 0}});
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(*r, 8u);
   EXPECT_EQ(Tree(1).size(), 3u);
   EXPECT_EQ(N(1).Stats().remote_tensors, 3u);
@@ -609,18 +609,18 @@ TEST_F(StoreRemoteTest, TwoPinsOfATransientFetchShareItUntilTheLastRelease) {
   SaveOn(0, p);
   Share(0, 1, p);
   Result<PrefixResult> a = N(1).Pin(kNs, p, kSession);
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   ASSERT_EQ(a->matched_tokens, p.size());
   // The second pin finds the bytes in DRAM (no fetch) even though the first
   // load's copy is transient.
   Result<PrefixResult> b = N(1).Pin(kNs, p, kSession);
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   ASSERT_EQ(b->matched_tokens, p.size());
   EXPECT_EQ(F(1).calls(), 1u);
-  ASSERT_TRUE(N(1).Release(a->lease_id, kSession).ok());
+  ASSERT_OK(N(1).Release(a->lease_id, kSession));
   EXPECT_TRUE(Read(1, b->extents) == Kv(p, 0, p.size()));  // still there for b
   EXPECT_GT(N(1).Stats().replica_bytes, 0u);
-  ASSERT_TRUE(N(1).Release(b->lease_id, kSession).ok());
+  ASSERT_OK(N(1).Release(b->lease_id, kSession));
   EXPECT_EQ(N(1).Stats().replica_bytes, 0u);
 }
 
@@ -741,7 +741,7 @@ TEST_F(StoreRemoteTest, FailingFetchOfAFullyRemotePromptIsAMiss) {
   Share(0, 1, p);
   F(1).FailAll(true);
   Result<PrefixResult> pin = N(1).Pin(kNs, p, kSession);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   EXPECT_EQ(pin->matched_tokens, 0u);
   EXPECT_EQ(pin->lease_id, 0u);
   EXPECT_TRUE(pin->extents.empty());
@@ -750,7 +750,7 @@ TEST_F(StoreRemoteTest, FailingFetchOfAFullyRemotePromptIsAMiss) {
   // LoadCopy too.
   std::vector<uint8_t> buf(p.size() * kBpt);
   Result<uint64_t> got = N(1).LoadCopy(kNs, p, buf.data(), buf.size());
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ(*got, 0u);
 }
 
@@ -778,7 +778,7 @@ TEST_F(StoreRemoteTest, GoneDropsTheIncrementAndWhatHangsBelowIt) {
 
   // The owner drops blocks [2, ...): its index no longer reaches block 2.
   Result<RemoveResult> rm = N(0).RemoveFrom(kNs, p, 2);
-  ASSERT_TRUE(rm.ok()) << rm.status().ToString();
+  ASSERT_OK(rm);
   EXPECT_EQ(rm->nodes, 1u);
   EXPECT_EQ(ResolveOn(0, p).blocks, 2u);
 
@@ -810,7 +810,7 @@ TEST_F(StoreRemoteTest, GoneOfTheFirstOwnerSegmentDropsLaterSegmentsToo) {
   SaveOn(0, p, 4);
   Share(0, 2, p);
   ASSERT_EQ(Matched(2, p), p.size());
-  ASSERT_TRUE(N(0).RemoveFrom(kNs, p, 0).ok());
+  ASSERT_OK(N(0).RemoveFrom(kNs, p, 0));
   EXPECT_EQ(ResolveOn(0, p).blocks, 0u);
   EXPECT_EQ(PinCheck(2, p), 0u);
   EXPECT_EQ(Matched(2, p), 0u);
@@ -827,7 +827,7 @@ TEST_F(StoreRemoteTest, AShortFetchServesTheHeadAndDropsWhatTheOwnerNoLongerHold
   const Tokens p = Gen(46, 8 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
-  ASSERT_TRUE(N(0).RemoveFrom(kNs, p, 5).ok());
+  ASSERT_OK(N(0).RemoveFrom(kNs, p, 5));
   EXPECT_EQ(PinCheck(1, p), 5 * kBt);  // one segment [0,8): its 5 blocks held
   EXPECT_EQ(N(1).Stats().remote_fetch_failures, 0u);
   EXPECT_EQ(N(1).Stats().remote_fetch_bytes, 5 * kBb);
@@ -863,7 +863,7 @@ TEST_F(StoreRemoteTest, ARunWhoseOtherBranchItsOwnerLostStillLoadsTheBranchItHol
     SaveOn(0, q1, 3);
     ASSERT_EQ(Share(0, 1, q1), Blocks(q1));
     ASSERT_EQ(N(1).Stats().remote_tensors, 1u);
-    ASSERT_TRUE(N(0).RemoveFrom(kNs, q1, 3).ok());  // node 1 is not told
+    ASSERT_OK(N(0).RemoveFrom(kNs, q1, 3));  // node 1 is not told
     SaveOn(0, q2, 3);
     ASSERT_EQ(Share(0, 1, q2), Blocks(q2));
     EXPECT_EQ(PinCheck(1, q2), q2.size());
@@ -942,12 +942,12 @@ TEST_F(StoreRemoteTest, ReplicaShareFullOfPinnedReplicasStillLoads) {
   Share(0, 1, a);
   Share(0, 1, b);
   Result<PrefixResult> pa = N(1).Pin(kNs, a, kSession);  // a's replica stays pinned
-  ASSERT_TRUE(pa.ok());
+  ASSERT_OK(pa);
   ASSERT_EQ(pa->matched_tokens, a.size());
   // b cannot be kept next to the pinned a; the load must still be served.
   EXPECT_EQ(PinCheck(1, b), b.size());
   EXPECT_TRUE(Read(1, pa->extents) == Kv(a, 0, a.size()));
-  ASSERT_TRUE(N(1).Release(pa->lease_id, kSession).ok());
+  ASSERT_OK(N(1).Release(pa->lease_id, kSession));
   EXPECT_EQ(PinCheck(1, b), b.size());  // now it can be kept
   EXPECT_EQ(N(1).Stats().pinned_bytes, 0u);
 }
@@ -993,7 +993,7 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
 
   // From block 3, inside [2,8) (p's tensor split at 2 by `other`).
   Result<RemoveResult> r = N(0).RemoveFrom(kNs, q, 3);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);                 // the tail [3,8) and q's [8,12)
   EXPECT_EQ(r->bytes, (5 + 4) * kBb);
   EXPECT_EQ(Matched(0, p), 3 * kBt);       // the head stays matchable
@@ -1009,32 +1009,32 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
 
   // Idempotent: a second call removes nothing.
   r = N(0).RemoveFrom(kNs, q, 3);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
   EXPECT_EQ(r->bytes, 0u);
   // A prompt not stored that far: a no-op.
   r = N(0).RemoveFrom(kNs, q, 5);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
   r = N(0).RemoveFrom(kNs, Gen(73, 16), 0);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
   r = N(0).RemoveFrom(kNs, Head(p, 2 * kBt), 3);  // tokens shorter than from_block
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
   EXPECT_EQ(Matched(0, p), 3 * kBt);
-  EXPECT_EQ(N(0).RemoveFrom("nope", p, 0).status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(0).RemoveFrom("nope", p, 0), Code::kNotFound);
 
   // At an increment boundary nothing is split.
   r = N(0).RemoveFrom(kNs, other, 2);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   EXPECT_EQ(r->bytes, 3 * kBb);
   EXPECT_EQ(Matched(0, other), 2 * kBt);
   EXPECT_EQ(Matched(0, p), 3 * kBt);
   // From 0: everything.
   r = N(0).RemoveFrom(kNs, p, 0);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(Matched(0, p), 0u);
   EXPECT_TRUE(Tree(0).empty());
   StoreStats s = N(0).Stats();
@@ -1048,7 +1048,7 @@ TEST_F(StoreRemoteTest, RemoveFromARemoteIncrementFetchesOnlyTheHead) {
   SaveOn(0, p);
   Share(0, 1, p);
   Result<RemoveResult> r = N(1).RemoveFrom(kNs, p, 3);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   EXPECT_EQ(Matched(1, p), 3 * kBt);
   EXPECT_EQ(N(1).Stats().remote_tensors, 1u);
@@ -1058,7 +1058,7 @@ TEST_F(StoreRemoteTest, RemoveFromARemoteIncrementFetchesOnlyTheHead) {
   EXPECT_EQ(log[0].requests.at(0).segments, (std::vector<SeenSegment>{{0, 3}}));
   EXPECT_EQ(N(1).Stats().remote_fetch_bytes, 3 * kBb);
   // All of it: the remote tensor leaves.
-  ASSERT_TRUE(N(1).RemoveFrom(kNs, p, 0).ok());
+  ASSERT_OK(N(1).RemoveFrom(kNs, p, 0));
   EXPECT_EQ(N(1).Stats().remote_tensors, 0u);
   EXPECT_EQ(N(1).Stats().tensors, 0u);
 }
@@ -1076,7 +1076,7 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
   for (uint64_t from : {4u, 5u, 7u}) {
     SCOPED_TRACE("from_block " + std::to_string(from));
     Result<PrefixResult> pin = N(0).PinHeld(kNs, p, from, kPeerSession);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     EXPECT_EQ(pin->matched_tokens, p.size());
     EXPECT_NE(pin->lease_id, 0u);
     uint64_t len = 0;
@@ -1084,7 +1084,7 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
     EXPECT_EQ(len, (8 - from) * kBb);
     EXPECT_TRUE(Read(0, pin->extents) == Kv(p, from * kBt, p.size()));
     EXPECT_EQ(N(0).Stats().pinned_bytes, 4096u);  // blocks [4,8), nothing of the placeholder
-    EXPECT_TRUE(N(0).Release(pin->lease_id, kPeerSession).ok());
+    EXPECT_OK(N(0).Release(pin->lease_id, kPeerSession));
   }
   EXPECT_EQ(N(0).Stats().peer_served_bytes, (4 + 3 + 1) * kBb);
   EXPECT_EQ(N(0).Stats().hits, hits_before);  // not client hits
@@ -1094,7 +1094,7 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
   for (uint64_t from : {0u, 2u, 8u, 9u}) {
     SCOPED_TRACE("from_block " + std::to_string(from));
     Result<PrefixResult> pin = N(0).PinHeld(kNs, p, from, kPeerSession);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     EXPECT_EQ(pin->matched_tokens, 0u);
     EXPECT_EQ(pin->lease_id, 0u);
     EXPECT_TRUE(pin->extents.empty());
@@ -1103,10 +1103,10 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
   EXPECT_EQ(N(0).Stats().active_leases, 0u);
   // Prompt shorter than the held part: up to the prompt's end.
   Result<PrefixResult> pin = N(0).PinHeld(kNs, Head(p, 6 * kBt), 4, kPeerSession);
-  ASSERT_TRUE(pin.ok());
+  ASSERT_OK(pin);
   EXPECT_EQ(pin->matched_tokens, 6 * kBt);
   EXPECT_TRUE(Read(0, pin->extents) == Kv(p, 4 * kBt, 6 * kBt));
-  EXPECT_TRUE(N(0).Release(pin->lease_id, kPeerSession).ok());
+  EXPECT_OK(N(0).Release(pin->lease_id, kPeerSession));
 }
 
 TEST_F(StoreRemoteTest, PinHeldAcrossTwoOwnIncrementsAfterAPlaceholder) {
@@ -1118,14 +1118,14 @@ TEST_F(StoreRemoteTest, PinHeldAcrossTwoOwnIncrementsAfterAPlaceholder) {
   SaveOn(0, Head(p, 5 * kBt), 2);
   SaveOn(0, p, 5);
   Result<PrefixResult> pin = N(0).PinHeld(kNs, p, 3, kPeerSession);
-  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_OK(pin);
   EXPECT_EQ(pin->matched_tokens, p.size());
   uint64_t len = 0;
   for (const Extent& x : pin->extents) len += x.length;
   EXPECT_EQ(len, 4 * kBb);
   EXPECT_EQ(pin->extents.size(), 2u);
   EXPECT_TRUE(Read(0, pin->extents) == Kv(p, 3 * kBt, p.size()));
-  EXPECT_TRUE(N(0).Release(pin->lease_id, kPeerSession).ok());
+  EXPECT_OK(N(0).Release(pin->lease_id, kPeerSession));
 }
 
 // ----------------------------------------------------- track_lost, ListOwned
@@ -1208,18 +1208,18 @@ TEST_F(StoreRemoteTest, RemovalsAndReplicaEvictionsAreNotLost) {
   EXPECT_EQ(PinCheck(1, b), b.size());  // evicts a's replica bytes
   const Tokens own = Gen(112, 8 * kBt);
   SaveOn(1, own);
-  ASSERT_TRUE(N(1).RemoveFrom(kNs, own, 0).ok());
+  ASSERT_OK(N(1).RemoveFrom(kNs, own, 0));
   EXPECT_TRUE(N(1).TakeLostIncrements().empty());
 }
 
 TEST_F(StoreRemoteTest, GetNamespaceDefCarriesTheSalt) {
   Result<NamespaceDef> d = N(0).GetNamespaceDef(kNs);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->salt, kSalt);
   EXPECT_EQ(d->info.name, kNs);
   EXPECT_TRUE(d->info.salted);
   EXPECT_EQ(d->info.layout, SmallLayout());
-  EXPECT_EQ(N(0).GetNamespaceDef("nope").status().code(), Code::kNotFound);
+  EXPECT_ERROR(N(0).GetNamespaceDef("nope"), Code::kNotFound);
 }
 
 // ------------------------------------------------- save past a remote prefix
@@ -1390,16 +1390,16 @@ namespace {
 // node's increments kept here count against the namespace's DRAM quota
 // like its own, and make room among the namespace's data only.
 TEST_F(StoreRemoteTest, KeptReplicasCountAgainstTheNamespaceQuotaAndEvictOnlyItsOwn) {
-  ASSERT_TRUE(N(1).CreateNamespace("other", SmallLayout(), "", 1000, 1000, 0755, false).ok());
+  ASSERT_OK(N(1).CreateNamespace("other", SmallLayout(), "", 1000, 1000, 0755, false));
   std::vector<uint8_t> kv;
   std::vector<Tokens> others;
   for (int i = 0; i < 4; ++i) {
     others.push_back(Gen(900 + i, 16 * kBt));
     kv = Kv(others.back(), 0, others.back().size());
-    ASSERT_TRUE(N(1).Save("other", others.back(), kv.data(), kv.size(), 0).ok());
+    ASSERT_OK(N(1).Save("other", others.back(), kv.data(), kv.size(), 0));
   }
   // 16 blocks of 1 KiB: one 16 KiB allocation per prompt; room for 3.
-  ASSERT_TRUE(N(1).SetQuota(kNs, QuotaChange{48 * kKiB, {}}).ok());
+  ASSERT_OK(N(1).SetQuota(kNs, QuotaChange{48 * kKiB, {}}));
   std::vector<Tokens> prompts;
   for (int i = 0; i < 8; ++i) {
     prompts.push_back(Gen(800 + i, 16 * kBt));
@@ -1408,11 +1408,11 @@ TEST_F(StoreRemoteTest, KeptReplicasCountAgainstTheNamespaceQuotaAndEvictOnlyIts
     EXPECT_EQ(PinCheck(1, prompts.back()), prompts.back().size());
     EXPECT_EQ(PinCheck(1, prompts.back()), prompts.back().size());  // the second load keeps it
     auto q = N(1).GetQuota(kNs);
-    ASSERT_TRUE(q.ok());
+    ASSERT_OK(q);
     EXPECT_LE(q->dram_bytes, 48 * kKiB) << i;
   }
   auto q = N(1).GetQuota(kNs);
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   EXPECT_EQ(q->dram_bytes, 48 * kKiB);
   EXPECT_GT(q->dram_evictions, 0u);
   EXPECT_EQ(N(1).Stats().replica_bytes, 48 * kKiB);
@@ -1421,7 +1421,7 @@ TEST_F(StoreRemoteTest, KeptReplicasCountAgainstTheNamespaceQuotaAndEvictOnlyIts
   for (const Tokens& t : others) {
     std::vector<uint8_t> out(t.size() * kBpt);
     auto r = N(1).LoadCopy("other", t, out.data(), out.size());
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     EXPECT_EQ(*r, t.size());
   }
   for (const Tokens& t : prompts) EXPECT_EQ(PinCheck(1, t), t.size());

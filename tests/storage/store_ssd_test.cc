@@ -2,12 +2,14 @@
 // exact), replicas never written, restarts that rebuild the index (also
 // after removals, partial removals and dropped namespaces), corrupt records
 // never served, a full disk, a crash that drops unsynced bytes, the tier's
-// own capacity, compaction, loads that go on while spills run, and a load
-// that waits for another load's fill.
+// own capacity, compaction, loads that go on while spills run, a load
+// that waits for another load's fill, and a stress test of loads during
+// spills and fills (every load of a stored prefix whole and byte exact).
 //
 // Arena 1 MiB (the minimum) so that a few hundred KiB of prompts spill.
 #include <sys/stat.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +28,7 @@
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -53,19 +56,19 @@ class StoreSsdTest : public ::testing::Test {
   void Open(const StoreOptions& o) {
     store_.reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
   }
 
   void CreateNs(const std::string& name = "m", const std::string& salt = "") {
     auto r = store_->CreateNamespace(name, SmallLayout(), salt, 1000, 1000, 0750, true);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
   }
 
   SaveResult Save(const Tokens& t, const std::string& ns = "m", CacheClass cls = CacheClass::kOwned) {
     std::vector<uint8_t> kv = Kv(t, 0, t.size() / kBt * kBt);
     auto r = store_->Save(ns, t, kv.data(), kv.size(), 0, cls);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : SaveResult{};
   }
 
@@ -74,7 +77,7 @@ class StoreSsdTest : public ::testing::Test {
   uint64_t LoadAndCheck(const Tokens& t, const std::string& ns = "m") {
     std::vector<uint8_t> out(t.size() * kBpt);
     auto r = store_->LoadCopy(ns, t, out.data(), out.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (!r.ok()) return 0;
     std::vector<uint8_t> want = Kv(t, 0, *r);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << "wrong bytes for a prefix of " << *r;
@@ -94,7 +97,7 @@ class StoreSsdTest : public ::testing::Test {
 
   bool Compact() {
     Result<bool> r = store_->CompactOnce();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() && *r;
   }
 
@@ -120,7 +123,7 @@ TEST_F(StoreSsdTest, EvictedOwnedTensorsSpillAndLoadBackByteExact) {
   EXPECT_GT(s.ssd_fill_bytes, 0u);
   // The listing shows both tiers.
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   std::set<uint8_t> tiers;
   for (const auto& n : *tree) tiers.insert(n.tier);
   EXPECT_TRUE(tiers.count(kTierSsd) || tiers.count(kTierDram | kTierSsd));
@@ -134,7 +137,7 @@ TEST_F(StoreSsdTest, LookupReportsSsdResidentPrefixesWithoutReadingThem) {
   const uint64_t fills = store_->Stats().ssd_fills;
   for (const auto& p : prompts) {
     auto r = store_->Lookup("m", p);
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     EXPECT_EQ(r->matched_tokens, p.size());
   }
   EXPECT_EQ(store_->Stats().ssd_fills, fills);
@@ -150,7 +153,7 @@ TEST_F(StoreSsdTest, ReplicasAreNeverWrittenToSsd) {
   EXPECT_EQ(s.ssd_tensors, 0u);
   EXPECT_EQ(s.ssd_stored_bytes, 0u);
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   for (const auto& n : *tree) EXPECT_EQ(n.tier, kTierDram);
 }
 
@@ -160,12 +163,12 @@ TEST_F(StoreSsdTest, RestartRebuildsNamespacesAndIndexFromSegments) {
   auto prompts = Prompts(48);
   for (const auto& p : prompts) Save(p);
   auto persisted = store_->PersistAll();
-  ASSERT_TRUE(persisted.ok());
+  ASSERT_OK(persisted);
   const StoreStats before = store_->Stats();
   const uint64_t ns_bytes = store_->GetNamespace("m")->bytes;
   Open(Options());
   auto ns = store_->GetNamespace("m");
-  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  ASSERT_OK(ns);
   EXPECT_EQ(ns->layout, SmallLayout());
   EXPECT_TRUE(ns->salted);
   EXPECT_EQ(ns->uid, 1000u);
@@ -200,11 +203,11 @@ TEST_F(StoreSsdTest, RemovedPrefixesStayRemovedAfterRestart) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // A whole prompt's own increment (below the shared head).
-  ASSERT_TRUE(store_->Remove("m", prompts[5]).ok());
+  ASSERT_OK(store_->Remove("m", prompts[5]));
   // The shared head of group 3 (prompts 12..15) and everything below it.
-  ASSERT_TRUE(store_->Remove("m", Head(prompts[12], 64)).ok());
+  ASSERT_OK(store_->Remove("m", Head(prompts[12], 64)));
   Open(Options());
   EXPECT_EQ(LoadAndCheck(prompts[5]), 64u);  // its group's head is still there
   for (int i = 12; i < 16; ++i) EXPECT_EQ(LoadAndCheck(prompts[i]), 0u);
@@ -218,10 +221,10 @@ TEST_F(StoreSsdTest, PartialRemovalOfATensorSurvivesRestart) {
   Save(a);
   Tokens b = Cat(Head(a, 128), Gen(8, 64));  // splits a's tensor at 128
   Save(b);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // Remove a's lower half (the node from 128 to 256): a's tensor keeps its
   // head, and its record must say so.
-  ASSERT_TRUE(store_->Remove("m", a).ok());
+  ASSERT_OK(store_->Remove("m", a));
   EXPECT_EQ(LoadAndCheck(a), 128u);
   Open(Options());
   EXPECT_EQ(LoadAndCheck(a), 128u);
@@ -235,20 +238,20 @@ TEST_F(StoreSsdTest, DroppedNamespaceDoesNotComeBack) {
   auto prompts = Prompts(8);
   for (const auto& p : prompts) Save(p, "gone");
   for (const auto& p : prompts) Save(p, "kept");
-  ASSERT_TRUE(store_->PersistAll().ok());
-  ASSERT_TRUE(store_->DropNamespace("gone").ok());
+  ASSERT_OK(store_->PersistAll());
+  ASSERT_OK(store_->DropNamespace("gone"));
   // Re-created with another layout: the old records must not be taken as
   // the new namespace's.
-  ASSERT_TRUE(store_->CreateNamespace("gone", SmallLayout(8), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("gone", SmallLayout(8), "", 0, 0, 0755, false));
   Open(Options());
   auto ns = store_->GetNamespace("gone");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   EXPECT_EQ(ns->layout.block_tokens, 8u);
   EXPECT_EQ(ns->prefixes, 0u);
   for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p, "kept"), p.size());
   for (const auto& p : prompts) {
     auto r = store_->Lookup("gone", p);
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     EXPECT_EQ(r->matched_tokens, 0u);
   }
 }
@@ -261,7 +264,7 @@ TEST_F(StoreSsdTest, CorruptRecordIsAMissNeverWrongBytes) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // Flip one bit in the payload of every record of the first data segment.
   std::string seg;
   for (const auto& e : std::filesystem::directory_iterator(o.ssd.dir)) {
@@ -286,7 +289,7 @@ TEST_F(StoreSsdTest, CorruptRecordOnDiskIsSkippedAtRestart) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   store_.reset();
   // Flip a payload bit of the second record of every segment on disk.
   int flipped = 0;
@@ -350,12 +353,12 @@ TEST_F(StoreSsdTest, CrashKeepsOnlyWhatWasWrittenWholeAndServesItExactly) {
   auto prompts = Prompts(64);
   for (const auto& p : prompts) Save(p);
   store_->FlushSsd();
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   store_.reset();  // its later writes fail (poisoned files); that is fine
   Open(Options());  // a fresh PosixEnv sees what the crash left
   // Sealed (synced) segments survive, the first one (with the namespace
   // record) among them; the unsynced tail of the last one is gone.
-  ASSERT_TRUE(store_->GetNamespace("m").ok());
+  ASSERT_OK(store_->GetNamespace("m"));
   uint64_t served = 0;
   for (const auto& p : prompts) served += LoadAndCheck(p);
   EXPECT_GT(served, 0u);
@@ -373,7 +376,7 @@ TEST_F(StoreSsdTest, CrashWithRecordSyncKeepsEverySpill) {
   for (const auto& p : prompts) Save(p);
   const uint64_t on_ssd = store_->Stats().ssd_tensors;
   store_->FlushSsd();
-  ASSERT_TRUE(env.Crash().ok());
+  ASSERT_OK(env.Crash());
   store_.reset();
   Open(Options());
   EXPECT_EQ(store_->Stats().recovered_tensors, on_ssd);
@@ -411,9 +414,9 @@ TEST_F(StoreSsdTest, CompactionReclaimsDeadSpaceAndKeepsBytes) {
   CreateNs();
   auto prompts = Prompts(64);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   for (size_t i = 0; i < prompts.size(); i += 4) {
-    for (size_t j = i; j < i + 3; ++j) ASSERT_TRUE(store_->Remove("m", prompts[j]).ok());
+    for (size_t j = i; j < i + 3; ++j) ASSERT_OK(store_->Remove("m", prompts[j]));
   }
   const StoreStats before = store_->Stats();
   int compactions = 0;
@@ -434,7 +437,7 @@ TEST_F(StoreSsdTest, RestartWithChangedConfig) {
   CreateNs();
   auto prompts = Prompts(40);
   for (const auto& p : prompts) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // Compression on, another segment size, a bigger arena: old records are
   // read as they were written, new ones are compressed.
   StoreOptions o2 = o;
@@ -445,7 +448,7 @@ TEST_F(StoreSsdTest, RestartWithChangedConfig) {
   for (const auto& p : prompts) EXPECT_EQ(LoadAndCheck(p), p.size());
   auto more = Prompts(40, 256, 2);
   for (const auto& p : more) Save(p);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   // A much smaller capacity: the tier trims itself by GDSF at start.
   StoreOptions o3 = o;
   o3.ssd.capacity = 8 * kMiB;
@@ -503,7 +506,7 @@ TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   Save(hot);
   for (const auto& p : Prompts(40)) Save(p);  // 2.5x the arena: `hot`, never loaded, goes to SSD
   auto tree = store_->ListTree("m", ChainKey{}, true);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   auto node = std::find_if(tree->begin(), tree->end(),
                            [&](const PrefixNodeInfo& n) { return n.start_token == 0 && n.tokens == hot.size(); });
   ASSERT_NE(node, tree->end());
@@ -524,12 +527,96 @@ TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   second.join();
 }
 
+// The stress test of loads during spills and fills (seconds): loaders load
+// a few hot prefixes in a loop while spillers save new prompts (each save
+// evicts, so owned tensors spill to SSD) and fillers load prompts saved
+// earlier (long since spilled: each load reads them back, evicting others).
+// A stored prefix is never removed here and the SSD holds all of them, so
+// every load of one returns all its tokens, byte exact (LoadAndCheck checks
+// the bytes), whether it is in DRAM, on SSD, or between the two.
+// DISABLED until the store's fix (issue 15, the lost hit while spills run):
+// on the 2-core Intel machine under load it fails in most runs with a
+// spilled cold prompt loading 0 of 256 tokens (passes 5 of 5 when the
+// machine is idle). Run it with --gtest_also_run_disabled_tests.
+TEST_F(StoreSsdTest, DISABLED_EveryLoadOfAStoredPrefixIsWholeWhileSpillsAndFillsRun) {
+  Open(Options());
+  CreateNs();
+  std::vector<Tokens> hot;
+  for (int i = 0; i < 4; ++i) hot.push_back(Gen(700 + i, 128));
+  for (const auto& h : hot) ASSERT_EQ(Save(h).stored_tokens, h.size());  // no shared heads
+
+  constexpr int kSpillers = 2, kPerSpiller = 128;  // 2 * 128 * 64 KiB = 16x the arena, 1/4 of the SSD
+  std::vector<std::vector<Tokens>> cold;
+  for (int w = 0; w < kSpillers; ++w) cold.push_back(Prompts(kPerSpiller, 256, 20 + w));
+  // saved[w]: how many of cold[w] are stored (a filler loads only those).
+  std::array<std::atomic<int>, kSpillers> saved{};
+  std::atomic<int> spillers_left{kSpillers};
+  std::atomic<uint64_t> hot_loads{0}, fills{0}, short_loads{0};
+  auto expect_whole = [&](const Tokens& t, const char* what, int i) {
+    const uint64_t got = LoadAndCheck(t);
+    if (got == t.size()) return;
+    if (short_loads++ < 5) ADD_FAILURE() << what << " prompt " << i << ": loaded " << got << " of " << t.size() << " tokens";
+  };
+
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      for (uint64_t n = 0; spillers_left > 0; ++n) {
+        const size_t i = (n + r) % hot.size();
+        expect_whole(hot[i], "hot", static_cast<int>(i));
+        hot_loads++;
+      }
+    });
+  }
+  for (int f = 0; f < 2; ++f) {
+    threads.emplace_back([&, f] {
+      uint64_t x = 0x9e37 + f;
+      for (bool last = false; !last;) {
+        last = spillers_left == 0;  // one more pass after the saves end
+        for (int w = 0; w < kSpillers; ++w) {
+          const int n = saved[w];
+          if (n == 0) continue;
+          x = Mix(x);
+          const int i = static_cast<int>(x % n);
+          expect_whole(cold[w][i], "cold", w * kPerSpiller + i);
+          fills++;
+        }
+      }
+    });
+  }
+  for (int w = 0; w < kSpillers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < kPerSpiller; ++i) {
+        const SaveResult r = Save(cold[w][i]);
+        EXPECT_EQ(r.matched_tokens + r.stored_tokens, cold[w][i].size()) << "cold prompt " << w * kPerSpiller + i;
+        saved[w] = i + 1;
+      }
+      spillers_left--;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(short_loads.load(), 0u) << "loads of stored prefixes that came back short (the first 5 above)";
+
+  const StoreStats s = store_->Stats();
+  EXPECT_GT(hot_loads.load(), 0u);
+  EXPECT_GT(fills.load(), 0u);
+  EXPECT_GT(s.ssd_spills, 0u) << "the saves must spill";
+  EXPECT_GT(s.ssd_fills, 0u) << "the cold loads must fill from SSD";
+  EXPECT_EQ(s.ssd_spill_failures, 0u);
+  EXPECT_EQ(s.ssd_read_errors, 0u);
+  // Afterwards every prefix is still stored whole.
+  for (const auto& h : hot) EXPECT_EQ(LoadAndCheck(h), h.size());
+  for (const auto& c : cold) {
+    for (const auto& p : c) EXPECT_EQ(LoadAndCheck(p), p.size());
+  }
+}
+
 TEST_F(StoreSsdTest, ConfigErrorsAreClear) {
   StoreOptions o = Options();
   o.ssd.capacity = 1 * kMiB;
   auto s = Store::Open(o);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(s, Code::kInvalidArgument);
   EXPECT_NE(s.status().message().find("capacity"), std::string::npos) << s.status().message();
   // A data directory that is a file.
   StoreOptions o2 = Options();

@@ -28,6 +28,7 @@
 #include "ptstore/layout.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -62,10 +63,10 @@ class StoreTest : public ::testing::Test {
   void Reopen(const StoreOptions& o) {
     store_.reset();
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     auto ns = store_->CreateNamespace("ns", SmallLayout(), "", 1000, 1000, 0755, false);
-    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ASSERT_OK(ns);
   }
 
   Result<SaveResult> TrySave(const std::string& ns, const Tokens& tokens, uint64_t first_block = 0,
@@ -78,14 +79,14 @@ class StoreTest : public ::testing::Test {
   SaveResult Save(const Tokens& tokens, uint64_t first_block = 0, CacheClass cls = CacheClass::kOwned,
                   const std::string& ns = "ns") {
     Result<SaveResult> r = TrySave(ns, tokens, first_block, cls);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : SaveResult{};
   }
 
   // Matched tokens by a plain lookup (no hit is counted on the tensors).
   uint64_t Matched(const Tokens& tokens, const std::string& ns = "ns") {
     Result<PrefixResult> r = store_->Lookup(ns, tokens);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? r->matched_tokens : 0;
   }
 
@@ -105,9 +106,9 @@ class StoreTest : public ::testing::Test {
   void ExpectStored(const Tokens& tokens, uint64_t want, const std::string& ns = "ns") {
     SCOPED_TRACE("prefix of " + std::to_string(tokens.size()) + " tokens");
     Result<PrefixResult> look = store_->Lookup(ns, tokens);
-    ASSERT_TRUE(look.ok()) << look.status().ToString();
+    ASSERT_OK(look);
     Result<PrefixResult> pin = store_->Pin(ns, tokens, kSession);
-    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    ASSERT_OK(pin);
     EXPECT_EQ(look->matched_tokens, want);
     EXPECT_EQ(pin->matched_tokens, want);
     ASSERT_EQ(look->extents.size(), pin->extents.size());
@@ -138,7 +139,7 @@ class StoreTest : public ::testing::Test {
       std::vector<uint8_t> got = Read(pin->extents);
       std::vector<uint8_t> expect = Kv(tokens, 0, want);
       EXPECT_TRUE(got == expect) << "loaded bytes differ from the saved KV";
-      EXPECT_TRUE(store_->Release(pin->lease_id, kSession).ok());
+      EXPECT_OK(store_->Release(pin->lease_id, kSession));
     } else {
       EXPECT_EQ(pin->lease_id, 0u);
       EXPECT_TRUE(pin->extents.empty());
@@ -147,7 +148,7 @@ class StoreTest : public ::testing::Test {
 
   std::vector<PrefixNodeInfo> Tree(const std::string& ns = "ns") {
     auto r = store_->ListTree(ns, ChainKey{}, true);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : std::vector<PrefixNodeInfo>{};
   }
 
@@ -180,17 +181,17 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenRejectsBadOptions) {
   StoreOptions o = SmallOptions();
   o.arena_bytes = kMiB - 1;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o = SmallOptions();
   o.replica_share = 1.5;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o.replica_share = -0.1;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o = SmallOptions();
   o.alignment = 3000;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
   o.alignment = 32;
-  EXPECT_EQ(Store::Open(o).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(Store::Open(o), Code::kInvalidArgument);
 }
 
 TEST_F(StoreTest, OpenMakesAnEmptyArenaOfTheAskedSize) {
@@ -208,38 +209,38 @@ TEST_F(StoreTest, CreateNamespaceRejectsBadNamesLayoutsAndModes) {
   for (const std::string& bad : {std::string(), std::string(".hidden"), std::string("a/b"), std::string("a b"),
                                  std::string("x\n"), std::string(129, 'a')}) {
     auto r = store_->CreateNamespace(bad, l, "", 0, 0, 0755, false);
-    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << "name '" << bad << "'";
+    EXPECT_ERROR(r, Code::kInvalidArgument) << "name '" << bad << "'";
   }
-  EXPECT_TRUE(store_->CreateNamespace(std::string(128, 'a'), l, "", 0, 0, 0755, false).ok());
-  EXPECT_TRUE(store_->CreateNamespace("Mistral-7B_v0.2", l, "", 0, 0, 0755, false).ok());
+  EXPECT_OK(store_->CreateNamespace(std::string(128, 'a'), l, "", 0, 0, 0755, false));
+  EXPECT_OK(store_->CreateNamespace("Mistral-7B_v0.2", l, "", 0, 0, 0755, false));
 
   auto bad_layout = [&](auto mutate) {
     Layout b = SmallLayout();
     mutate(b);
     return store_->CreateNamespace("bad-layout", b, "", 0, 0, 0755, false).status();
   };
-  EXPECT_EQ(bad_layout([](Layout& b) { b.layers = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.kv_heads = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.head_dim = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.block_tokens = 0; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad_layout([](Layout& b) { b.dtype = static_cast<DType>(99); }).code(), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.layers = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.kv_heads = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.head_dim = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.block_tokens = 0; }), Code::kInvalidArgument);
+  EXPECT_ERROR(bad_layout([](Layout& b) { b.dtype = static_cast<DType>(99); }), Code::kInvalidArgument);
   Status huge = bad_layout([](Layout& b) {
     b.layers = 1024;
     b.kv_heads = 1024;
     b.head_dim = 16384;
     b.block_tokens = 65536;
   });
-  EXPECT_EQ(huge.code(), Code::kInvalidArgument);
-  EXPECT_EQ(store_->GetNamespace("bad-layout").status().code(), Code::kNotFound) << "nothing half-created";
+  EXPECT_ERROR(huge, Code::kInvalidArgument);
+  EXPECT_ERROR(store_->GetNamespace("bad-layout"), Code::kNotFound) << "nothing half-created";
 
-  EXPECT_EQ(store_->CreateNamespace("bad-mode", l, "", 0, 0, 010000, false).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(store_->CreateNamespace("bad-mode", l, "", 0, 0, 010000, false), Code::kInvalidArgument);
   EXPECT_EQ(store_->ListNamespaces().size(), 3u);
 }
 
 TEST_F(StoreTest, CreateNamespaceExistOkAcceptsOnlyTheSameLayoutAndSalt) {
   const Layout l = SmallLayout();
   auto first = store_->CreateNamespace("tenant", l, "salt-a", 5, 6, 0750, false);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   EXPECT_TRUE(first->salted);
   EXPECT_EQ(first->uid, 5u);
   EXPECT_EQ(first->gid, 6u);
@@ -247,28 +248,28 @@ TEST_F(StoreTest, CreateNamespaceExistOkAcceptsOnlyTheSameLayoutAndSalt) {
   EXPECT_EQ(first->layout, l);
 
   auto again = store_->CreateNamespace("tenant", l, "salt-a", 5, 6, 0750, false);
-  EXPECT_EQ(again.status().code(), Code::kAlreadyExists) << "without exist_ok an existing namespace is an error";
+  EXPECT_ERROR(again, Code::kAlreadyExists) << "without exist_ok an existing namespace is an error";
 
   auto same = store_->CreateNamespace("tenant", l, "salt-a", 9, 9, 0700, true);
-  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  ASSERT_OK(same);
   EXPECT_EQ(same->uid, 5u) << "exist_ok returns the existing namespace unchanged";
   EXPECT_EQ(same->mode, 0750u);
 
   Layout other = l;
   other.head_dim = 32;
   auto diff_layout = store_->CreateNamespace("tenant", other, "salt-a", 5, 6, 0750, true);
-  EXPECT_EQ(diff_layout.status().code(), Code::kAlreadyExists);
+  EXPECT_ERROR(diff_layout, Code::kAlreadyExists);
   EXPECT_NE(diff_layout.status().message().find(l.ToString()), std::string::npos) << diff_layout.status().ToString();
   EXPECT_NE(diff_layout.status().message().find(other.ToString()), std::string::npos);
 
   auto diff_salt = store_->CreateNamespace("tenant", l, "salt-b", 5, 6, 0750, true);
-  EXPECT_EQ(diff_salt.status().code(), Code::kAlreadyExists);
+  EXPECT_ERROR(diff_salt, Code::kAlreadyExists);
   EXPECT_EQ(diff_salt.status().message().find("salt-a"), std::string::npos) << "the salt must never leave the server";
   auto no_salt = store_->CreateNamespace("tenant", l, "", 5, 6, 0750, true);
-  EXPECT_EQ(no_salt.status().code(), Code::kAlreadyExists);
+  EXPECT_ERROR(no_salt, Code::kAlreadyExists);
 
   auto got = store_->GetNamespace("tenant");
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_TRUE(got->salted);
   EXPECT_EQ(got->layout, l);
 }
@@ -277,16 +278,16 @@ TEST_F(StoreTest, UnknownNamespaceIsNotFoundEverywhere) {
   Tokens t = Gen(1, 8);
   std::vector<uint8_t> data = Kv(t, 0, 8);
   uint8_t buf[4096];
-  EXPECT_EQ(store_->Save("nope", t, data.data(), data.size(), 0).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->Lookup("nope", t).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->Pin("nope", t, kSession).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->LoadCopy("nope", t, buf, sizeof(buf)).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->Remove("nope", t).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->RemoveByKey("nope", KeyAt(t, 0)).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->ListTree("nope", ChainKey{}, true).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->DropNamespace("nope").status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->Save("nope", t, data.data(), data.size(), 0), Code::kNotFound);
+  EXPECT_ERROR(store_->Lookup("nope", t), Code::kNotFound);
+  EXPECT_ERROR(store_->Pin("nope", t, kSession), Code::kNotFound);
+  EXPECT_ERROR(store_->LoadCopy("nope", t, buf, sizeof(buf)), Code::kNotFound);
+  EXPECT_ERROR(store_->Remove("nope", t), Code::kNotFound);
+  EXPECT_ERROR(store_->RemoveByKey("nope", KeyAt(t, 0)), Code::kNotFound);
+  EXPECT_ERROR(store_->ListTree("nope", ChainKey{}, true), Code::kNotFound);
+  EXPECT_ERROR(store_->DropNamespace("nope"), Code::kNotFound);
   Result<NamespaceInfo> g = store_->GetNamespace("nope");
-  EXPECT_EQ(g.status().code(), Code::kNotFound);
+  EXPECT_ERROR(g, Code::kNotFound);
   EXPECT_NE(g.status().message().find("nope"), std::string::npos) << "the message names the namespace";
   EXPECT_EQ(store_->Stats().active_leases, 0u);
 }
@@ -301,7 +302,7 @@ TEST_F(StoreTest, SaveThenLookupAndPinAreByteExact) {
   EXPECT_EQ(r.new_bytes, 10 * kBb);
   ExpectStored(t, 10 * kBt);
   Result<PrefixResult> l = store_->Lookup("ns", t);
-  ASSERT_TRUE(l.ok());
+  ASSERT_OK(l);
   ASSERT_EQ(l->extents.size(), 1u) << "one save, one tensor, one extent";
   EXPECT_EQ(l->extents[0].offset, 0u);
   EXPECT_EQ(l->extents[0].length, 10 * kBb);
@@ -334,7 +335,7 @@ TEST_F(StoreTest, SaveStoresOnlyTheBlocksPastTheLongestCommonPrefix) {
   EXPECT_EQ(r.stored_tokens, 6 * kBt);
   EXPECT_EQ(r.new_bytes, 6 * kBb);
   Result<PrefixResult> l = store_->Lookup("ns", abc);
-  ASSERT_TRUE(l.ok());
+  ASSERT_OK(l);
   ASSERT_EQ(l->extents.size(), 3u);
   EXPECT_EQ(l->extents[0].length, 5 * kBb);
   EXPECT_EQ(l->extents[1].length, 3 * kBb);
@@ -378,18 +379,18 @@ TEST_F(StoreTest, PartialLastBlockIsIgnoredNotAnError) {
   // Fewer tokens than a block: nothing to store, not an error, length 0.
   Tokens tiny = Gen(2, kBt - 1);
   Result<SaveResult> z = store_->Save("ns", tiny, nullptr, 0, 0);
-  ASSERT_TRUE(z.ok()) << z.status().ToString();
+  ASSERT_OK(z);
   EXPECT_EQ(z->stored_tokens, 0u);
   EXPECT_EQ(z->new_bytes, 0u);
   Result<SaveResult> e = store_->Save("ns", {}, nullptr, 0, 0);
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_OK(e);
   EXPECT_EQ(e->stored_tokens, 0u);
   EXPECT_EQ(Matched(tiny), 0u);
   EXPECT_EQ(store_->Stats().tensors, 1u);
   // Bytes for the partial block are a size error: the buffer holds whole blocks.
   std::vector<uint8_t> with_partial = Kv(t, 0, t.size());
   Result<SaveResult> bad = store_->Save("ns", t, with_partial.data(), with_partial.size(), 0);
-  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(bad, Code::kInvalidArgument);
 }
 
 TEST_F(StoreTest, WrongBufferSizeIsInvalidArgumentNamingTheSizes) {
@@ -398,17 +399,17 @@ TEST_F(StoreTest, WrongBufferSizeIsInvalidArgumentNamingTheSizes) {
   for (uint64_t len : {uint64_t{0}, 5 * kBb - 1, 5 * kBb + 1, 4 * kBb, 6 * kBb}) {
     std::vector<uint8_t> buf(std::max<uint64_t>(len, 1));
     Result<SaveResult> r = store_->Save("ns", t, buf.data(), len, 0);
-    ASSERT_EQ(r.status().code(), Code::kInvalidArgument) << len;
+    ASSERT_ERROR(r, Code::kInvalidArgument) << len;
     EXPECT_NE(r.status().message().find(std::to_string(len)), std::string::npos) << r.status().ToString();
     EXPECT_NE(r.status().message().find(std::to_string(5 * kBb)), std::string::npos) << r.status().ToString();
   }
   // With first_block, the buffer holds only the blocks from there on.
   Result<SaveResult> r = store_->Save("ns", t, data.data(), data.size(), 2);
-  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  ASSERT_ERROR(r, Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find(std::to_string(3 * kBb)), std::string::npos) << r.status().ToString();
-  EXPECT_EQ(store_->Save("ns", t, data.data(), 0, 6).status().code(), Code::kInvalidArgument)
+  EXPECT_ERROR(store_->Save("ns", t, data.data(), 0, 6), Code::kInvalidArgument)
       << "first_block past the prompt";
-  EXPECT_EQ(store_->Save("ns", t, nullptr, 5 * kBb, 0).status().code(), Code::kInvalidArgument) << "null buffer";
+  EXPECT_ERROR(store_->Save("ns", t, nullptr, 5 * kBb, 0), Code::kInvalidArgument) << "null buffer";
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.used_bytes, 0u);
   EXPECT_EQ(s.tensors, 0u);
@@ -442,9 +443,9 @@ TEST_F(StoreTest, SaveFromFirstBlockAbortsWhenTheEarlierBlocksAreGone) {
   Tokens a = Gen(1, 4 * kBt);
   Tokens ab = Cat(a, Gen(2, 4 * kBt));
   Save(a);
-  ASSERT_TRUE(store_->Remove("ns", a).ok());
+  ASSERT_OK(store_->Remove("ns", a));
   Result<SaveResult> r = TrySave("ns", ab, 4);
-  EXPECT_EQ(r.status().code(), Code::kAborted) << r.status().ToString();
+  EXPECT_ERROR(r, Code::kAborted);
   EXPECT_EQ(Matched(ab), 0u);
   EXPECT_EQ(store_->Stats().used_bytes, 0u);
   // Retrying from block 0, as the message says, works.
@@ -454,9 +455,9 @@ TEST_F(StoreTest, SaveFromFirstBlockAbortsWhenTheEarlierBlocksAreGone) {
 
 TEST_F(StoreTest, NamespacesAndSaltsDoNotShare) {
   const Layout l = SmallLayout();
-  ASSERT_TRUE(store_->CreateNamespace("ns2", l, "", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store_->CreateNamespace("salted", l, "tenant-a", 0, 0, 0755, false).ok());
-  ASSERT_TRUE(store_->CreateNamespace("salted-b", l, "tenant-b", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("ns2", l, "", 0, 0, 0755, false));
+  ASSERT_OK(store_->CreateNamespace("salted", l, "tenant-a", 0, 0, 0755, false));
+  ASSERT_OK(store_->CreateNamespace("salted-b", l, "tenant-b", 0, 0, 0755, false));
   Tokens t = Gen(1, 6 * kBt);
   Save(t);
   EXPECT_EQ(Matched(t, "ns2"), 0u);
@@ -476,9 +477,9 @@ TEST_F(StoreTest, NamespacesAndSaltsDoNotShare) {
   EXPECT_EQ(in_salted[0].key, KeyAt(t, 5, "salted", "tenant-a"));
   EXPECT_NE(in_ns[0].key, in_salted[0].key);
   EXPECT_NE(in_ns[0].tensor, in_salted[0].tensor);
-  EXPECT_EQ(store_->RemoveByKey("salted", in_ns[0].key).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->RemoveByKey("salted", in_ns[0].key), Code::kNotFound);
   // Removing in one namespace leaves the other alone.
-  ASSERT_TRUE(store_->Remove("salted", t).ok());
+  ASSERT_OK(store_->Remove("salted", t));
   EXPECT_EQ(Matched(t, "salted"), 0u);
   ExpectStored(t, 6 * kBt, "ns");
   EXPECT_EQ(store_->GetNamespace("ns")->bytes, 6 * kBb);
@@ -492,7 +493,7 @@ TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
   for (uint64_t at : {2u, 5u, 7u}) Save(Cat(Head(a, at * kBt), Gen(10 + at, 2 * kBt)));
   ASSERT_EQ(store_->Stats().prefix_nodes, 4u + 3u);
   Result<PrefixResult> l = store_->Lookup("ns", a);
-  ASSERT_TRUE(l.ok());
+  ASSERT_OK(l);
   ASSERT_EQ(l->extents.size(), 1u) << "the split is metadata only: still one extent";
   EXPECT_EQ(l->extents[0].offset, 0u);
   EXPECT_EQ(l->extents[0].length, 8 * kBb);
@@ -500,7 +501,7 @@ TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
   // A branch: a slice of a's tensor, then its own tensor.
   Tokens b = Cat(Head(a, 5 * kBt), Gen(15, 2 * kBt));
   Result<PrefixResult> lb = store_->Lookup("ns", b);
-  ASSERT_TRUE(lb.ok());
+  ASSERT_OK(lb);
   ASSERT_EQ(lb->extents.size(), 2u);
   EXPECT_EQ(lb->extents[0].tensor, l->extents[0].tensor);
   EXPECT_EQ(lb->extents[0].offset, 0u);
@@ -551,20 +552,20 @@ TEST_F(StoreTest, BranchInsideAnIncrementSplitsMetadataOnlyAndNamesByChainKeys) 
   EXPECT_EQ(branch.start_token, 3 * kBt);
   // Non-recursive listing and listing below a node.
   auto top = store_->ListTree("ns", ChainKey{}, false);
-  ASSERT_TRUE(top.ok());
+  ASSERT_OK(top);
   ASSERT_EQ(top->size(), 1u);
   EXPECT_EQ((*top)[0].key, up.key);
   auto below = store_->ListTree("ns", up.key, false);
-  ASSERT_TRUE(below.ok());
+  ASSERT_OK(below);
   EXPECT_EQ(below->size(), 2u);
   auto leaf = store_->ListTree("ns", lower.key, true);
-  ASSERT_TRUE(leaf.ok());
+  ASSERT_OK(leaf);
   EXPECT_TRUE(leaf->empty());
-  EXPECT_EQ(store_->ListTree("ns", KeyAt(a, 4), false).status().code(), Code::kNotFound)
+  EXPECT_ERROR(store_->ListTree("ns", KeyAt(a, 4), false), Code::kNotFound)
       << "a key inside an increment names nothing";
   // A pin shows on every node of its tensors.
   Result<PrefixResult> p = store_->Pin("ns", a, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   for (const auto& n : Tree()) {
     if (n.tensor == up.tensor) {
       EXPECT_EQ(n.pins, 1u);
@@ -572,7 +573,7 @@ TEST_F(StoreTest, BranchInsideAnIncrementSplitsMetadataOnlyAndNamesByChainKeys) 
       EXPECT_EQ(n.pins, 0u);
     }
   }
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
 }
 
 TEST_F(StoreTest, EveryNodeIsNamedByTheChainKeyOfItsLastBlock) {
@@ -621,18 +622,18 @@ TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
   Tokens t = Gen(1, 4 * kBt);
   Save(t);
   Result<PrefixResult> p = store_->Pin("ns", t, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   EXPECT_EQ(p->matched_tokens, 4 * kBt);
   EXPECT_NE(p->lease_id, 0u);
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.pinned_bytes, 4096u);
   EXPECT_EQ(s.active_leases, 1u);
   Status wrong = store_->Release(p->lease_id, kSession + 1);
-  EXPECT_EQ(wrong.code(), Code::kNotFound);
+  EXPECT_ERROR(wrong, Code::kNotFound);
   EXPECT_EQ(store_->Stats().active_leases, 1u) << "a foreign release must not drop the lease";
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
-  EXPECT_EQ(store_->Release(p->lease_id, kSession).code(), Code::kNotFound) << "double release";
-  EXPECT_EQ(store_->Release(123456, kSession).code(), Code::kNotFound);
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
+  EXPECT_ERROR(store_->Release(p->lease_id, kSession), Code::kNotFound) << "double release";
+  EXPECT_ERROR(store_->Release(123456, kSession), Code::kNotFound);
   s = store_->Stats();
   EXPECT_EQ(s.pinned_bytes, 0u);
   EXPECT_EQ(s.active_leases, 0u);
@@ -642,20 +643,20 @@ TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
   ASSERT_TRUE(p1.ok() && p2.ok());
   EXPECT_NE(p1->lease_id, p2->lease_id);
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
-  EXPECT_TRUE(store_->Release(p1->lease_id, 1).ok());
+  EXPECT_OK(store_->Release(p1->lease_id, 1));
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
-  EXPECT_TRUE(store_->Release(p2->lease_id, 2).ok());
+  EXPECT_OK(store_->Release(p2->lease_id, 2));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
 }
 
 TEST_F(StoreTest, PinOfAMissHoldsNothing) {
   Result<PrefixResult> p = store_->Pin("ns", Gen(1, 8 * kBt), kSession);
-  ASSERT_TRUE(p.ok()) << "a miss is not an error";
+  ASSERT_OK(p) << "a miss is not an error";
   EXPECT_EQ(p->matched_tokens, 0u);
   EXPECT_EQ(p->lease_id, 0u);
   EXPECT_TRUE(p->extents.empty());
   EXPECT_EQ(store_->Stats().active_leases, 0u);
-  EXPECT_EQ(store_->Release(0, kSession).code(), Code::kNotFound);
+  EXPECT_ERROR(store_->Release(0, kSession), Code::kNotFound);
 }
 
 TEST_F(StoreTest, ReleaseSessionDropsOnlyThatSessionsLeases) {
@@ -672,8 +673,8 @@ TEST_F(StoreTest, ReleaseSessionDropsOnlyThatSessionsLeases) {
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.active_leases, 1u);
   EXPECT_EQ(s.pinned_bytes, 4096u) << "b is still pinned by session 2";
-  EXPECT_EQ(store_->Release(a1->lease_id, 1).code(), Code::kNotFound);
-  EXPECT_TRUE(store_->Release(b2->lease_id, 2).ok());
+  EXPECT_ERROR(store_->Release(a1->lease_id, 1), Code::kNotFound);
+  EXPECT_OK(store_->Release(b2->lease_id, 2));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
   store_->ReleaseSession(99);  // nothing to do
 }
@@ -692,7 +693,7 @@ TEST_F(StoreTest, ExpireLeasesDropsOnlyLeasesPastTheirTime) {
   EXPECT_EQ(s.expired_leases, 1u);
   EXPECT_EQ(s.active_leases, 2u);
   EXPECT_EQ(s.pinned_bytes, 4096u);
-  EXPECT_EQ(store_->Release(short_lease->lease_id, 1).code(), Code::kNotFound) << "an expired lease is gone";
+  EXPECT_ERROR(store_->Release(short_lease->lease_id, 1), Code::kNotFound) << "an expired lease is gone";
   EXPECT_EQ(store_->ExpireLeases(Store::Clock::now() + std::chrono::seconds(60)), 1u);
   EXPECT_EQ(store_->ExpireLeases(Store::Clock::now() + std::chrono::hours(2)), 1u);
   s = store_->Stats();
@@ -706,13 +707,13 @@ TEST_F(StoreTest, AVeryLongLeaseDoesNotWrapIntoThePast) {
   Tokens t = Gen(1, 4 * kBt);
   Save(t);
   auto p = store_->Pin("ns", t, kSession, UINT64_MAX);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   auto q = store_->Pin("ns", t, kSession, uint64_t{1} << 62);
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   EXPECT_EQ(store_->ExpireLeases(Store::Clock::now() + std::chrono::hours(24 * 365)), 0u);
   EXPECT_EQ(store_->Stats().active_leases, 2u);
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
-  EXPECT_TRUE(store_->Release(q->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
+  EXPECT_OK(store_->Release(q->lease_id, kSession));
 }
 
 TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
@@ -725,16 +726,16 @@ TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
   auto p2 = store_->Pin("ns", t, 1);
   ASSERT_TRUE(p1.ok() && p2.ok());
   auto p3 = store_->Pin("ns", t, 1);
-  EXPECT_EQ(p3.status().code(), Code::kResourceExhausted);
-  EXPECT_TRUE(store_->Pin("ns", Gen(2, 4 * kBt), 1).ok()) << "a miss takes no lease";
+  EXPECT_ERROR(p3, Code::kResourceExhausted);
+  EXPECT_OK(store_->Pin("ns", Gen(2, 4 * kBt), 1)) << "a miss takes no lease";
   std::vector<uint8_t> buf(4 * kBb);
-  EXPECT_EQ(store_->LoadCopy("ns", t, buf.data(), buf.size()).status().code(), Code::kResourceExhausted);
+  EXPECT_ERROR(store_->LoadCopy("ns", t, buf.data(), buf.size()), Code::kResourceExhausted);
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
-  EXPECT_TRUE(store_->Release(p1->lease_id, 1).ok());
+  EXPECT_OK(store_->Release(p1->lease_id, 1));
   auto p4 = store_->LoadCopy("ns", t, buf.data(), buf.size());
-  ASSERT_TRUE(p4.ok());
+  ASSERT_OK(p4);
   EXPECT_EQ(*p4, 4 * kBt);
-  EXPECT_TRUE(store_->Release(p2->lease_id, 1).ok());
+  EXPECT_OK(store_->Release(p2->lease_id, 1));
   EXPECT_EQ(store_->Stats().pinned_bytes, 0u);
 }
 
@@ -753,7 +754,7 @@ TEST_F(StoreTest, LoadCopyIsByteExactAndCopiesOnlyWholeBlocksThatFit) {
     SCOPED_TRACE("capacity " + std::to_string(capacity));
     std::vector<uint8_t> buf(capacity + 64, 0xAB);
     Result<uint64_t> n = store_->LoadCopy("ns", query, buf.data(), capacity);
-    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    ASSERT_OK(n);
     const uint64_t fit = std::min<uint64_t>(11, capacity / kBb) * kBt;
     EXPECT_EQ(*n, fit);
     EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + fit * kBpt, expect.begin())) << "bytes differ";
@@ -763,7 +764,7 @@ TEST_F(StoreTest, LoadCopyIsByteExactAndCopiesOnlyWholeBlocksThatFit) {
   // A miss copies nothing.
   std::vector<uint8_t> buf(4 * kBb, 0xCD);
   Result<uint64_t> miss = store_->LoadCopy("ns", Gen(9, 4 * kBt), buf.data(), buf.size());
-  ASSERT_TRUE(miss.ok());
+  ASSERT_OK(miss);
   EXPECT_EQ(*miss, 0u);
   EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t c) { return c == 0xCD; }));
   StoreStats s = store_->Stats();
@@ -783,7 +784,7 @@ TEST_F(StoreTest, RemoveTakesTheIncrementAndItsDescendantsOnly) {
   const StoreStats before = store_->Stats();
   ASSERT_EQ(before.tensors, 5u);
   Result<RemoveResult> r = store_->Remove("ns", Cat(ab, Gen(9, 3)));  // trailing partial block ignored
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);
   EXPECT_EQ(r->bytes, 6 * kBb);
   StoreStats after = store_->Stats();
@@ -808,12 +809,12 @@ TEST_F(StoreTest, RemoveEndingInsideAnIncrementTakesThatWholeIncrement) {
   Save(a);
   Save(ae);
   Result<RemoveResult> r = store_->Remove("ns", Head(ae, 7 * kBt));  // ends 3 blocks into E
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   EXPECT_EQ(r->bytes, 8 * kBb);
   ExpectStored(ae, 4 * kBt);
   r = store_->Remove("ns", Head(a, 2 * kBt));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   ExpectStored(a, 0);
   EXPECT_EQ(store_->Stats().used_bytes, 0u);
@@ -826,15 +827,15 @@ TEST_F(StoreTest, RemovingOneHalfOfASplitKeepsTheOtherHalfAndTheTensor) {
   Save(q);
   const uint64_t used = store_->Stats().used_bytes;
   Result<RemoveResult> r = store_->Remove("ns", p);  // the lower half of p's tensor
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 1u);
   EXPECT_EQ(r->bytes, 5 * kBb);
   EXPECT_EQ(store_->Stats().used_bytes, used) << "the upper half still points into the tensor";
   ExpectStored(p, 3 * kBt);
   ExpectStored(q, 5 * kBt);
-  ASSERT_TRUE(store_->Remove("ns", q).ok());
+  ASSERT_OK(store_->Remove("ns", q));
   ExpectStored(q, 3 * kBt);
-  ASSERT_TRUE(store_->Remove("ns", Head(p, 3 * kBt)).ok());
+  ASSERT_OK(store_->Remove("ns", Head(p, 3 * kBt)));
   ExpectStored(p, 0);
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.used_bytes, 0u);
@@ -847,11 +848,11 @@ TEST_F(StoreTest, RemovingOneHalfOfASplitKeepsTheOtherHalfAndTheTensor) {
 TEST_F(StoreTest, RemoveOfWhatIsNotStoredIsAnError) {
   Tokens a = Gen(1, 4 * kBt);
   Save(a);
-  EXPECT_EQ(store_->Remove("ns", Gen(2, 4 * kBt)).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->Remove("ns", Cat(a, Gen(3, kBt))).status().code(), Code::kNotFound)
+  EXPECT_ERROR(store_->Remove("ns", Gen(2, 4 * kBt)), Code::kNotFound);
+  EXPECT_ERROR(store_->Remove("ns", Cat(a, Gen(3, kBt))), Code::kNotFound)
       << "a prefix longer than what is stored";
-  EXPECT_EQ(store_->Remove("ns", Head(a, kBt - 1)).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(store_->Remove("ns", {}).status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(store_->Remove("ns", Head(a, kBt - 1)), Code::kInvalidArgument);
+  EXPECT_ERROR(store_->Remove("ns", {}), Code::kInvalidArgument);
   ExpectStored(a, 4 * kBt);
 }
 
@@ -861,18 +862,18 @@ TEST_F(StoreTest, RemoveByKeyTakesTheNamedIncrementAndItsSubtree) {
   Tokens ac = Cat(a, Gen(3, 4 * kBt));
   Tokens acd = Cat(ac, Gen(4, 4 * kBt));
   for (const Tokens* p : {&a, &ab, &ac, &acd}) Save(*p);
-  EXPECT_EQ(store_->RemoveByKey("ns", KeyAt(ac, 5)).status().code(), Code::kNotFound)
+  EXPECT_ERROR(store_->RemoveByKey("ns", KeyAt(ac, 5)), Code::kNotFound)
       << "a key inside an increment names nothing";
-  EXPECT_EQ(store_->RemoveByKey("ns", ChainKey{1, 2}).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->RemoveByKey("ns", ChainKey{1, 2}), Code::kNotFound);
   Result<RemoveResult> r = store_->RemoveByKey("ns", KeyAt(ac, 7));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);
   EXPECT_EQ(r->bytes, 8 * kBb);
   ExpectStored(acd, 4 * kBt);
   ExpectStored(ab, 8 * kBt);
-  EXPECT_EQ(store_->RemoveByKey("ns", KeyAt(ac, 7)).status().code(), Code::kNotFound) << "already gone";
+  EXPECT_ERROR(store_->RemoveByKey("ns", KeyAt(ac, 7)), Code::kNotFound) << "already gone";
   r = store_->RemoveByKey("ns", KeyAt(a, 3));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);
   EXPECT_EQ(store_->Stats().used_bytes, 0u);
   EXPECT_TRUE(Tree().empty());
@@ -884,9 +885,9 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
   Save(a);
   Save(ab);
   Result<PrefixResult> p = store_->Pin("ns", ab, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   const StoreStats before = store_->Stats();
-  ASSERT_TRUE(store_->Remove("ns", a).ok());
+  ASSERT_OK(store_->Remove("ns", a));
   EXPECT_EQ(Matched(ab), 0u) << "removed from the index at once";
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.used_bytes, before.used_bytes) << "pinned bytes are not freed";
@@ -896,7 +897,7 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
   // New saves must not land on the pinned bytes.
   for (int i = 0; i < 50; ++i) Save(Gen(100 + i, 12 * kBt));
   EXPECT_TRUE(Read(p->extents) == Kv(ab, 0, 12 * kBt)) << "pinned bytes were overwritten after removal";
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
   s = store_->Stats();
   EXPECT_EQ(s.pinned_bytes, 0u);
   EXPECT_EQ(s.tensors, 50u);
@@ -905,7 +906,7 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
 }
 
 TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
-  ASSERT_TRUE(store_->CreateNamespace("keep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("keep", SmallLayout(), "", 0, 0, 0755, false));
   Tokens a = Gen(1, 4 * kBt);
   Tokens ab = Cat(a, Gen(2, 3 * kBt));
   Tokens c = Gen(3, 2 * kBt);
@@ -914,18 +915,18 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
   Save(c);
   Save(a, 0, CacheClass::kOwned, "keep");
   Result<PrefixResult> pinned = store_->Pin("ns", ab, kSession);
-  ASSERT_TRUE(pinned.ok());
+  ASSERT_OK(pinned);
   Result<RemoveResult> r = store_->DropNamespace("ns");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 3u);
   EXPECT_EQ(r->bytes, 9 * kBb);
-  EXPECT_EQ(store_->GetNamespace("ns").status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->Lookup("ns", a).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->GetNamespace("ns"), Code::kNotFound);
+  EXPECT_ERROR(store_->Lookup("ns", a), Code::kNotFound);
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.namespaces, 1u);
   EXPECT_EQ(s.tensors, 3u) << "two pinned tensors outlive the namespace, plus keep's";
   EXPECT_TRUE(Read(pinned->extents) == Kv(ab, 0, 7 * kBt));
-  EXPECT_TRUE(store_->Release(pinned->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(pinned->lease_id, kSession));
   s = store_->Stats();
   EXPECT_EQ(s.tensors, 1u);
   EXPECT_EQ(s.used_bytes, 4096u);
@@ -933,7 +934,7 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
   // The name can be used again, with another layout; nothing old is visible.
   Layout other = SmallLayout();
   other.block_tokens = 8;
-  ASSERT_TRUE(store_->CreateNamespace("ns", other, "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("ns", other, "", 0, 0, 0755, false));
   EXPECT_EQ(Matched(ab), 0u);
   EXPECT_EQ(store_->GetNamespace("ns")->bytes, 0u);
   ExpectStatsConsistent();
@@ -942,7 +943,7 @@ TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
 // ------------------------------------------------------------------- counters
 
 TEST_F(StoreTest, CountersAddUp) {
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   Tokens a = Gen(1, 4 * kBt);
   Tokens ab = Cat(a, Gen(2, 2 * kBt));
   Tokens abc = Cat(ab, Gen(3, 3 * kBt));
@@ -999,18 +1000,18 @@ TEST_F(StoreTest, CountersAddUp) {
   count(Head(a, 3), 0);
   Tokens longer = Cat(abc, Gen(9, 2 * kBt + 1));
   auto p = store_->Pin("ns", longer, kSession);
-  ASSERT_TRUE(p.ok());
+  ASSERT_OK(p);
   count(longer, 9 * kBt);
   EXPECT_EQ(store_->Stats().pinned_bytes, 3 * 4096u);
   EXPECT_EQ(store_->Stats().active_leases, 1u);
   auto miss = store_->Pin("ns", Gen(10, 4 * kBt), kSession);
-  ASSERT_TRUE(miss.ok());
+  ASSERT_OK(miss);
   count(Gen(10, 4 * kBt), 0);
   std::vector<uint8_t> buf(6 * kBb);
   auto n = store_->LoadCopy("ns", ab, buf.data(), buf.size());
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   count(ab, 6 * kBt);
-  EXPECT_TRUE(store_->Release(p->lease_id, kSession).ok());
+  EXPECT_OK(store_->Release(p->lease_id, kSession));
   StoreStats s1 = store_->Stats();
   EXPECT_EQ(s1.hits - s0.hits, hits);
   EXPECT_EQ(s1.misses - s0.misses, misses);
@@ -1023,8 +1024,8 @@ TEST_F(StoreTest, CountersAddUp) {
   EXPECT_EQ(s1.evictions, 0u);
   EXPECT_EQ(s1.evicted_bytes, 0u);
   // Removal gives the bytes back.
-  ASSERT_TRUE(store_->DropNamespace("rep").ok());
-  ASSERT_TRUE(store_->Remove("ns", a).ok());
+  ASSERT_OK(store_->DropNamespace("rep"));
+  ASSERT_OK(store_->Remove("ns", a));
   StoreStats s2 = store_->Stats();
   EXPECT_EQ(s2.used_bytes, 0u);
   EXPECT_EQ(s2.owned_bytes, 0u);
@@ -1055,9 +1056,9 @@ class StoreEvictionTest : public StoreTest {
   void Hit(const Tokens& t, int times) {
     for (int i = 0; i < times; ++i) {
       auto p = store_->Pin("ns", t, kSession);
-      ASSERT_TRUE(p.ok());
+      ASSERT_OK(p);
       ASSERT_GT(p->matched_tokens, 0u);
-      ASSERT_TRUE(store_->Release(p->lease_id, kSession).ok());
+      ASSERT_OK(store_->Release(p->lease_id, kSession));
     }
   }
   bool Present(const Tokens& t) { return Matched(t) == t.size() / kBt * kBt; }
@@ -1121,15 +1122,15 @@ TEST_F(StoreEvictionTest, LaterTokensAreWorthMoreThanEarlierOnes) {
 TEST_F(StoreEvictionTest, ReplicasGoBeforeOwnedEvenWhenHotter) {
   replica_share_ = 0.5;
   Reopen(Options());
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   std::vector<Tokens> replicas;
   for (uint64_t i = 0; i < 8; ++i) {
     replicas.push_back(Prompt(500 + i));
     Save(replicas.back(), 0, CacheClass::kReplica, "rep");
     for (int h = 0; h < 5; ++h) {
       auto p = store_->Pin("rep", replicas.back(), kSession);
-      ASSERT_TRUE(p.ok());
-      ASSERT_TRUE(store_->Release(p->lease_id, kSession).ok());
+      ASSERT_OK(p);
+      ASSERT_OK(store_->Release(p->lease_id, kSession));
     }
   }
   for (uint64_t i = 0; i < 56; ++i) Save(Prompt(i));
@@ -1150,7 +1151,7 @@ TEST_F(StoreEvictionTest, ReplicasGoBeforeOwnedEvenWhenHotter) {
 TEST_F(StoreEvictionTest, ReplicaShareIsRespected) {
   replica_share_ = 0.25;  // 256 KiB: 16 prompts
   Reopen(Options());
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   for (uint64_t i = 0; i < 8; ++i) Save(Prompt(i));  // owned, cold
   for (uint64_t i = 0; i < 40; ++i) {
     Save(Prompt(600 + i), 0, CacheClass::kReplica, "rep");
@@ -1170,7 +1171,7 @@ TEST_F(StoreEvictionTest, ReplicaShareIsRespected) {
   for (uint64_t i = 32; i < 40; ++i) EXPECT_EQ(Matched(Prompt(600 + i), "rep"), kPromptBlocks * kBt);
   // A replica larger than the share cannot be stored at all.
   Result<SaveResult> big = TrySave("rep", Prompt(700, 257), 0, CacheClass::kReplica);
-  EXPECT_EQ(big.status().code(), Code::kResourceExhausted);
+  EXPECT_ERROR(big, Code::kResourceExhausted);
   EXPECT_NE(big.status().message().find("replica share"), std::string::npos) << big.status().ToString();
   // Owned saves may use the rest of the arena.
   for (uint64_t i = 8; i < 48; ++i) Save(Prompt(i));
@@ -1182,10 +1183,10 @@ TEST_F(StoreEvictionTest, ReplicaShareIsRespected) {
 TEST_F(StoreEvictionTest, ReplicasNeverEvictOwnedData) {
   replica_share_ = 1.0;
   Reopen(Options());
-  ASSERT_TRUE(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false).ok());
+  ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
   for (uint64_t i = 0; i < 64; ++i) Save(Prompt(i));
   Result<SaveResult> r = TrySave("rep", Prompt(900), 0, CacheClass::kReplica);
-  EXPECT_EQ(r.status().code(), Code::kResourceExhausted) << r.status().ToString();
+  EXPECT_ERROR(r, Code::kResourceExhausted);
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.evictions, 0u);
   EXPECT_EQ(s.owned_bytes, kMiB);
@@ -1257,9 +1258,9 @@ TEST_F(StoreEvictionTest, EachEvictionTakesExactlyOneLeafTensor) {
     Tokens t = chain(f, depth, variant);
     if (rng() % 3 == 0) {
       auto p = store_->Pin("ns", t, kSession);
-      ASSERT_TRUE(p.ok());
+      ASSERT_OK(p);
       if (p->lease_id != 0) {
-        ASSERT_TRUE(store_->Release(p->lease_id, kSession).ok());
+        ASSERT_OK(store_->Release(p->lease_id, kSession));
       }
       continue;
     }
@@ -1292,7 +1293,7 @@ TEST_F(StoreEvictionTest, PinnedDataIsNeverEvictedAndStaysByteExact) {
     pinned_prompts.push_back(Prompt(i));
     Save(pinned_prompts.back());
     auto p = store_->Pin("ns", pinned_prompts.back(), kSession);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     pins.push_back(*p);
   }
   const uint64_t pinned = store_->Stats().pinned_bytes;
@@ -1325,12 +1326,12 @@ TEST_F(StoreEvictionTest, AnArenaFullOfPinnedDataIsResourceExhaustedAndLosesNoth
   }
   for (uint64_t i = 0; i < 60; ++i) {
     auto p = store_->Pin("ns", prompts[i], kSession);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     pins.push_back(*p);
   }
   // 128 KiB cannot fit next to 960 KiB of pinned data: refused up front.
   Result<SaveResult> big = TrySave("ns", Prompt(100, 128));
-  ASSERT_EQ(big.status().code(), Code::kResourceExhausted);
+  ASSERT_ERROR(big, Code::kResourceExhausted);
   const std::string msg = big.status().message();
   EXPECT_NE(msg.find("pinned"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(128 * kBb)), std::string::npos) << "the message names the size asked for: " << msg;
@@ -1346,7 +1347,7 @@ TEST_F(StoreEvictionTest, AnArenaFullOfPinnedDataIsResourceExhaustedAndLosesNoth
   EXPECT_EQ(s.used_bytes, kMiB);
   // Now nothing at all is evictable but the new prompt.
   Result<SaveResult> more = TrySave("ns", Prompt(102, 80));
-  EXPECT_EQ(more.status().code(), Code::kResourceExhausted) << more.status().ToString();
+  EXPECT_ERROR(more, Code::kResourceExhausted);
   for (size_t i = 0; i < pins.size(); ++i) {
     EXPECT_TRUE(Present(prompts[i]));
     EXPECT_TRUE(Read(pins[i].extents) == Kv(prompts[i], 0, kPromptBlocks * kBt)) << "pinned prompt " << i;
@@ -1368,11 +1369,11 @@ TEST_F(StoreEvictionTest, FragmentedByPinsIsResourceExhaustedWithAClearMessage) 
   std::vector<PrefixResult> pins;
   for (uint64_t i = 0; i < 64; i += 2) {  // every other prompt: 16 KiB holes at most
     auto p = store_->Pin("ns", prompts[i], kSession);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     pins.push_back(*p);
   }
   Result<SaveResult> r = TrySave("ns", Prompt(100, 32));  // 32 KiB: no hole is that large
-  ASSERT_EQ(r.status().code(), Code::kResourceExhausted);
+  ASSERT_ERROR(r, Code::kResourceExhausted);
   EXPECT_NE(r.status().message().find("largest free extent"), std::string::npos) << r.status().ToString();
   for (size_t i = 0; i < pins.size(); ++i) {
     EXPECT_TRUE(Present(prompts[2 * i]));

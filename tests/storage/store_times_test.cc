@@ -13,6 +13,7 @@
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage {
 namespace {
@@ -41,20 +42,20 @@ class StoreTimesTest : public ::testing::Test {
       o.ssd.background_compaction = false;
     }
     auto s = Store::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     store_ = std::move(*s);
     if (!store_->GetNamespace("m").ok()) {
-      ASSERT_TRUE(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false).ok());
+      ASSERT_OK(store_->CreateNamespace("m", SmallLayout(), "", 0, 0, 0755, false));
     }
   }
   void Save(const Tokens& t) {
     std::vector<uint8_t> kv = Kv(t, 0, t.size());
-    ASSERT_TRUE(store_->Save("m", t, kv.data(), kv.size(), 0).ok());
+    ASSERT_OK(store_->Save("m", t, kv.data(), kv.size(), 0));
   }
   // The increment that ends at token `end`.
   PrefixNodeInfo At(uint64_t end) {
     auto tree = store_->ListTree("m", ChainKey{}, true);
-    EXPECT_TRUE(tree.ok());
+    EXPECT_OK(tree);
     for (const auto& n : *tree) {
       if (n.start_token + n.tokens == end) return n;
     }
@@ -94,16 +95,16 @@ TEST_F(StoreTimesTest, UsesMoveAtimeAndListingsDoNot) {
   const Times a0 = TimesAt(32), b0 = TimesAt(48);
   Tick();
   // Listings, increment info, the cluster's probes and a miss are no use.
-  ASSERT_TRUE(store_->ListTree("m", ChainKey{}, true).ok());
-  ASSERT_TRUE(store_->Increment("m", At(48).key, false, false, kSession).ok());
-  ASSERT_TRUE(store_->Resolve("m", b).ok());
-  ASSERT_TRUE(store_->Holds("m", b, 0).ok());
-  ASSERT_TRUE(store_->Lookup("m", Gen(4, 32)).ok());
+  ASSERT_OK(store_->ListTree("m", ChainKey{}, true));
+  ASSERT_OK(store_->Increment("m", At(48).key, false, false, kSession));
+  ASSERT_OK(store_->Resolve("m", b));
+  ASSERT_OK(store_->Holds("m", b, 0));
+  ASSERT_OK(store_->Lookup("m", Gen(4, 32)));
   EXPECT_EQ(TimesAt(32), a0);
   EXPECT_EQ(TimesAt(48), b0);
 
   // A lookup of a uses a only.
-  ASSERT_TRUE(store_->Lookup("m", a).ok());
+  ASSERT_OK(store_->Lookup("m", a));
   const Times a1 = TimesAt(32);
   EXPECT_GT(a1.atime_ns, a0.atime_ns);
   EXPECT_EQ(a1.mtime_ns, a0.mtime_ns);
@@ -124,8 +125,8 @@ TEST_F(StoreTimesTest, UsesMoveAtimeAndListingsDoNot) {
   };
   Tick();
   auto pin = store_->Pin("m", b, kSession);
-  ASSERT_TRUE(pin.ok());
-  ASSERT_TRUE(store_->Release(pin->lease_id, kSession).ok());
+  ASSERT_OK(pin);
+  ASSERT_OK(store_->Release(pin->lease_id, kSession));
   expect_both_used("pin");
   Tick();
   std::vector<uint8_t> dst(48 * kBpt);
@@ -133,13 +134,13 @@ TEST_F(StoreTimesTest, UsesMoveAtimeAndListingsDoNot) {
   expect_both_used("load");
   Tick();
   auto inc = store_->Increment("m", At(48).key, true, false, kSession);
-  ASSERT_TRUE(inc.ok());
-  ASSERT_TRUE(store_->Release(inc->lease_id, kSession).ok());
+  ASSERT_OK(inc);
+  ASSERT_OK(store_->Release(inc->lease_id, kSession));
   expect_both_used("pin of an increment (a kv file opened on the mount)");
   Tick();
   auto held = store_->PinHeld("m", b, 8, kSession);
-  ASSERT_TRUE(held.ok());
-  ASSERT_TRUE(store_->Release(held->lease_id, kSession).ok());
+  ASSERT_OK(held);
+  ASSERT_OK(store_->Release(held->lease_id, kSession));
   expect_both_used("a peer's fetch");
   // A save of the same prompt again uses what it matched.
   Tick();
@@ -174,19 +175,19 @@ TEST_F(StoreTimesTest, SetTimesSetsAtimeAndMtimeAndALaterAtimeReachesTheAncestor
   const PrefixNodeInfo an = At(32), bn = At(48);
   const uint64_t hour_ago = WallClockNs() - 3600ull * 1000000000;
   // Older times on both (deepest first): each keeps its own.
-  ASSERT_TRUE(store_->SetTimes("m", bn.key, hour_ago, hour_ago).ok());
+  ASSERT_OK(store_->SetTimes("m", bn.key, hour_ago, hour_ago));
   auto set = store_->SetTimes("m", an.key, hour_ago - 5, 0);
-  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_OK(set);
   EXPECT_EQ(set->times.atime_ns, hour_ago - 5);
   EXPECT_EQ(set->times.mtime_ns, an.times.mtime_ns) << "0 leaves mtime as it was";
   EXPECT_GE(set->times.ctime_ns, an.times.ctime_ns);
   EXPECT_EQ(TimesAt(48).atime_ns, hour_ago);
   EXPECT_EQ(TimesAt(48).mtime_ns, hour_ago);
   // A later atime on b is a use of its prefix: a gets it too.
-  ASSERT_TRUE(store_->SetTimes("m", bn.key, hour_ago + 7, 0).ok());
+  ASSERT_OK(store_->SetTimes("m", bn.key, hour_ago + 7, 0));
   EXPECT_EQ(TimesAt(32).atime_ns, hour_ago + 7);
-  EXPECT_EQ(store_->SetTimes("m", ChainKey{1, 2}, 1, 0).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->SetTimes("nope", bn.key, 1, 0).status().code(), Code::kNotFound);
+  EXPECT_ERROR(store_->SetTimes("m", ChainKey{1, 2}, 1, 0), Code::kNotFound);
+  EXPECT_ERROR(store_->SetTimes("nope", bn.key, 1, 0), Code::kNotFound);
 }
 
 TEST_F(StoreTimesTest, TimesSurviveARestartWithTheSsdTier) {
@@ -195,14 +196,14 @@ TEST_F(StoreTimesTest, TimesSurviveARestartWithTheSsdTier) {
   Tokens b = Cat(a, Gen(10, 16));
   Save(a);
   Save(b);
-  ASSERT_TRUE(store_->PersistAll().ok());
+  ASSERT_OK(store_->PersistAll());
   ASSERT_EQ(store_->Stats().ssd_tensors, 2u);  // both on SSD, with the times they had
   const uint64_t t0 = WallClockNs() - 7200ull * 1000000000;
   // Changed after the records were written: SyncTimes writes them.
-  ASSERT_TRUE(store_->SetTimes("m", At(48).key, t0, t0).ok());
-  ASSERT_TRUE(store_->SetTimes("m", At(32).key, t0 - 1, t0 - 2).ok());
+  ASSERT_OK(store_->SetTimes("m", At(48).key, t0, t0));
+  ASSERT_OK(store_->SetTimes("m", At(32).key, t0 - 1, t0 - 2));
   Tick();
-  ASSERT_TRUE(store_->Lookup("m", a).ok());  // a used now
+  ASSERT_OK(store_->Lookup("m", a));  // a used now
   const Times a1 = TimesAt(32), b1 = TimesAt(48);
   EXPECT_EQ(store_->SyncTimes(), 2u);
   EXPECT_EQ(store_->SyncTimes(), 0u) << "nothing changed since";

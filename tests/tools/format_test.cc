@@ -11,6 +11,7 @@
 #include "tools/commands.h"
 #include "tools/quota.h"
 #include "tools/transfer.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore::tools {
 namespace {
@@ -597,18 +598,18 @@ TEST(ToolsFormat, IncrementReportJson) {
 TEST(ToolsFormat, LsTargetParses) {
   std::string hex = K(0x1234).ToHex();
   auto a = ParseLsTarget("mistral-7b");
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   EXPECT_EQ(a->ns, "mistral-7b");
   EXPECT_FALSE(a->has_key);
   auto b = ParseLsTarget("mistral-7b/");
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   EXPECT_FALSE(b->has_key);
   auto c = ParseLsTarget("m/" + hex);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_TRUE(c->has_key);
   EXPECT_EQ(c->key, K(0x1234));
   auto d = ParseLsTarget("m/" + hex + "/");
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->key, K(0x1234));
 }
 
@@ -619,7 +620,7 @@ TEST(ToolsFormat, LsTargetRejects) {
     auto r = ParseLsTarget(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
-      EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+      EXPECT_ERROR(r, Code::kInvalidArgument) << bad;
     }
   }
 }
@@ -637,20 +638,20 @@ TEST(ToolsTransfer, TokensFormatNames) {
 TEST(ToolsTransfer, RawTokensAreLittleEndianUint32) {
   const std::string bytes("\x01\x00\x00\x00\xff\xff\xff\xff\x00\x01\x02\x03", 12);
   auto t = ParseTokens(bytes, TokensFormat::kRaw);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_OK(t);
   EXPECT_EQ(*t, (std::vector<uint32_t>{1, 0xffffffffu, 0x03020100u}));
   EXPECT_EQ(FormatTokens(*t, TokensFormat::kRaw), bytes);
   EXPECT_TRUE(ParseTokens("", TokensFormat::kRaw)->empty());
   auto odd = ParseTokens(std::string(7, 'x'), TokensFormat::kRaw);
   ASSERT_FALSE(odd.ok());
-  EXPECT_EQ(odd.status().code(), Code::kInvalidArgument);
+  EXPECT_ERROR(odd, Code::kInvalidArgument);
   EXPECT_NE(odd.status().message().find("holds 7 bytes, not a whole number of 4-byte token ids"), std::string::npos)
       << odd.status().message();
 }
 
 TEST(ToolsTransfer, TextTokensAreWhitespaceSeparatedDecimals) {
   auto t = ParseTokens("  1 22\t333\r\n4294967295\n\n0\n", TokensFormat::kText);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_OK(t);
   EXPECT_EQ(*t, (std::vector<uint32_t>{1, 22, 333, 4294967295u, 0}));
   EXPECT_EQ(FormatTokens(*t, TokensFormat::kText), "1\n22\n333\n4294967295\n0\n");
   EXPECT_TRUE(ParseTokens(" \n\t", TokensFormat::kText)->empty());
@@ -676,7 +677,7 @@ TEST(ToolsTransfer, TextTokenErrorsNameTheLineAndWord) {
        }) {
     auto r = ParseTokens(c.text, TokensFormat::kText);
     ASSERT_FALSE(r.ok()) << c.text;
-    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_ERROR(r, Code::kInvalidArgument);
     EXPECT_EQ(r.status().message(), c.message) << c.text;
   }
   // A long word is cut in the message.
@@ -690,17 +691,17 @@ TEST(ToolsTransfer, WholeFilesReadAndWritten) {
   const std::string path = dir.Join("f");
   std::string data(300000, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31);
-  ASSERT_TRUE(WriteWholeFile(path, data.data(), data.size()).ok());
+  ASSERT_OK(WriteWholeFile(path, data.data(), data.size()));
   EXPECT_EQ(*ReadWholeFile(path), data);
   // Truncated by the next write.
-  ASSERT_TRUE(WriteWholeFile(path, "ab", 2).ok());
+  ASSERT_OK(WriteWholeFile(path, "ab", 2));
   EXPECT_EQ(*ReadWholeFile(path), "ab");
-  ASSERT_TRUE(WriteWholeFile(path, nullptr, 0).ok());
+  ASSERT_OK(WriteWholeFile(path, nullptr, 0));
   EXPECT_EQ(*ReadWholeFile(path), "");
 
   auto missing = ReadWholeFile(dir.Join("nope"));
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_ERROR(missing, Code::kNotFound);
   EXPECT_EQ(missing.status().message(), "cannot open '" + dir.Join("nope") + "': No such file or directory");
   auto a_dir = ReadWholeFile(dir.path());
   ASSERT_FALSE(a_dir.ok());

@@ -20,6 +20,7 @@
 #include "tests/testing/daemon.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/segment_files.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -77,13 +78,13 @@ class FsckTest : public ::testing::Test {
     o.compress = compress;
     o.sync = storage::SsdOptions::Sync::kNone;
     auto t = storage::SsdTier::Open(storage::Env::Default(), o, 3);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_OK(t);
     tier_ = std::move(*t);
   }
   SsdLocation Append(storage::RecordHeader h, uint32_t salt, bool compressible) {
     std::vector<uint8_t> payload = TestPayload(h.tokens.size() * h.layout.BytesPerToken(), salt, compressible);
     auto loc = tier_->Append(std::move(h), payload);
-    EXPECT_TRUE(loc.ok()) << loc.status().ToString();
+    EXPECT_OK(loc);
     return loc.ok() ? *loc : SsdLocation{};
   }
 
@@ -102,8 +103,8 @@ class FsckTest : public ::testing::Test {
     t5_ = Append(TensorRecord("m", 1, 5, 0, 16), 5, false);
     ns_other_ = Append(NamespaceRecord("other", 6), 0, false);
     t7_ = Append(TensorRecord("other", 6, 7, 0, 1040), 7, false);
-    ASSERT_TRUE(tier_->SetLiveTokens(t4_, 16).ok());
-    ASSERT_TRUE(tier_->SetLiveTokens(t5_, 0).ok());
+    ASSERT_OK(tier_->SetLiveTokens(t4_, 16));
+    ASSERT_OK(tier_->SetLiveTokens(t5_, 0));
     tier_.reset();
     ASSERT_TRUE(t2_.flags & storage::kRecordCompressed);
     ASSERT_FALSE(t3_.flags & storage::kRecordCompressed);
@@ -116,7 +117,7 @@ class FsckTest : public ::testing::Test {
   uint64_t Seed(uint64_t segment) const {
     auto h = storage::DecodeSegmentHeader(
         testing::ReadAt(dir_ + "/" + storage::SegmentFileName(segment), 0, storage::kSegmentHeaderBytes));
-    EXPECT_TRUE(h.ok());
+    EXPECT_OK(h);
     return h.ok() ? h->seed : 0;
   }
 
@@ -258,7 +259,7 @@ TEST_F(FsckTest, GroupedRecordsAreReadAndShowTheirLayout) {
   const Layout grouped = Layout::FromGroups(
       {LayoutGroup::Full(2, 2, 64, DType::kBF16), LayoutGroup::Latent(3, 40, DType::kFP16), LayoutGroup::State(2, 1000)},
       16);
-  ASSERT_TRUE(grouped.Validate().ok());
+  ASSERT_OK(grouped.Validate());
   OpenTier(/*compress=*/true);
   storage::RecordHeader ns = NamespaceRecord("hybrid", 1);
   ns.layout = grouped;
@@ -354,7 +355,7 @@ TEST_F(FsckTest, CompressedPayloadThatDoesNotDecompress) {
   ASSERT_EQ(stored.size(), t2_.stored_bytes);
   stored[8] ^= 0x40;  // raw_bytes
   auto h = storage::DecodeRecordHeader(testing::ReadAt(path, t2_.offset, t2_.header_bytes), seed);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   h->payload_checksum = storage::PayloadChecksum(stored, seed);
   testing::WriteAt(path, t2_.offset + t2_.header_bytes, stored);
   testing::WriteAt(path, t2_.offset, storage::EncodeRecordHeader(*h, seed));
@@ -523,22 +524,22 @@ TEST(FsckLiveTest, DirectoryOfARunningServer) {
   testing::Daemon::Options o;
   o.arena_size = "1MiB";
   o.extra_args = {"--ssd-dir", ssd, "--ssd-capacity", "64MiB"};
-  ASSERT_TRUE(daemon.Start(o).ok()) << daemon.ReadLog();
+  ASSERT_OK(daemon.Start(o)) << daemon.ReadLog();
   ClientOptions co;
   co.socket_path = daemon.socket_path();
   auto c = Client::Connect(co);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_TRUE((*c)->CreateNamespace("live-ns", testing::SegmentTestLayout(), "", 0750).ok());
+  ASSERT_OK(c);
+  ASSERT_OK((*c)->CreateNamespace("live-ns", testing::SegmentTestLayout(), "", 0750));
   // 48 prompts of 64 KiB through a 1 MiB arena: most of them spill.
   for (uint32_t p = 0; p < 48; ++p) {
     std::vector<uint32_t> tokens(64);
     for (uint32_t i = 0; i < 64; ++i) tokens[i] = p * 1000 + i;
     std::vector<uint8_t> kv = TestPayload(64 * 1024, p, true);
     auto r = (*c)->Save("live-ns", tokens, kv.data(), kv.size());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
   }
   auto stats = (*c)->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_GT(stats->ssd_spills, 0u);
 
   ToolRun r = RunFsck({"--json", ssd});
@@ -555,7 +556,7 @@ TEST(FsckLiveTest, DirectoryOfARunningServer) {
   EXPECT_TRUE(found) << j.dump(2);
   EXPECT_GE(j["summary"]["tensors"].get<uint64_t>(), stats->ssd_tensors > 0 ? 1u : 0u);
   // The server is unharmed.
-  EXPECT_TRUE((*c)->Stats().ok());
+  EXPECT_OK((*c)->Stats());
   c->reset();
   EXPECT_EQ(daemon.Stop(), 0) << daemon.ReadLog();
   std::filesystem::remove_all(ssd);

@@ -20,6 +20,7 @@
 #include "tests/testing/run_tool.h"
 #include "tests/testing/segment_files.h"
 #include "tools/format.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -47,12 +48,12 @@ const std::string kStat = PTSTORE_STAT_PATH;
 class ToolsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(daemon_.Start().ok());
+    ASSERT_OK(daemon_.Start());
     auto c = testing::ConnectTo(daemon_.socket_path());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     client_ = std::move(*c);
-    ASSERT_TRUE(client_->CreateNamespace(kNs, SegmentTestLayout(), "", 0750).ok());
-    ASSERT_TRUE(client_->CreateNamespace("empty-ns", MistralLayout(), "salt", 0700).ok());
+    ASSERT_OK(client_->CreateNamespace(kNs, SegmentTestLayout(), "", 0750));
+    ASSERT_OK(client_->CreateNamespace("empty-ns", MistralLayout(), "salt", 0700));
     // A: 64 tokens (4 blocks).            root ── [0,32) ── [32,64)  (A)
     // B: A's first 32 tokens, then 48     │              └── [32,80) (B)
     //    others: splits A's increment.    └── [0,32)             (C, other tokens)
@@ -62,7 +63,7 @@ class ToolsTest : public ::testing::Test {
     auto save = [&](const std::vector<uint32_t>& t) {
       std::vector<uint8_t> kv(t.size() / 16 * 16 * bpt, 0x5a);
       auto r = client_->Save(kNs, t, kv.data(), kv.size());
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
     };
     a_ = Tokens(1000, 64);
     b_ = Tokens(1000, 32);
@@ -79,8 +80,8 @@ class ToolsTest : public ::testing::Test {
     save(a_);  // all present: dedup
     // Loads make hits (and one miss).
     std::vector<uint8_t> dst(d_.size() * bpt);
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Load(kNs, d_, dst.data(), dst.size()).ok());
-    ASSERT_TRUE(client_->Load(kNs, b_, dst.data(), dst.size()).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_OK(client_->Load(kNs, d_, dst.data(), dst.size()));
+    ASSERT_OK(client_->Load(kNs, b_, dst.data(), dst.size()));
     ASSERT_EQ(*client_->Load(kNs, Tokens(123456, 32), dst.data(), dst.size()), 0u);
   }
 
@@ -95,7 +96,7 @@ class ToolsTest : public ::testing::Test {
   }
   std::vector<PrefixNodeInfo> Tree(const ChainKey& parent = {}, bool recursive = false) {
     auto r = client_->ListTree(kNs, parent, recursive);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : std::vector<PrefixNodeInfo>{};
   }
 
@@ -179,10 +180,10 @@ TEST_F(ToolsTest, GroupedLayoutsInLsAndStat) {
       {LayoutGroup::Full(2, 2, 64, DType::kBF16), LayoutGroup::Window(2, 2, 64, DType::kBF16, 64),
        LayoutGroup::Latent(3, 40, DType::kFP16), LayoutGroup::State(2, 1000)},
       16);
-  ASSERT_TRUE(grouped.Validate().ok());
-  ASSERT_TRUE(client_->CreateNamespace("hybrid", grouped, "", 0700).ok());
+  ASSERT_OK(grouped.Validate());
+  ASSERT_OK(client_->CreateNamespace("hybrid", grouped, "", 0700));
   std::vector<uint8_t> kv(2 * grouped.BytesPerBlock(), 0x33);
-  ASSERT_TRUE(client_->Save("hybrid", Tokens(100, 32), kv.data(), kv.size()).ok());
+  ASSERT_OK(client_->Save("hybrid", Tokens(100, 32), kv.data(), kv.size()));
 
   ToolRun r = Ls({"-l"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -300,10 +301,10 @@ TEST_F(ToolsTest, SortsAndFiltersByTime) {
     return ChainKey{};
   };
   const ChainKey c = key_of(c_), b = key_of(b_), d = key_of(d_);
-  ASSERT_TRUE(client_->SetTimes(kNs, c, now - 3 * hour, now - 3 * hour).ok());
-  ASSERT_TRUE(client_->SetTimes(kNs, b, now - 2 * hour, 0).ok());
+  ASSERT_OK(client_->SetTimes(kNs, c, now - 3 * hour, now - 3 * hour));
+  ASSERT_OK(client_->SetTimes(kNs, b, now - 2 * hour, 0));
   std::vector<uint8_t> dst(d_.size() * SegmentTestLayout().BytesPerToken());
-  ASSERT_TRUE(client_->Load(kNs, d_, dst.data(), dst.size()).ok());  // A's prefix and D: used now
+  ASSERT_OK(client_->Load(kNs, d_, dst.data(), dst.size()));  // A's prefix and D: used now
 
   // --unused-for: what no one used for that long; with -R the top of each cold subtree.
   ToolRun r = Ls({"-R", "--unused-for", "90m", kNs});
@@ -553,7 +554,7 @@ TEST_F(ToolsTest, StatOfAKey) {
   auto leaf = std::find_if(all.begin(), all.end(), [](const PrefixNodeInfo& n) { return n.start_token == 64; });
   ASSERT_NE(leaf, all.end());
   auto want = client_->GetIncrement(kNs, leaf->key);
-  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  ASSERT_OK(want);
   ASSERT_EQ(want->tokens, Tokens(7000, 16));
 
   ToolRun r = Stat({"--json", kNs, "--key", leaf->key.ToHex()});
@@ -674,19 +675,19 @@ TEST(ToolsSsdTest, TiersAndSsdCounters) {
   testing::Daemon::Options o;
   o.arena_size = "1MiB";
   o.extra_args = {"--ssd-dir", ssd, "--ssd-capacity", "64MiB", "--ssd-compress"};
-  ASSERT_TRUE(daemon.Start(o).ok()) << daemon.ReadLog();
+  ASSERT_OK(daemon.Start(o)) << daemon.ReadLog();
   ClientOptions co;
   co.socket_path = daemon.socket_path();
   auto c = Client::Connect(co);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   Client& client = **c;
-  ASSERT_TRUE(client.CreateNamespace(kNs, SegmentTestLayout(), "", 0750).ok());
+  ASSERT_OK(client.CreateNamespace(kNs, SegmentTestLayout(), "", 0750));
   // 32 prompts of 64 tokens (64 KiB each, compressible) through 1 MiB.
   for (uint32_t p = 0; p < 32; ++p) {
     std::vector<uint8_t> kv(64 * SegmentTestLayout().BytesPerToken());
     for (size_t i = 0; i < kv.size(); ++i) kv[i] = (i % 2) ? 0x3f : static_cast<uint8_t>((i * 7 + p) & 0x0f);
     auto r = client.Save(kNs, Tokens(p * 1000, 64), kv.data(), kv.size());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
   }
   auto want = *client.Stats();
   ASSERT_GT(want.ssd_spills, 0u);

@@ -18,6 +18,7 @@
 #include "tests/testing/daemon.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
@@ -74,11 +75,11 @@ bool Exists(const std::string& path) {
 class PutGetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(daemon_.Start().ok());
+    ASSERT_OK(daemon_.Start());
     auto c = testing::ConnectTo(daemon_.socket_path());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     client_ = std::move(*c);
-    ASSERT_TRUE(client_->CreateNamespace(kNs, TestLayout()).ok());
+    ASSERT_OK(client_->CreateNamespace(kNs, TestLayout()));
   }
 
   ToolRun Put(std::vector<std::string> args) {
@@ -94,7 +95,7 @@ class PutGetTest : public ::testing::Test {
   std::string Stored(const std::string& ns, const std::vector<uint32_t>& tokens) {
     std::string dst(tokens.size() * kBpt, '\0');
     auto n = client_->Load(ns, tokens, dst.data(), dst.size());
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_OK(n);
     dst.resize(n.ok() ? *n * kBpt : 0);
     return dst;
   }
@@ -215,7 +216,7 @@ TEST_F(PutGetTest, CreateTheNamespaceFirst) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "new-ns: matched 0 tokens, stored 12 tokens (768 B new)\n");
   auto info = client_->GetNamespace("new-ns");
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_OK(info);
   EXPECT_EQ(info->layout, *Layout::Parse(layout));
   EXPECT_EQ(info->mode, 0750u);
   EXPECT_EQ(info->bytes, 12u * 64);
@@ -268,7 +269,7 @@ TEST_F(PutGetTest, CreateANamespaceOfAGroupedLayout) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "hybrid: matched 0 tokens, stored 12 tokens (960 B new)\n");
   auto info = client_->GetNamespace("hybrid");
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_OK(info);
   EXPECT_EQ(info->layout, *Layout::Parse(layout));
   EXPECT_TRUE(info->layout.grouped());
   r = Get({"hybrid", "--tokens", F("t.bin"), "-o", F("out.kv")});
@@ -484,7 +485,7 @@ TEST_F(PutGetTest, ExportAnIncrementByKey) {
 
   // What was exported goes into another namespace as it is, and comes back
   // out the same.
-  ASSERT_TRUE(client_->CreateNamespace("copy", TestLayout()).ok());
+  ASSERT_OK(client_->CreateNamespace("copy", TestLayout()));
   r = Put({"copy", "--tokens", F("whole.tok"), "--kv", F("whole.kv")});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(Stored("copy", c), kv_c);
