@@ -754,6 +754,17 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
   return PinImpl(ns_name, tokens, session, lease_ms, 0, /*fetch_remote=*/true, /*count=*/true);
 }
 
+std::vector<Tensor*> Store::PinDramPathLocked(const Match& m) {
+  std::vector<Tensor*> present;
+  // (Transient fetched tensors are in no eviction queue: they stay.)
+  for (const MatchStep& st : m.path) {
+    Tensor* t = st.node->tensor;
+    if (t->in_dram && !t->transient && (present.empty() || present.back() != t)) present.push_back(t);
+  }
+  for (Tensor* t : present) PinLocked(t);
+  return present;
+}
+
 Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
                                     uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count) {
   std::unique_lock lk(mu_);
@@ -810,8 +821,16 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
       // always does, a fetch at its deadline), then it is in DRAM or back
       // on SSD. Every I/O that ends wakes us; counting those as rounds made
       // a load that waited on another load's fill of its prefix, while
-      // other tensors spilled, give up and miss a stored prefix.
+      // other tensors spilled, give up and miss a stored prefix. What the
+      // path has in DRAM stays pinned while we wait: unpinned, a tensor
+      // this pin had just filled was evicted by the saves meanwhile, filled
+      // again in the next round, evicted in the next wait, ... until the
+      // rounds ran out and a stored prefix missed (issue 15's lost hit).
+      // Waiting with pins cannot deadlock: an allocation never waits for
+      // a pin to go (it fails, and that fill's waiters wake).
+      std::vector<Tensor*> held = PinDramPathLocked(m);
       io_done_.wait(lk);
+      for (Tensor* t : held) UnpinLocked(t);
       continue;
     }
     if (round >= kFillRounds || (from_ssd.empty() && from_peers.empty())) {
@@ -828,13 +847,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
       break;
     }
     // Keep the DRAM part of the path while the rest is read.
-    std::vector<Tensor*> present;
-    // (Transient fetched tensors are in no eviction queue: they stay.)
-    for (const MatchStep& st : m.path) {
-      Tensor* t = st.node->tensor;
-      if (t->in_dram && !t->transient && (present.empty() || present.back() != t)) present.push_back(t);
-    }
-    for (Tensor* t : present) PinLocked(t);
+    std::vector<Tensor*> present = PinDramPathLocked(m);
     // The structs of the remote ones outlive every unlock below (the SSD
     // fill first, then the fetch): a removal from another node meanwhile
     // takes them out of the index (the fetch then skips them) but must not

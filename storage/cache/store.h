@@ -478,6 +478,11 @@ class Store {
   // Raises the priority of every ancestor tensor of `node` to at least `p`.
   void PropagateLocked(RadixNode* node, double p);
   void PinLocked(Tensor* t);
+  // Pins each tensor of `m`'s path that is in DRAM (once; not transient
+  // ones, which no eviction takes) and returns them, for the caller to
+  // unpin: they stay in DRAM while the lock is released (a fill, a fetch,
+  // a wait for another's I/O).
+  std::vector<Tensor*> PinDramPathLocked(const Match& m);
   PrefixNodeInfo NodeInfoLocked(const RadixNode* n, uint32_t block_tokens) const;
   // Pin with its cluster options: only blocks from `from_block` must be in
   // DRAM and are pinned; remote tensors are fetched when `fetch_remote`;
