@@ -13,7 +13,7 @@ namespace ptstore::python {
 
 namespace {
 
-// The counters of StoreStats, in declaration order (core/messages.cc).
+// The counters of StoreStats, in declaration order (ptstore/types.h).
 template <typename F>
 void ForEachStat(const StoreStats& s, F f) {
   f("arena_bytes", s.arena_bytes, "capacity of the DRAM arena");
