@@ -32,6 +32,77 @@ Result<uint64_t> HashPayload(File* file, uint64_t offset, uint64_t stored, uint6
   return hasher.Digest();
 }
 
+void Report(const SegmentVisitor& visitor, SegmentProblem p) {
+  if (visitor.problem) visitor.problem(p);
+}
+
+// The segment header in the first block (read into `block`), or why there
+// is none: the I/O error, a short file, the Corruption of decoding it.
+Result<SegmentHeader> ReadSegmentHeader(File* file, AlignedBuffer& block) {
+  Result<size_t> n = file->ReadAt(0, block.span(kRecordAlignment));
+  if (!n.ok()) return n.status();
+  if (*n != kRecordAlignment) {
+    return Corruption("segment header: short file (" + std::to_string(*n) + " of " +
+                      std::to_string(kSegmentHeaderBytes) + " bytes)");
+  }
+  return DecodeSegmentHeader(block.span(kRecordAlignment));
+}
+
+// The run of blocks that are not records (one kBadHeader problem), reported
+// when it ends: at a valid record, a problem of another kind, an I/O error,
+// or the end of the file.
+class BadRun {
+ public:
+  explicit BadRun(const SegmentVisitor& visitor) : visitor_(visitor) {}
+
+  // Block `off` is not a record header, for reason `why`.
+  void BadBlock(uint64_t off, const std::string& why) {
+    if (!run_) run_ = SegmentProblem{SegmentProblemKind::kBadHeader, off, 0, why};
+    run_end_ = off + kRecordAlignment;
+  }
+  // Block `off` is a header whose length runs past the end of the file.
+  // That length is not verified (the header's checksum is at its end), so
+  // the scan goes on past it: if a valid record follows, the length was
+  // damaged and the run is a bad header; if the file ends first, the record
+  // was torn there (EndTorn).
+  void PastEnd(uint64_t off, const std::string& why) {
+    if (torn_at_ == kNotTorn) torn_at_ = off;
+    BadBlock(off, why);
+  }
+  // Reports the run, if there is one.
+  void End() {
+    torn_at_ = kNotTorn;
+    if (!run_) return;
+    run_->length = run_end_ - run_->offset;
+    Report(visitor_, std::move(*run_));
+    run_.reset();
+  }
+  // At the end of a file of `size` bytes: when a header ran past the end
+  // with nothing valid after it, reports the run before it (if any) and the
+  // torn record, and returns true (the partial block at the end, if any, is
+  // part of that record). Otherwise reports nothing and returns false.
+  bool EndTorn(uint64_t size) {
+    if (!run_ || torn_at_ == kNotTorn) return false;
+    const uint64_t torn = torn_at_;
+    if (torn > run_->offset) {
+      run_->length = torn - run_->offset;
+      Report(visitor_, std::move(*run_));
+    }
+    run_.reset();
+    torn_at_ = kNotTorn;
+    Report(visitor_, {SegmentProblemKind::kTornRecord, torn, size - torn, "header cut short by the end of the file"});
+    return true;
+  }
+
+ private:
+  static constexpr uint64_t kNotTorn = UINT64_MAX;
+
+  const SegmentVisitor& visitor_;
+  std::optional<SegmentProblem> run_;
+  uint64_t run_end_ = 0;         // end of its last bad block
+  uint64_t torn_at_ = kNotTorn;  // where a header that ran past the end started
+};
+
 }  // namespace
 
 const char* SegmentProblemKindName(SegmentProblemKind kind) {
@@ -60,48 +131,18 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
   } else {
     PTS_ASSIGN_OR_RETURN(size, file->Size());
   }
-  auto report = [&](SegmentProblem p) {
-    if (visitor.problem) visitor.problem(p);
-  };
 
   AlignedBuffer block(kRecordAlignment);
   uint64_t seed = options.fallback_seed;
   {
-    Result<size_t> n = file->ReadAt(0, block.span(kRecordAlignment));
-    Result<SegmentHeader> h = !n.ok() ? Result<SegmentHeader>(n.status())
-                              : *n == kRecordAlignment
-                                  ? DecodeSegmentHeader(block.span(kRecordAlignment))
-                                  : Result<SegmentHeader>(Corruption("segment header: short file (" +
-                                                                     std::to_string(*n) + " of " +
-                                                                     std::to_string(kSegmentHeaderBytes) + " bytes)"));
+    Result<SegmentHeader> h = ReadSegmentHeader(file, block);
     if (h.ok()) seed = h->seed;
     if (visitor.segment_header) visitor.segment_header(h);
   }
 
-  // The run of blocks that are not records, reported when it ends.
-  std::optional<SegmentProblem> run;
-  uint64_t run_end = 0;  // end of its last bad block
-  // Where in the run a header first claimed to run past the end of the
-  // file. That length is not verified (the header's checksum is at its
-  // end), so the scan goes on past it: if a valid record follows, the
-  // length was damaged and the run is a bad header; if the file ends first,
-  // the record was torn there.
-  // Where a header that ran past the end of the file started (kNotTorn: none).
-  constexpr uint64_t kNotTorn = UINT64_MAX;
-  uint64_t torn_at = kNotTorn;
-  auto bad_block = [&](uint64_t off, const std::string& why) {
-    if (!run) run = SegmentProblem{SegmentProblemKind::kBadHeader, off, 0, why};
-    run_end = off + kRecordAlignment;
-  };
-  auto end_run = [&] {
-    torn_at = kNotTorn;
-    if (!run) return;
-    run->length = run_end - run->offset;
-    report(std::move(*run));
-    run.reset();
-  };
+  BadRun run(visitor);
   auto fail = [&](Status s) {
-    end_run();
+    run.End();
     return s;
   };
 
@@ -114,14 +155,13 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
     }
     Result<uint32_t> len = PeekRecordHeaderBytes(block.span(kRecordAlignment));
     if (!len.ok()) {
-      bad_block(off, len.status().message());
+      run.BadBlock(off, len.status().message());
       off += kRecordAlignment;
       continue;
     }
     const uint64_t hpad = AlignUp(*len, kRecordAlignment);
     if (off + hpad > size) {
-      if (torn_at == kNotTorn) torn_at = off;
-      bad_block(off, "record header: its length (" + std::to_string(*len) + " bytes) runs past the end of the file");
+      run.PastEnd(off, "record header: its length (" + std::to_string(*len) + " bytes) runs past the end of the file");
       off += kRecordAlignment;
       continue;
     }
@@ -134,15 +174,15 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
       h = DecodeRecordHeader(big.span(hpad), seed);
     }
     if (!h.ok()) {
-      bad_block(off, h.status().message());
+      run.BadBlock(off, h.status().message());
       off += kRecordAlignment;
       continue;
     }
     SsdLocation loc{options.segment_id, off, hpad, h->stored_bytes, h->payload_bytes, h->payload_checksum, h->flags};
     // (The first test keeps an absurd stored_bytes from wrapping the sum.)
     if (h->stored_bytes > size || off + loc.footprint() > size) {
-      end_run();
-      report({SegmentProblemKind::kTornRecord, off, size - off, "payload cut short by the end of the file"});
+      run.End();
+      Report(visitor, {SegmentProblemKind::kTornRecord, off, size - off, "payload cut short by the end of the file"});
       break;
     }
     const uint64_t foot = loc.footprint();
@@ -151,31 +191,21 @@ Status ScanSegmentFile(File* file, const SegmentScanOptions& options, const Segm
       Result<uint64_t> sum = HashPayload(file, off + hpad, loc.stored_bytes, seed);
       if (!sum.ok()) return fail(sum.status());
       if (*sum != loc.payload_checksum) {
-        end_run();
-        report({SegmentProblemKind::kPayloadChecksum, off, foot, "payload checksum mismatch"});
+        run.End();
+        Report(visitor, {SegmentProblemKind::kPayloadChecksum, off, foot, "payload checksum mismatch"});
         off += foot;  // the header was good: the next record starts after this one
         continue;
       }
       verified = true;
     }
-    end_run();
+    run.End();
     if (visitor.record) visitor.record(*h, loc, verified);
     off += foot;
   }
-  if (run && torn_at != kNotTorn) {
-    // Nothing valid after the header that ran past the end: it was torn
-    // (the partial block at the end, if any, is part of it).
-    const uint64_t torn = torn_at;
-    if (torn > run->offset) {
-      run->length = torn - run->offset;
-      report(std::move(*run));
-    }
-    report({SegmentProblemKind::kTornRecord, torn, size - torn, "header cut short by the end of the file"});
-    return Status::OK();
-  }
-  end_run();
+  if (run.EndTorn(size)) return Status::OK();
+  run.End();
   if (off < size && off + kRecordAlignment > size) {
-    report({SegmentProblemKind::kPartialBlock, off, size - off, "a partial block at the end of the file"});
+    Report(visitor, {SegmentProblemKind::kPartialBlock, off, size - off, "a partial block at the end of the file"});
   }
   return Status::OK();
 }

@@ -4,6 +4,9 @@
 //
 // Everything here is pure (no I/O, no client), so it is unit-tested on its
 // own (tests/tools/format_test.cc).
+// One .cc file a section: format.cc (values, tables), format_tree.cc (trees
+// and listings), format_report.cc (ptstore-stat's reports), format_json.cc
+// and format_cluster.cc.
 //
 // JSON conventions (the --json output of every tool):
 //   - byte counts, token counts and counters are exact integers;

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "ptstore/client.h"
+#include "ptstore/layout.h"
 #include "ptstore/status.h"
 
 namespace ptstore::python {
@@ -55,7 +56,15 @@ auto NoGil(F&& f) {
 }
 
 void BindErrors(py::module_& m);
+// The value types (types.cc); BindTypes also calls the three below, each
+// class bound before the signatures that name it.
 void BindTypes(py::module_& m);
+// Layout, LayoutGroup, mistral_layout (layout.cc).
+void BindLayout(py::module_& m);
+// Stats, the node's counters (stats.cc).
+void BindStats(py::module_& m);
+// path_info() and PathInfo, a mount's PTSTORE_IOC_INFO (path_info.cc).
+void BindPathInfo(py::module_& m);
 void BindClient(py::module_& m);
 // The cost model (sched.cc): CostModel, LoadPlan, Client.advise. After
 // BindClient (it adds a method to Client).
@@ -67,5 +76,9 @@ void BindGpu(py::module_& m);
 // pin's lock with the GIL released; the libptstore Client of a _ptstore.Client.
 Status WithPin(const py::object& pin, const std::function<Status(const PinnedPrefix&)>& f);
 std::shared_ptr<Client> ClientOf(const py::object& client);
+
+// For types.cc, from layout.cc: the repr of a Layout ("Layout(layers=32, ...)"
+// or "Layout.from_groups([...], block_tokens=16)").
+std::string LayoutRepr(const Layout& l);
 
 }  // namespace ptstore::python

@@ -125,9 +125,11 @@ std::optional<uint64_t> QuotaArg(const char* tier, const py::object& v) {
   throw StatusError(InvalidArgument(std::string(tier) + " quota must be an int of bytes or a text such as '4GiB', not " +
                                     py::str(py::type::handle_of(v)).cast<std::string>()));
 }
-}  // namespace
 
-void BindClient(py::module_& m) {
+using ClientClass = py::class_<PyClient>;
+
+// Pin: a pinned prefix, its copy and its release.
+void BindPin(py::module_& m) {
   using namespace pybind11::literals;
 
   py::class_<Pin, std::shared_ptr<Pin>>(m, "Pin", R"doc(
@@ -147,49 +149,12 @@ Its extents cannot be evicted until release() (or the lease runs out).
       .def(
           "release", [](Pin& p) { ThrowIfError(NoGil([&] { return p.Release(); })); },
           "Unpins now; a second call does nothing.");
+}
 
-  py::class_<PyClient>(m, "Client", R"doc(
-The low-level client of a local ptstored (ptstore.Client wraps it). Thread
-safe: calls from several Python threads run in parallel, the GIL released.
-)doc")
-      .def(py::init([](std::optional<std::string> socket, const std::string& client_name, bool want_mapping,
-                       int rpc_timeout_ms, int max_connections, uint64_t staging_bytes, int copy_threads) {
-             ClientOptions o;
-             if (socket) o.socket_path = *socket;
-             o.client_name = client_name;
-             o.want_mapping = want_mapping;
-             o.rpc_timeout_ms = rpc_timeout_ms;
-             o.max_connections = max_connections;
-             o.staging_bytes = staging_bytes;
-             o.copy_threads = copy_threads;
-             return std::make_unique<PyClient>(o);
-           }),
-           "socket"_a = py::none(), "client_name"_a = "python", "want_mapping"_a = true, "rpc_timeout_ms"_a = 30000,
-           "max_connections"_a = 4, "staging_bytes"_a = 16ull << 20, "copy_threads"_a = 0)
-      .def("close", &PyClient::Close, "Drops the connections (pins taken keep theirs until released).")
-      .def_property_readonly(
-          "arena_id", [](const PyClient& c) { return c.Get()->arena_id(); },
-          "Which arena this client maps (the same in every client of one ptstored; 0 without the mapping).")
-      .def(
-          "copy_from_arena",
-          [](const PyClient& c, const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& pieces,
-             uint64_t address, uint64_t bytes) {
-            if (pieces.ndim() != 2 || pieces.shape(1) != 3) {
-              throw StatusError(InvalidArgument("pieces must be an (n, 3) array of (arena offset, bytes, offset in "
-                                                "the destination)"));
-            }
-            static_assert(sizeof(ArenaPiece) == 3 * sizeof(uint64_t));
-            std::span<const ArenaPiece> span(reinterpret_cast<const ArenaPiece*>(pieces.data()),
-                                             static_cast<size_t>(pieces.shape(0)));
-            auto client = c.Get();
-            ThrowIfError(NoGil([&] { return client->CopyFromArena(span, Addr(address), bytes); }));
-          },
-          "pieces"_a, "address"_a, "bytes"_a,
-          "Copies (arena offset, bytes, destination offset) pieces of the mapped arena to `address` (GIL released).")
-      .def_property_readonly("closed", &PyClient::closed)
-      .def_property_readonly("socket", &PyClient::socket)
-      .def_property_readonly("mapped", [](const PyClient& c) { return c.Get()->mapped(); })
-      .def_property_readonly("node_id", [](const PyClient& c) { return c.Get()->node_id(); })
+// Namespaces: create_namespace, get_namespace, list_namespaces, drop_namespace.
+void DefNamespaceMethods(ClientClass& cls) {
+  using namespace pybind11::literals;
+  cls
       .def(
           "create_namespace",
           [](const PyClient& c, const std::string& name, const Layout& layout, const std::string& salt, uint32_t mode,
@@ -216,7 +181,14 @@ safe: calls from several Python threads run in parallel, the GIL released.
             auto cl = c.Get();
             return Unwrap(NoGil([&] { return cl->DropNamespace(name); }));
           },
-          "name"_a)
+          "name"_a);
+}
+
+// A prompt's prefix: save, lookup, locate_prefix, load, load_path, pin,
+// pin_increment, remove, remove_key.
+void DefPrefixMethods(ClientClass& cls) {
+  using namespace pybind11::literals;
+  cls
       .def(
           "save",
           [](const PyClient& c, const std::string& ns, const Tokens& tokens, uint64_t address, uint64_t bytes) {
@@ -289,7 +261,14 @@ safe: calls from several Python threads run in parallel, the GIL released.
             ChainKey k = KeyFrom(key);
             return Unwrap(NoGil([&] { return cl->RemoveByKey(ns, k); }));
           },
-          "ns"_a, "key"_a)
+          "ns"_a, "key"_a);
+}
+
+// The radix tree, the counters and the quotas: stats, list_tree, set_times,
+// set_quota, quotas, get_increment.
+void DefTreeMethods(ClientClass& cls) {
+  using namespace pybind11::literals;
+  cls
       .def("stats",
            [](const PyClient& c) {
              auto cl = c.Get();
@@ -336,6 +315,61 @@ safe: calls from several Python threads run in parallel, the GIL released.
             return Unwrap(NoGil([&] { return cl->GetIncrement(ns, k); }));
           },
           "ns"_a, "key"_a);
+}
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  using namespace pybind11::literals;
+
+  BindPin(m);
+  // The connection: its options, close(), and copies out of the mapped arena.
+  ClientClass cls(m, "Client", R"doc(
+The low-level client of a local ptstored (ptstore.Client wraps it). Thread
+safe: calls from several Python threads run in parallel, the GIL released.
+)doc");
+  cls
+      .def(py::init([](std::optional<std::string> socket, const std::string& client_name, bool want_mapping,
+                       int rpc_timeout_ms, int max_connections, uint64_t staging_bytes, int copy_threads) {
+             ClientOptions o;
+             if (socket) o.socket_path = *socket;
+             o.client_name = client_name;
+             o.want_mapping = want_mapping;
+             o.rpc_timeout_ms = rpc_timeout_ms;
+             o.max_connections = max_connections;
+             o.staging_bytes = staging_bytes;
+             o.copy_threads = copy_threads;
+             return std::make_unique<PyClient>(o);
+           }),
+           "socket"_a = py::none(), "client_name"_a = "python", "want_mapping"_a = true, "rpc_timeout_ms"_a = 30000,
+           "max_connections"_a = 4, "staging_bytes"_a = 16ull << 20, "copy_threads"_a = 0)
+      .def("close", &PyClient::Close, "Drops the connections (pins taken keep theirs until released).")
+      .def_property_readonly(
+          "arena_id", [](const PyClient& c) { return c.Get()->arena_id(); },
+          "Which arena this client maps (the same in every client of one ptstored; 0 without the mapping).")
+      .def(
+          "copy_from_arena",
+          [](const PyClient& c, const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& pieces,
+             uint64_t address, uint64_t bytes) {
+            if (pieces.ndim() != 2 || pieces.shape(1) != 3) {
+              throw StatusError(InvalidArgument("pieces must be an (n, 3) array of (arena offset, bytes, offset in "
+                                                "the destination)"));
+            }
+            static_assert(sizeof(ArenaPiece) == 3 * sizeof(uint64_t));
+            std::span<const ArenaPiece> span(reinterpret_cast<const ArenaPiece*>(pieces.data()),
+                                             static_cast<size_t>(pieces.shape(0)));
+            auto client = c.Get();
+            ThrowIfError(NoGil([&] { return client->CopyFromArena(span, Addr(address), bytes); }));
+          },
+          "pieces"_a, "address"_a, "bytes"_a,
+          "Copies (arena offset, bytes, destination offset) pieces of the mapped arena to `address` (GIL released).")
+      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("socket", &PyClient::socket)
+      .def_property_readonly("mapped", [](const PyClient& c) { return c.Get()->mapped(); })
+      .def_property_readonly("node_id", [](const PyClient& c) { return c.Get()->node_id(); });
+  DefNamespaceMethods(cls);
+  DefPrefixMethods(cls);
+  DefTreeMethods(cls);
 }
 
 }  // namespace ptstore::python

@@ -78,12 +78,9 @@ std::vector<sched::PrefixRun> RunsFrom(const std::vector<std::tuple<uint64_t, st
   return out;
 }
 
-}  // namespace
-
-void BindSched(py::module_& m) {
+void BindLoadPlan(py::module_& m) {
   using namespace pybind11::literals;
 
-  // ----------------------------------------------------------- LoadPlan
   py::class_<LoadPlan>(m, "LoadPlan", R"doc(
 The cheapest way to prefill a prompt whose prefix is cached: load tokens
 [0, load_tokens) (those past ``gpu_tokens``, when the plan was made with
@@ -110,8 +107,11 @@ means recompute everything. Times in seconds, from the cost model's profile.
         return "LoadPlan(load_tokens=" + std::to_string(p.load_tokens) + ", load_s=" + Seconds(p.load_s) +
                ", compute_s=" + Seconds(p.compute_s) + ", total_s=" + Seconds(p.total_s()) + ")";
       });
+}
 
-  // ---------------------------------------------------------- CostModel
+void BindCostModel(py::module_& m) {
+  using namespace pybind11::literals;
+
   py::class_<CostModel, std::shared_ptr<CostModel>>(m, "CostModel", R"doc(
 The scheduler's cost model (sched/cost_model.h, docs/profiles.md) for one
 model on one GPU:
@@ -196,8 +196,11 @@ safe to share between threads.
         return "CostModel(model='" + p.model + "', gpu='" + p.gpu + "', kv_bytes_per_token=" +
                std::to_string(p.kv_bytes_per_token) + ")";
       });
+}
 
-  // ------------------------------------------------------ Client.advise
+void BindAdvise(py::module_& m) {
+  using namespace pybind11::literals;
+
   // A method of the low-level Client (client.cc), added here so that the
   // client's bindings do not depend on the scheduler library.
   py::object client_cls = m.attr("Client");
@@ -222,6 +225,14 @@ safe to share between threads.
       "Asks the node where the prompt's prefix is (locate_prefix) and plans with `cost_model`: what the node "
       "holds loads over dram, the rest of the match over `remote_path`; the first `gpu_tokens` are in GPU memory "
       "already (neither loaded nor charged). A miss (or no such namespace) plans a recompute.");
+}
+
+}  // namespace
+
+void BindSched(py::module_& m) {
+  BindLoadPlan(m);
+  BindCostModel(m);
+  BindAdvise(m);
 }
 
 }  // namespace ptstore::python

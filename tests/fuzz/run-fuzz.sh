@@ -31,7 +31,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 core_srcs=(core/status.cc core/layout.cc core/keys.cc core/types.cc core/wire.cc core/wire_types.cc core/messages.cc
-           core/peer_messages.cc)
+           core/message_registry.cc core/peer_messages.cc)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
        -I"$root/include" -I"$root")
 libs=(-lxxhash)

@@ -505,8 +505,8 @@ def test_stats_and_repr(client, make_ns):
     assert d["arena_bytes"] == 256 << 20 == s.arena_bytes
     assert d["saves"] >= 1 and d["namespaces"] >= 1 and "ssd_capacity" in d
     assert all(isinstance(v, int) for v in d.values())
-    # Every counter of the C++ StoreStats has its attribute (python/src/types.cc lists them).
-    assert len(d) == _ptstore._STORE_STATS_COUNTERS, "a StoreStats counter is missing from python/src/types.cc"
+    # Every counter of the C++ StoreStats has its attribute (python/src/stats.cc lists them).
+    assert len(d) == _ptstore._STORE_STATS_COUNTERS, "a StoreStats counter is missing from python/src/stats.cc"
     assert "arena_bytes=" in repr(s)
     assert client.mapped and client.node_id == 0 and "mapped=True" in repr(client)
     assert type(s).__module__ == "ptstore" and type(s).__name__ == "Stats"
