@@ -19,20 +19,20 @@ Result<std::shared_ptr<Connection>> Connection::Open(const ClientOptions& option
     const char* env = std::getenv("PTSTORE_SOCKET");
     path = env && *env ? env : kDefaultSocketPath;
   }
-  PTS_ASSIGN_OR_RETURN(int fd, rdma::ConnectUnix(path));
+  PTS_ASSIGN_OR_RETURN(int fd, local::ConnectUnix(path));
   std::shared_ptr<Connection> c(new Connection(fd, options.rpc_timeout_ms, options.staging_bytes));
   core::HelloRequest req{options.client_name, options.want_mapping};
   core::Encoder e;
   req.Encode(e);
-  PTS_ASSIGN_OR_RETURN(rdma::Frame f, c->RoundTrip(static_cast<uint16_t>(MsgType::kHello), e.buffer(),
+  PTS_ASSIGN_OR_RETURN(local::Frame f, c->RoundTrip(static_cast<uint16_t>(MsgType::kHello), e.buffer(),
                                                    static_cast<uint16_t>(MsgType::kHelloReply), -1));
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, hello));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, hello));
   if (hello->mapped && f.fd < 0) return ProtocolError("the server granted the arena mapping but sent no fd");
   *arena_fd = f.TakeFd();
   return c;
 }
 
-Result<rdma::Frame> Connection::RoundTrip(uint16_t type, std::span<const uint8_t> body, uint16_t reply_type,
+Result<local::Frame> Connection::RoundTrip(uint16_t type, std::span<const uint8_t> body, uint16_t reply_type,
                                           int pass_fd) {
   if (broken_) return Unavailable("the connection to ptstored was lost");
   const uint64_t id = next_request_++;
@@ -41,7 +41,7 @@ Result<rdma::Frame> Connection::RoundTrip(uint16_t type, std::span<const uint8_t
     broken_ = true;
     return Unavailable("ptstored went away: " + st.message());
   }
-  Result<rdma::Frame> f = socket_.Receive(timeout_ms_);
+  Result<local::Frame> f = socket_.Receive(timeout_ms_);
   if (!f.ok()) {
     // After a timeout a late reply could still arrive: the connection can
     // no longer pair requests with replies, so it is retired.
@@ -50,7 +50,7 @@ Result<rdma::Frame> Connection::RoundTrip(uint16_t type, std::span<const uint8_t
   }
   if (f->type == static_cast<uint16_t>(MsgType::kError)) {
     core::ErrorReply err;
-    PTS_RETURN_IF_ERROR(rdma::DecodeBody(*f, &err));
+    PTS_RETURN_IF_ERROR(local::DecodeBody(*f, &err));
     if (err.code == Code::kProtocol) broken_ = true;
     return err.ToStatus();
   }

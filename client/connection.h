@@ -18,7 +18,7 @@
 #include "core/shm.h"
 #include "ptstore/options.h"
 #include "ptstore/status.h"
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 
 namespace ptstore::client {
 
@@ -35,9 +35,9 @@ class Connection {
   Status Call(core::MsgType type, const Req& req, core::MsgType reply_type, Rep* rep, int pass_fd = -1) {
     core::Encoder e;
     req.Encode(e);
-    PTS_ASSIGN_OR_RETURN(rdma::Frame f, RoundTrip(static_cast<uint16_t>(type), e.buffer(),
+    PTS_ASSIGN_OR_RETURN(local::Frame f, RoundTrip(static_cast<uint16_t>(type), e.buffer(),
                                                   static_cast<uint16_t>(reply_type), pass_fd));
-    return rdma::DecodeBody(f, rep);
+    return local::DecodeBody(f, rep);
   }
 
   // A registered staging buffer of at least `bytes` bytes. REQUIRES: mu held.
@@ -57,9 +57,9 @@ class Connection {
 
  private:
   Connection(int fd, int timeout_ms, uint64_t staging_bytes);
-  Result<rdma::Frame> RoundTrip(uint16_t type, std::span<const uint8_t> body, uint16_t reply_type, int pass_fd);
+  Result<local::Frame> RoundTrip(uint16_t type, std::span<const uint8_t> body, uint16_t reply_type, int pass_fd);
 
-  rdma::FramedSocket socket_;
+  local::FramedSocket socket_;
   const int timeout_ms_;
   const uint64_t initial_staging_;
   uint64_t next_request_ = 1;

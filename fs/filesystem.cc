@@ -687,7 +687,7 @@ void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_fil
     leases = &f->leases;
   }
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  storage::Credentials who;
+  local::Credentials who;
   who.pid = ctx->pid;
   who.uid = ctx->uid;
   who.gid = ctx->gid;

@@ -56,15 +56,15 @@ void WriteArg(const T& arg, std::vector<uint8_t>* out) {
 
 // Read permission on the namespace, for the process that made the call (the
 // kernel checked it at open; the mode may have changed since).
-int CheckRead(TreeView& tree, const std::string& ns, const storage::Credentials& caller, NamespaceInfo* info) {
+int CheckRead(TreeView& tree, const std::string& ns, const local::Credentials& caller, NamespaceInfo* info) {
   auto got = tree.Namespace(ns);
   if (!got.ok()) return ErrnoOf(got.status());
-  if (!storage::CheckAccess(*got, caller, storage::Access::kRead).ok()) return EACCES;
+  if (!local::CheckAccess(*got, caller, local::Access::kRead).ok()) return EACCES;
   *info = std::move(*got);
   return 0;
 }
 
-int Info(TreeView& tree, const NodeRef& dir, const storage::Credentials& caller, const void* in, size_t in_size,
+int Info(TreeView& tree, const NodeRef& dir, const local::Credentials& caller, const void* in, size_t in_size,
          std::vector<uint8_t>* out) {
   ptstore_ioc_info arg;
   if (int err = ReadArg(in, in_size, &arg)) return err;
@@ -121,7 +121,7 @@ void FillPage(const LeaseSet::Lease& lease, uint32_t first, ptstore_ioc_pin* arg
   }
 }
 
-int Pin(TreeView& tree, const NodeRef& dir, LeaseSet* held, const storage::Credentials& caller, const void* in,
+int Pin(TreeView& tree, const NodeRef& dir, LeaseSet* held, const local::Credentials& caller, const void* in,
         size_t in_size, std::vector<uint8_t>* out) {
   auto arg = std::make_unique<ptstore_ioc_pin>();
   if (int err = ReadArg(in, in_size, arg.get())) return err;
@@ -170,7 +170,7 @@ int Unpin(LeaseSet* leases, const void* in, size_t in_size, std::vector<uint8_t>
 
 }  // namespace
 
-int HandleIoctl(TreeView& tree, const NodeRef& node, LeaseSet* leases, const storage::Credentials& caller,
+int HandleIoctl(TreeView& tree, const NodeRef& node, LeaseSet* leases, const local::Credentials& caller,
                 unsigned int cmd, const void* in, size_t in_size, std::vector<uint8_t>* out) {
   NodeRef dir = node;
   if (node.kind == NodeKind::kKvFile) {

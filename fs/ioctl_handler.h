@@ -21,7 +21,7 @@
 #include "fs/tree.h"
 #include "ptstore/client.h"
 #include "ptstore/ioctl.h"
-#include "storage/access.h"
+#include "local/access.h"
 
 namespace ptstore::fs {
 
@@ -59,7 +59,7 @@ class LeaseSet {
 // and UNPIN fail with EISDIR); `in` holds the command's argument (in_size
 // bytes); on success *out is the reply's argument. Returns 0 or the errno
 // documented in include/ptstore/ioctl.h (ENOTTY for other files).
-int HandleIoctl(TreeView& tree, const NodeRef& node, LeaseSet* leases, const storage::Credentials& caller,
+int HandleIoctl(TreeView& tree, const NodeRef& node, LeaseSet* leases, const local::Credentials& caller,
                 unsigned int cmd, const void* in, size_t in_size, std::vector<uint8_t>* out);
 
 }  // namespace ptstore::fs

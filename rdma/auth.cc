@@ -283,7 +283,7 @@ Result<std::unique_ptr<FrameMac>> AuthResponder::SessionMac() const {
   return FrameMac::Derive(secret_, nonce_i_, nonce_r_, peer_id_, self_id_, /*initiator=*/false);
 }
 
-// ---- over a FramedSocket ----------------------------------------------------
+// ---- over a local::FramedSocket ----------------------------------------------------
 
 namespace {
 
@@ -291,19 +291,19 @@ namespace {
 // the exchange through `refuse` (PermissionDenied); transport and decoding
 // errors keep their code, with the peer named, and are logged.
 template <typename M, typename Machine>
-Status ReceiveAs(FramedSocket& sock, int timeout_ms, Machine& machine, const std::string& peer_addr, M* m) {
+Status ReceiveAs(local::FramedSocket& sock, int timeout_ms, Machine& machine, const std::string& peer_addr, M* m) {
   const char* want = core::MsgTypeName(static_cast<uint16_t>(M::kType));
   Status st;
-  Result<Frame> f = sock.Receive(timeout_ms);
+  Result<local::Frame> f = sock.Receive(timeout_ms);
   if (f.ok() && f->type == static_cast<uint16_t>(core::MsgType::kError)) {
     core::ErrorReply err;
-    st = DecodeBody(*f, &err);
+    st = local::DecodeBody(*f, &err);
     if (st.ok()) return machine.Refuse("it refused us (" + err.ToStatus().ToString() + ")");
   } else if (f.ok() && f->type != static_cast<uint16_t>(M::kType)) {
     return machine.Refuse(std::string("expected ") + want + ", got " + core::MsgTypeName(f->type) + " (type " +
                           std::to_string(f->type) + ")");
   } else if (f.ok()) {
-    st = DecodeBody(*f, m);
+    st = local::DecodeBody(*f, m);
     if (st.ok()) return st;
   } else {
     st = f.status();
@@ -316,7 +316,7 @@ Status ReceiveAs(FramedSocket& sock, int timeout_ms, Machine& machine, const std
 // `version_reason`: the ranges that did not meet, told to the other side
 // (the hellos carried them in clear anyway); any other reason stays in our
 // log.
-void SendRefusal(FramedSocket& sock, const Status& st, const std::string& version_reason = "") {
+void SendRefusal(local::FramedSocket& sock, const Status& st, const std::string& version_reason = "") {
   if (st.code() != Code::kPermissionDenied) return;
   core::ErrorReply err;
   err.code = Code::kPermissionDenied;
@@ -331,7 +331,7 @@ std::string VersionReason(uint32_t self_id, core::PeerVersionRange ours, core::P
 
 // Turns integrity on when the agreed version has it.
 template <typename Machine>
-Status StartSession(FramedSocket& sock, const Machine& m, const std::string& peer_addr, const AuthOptions& o) {
+Status StartSession(local::FramedSocket& sock, const Machine& m, const std::string& peer_addr, const AuthOptions& o) {
   if (o.counters != nullptr) o.counters->sessions[std::min<size_t>(m.version(), WireCounters::kVersions - 1)]++;
   if (m.version() < kPeerProtocolIntegrity) return Status::OK();
   PTS_ASSIGN_OR_RETURN(std::unique_ptr<FrameMac> mac, m.SessionMac());
@@ -341,7 +341,7 @@ Status StartSession(FramedSocket& sock, const Machine& m, const std::string& pee
 
 }  // namespace
 
-Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
+Result<uint32_t> AuthenticateInitiator(local::FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, std::optional<uint32_t> expected_peer,
                                        int timeout_ms, uint16_t* version, const AuthOptions& options) {
   AuthInitiator a(secret.bytes(), self_id, peer_addr, expected_peer, options.versions);
@@ -367,7 +367,7 @@ Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& 
   return a.peer_id();
 }
 
-Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
+Result<uint32_t> AuthenticateResponder(local::FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, int timeout_ms, uint16_t* version,
                                        const AuthOptions& options) {
   AuthResponder r(secret.bytes(), self_id, peer_addr, options.versions);

@@ -38,7 +38,7 @@
 //
 // AuthInitiator and AuthResponder are the protocol as pure state machines
 // over messages (no I/O, unit-testable); AuthenticateInitiator and
-// AuthenticateResponder run them over a connected FramedSocket.
+// AuthenticateResponder run them over a connected local::FramedSocket.
 //
 // Thread safety: one state machine per connection, used by one thread.
 #pragma once
@@ -51,7 +51,7 @@
 #include "core/messages.h"
 #include "ptstore/status.h"
 #include "rdma/frame_mac.h"
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 
 namespace ptstore::rdma {
 
@@ -193,19 +193,19 @@ struct AuthOptions {
 // Runs the initiator over `sock` (each receive waits at most timeout_ms) and
 // returns the authenticated peer id. When the agreed version is
 // kPeerProtocolIntegrity or later, integrity is on for `sock` from the
-// next frame on (FramedSocket::EnableIntegrity). A peer that refuses us, or sends
+// next frame on (local::FramedSocket::EnableIntegrity). A peer that refuses us, or sends
 // anything but the expected message, is refused (PermissionDenied); a frame
 // that does not decode is kProtocol, a silent peer kDeadlineExceeded, a
 // closed one kUnavailable. Every failure is logged (PTS_WARN). With
 // `version`, the agreed peer-protocol version is stored there.
-Result<uint32_t> AuthenticateInitiator(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
+Result<uint32_t> AuthenticateInitiator(local::FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, std::optional<uint32_t> expected_peer,
                                        int timeout_ms, uint16_t* version = nullptr,
                                        const AuthOptions& options = {});
 // Runs the responder; whenever it returns PermissionDenied it first sends
 // ErrorReply{permission_denied} (without the reason, which stays in its log,
 // except for a version refusal, which names both ranges: nothing secret).
-Result<uint32_t> AuthenticateResponder(FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
+Result<uint32_t> AuthenticateResponder(local::FramedSocket& sock, const ClusterSecret& secret, uint32_t self_id,
                                        const std::string& peer_addr, int timeout_ms, uint16_t* version = nullptr,
                                        const AuthOptions& options = {});
 

@@ -22,7 +22,7 @@
 //
 // Thread safety: one FrameMac per connection; its sending half and its
 // receiving half may each be used by one thread at a time (as
-// FramedSocket's Send and Receive).
+// local::FramedSocket's Send and Receive).
 #pragma once
 
 #include <array>
@@ -35,34 +35,28 @@
 #include <string_view>
 
 #include "core/messages.h"
+#include "local/frame_integrity.h"
 #include "ptstore/status.h"
 
 namespace ptstore::rdma {
 
-inline constexpr size_t kFrameTagBytes = 16;
+// The tag, the record kinds and the counters are the local framing's
+// (local/frame_integrity.h): FrameMac is the implementation local::FramedSocket
+// takes between nodes.
+using local::FrameTag;
+using local::kFrameTagBytes;
+using local::RecordKind;
+using local::WireCounters;
 inline constexpr std::string_view kFrameKeyLabel = "ptstore-frames-v2";
-using FrameTag = std::array<uint8_t, kFrameTagBytes>;
 
-enum class RecordKind : uint8_t { kFrame = 1, kBulk = 2 };
-
-// What both ends count about peer-protocol security (the cluster's metrics).
-struct WireCounters {
-  static constexpr size_t kVersions = 8;
-  std::atomic<uint64_t> version_refusals{0};    // no common peer-protocol version
-  std::atomic<uint64_t> integrity_failures{0};  // records whose tag did not match
-  // Connections authenticated, in and out, by agreed version (index; the
-  // last one counts that version and all above).
-  std::array<std::atomic<uint64_t>, kVersions> sessions{};
-};
-
-class FrameMac {
+class FrameMac final : public local::FrameIntegrity {
  public:
   // The keys of one connection, as the initiator (`initiator` true) or the
   // responder sees them. Internal when libcrypto fails.
   static Result<std::unique_ptr<FrameMac>> Derive(std::string_view secret, const core::AuthNonce& initiator_nonce,
                                                   const core::AuthNonce& responder_nonce, uint32_t initiator_id,
                                                   uint32_t responder_id, bool initiator);
-  ~FrameMac();
+  ~FrameMac() override;
   FrameMac(const FrameMac&) = delete;
   FrameMac& operator=(const FrameMac&) = delete;
 
@@ -70,13 +64,13 @@ class FrameMac {
   // Finish (the sending half: the tag to send; the receiving half: compares
   // with `tag`, Corruption naming the record's seq when it differs). Every
   // Finish advances that direction's seq, matched or not.
-  class Half {
+  class Half final : public local::RecordSeal {
    public:
-    Status Begin(RecordKind kind);
-    Status Update(const uint8_t* p, size_t n);
-    Result<FrameTag> Finish();
-    Status Check(const FrameTag& tag);  // Finish, compared
-    bool open() const { return open_; }
+    Status Begin(RecordKind kind) override;
+    Status Update(const uint8_t* p, size_t n) override;
+    Result<FrameTag> Finish() override;
+    Status Check(const FrameTag& tag) override;  // Finish, compared
+    bool open() const override { return open_; }
     uint64_t seq() const { return seq_; }
 
    private:
@@ -85,8 +79,8 @@ class FrameMac {
     uint64_t seq_ = 0;
     bool open_ = false;
   };
-  Half& send() { return send_; }
-  Half& receive() { return receive_; }
+  Half& send() override { return send_; }
+  Half& receive() override { return receive_; }
 
  private:
   FrameMac() = default;

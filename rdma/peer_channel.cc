@@ -20,7 +20,7 @@ PeerChannel::Conn::~Conn() {
   if (channel_ != nullptr && sock_ != nullptr && !poisoned_) channel_->Return(std::move(sock_), generation_);
 }
 
-void PeerChannel::Return(std::unique_ptr<FramedSocket> s, uint64_t generation) {
+void PeerChannel::Return(std::unique_ptr<local::FramedSocket> s, uint64_t generation) {
   std::lock_guard lk(mu_);
   if (generation == generation_ && idle_.size() < max_idle_) idle_.push_back(std::move(s));
 }
@@ -45,20 +45,20 @@ Result<PeerChannel::Conn> PeerChannel::Acquire(int timeout_ms) {
     }
   }
   PTS_ASSIGN_OR_RETURN(int fd, ConnectTcp(host_, port_, timeout_ms));
-  auto sock = std::make_unique<FramedSocket>(fd);
+  auto sock = std::make_unique<local::FramedSocket>(fd);
   Result<uint32_t> peer = AuthenticateInitiator(*sock, *secret_, self_id_, address_, peer_id_, timeout_ms, nullptr, auth_);
   if (!peer.ok()) return peer.status();
   c.sock_ = std::move(sock);
   return c;
 }
 
-Result<Frame> PeerChannel::Exchange(Conn& c, uint16_t type, const std::vector<uint8_t>& body, int timeout_ms) {
+Result<local::Frame> PeerChannel::Exchange(Conn& c, uint16_t type, const std::vector<uint8_t>& body, int timeout_ms) {
   const uint64_t id = c.NextRequestId();
   if (Status st = c->Send(type, id, body); !st.ok()) {
     c.Poison();
     return st.WithContext(std::string("node ") + std::to_string(peer_id_) + " at " + address_);
   }
-  Result<Frame> f = c->Receive(timeout_ms);
+  Result<local::Frame> f = c->Receive(timeout_ms);
   if (!f.ok()) {
     c.Poison();
     return f.status().WithContext(std::string(core::MsgTypeName(type)) + " to node " + std::to_string(peer_id_) +
@@ -71,7 +71,7 @@ Result<Frame> PeerChannel::Exchange(Conn& c, uint16_t type, const std::vector<ui
   }
   if (f->type == static_cast<uint16_t>(core::MsgType::kError)) {
     core::ErrorReply e;
-    if (Status st = DecodeBody(*f, &e); !st.ok()) {
+    if (Status st = local::DecodeBody(*f, &e); !st.ok()) {
       c.Poison();
       return st;
     }

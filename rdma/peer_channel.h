@@ -17,7 +17,7 @@
 
 #include "core/messages.h"
 #include "rdma/auth.h"
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 
 namespace ptstore::rdma {
 
@@ -40,8 +40,8 @@ class PeerChannel {
     Conn(Conn&& o) noexcept = default;
     Conn& operator=(Conn&& o) noexcept = default;
     ~Conn();
-    FramedSocket* operator->() const { return sock_.get(); }
-    FramedSocket& socket() const { return *sock_; }
+    local::FramedSocket* operator->() const { return sock_.get(); }
+    local::FramedSocket& socket() const { return *sock_; }
     void Poison() { poisoned_ = true; }
     // It came from the idle pool (not opened for this call): the peer may
     // have closed it meanwhile.
@@ -51,7 +51,7 @@ class PeerChannel {
    private:
     friend class PeerChannel;
     PeerChannel* channel_ = nullptr;
-    std::unique_ptr<FramedSocket> sock_;
+    std::unique_ptr<local::FramedSocket> sock_;
     bool poisoned_ = false;
     bool reused_ = false;
     uint64_t request_id_ = 0;
@@ -71,9 +71,9 @@ class PeerChannel {
   }
   template <typename Req, typename Rep>
   Result<Rep> CallOn(Conn& c, const Req& req, int timeout_ms) {
-    PTS_ASSIGN_OR_RETURN(Frame f, Exchange(c, static_cast<uint16_t>(Req::kType), Encode(req), timeout_ms));
+    PTS_ASSIGN_OR_RETURN(local::Frame f, Exchange(c, static_cast<uint16_t>(Req::kType), Encode(req), timeout_ms));
     Rep rep;
-    if (Status st = DecodeBody(f, &rep); !st.ok()) {
+    if (Status st = local::DecodeBody(f, &rep); !st.ok()) {
       c.Poison();
       return st;
     }
@@ -81,7 +81,7 @@ class PeerChannel {
   }
   // Sends a request frame and returns its reply frame (an ErrorReply turned
   // into its Status; a reply of another type or id is a Protocol error).
-  Result<Frame> Exchange(Conn& c, uint16_t type, const std::vector<uint8_t>& body, int timeout_ms);
+  Result<local::Frame> Exchange(Conn& c, uint16_t type, const std::vector<uint8_t>& body, int timeout_ms);
 
   // Closes the idle connections (the peer died or restarted).
   void Reset();
@@ -95,7 +95,7 @@ class PeerChannel {
     m.Encode(e);
     return e.buffer();
   }
-  void Return(std::unique_ptr<FramedSocket> s, uint64_t generation);
+  void Return(std::unique_ptr<local::FramedSocket> s, uint64_t generation);
 
   const uint32_t self_id_;
   const uint32_t peer_id_;
@@ -106,7 +106,7 @@ class PeerChannel {
   const AuthOptions auth_;
   const size_t max_idle_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<FramedSocket>> idle_;  // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<local::FramedSocket>> idle_;  // GUARDED_BY(mu_)
   uint64_t generation_ = 0;                          // GUARDED_BY(mu_), bumped by Reset
 };
 

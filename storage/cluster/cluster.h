@@ -234,7 +234,7 @@ class Cluster : public RemoteFetcher, private PeerService {
   uint64_t NewSession() override { return next_session_++; }
   void EndSession(uint64_t session) override;
   void Release(const std::vector<uint64_t>& leases, uint64_t session) override;
-  Result<std::vector<uint8_t>> Handle(const rdma::Frame& f, uint64_t session) override;
+  Result<std::vector<uint8_t>> Handle(const local::Frame& f, uint64_t session) override;
   Result<ServedFetch> PinFetch(const core::PeerFetch& req, uint64_t session) override;
   // Creates the namespace a peer names if this node does not have it.
   Status EnsureNamespace(const NamespaceDef& def);

@@ -35,7 +35,7 @@ class LoopbackLink : public PeerLink {
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     PTS_ASSIGN_OR_RETURN(std::shared_ptr<LoopbackNet::Endpoint> e, net_->Enter(self_, peer_, type, deadline));
-    rdma::Frame f;
+    local::Frame f;
     f.type = static_cast<uint16_t>(type);
     f.request_id = 1;
     f.body = body;

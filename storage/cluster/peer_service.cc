@@ -68,13 +68,13 @@ Status Cluster::EnsureNamespace(const NamespaceDef& def) {
   return Status::OK();
 }
 
-Result<std::vector<uint8_t>> Cluster::Handle(const rdma::Frame& f, uint64_t session) {
+Result<std::vector<uint8_t>> Cluster::Handle(const local::Frame& f, uint64_t session) {
   (void)session;  // no message served here pins
   using core::MsgType;
   switch (static_cast<MsgType>(f.type)) {
     case MsgType::kPeerPing: {
       core::PeerPing req;
-      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
       const StoreStats s = store_->Stats();
       core::PeerPingReply rep;
       rep.node_id = self_.node_id;
@@ -88,14 +88,14 @@ Result<std::vector<uint8_t>> Cluster::Handle(const rdma::Frame& f, uint64_t sess
     }
     case MsgType::kShardLookup: {
       core::ShardLookup req;
-      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(EnsureNamespace(req.ns));
       PTS_ASSIGN_OR_RETURN(Ownership o, store_->Resolve(req.ns.info.name, req.tokens));
       return Encoded(core::ShardLookupReply{o.blocks, std::move(o.ranges), o.continues});
     }
     case MsgType::kShardAnnounce: {
       core::ShardAnnounce req;
-      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
       PTS_RETURN_IF_ERROR(EnsureNamespace(req.ns));
       for (const auto& e : req.entries) {
         Result<uint64_t> r = store_->InsertRemote(req.ns.info.name, e.tokens, e.ranges);
@@ -105,7 +105,7 @@ Result<std::vector<uint8_t>> Cluster::Handle(const rdma::Frame& f, uint64_t sess
     }
     case MsgType::kPeerHolds: {
       core::PeerHolds req;
-      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
       core::PeerHoldsReply rep;
       for (const auto& e : req.entries) {
         Result<bool> h = store_->Holds(req.ns, e.tokens, e.from_block);
@@ -115,7 +115,7 @@ Result<std::vector<uint8_t>> Cluster::Handle(const rdma::Frame& f, uint64_t sess
     }
     case MsgType::kPeerTiers: {
       core::PeerTiers req;
-      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
       core::PeerTiersReply rep;
       for (const auto& e : req.entries) {
         Result<uint8_t> m = store_->HeldMedia(req.ns, e.tokens, e.from_block);
@@ -129,7 +129,7 @@ Result<std::vector<uint8_t>> Cluster::Handle(const rdma::Frame& f, uint64_t sess
     }
     case MsgType::kPeerRemove: {
       core::PeerRemove req;
-      PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+      PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
       Result<RemoveResult> r = store_->RemoveFrom(req.ns, req.tokens, req.from_block);
       if (!r.ok() && r.status().code() != Code::kNotFound) return r.status();
       counters_.removals_applied++;

@@ -43,7 +43,7 @@
 #include "core/peer_messages.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 #include "storage/cache/remote.h"
 
 namespace ptstore::storage {
@@ -97,7 +97,7 @@ class PeerService {
   virtual void Release(const std::vector<uint64_t>& leases, uint64_t session) = 0;
   // Every request but PeerFetch and PeerRelease: the encoded reply (of
   // type f.type + 1), or the error to answer with.
-  virtual Result<std::vector<uint8_t>> Handle(const rdma::Frame& f, uint64_t session) = 0;
+  virtual Result<std::vector<uint8_t>> Handle(const local::Frame& f, uint64_t session) = 0;
   // The owner side of a fetch, for every transport: creates the namespace
   // if this node lacks it, pins each segment's blocks this node holds along
   // the prompt (from start_block on, in `session`), and says which it does

@@ -45,7 +45,7 @@ void RmaTransport::DescribeSelf(core::PeerPingReply* rep) const {
   rep->region_key = fabric_->region_key();
 }
 
-Status RmaTransport::ServeRmaFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req,
+Status RmaTransport::ServeRmaFetch(local::FramedSocket& sock, const local::Frame& f, const core::PeerFetch& req,
                                    ConnState& conn) {
   PTS_ASSIGN_OR_RETURN(ServedFetch served, service_->PinFetch(req, conn.session));
   for (size_t i = 0; i < served.extents.size(); ++i) {
@@ -104,10 +104,10 @@ Status RmaLink::FetchOn(rdma::PeerChannel::Conn& c, core::PeerFetch msg, FetchRe
   msg.path = core::DataPath::kRma;
   core::Encoder e;
   msg.Encode(e);
-  PTS_ASSIGN_OR_RETURN(rdma::Frame f, channel_->Exchange(c, static_cast<uint16_t>(core::MsgType::kPeerFetch),
+  PTS_ASSIGN_OR_RETURN(local::Frame f, channel_->Exchange(c, static_cast<uint16_t>(core::MsgType::kPeerFetch),
                                                            e.buffer(), options_.rpc_timeout_ms));
   core::PeerFetchReply rep;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &rep));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &rep));
   PTS_RETURN_IF_ERROR(CheckFetchReply(rep, req));
   std::vector<rdma::Fabric::ReadOp> ops;
   uint64_t total = 0;

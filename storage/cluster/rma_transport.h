@@ -35,7 +35,7 @@ class RmaTransport : public TcpTransport {
   void DescribeSelf(core::PeerPingReply* rep) const override;
 
  protected:
-  Status ServeRmaFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req,
+  Status ServeRmaFetch(local::FramedSocket& sock, const local::Frame& f, const core::PeerFetch& req,
                        ConnState& conn) override;
 
  private:

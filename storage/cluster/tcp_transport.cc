@@ -71,7 +71,7 @@ std::unique_ptr<PeerLink> TcpTransport::Connect(const core::Member& m) {
       counters_, arena_);
 }
 
-Status TcpTransport::Reply(rdma::FramedSocket& sock, const rdma::Frame& f, const std::vector<uint8_t>& body) {
+Status TcpTransport::Reply(local::FramedSocket& sock, const local::Frame& f, const std::vector<uint8_t>& body) {
   return sock.Send(static_cast<uint16_t>(f.type + 1), f.request_id, body);
 }
 
@@ -110,7 +110,7 @@ void TcpTransport::AcceptLoop() {
 }
 
 void TcpTransport::ServePeer(int fd, const std::string& remote) {
-  rdma::FramedSocket sock(fd);
+  local::FramedSocket sock(fd);
   uint16_t version = 0;
   Result<uint32_t> peer =
       rdma::AuthenticateResponder(sock, secret_, self_.node_id, remote, kAuthTimeoutMs, &version, PeerAuth());
@@ -127,25 +127,25 @@ void TcpTransport::ServePeer(int fd, const std::string& remote) {
   ServeFrames(sock, *peer, remote);
 }
 
-void TcpTransport::ServeFrames(rdma::FramedSocket& sock, uint32_t peer, const std::string& remote) {
+void TcpTransport::ServeFrames(local::FramedSocket& sock, uint32_t peer, const std::string& remote) {
   ConnState conn;
   conn.session = service_->NewSession();
   while (!stopping_.load()) {
-    Result<rdma::Frame> f = sock.Receive(-1);
+    Result<local::Frame> f = sock.Receive(-1);
     if (!f.ok()) break;  // closed, or garbage: the connection ends
     // A Reload may have taken it out of the cluster since it connected.
     if (!service_->Admit(peer, remote, /*first=*/false)) break;
     Status st;
     if (f->type == static_cast<uint16_t>(core::MsgType::kPeerFetch)) {
       core::PeerFetch req;
-      st = rdma::DecodeBody(*f, &req);
+      st = local::DecodeBody(*f, &req);
       if (st.ok()) {
         st = req.path == core::DataPath::kRma ? ServeRmaFetch(sock, *f, req, conn)
                                               : ServeStreamFetch(sock, *f, req, conn.session);
       }
     } else if (f->type == static_cast<uint16_t>(core::MsgType::kPeerRelease)) {
       core::PeerRelease req;
-      st = rdma::DecodeBody(*f, &req);
+      st = local::DecodeBody(*f, &req);
       if (st.ok()) {
         auto it = conn.rma_fetches.find(req.fetch_id);
         if (it == conn.rma_fetches.end()) {
@@ -173,11 +173,11 @@ void TcpTransport::ServeFrames(rdma::FramedSocket& sock, uint32_t peer, const st
   service_->EndSession(conn.session);
 }
 
-Status TcpTransport::ServeRmaFetch(rdma::FramedSocket&, const rdma::Frame&, const core::PeerFetch&, ConnState&) {
+Status TcpTransport::ServeRmaFetch(local::FramedSocket&, const local::Frame&, const core::PeerFetch&, ConnState&) {
   return InvalidArgument("this node has no RMA endpoint (its data_path is tcp)");
 }
 
-Status TcpTransport::ServeStreamFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req,
+Status TcpTransport::ServeStreamFetch(local::FramedSocket& sock, const local::Frame& f, const core::PeerFetch& req,
                                       uint64_t session) {
   PTS_ASSIGN_OR_RETURN(ServedFetch served, service_->PinFetch(req, session));
   served.reply.stream_bytes = served.bytes();
@@ -210,7 +210,7 @@ TcpLink::TcpLink(std::unique_ptr<rdma::PeerChannel> channel, const ClusterOption
 Result<std::vector<uint8_t>> TcpLink::Exchange(core::MsgType type, const std::vector<uint8_t>& body,
                                                int timeout_ms) {
   PTS_ASSIGN_OR_RETURN(rdma::PeerChannel::Conn c, channel_->Acquire(timeout_ms));
-  PTS_ASSIGN_OR_RETURN(rdma::Frame f, channel_->Exchange(c, static_cast<uint16_t>(type), body, timeout_ms));
+  PTS_ASSIGN_OR_RETURN(local::Frame f, channel_->Exchange(c, static_cast<uint16_t>(type), body, timeout_ms));
   return std::move(f.body);
 }
 
@@ -246,10 +246,10 @@ Status TcpLink::FetchStream(rdma::PeerChannel::Conn& c, core::PeerFetch msg, Fet
   core::Encoder e;
   msg.Encode(e);
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  PTS_ASSIGN_OR_RETURN(rdma::Frame f, channel_->Exchange(c, static_cast<uint16_t>(core::MsgType::kPeerFetch),
+  PTS_ASSIGN_OR_RETURN(local::Frame f, channel_->Exchange(c, static_cast<uint16_t>(core::MsgType::kPeerFetch),
                                                            e.buffer(), timeout_ms));
   core::PeerFetchReply rep;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &rep));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &rep));
   PTS_RETURN_IF_ERROR(CheckFetchReply(rep, req));
   uint64_t total = 0;
   for (const auto& s : rep.segments) total += s.blocks * bb;

@@ -53,13 +53,13 @@ class TcpTransport : public PeerTransport {
   };
   // Serves a fetch asked for with DataPath::kRma: here, an error (this node
   // has no RMA endpoint); RmaTransport pins and sends the addresses.
-  virtual Status ServeRmaFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req,
+  virtual Status ServeRmaFetch(local::FramedSocket& sock, const local::Frame& f, const core::PeerFetch& req,
                                ConnState& conn);
   // The versions this node offers (require_integrity: only those with frame
   // MACs) and the counters, for every connection in and out.
   rdma::AuthOptions PeerAuth() const;
   // Replies to request `f` with `body` as message type f.type + 1.
-  static Status Reply(rdma::FramedSocket& sock, const rdma::Frame& f, const std::vector<uint8_t>& body);
+  static Status Reply(local::FramedSocket& sock, const local::Frame& f, const std::vector<uint8_t>& body);
 
   const ClusterOptions options_;
   const core::Member self_;
@@ -73,8 +73,8 @@ class TcpTransport : public PeerTransport {
   // Serves one connection until it closes or its node is no longer a member.
   void ServePeer(int fd, const std::string& remote);
   // The frames of one authenticated connection.
-  void ServeFrames(rdma::FramedSocket& sock, uint32_t peer, const std::string& remote);
-  Status ServeStreamFetch(rdma::FramedSocket& sock, const rdma::Frame& f, const core::PeerFetch& req,
+  void ServeFrames(local::FramedSocket& sock, uint32_t peer, const std::string& remote);
+  Status ServeStreamFetch(local::FramedSocket& sock, const local::Frame& f, const core::PeerFetch& req,
                           uint64_t session);
 
   int listen_fd_ = -1;

@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "core/logging.h"
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 #include "storage/server/node.h"
 #include "storage/server/session.h"
 
@@ -18,7 +18,7 @@ Server::Server(Node* node, ServerOptions options) : node_(node), options_(std::m
 Server::~Server() { Stop(); }
 
 Status Server::Start() {
-  PTS_ASSIGN_OR_RETURN(listen_fd_, rdma::ListenUnix(options_.socket_path, options_.socket_mode));
+  PTS_ASSIGN_OR_RETURN(listen_fd_, local::ListenUnix(options_.socket_path, options_.socket_mode));
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   reap_thread_ = std::thread([this] { ReapLoop(); });
   PTS_INFO("server", "listening on " << options_.socket_path);
@@ -35,7 +35,7 @@ void Server::AcceptLoop() {
       if (errno != EINTR && errno != EAGAIN) PTS_WARN("server", "accept: " << ErrnoError("accept", errno).message());
       continue;
     }
-    auto creds = PeerCredentials(fd);
+    auto creds = local::PeerCredentials(fd);
     if (!creds.ok()) {
       PTS_WARN("server", "refusing a client: " << creds.status().ToString());
       close(fd);

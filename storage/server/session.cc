@@ -17,7 +17,7 @@ namespace {
 constexpr uint32_t kMaxBuffers = 64;
 }
 
-Session::Session(Node* node, const ServerOptions* options, int fd, uint64_t id, const Credentials& peer)
+Session::Session(Node* node, const ServerOptions* options, int fd, uint64_t id, const local::Credentials& peer)
     : node_(node), store_(&node->store()), options_(options), socket_(fd), id_(id), peer_(peer) {}
 
 Session::~Session() {
@@ -33,7 +33,7 @@ void Session::Run() {
   trusted_ = peer_.uid == 0 || peer_.uid == geteuid() ||
              (options_->trusted_gid >= 0 && peer_.InGroup(static_cast<uint32_t>(options_->trusted_gid)));
   for (;;) {
-    Result<rdma::Frame> f = socket_.ReceiveWithin(static_cast<int>(options_->frame_timeout_ms));
+    Result<local::Frame> f = socket_.ReceiveWithin(static_cast<int>(options_->frame_timeout_ms));
     if (!f.ok()) {
       if (f.status().code() == Code::kProtocol || f.status().code() == Code::kDeadlineExceeded) {
         // A malformed frame, or one that stalled half-way (server.frame_timeout_ms):
@@ -60,9 +60,9 @@ void Session::Run() {
   done_ = true;
 }
 
-Result<NamespaceInfo> Session::Authorize(const std::string& ns, Access access) {
+Result<NamespaceInfo> Session::Authorize(const std::string& ns, local::Access access) {
   PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(ns));
-  PTS_RETURN_IF_ERROR(CheckAccess(info, peer_, access));
+  PTS_RETURN_IF_ERROR(local::CheckAccess(info, peer_, access));
   return info;
 }
 
@@ -78,7 +78,7 @@ Result<uint8_t*> Session::BufferRange(uint32_t buffer_id, uint64_t offset, uint6
   return it->second->data() + offset;
 }
 
-Status Session::Dispatch(rdma::Frame& f) {
+Status Session::Dispatch(local::Frame& f) {
   const auto type = static_cast<MsgType>(f.type);
   if (!hello_ && type != MsgType::kHello) {
     return ProtocolError(std::string("expected Hello first, got ") + core::MsgTypeName(f.type));
@@ -115,9 +115,9 @@ Status Session::Dispatch(rdma::Frame& f) {
 
 // The connection and namespaces.
 
-Status Session::OnHello(rdma::Frame& f) {
+Status Session::OnHello(local::Frame& f) {
   core::HelloRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   hello_ = true;
   core::HelloReply rep;
   rep.node_id = store_->options().node_id;
@@ -130,9 +130,9 @@ Status Session::OnHello(rdma::Frame& f) {
   return Reply(f, rep, rep.mapped ? store_->arena_fd() : -1);
 }
 
-Status Session::OnRegisterBuffer(rdma::Frame& f) {
+Status Session::OnRegisterBuffer(local::Frame& f) {
   core::RegisterBufferRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   int fd = f.TakeFd();
   if (fd < 0) return InvalidArgument("RegisterBuffer carried no file descriptor");
   if (buffers_.size() >= kMaxBuffers) {
@@ -149,37 +149,37 @@ Status Session::OnRegisterBuffer(rdma::Frame& f) {
   return Reply(f, core::RegisterBufferReply{id});
 }
 
-Status Session::OnUnregisterBuffer(rdma::Frame& f) {
+Status Session::OnUnregisterBuffer(local::Frame& f) {
   core::UnregisterBufferRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   if (buffers_.erase(req.buffer_id) == 0) {
     return NotFound("buffer " + std::to_string(req.buffer_id) + " is not registered");
   }
   return Reply(f, core::EmptyReply{});
 }
 
-Status Session::OnCreateNamespace(rdma::Frame& f) {
+Status Session::OnCreateNamespace(local::Frame& f) {
   core::CreateNamespaceRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->CreateNamespace(req.name, req.layout, req.salt, peer_.uid,
                                                                    peer_.gid, req.mode, req.exist_ok));
   return Reply(f, core::NamespaceReply{info});
 }
 
-Status Session::OnGetNamespace(rdma::Frame& f) {
+Status Session::OnGetNamespace(local::Frame& f) {
   core::NameRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(req.name));
   return Reply(f, core::NamespaceReply{info});
 }
 
-Status Session::OnListNamespaces(rdma::Frame& f) {
+Status Session::OnListNamespaces(local::Frame& f) {
   return Reply(f, core::ListNamespacesReply{store_->ListNamespaces()});
 }
 
-Status Session::OnDropNamespace(rdma::Frame& f) {
+Status Session::OnDropNamespace(local::Frame& f) {
   core::NameRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(req.name));
   if (peer_.uid != 0 && peer_.uid != info.uid) {
     return PermissionDenied("only the owner (uid " + std::to_string(info.uid) + ") or root may drop namespace '" +
@@ -190,9 +190,9 @@ Status Session::OnDropNamespace(rdma::Frame& f) {
   return Reply(f, rep);
 }
 
-Status Session::OnSetQuota(rdma::Frame& f) {
+Status Session::OnSetQuota(local::Frame& f) {
   core::SetQuotaRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   PTS_ASSIGN_OR_RETURN(NamespaceInfo info, store_->GetNamespace(req.ns));
   if (peer_.uid != 0 && peer_.uid != info.uid) {
     return PermissionDenied("only the owner (uid " + std::to_string(info.uid) + ") or root may set the quota of "
@@ -207,10 +207,10 @@ Status Session::OnSetQuota(rdma::Frame& f) {
   return Reply(f, core::SetQuotaReply{q});
 }
 
-Status Session::OnQuotas(rdma::Frame& f) {
+Status Session::OnQuotas(local::Frame& f) {
   // Everyone may see them, as everyone sees namespaces' sizes.
   core::QuotasRequest req;
-  PTS_RETURN_IF_ERROR(rdma::DecodeBody(f, &req));
+  PTS_RETURN_IF_ERROR(local::DecodeBody(f, &req));
   core::QuotasReply rep;
   if (req.ns.empty()) {
     rep.quotas = store_->ListQuotas();

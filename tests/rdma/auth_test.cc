@@ -446,12 +446,12 @@ TEST(AuthVersionTest, AHelloWithoutARangeIsServedAsVersionOne) {
 // ---- over a socketpair ---------------------------------------------------------
 
 struct Pair {
-  std::unique_ptr<FramedSocket> a, b;
+  std::unique_ptr<local::FramedSocket> a, b;
   Pair() {
     int fds[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-    a = std::make_unique<FramedSocket>(fds[0]);
-    b = std::make_unique<FramedSocket>(fds[1]);
+    a = std::make_unique<local::FramedSocket>(fds[0]);
+    b = std::make_unique<local::FramedSocket>(fds[1]);
   }
 };
 
@@ -501,9 +501,9 @@ TEST(AuthSocketTest, ForgedResponderIsRefused) {
   ClusterSecret s = Secret(kSecret);
   Pair p;
   auto fake = std::async(std::launch::async, [&]() -> Status {
-    PTS_ASSIGN_OR_RETURN(Frame f, p.b->Receive(2000));
+    PTS_ASSIGN_OR_RETURN(local::Frame f, p.b->Receive(2000));
     PTS_RETURN_IF_ERROR(p.b->SendMessage(0, AuthHelloReply{.node_id = 2, .versions = LocalPeerVersions()}));
-    PTS_ASSIGN_OR_RETURN(Frame g, p.b->Receive(2000));
+    PTS_ASSIGN_OR_RETURN(local::Frame g, p.b->Receive(2000));
     return p.b->SendMessage(0, AuthProofReply{});
   });
   Result<uint32_t> i = AuthenticateInitiator(*p.a, s, 1, "fake", 2, 2000);

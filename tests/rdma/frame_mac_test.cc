@@ -15,7 +15,7 @@
 #include "core/messages.h"
 #include "core/wire.h"
 #include "rdma/auth.h"
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore::rdma {
@@ -96,17 +96,17 @@ TEST(FrameMacTest, AlteredReplayedAndReorderedRecordsFail) {
 // a <-> relay_a   relay_b <-> b: what a sends the test reads from relay_a and
 // writes (or not, or altered) to relay_b for b to receive.
 struct Relay {
-  std::unique_ptr<FramedSocket> a, b;
+  std::unique_ptr<local::FramedSocket> a, b;
   int relay_a = -1, relay_b = -1;
   WireCounters counters;
   Relay() {
     int p[2], q[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, q), 0);
-    a = std::make_unique<FramedSocket>(p[0]);
+    a = std::make_unique<local::FramedSocket>(p[0]);
     relay_a = p[1];
     relay_b = q[0];
-    b = std::make_unique<FramedSocket>(q[1]);
+    b = std::make_unique<local::FramedSocket>(q[1]);
     a->EnableIntegrity(Mac(true), "node 4 at b", nullptr);
     b->EnableIntegrity(Mac(false), "node 3 at a", &counters);
   }
@@ -141,7 +141,7 @@ struct Relay {
   }
 };
 
-std::string Body(const Frame& f) { return std::string(f.body.begin(), f.body.end()); }
+std::string Body(const local::Frame& f) { return std::string(f.body.begin(), f.body.end()); }
 
 TEST(FramedIntegrityTest, FramesAndBulkPassUnchanged) {
   Relay x;
@@ -171,7 +171,7 @@ TEST(FramedIntegrityTest, FramesAndBulkPassUnchanged) {
   EXPECT_EQ(x.counters.integrity_failures.load(), 0u);
 }
 
-void ExpectRefused(Relay& x, Result<Frame> f) {
+void ExpectRefused(Relay& x, Result<local::Frame> f) {
   ASSERT_FALSE(f.ok());
   EXPECT_ERROR(f, Code::kCorruption);
   EXPECT_NE(f.status().message().find("frame integrity check failed"), std::string::npos) << f.status().ToString();
@@ -256,7 +256,7 @@ TEST(FramedIntegrityTest, WithoutIntegrityTheSameAlterationPasses) {
   // What version 1 cannot see (docs/wire-format.md): the reason for 2.
   int p[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
-  FramedSocket a(p[0]), b(p[1]);
+  local::FramedSocket a(p[0]), b(p[1]);
   const std::string body = "transfer 19";
   std::vector<uint8_t> w(core::kFrameHeaderBytes);
   core::EncodeFrameHeader(38, 1, std::span(reinterpret_cast<const uint8_t*>(body.data()), body.size()), w.data());
@@ -272,7 +272,7 @@ TEST(FramedIntegrityTest, TheHandshakeTurnsItOnForVersionTwo) {
   for (uint16_t max : {uint16_t{1}, uint16_t{2}}) {
     int p[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
-    FramedSocket a(p[0]), b(p[1]);
+    local::FramedSocket a(p[0]), b(p[1]);
     AuthOptions old_node{.versions = {1, max}};
     auto responder = std::async(std::launch::async, [&] {
       return AuthenticateResponder(b, secret, 2, "a", 2000, nullptr, AuthOptions{});

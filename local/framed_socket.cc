@@ -1,4 +1,4 @@
-#include "rdma/framed_socket.h"
+#include "local/framed_socket.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,7 +13,7 @@
 
 #include "core/logging.h"
 
-namespace ptstore::rdma {
+namespace ptstore::local {
 
 Frame::Frame(Frame&& o) noexcept
     : type(o.type), request_id(o.request_id), body(std::move(o.body)), fd(o.TakeFd()) {}
@@ -48,7 +48,7 @@ Status FramedSocket::Send(uint16_t type, uint64_t request_id, std::span<const ui
   core::EncodeFrameHeader(type, request_id, body, header);
   FrameTag tag{};
   if (mac_ != nullptr) {
-    FrameMac::Half& h = mac_->send();
+    RecordSeal& h = mac_->send();
     PTS_RETURN_IF_ERROR(h.Begin(RecordKind::kFrame));
     PTS_RETURN_IF_ERROR(h.Update(header, sizeof(header)));
     PTS_RETURN_IF_ERROR(h.Update(body.data(), body.size()));
@@ -146,7 +146,7 @@ Status FramedSocket::ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd)
   return Status::OK();
 }
 
-void FramedSocket::EnableIntegrity(std::unique_ptr<FrameMac> mac, std::string peer, WireCounters* counters) {
+void FramedSocket::EnableIntegrity(std::unique_ptr<FrameIntegrity> mac, std::string peer, WireCounters* counters) {
   mac_ = std::move(mac);
   peer_ = std::move(peer);
   counters_ = counters;
@@ -179,7 +179,7 @@ Status FramedSocket::FinishReceiveRaw(int timeout_ms) {
 
 Status FramedSocket::SendRaw(const uint8_t* p, size_t n) {
   if (mac_ == nullptr || n == 0) return SendBytes(p, n);
-  FrameMac::Half& h = mac_->send();
+  RecordSeal& h = mac_->send();
   if (!h.open()) PTS_RETURN_IF_ERROR(h.Begin(RecordKind::kBulk));
   // In pieces: each is still in cache when it is sent, and the receiver
   // works on one piece while this side MACs the next.
@@ -214,7 +214,7 @@ Status FramedSocket::ReceiveRaw(uint8_t* p, size_t n, int timeout_ms) {
     if (fd >= 0) close(fd);
     return st;
   }
-  FrameMac::Half& h = mac_->receive();
+  RecordSeal& h = mac_->receive();
   if (!h.open()) PTS_RETURN_IF_ERROR(h.Begin(RecordKind::kBulk));
   // In pieces that are still in cache when the MAC reads them.
   constexpr size_t kPiece = 256u << 10;
@@ -274,7 +274,7 @@ Result<Frame> FramedSocket::Receive(int timeout_ms) {
   if (mac_ != nullptr) {
     FrameTag tag{};
     PTS_RETURN_IF_ERROR(ReadFull(tag.data(), tag.size(), timeout_ms, &f.fd));
-    FrameMac::Half& m = mac_->receive();
+    RecordSeal& m = mac_->receive();
     PTS_RETURN_IF_ERROR(m.Begin(RecordKind::kFrame));
     PTS_RETURN_IF_ERROR(m.Update(header, sizeof(header)));
     PTS_RETURN_IF_ERROR(m.Update(f.body.data(), f.body.size()));
@@ -336,4 +336,4 @@ Result<int> ListenUnix(const std::string& path, uint32_t mode) {
   return fd;
 }
 
-}  // namespace ptstore::rdma
+}  // namespace ptstore::local

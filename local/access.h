@@ -9,7 +9,7 @@
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 
-namespace ptstore::storage {
+namespace ptstore::local {
 
 struct Credentials {
   pid_t pid = 0;
@@ -29,4 +29,4 @@ enum class Access { kRead = 4, kWrite = 2 };
 // may do anything. PermissionDenied names the namespace and the access.
 Status CheckAccess(const NamespaceInfo& ns, const Credentials& who, Access access);
 
-}  // namespace ptstore::storage
+}  // namespace ptstore::local

@@ -1,4 +1,4 @@
-#include "storage/access.h"
+#include "local/access.h"
 
 #include <sys/socket.h>
 
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <string>
 
-namespace ptstore::storage {
+namespace ptstore::local {
 
 bool Credentials::InGroup(uint32_t g) const {
   return gid == g || std::find(groups.begin(), groups.end(), g) != groups.end();
@@ -46,4 +46,4 @@ Status CheckAccess(const NamespaceInfo& ns, const Credentials& who, Access acces
                           [&] { char b[8]; snprintf(b, sizeof(b), "%04o", ns.mode); return std::string(b); }() + ")");
 }
 
-}  // namespace ptstore::storage
+}  // namespace ptstore::local

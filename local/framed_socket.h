@@ -6,7 +6,8 @@
 // Protocol. Nothing blocks forever.
 //
 // Between nodes, once authentication agreed on peer protocol 2 or later,
-// EnableIntegrity puts a MAC on every record (rdma/frame_mac.h): Send
+// EnableIntegrity puts a MAC on every record (local/frame_integrity.h; the
+// node-to-node one is rdma/frame_mac.h): Send
 // appends a 16-byte tag after each frame, SendRaw's bytes up to
 // FinishSendRaw are one record whose tag FinishSendRaw sends, and the
 // receiving calls check them. A record whose tag does not match (altered,
@@ -28,10 +29,10 @@
 
 #include "core/messages.h"
 #include "core/wire.h"
-#include "rdma/frame_mac.h"
+#include "local/frame_integrity.h"
 #include "ptstore/status.h"
 
-namespace ptstore::rdma {
+namespace ptstore::local {
 
 struct Frame {
   uint16_t type = 0;
@@ -79,7 +80,7 @@ class FramedSocket {
 
   // From now on every record carries a MAC under `mac`. `peer` names the
   // other end in logs; `counters` (may be null) counts tag failures.
-  void EnableIntegrity(std::unique_ptr<FrameMac> mac, std::string peer, WireCounters* counters);
+  void EnableIntegrity(std::unique_ptr<FrameIntegrity> mac, std::string peer, WireCounters* counters);
   bool integrity() const { return mac_ != nullptr; }
   void Shutdown();
   int fd() const { return fd_; }
@@ -98,7 +99,7 @@ class FramedSocket {
   Status IntegrityFailure(Status st);
 
   int fd_;
-  std::unique_ptr<FrameMac> mac_;
+  std::unique_ptr<FrameIntegrity> mac_;
   std::string peer_;
   WireCounters* counters_ = nullptr;
 };
@@ -116,4 +117,4 @@ Result<int> ConnectUnix(const std::string& path);
 // Binds and listens; replaces a stale socket file; chmods it to `mode`.
 Result<int> ListenUnix(const std::string& path, uint32_t mode);
 
-}  // namespace ptstore::rdma
+}  // namespace ptstore::local
