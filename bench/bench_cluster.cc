@@ -60,7 +60,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -68,6 +67,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/workload.h"
+#include "core/mutex.h"
 #include "core/rendezvous.h"
 #include "ptstore/client.h"
 #include "ptstore/keys.h"
@@ -522,10 +522,10 @@ class RedisBaseline {
     }
     const uint64_t n = bytes / value;
     std::atomic<bool> ok{true};
-    std::mutex err_mu;
+    core::Mutex err_mu;
     std::string err;
     auto fail = [&](const std::string& why) {
-      std::lock_guard lk(err_mu);
+      core::MutexLock lk(err_mu);
       ok = false;
       err = why;
     };

@@ -30,6 +30,7 @@
 #include <zmq.hpp>
 
 #include "bench/bench_util.h"
+#include "core/mutex.h"
 #include "ptstore/client.h"
 #include "ptstore/keys.h"
 #include "sched/event_index.h"
@@ -103,8 +104,8 @@ class Stamper {
     thread_.join();
   }
   uint64_t events() const { return events_; }
-  bool Arrival(uint64_t hash, Clock::time_point* t) {
-    std::lock_guard lk(mu_);
+  bool Arrival(uint64_t hash, Clock::time_point* t) EXCLUDES(mu_) {
+    core::MutexLock lk(mu_);
     auto it = seen_.find(hash);
     if (it == seen_.end()) return false;
     *t = it->second;
@@ -112,7 +113,7 @@ class Stamper {
   }
 
  private:
-  void Loop() {
+  void Loop() EXCLUDES(mu_) {
     while (!stop_) {
       zmq::pollitem_t item{sub_.handle(), 0, ZMQ_POLLIN, 0};
       if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
@@ -126,7 +127,7 @@ class Stamper {
       if (f.size() != 3) continue;
       auto h = msgpack::unpack(static_cast<const char*>(f[2].data()), f[2].size());
       const auto& ev = h.get().via.array.ptr[1].via.array;
-      std::lock_guard lk(mu_);
+      core::MutexLock lk(mu_);
       for (uint32_t i = 0; i < ev.size; i++) {
         const auto& e = ev.ptr[i].via.array;
         if (e.size < 2 || std::string(e.ptr[0].via.str.ptr, e.ptr[0].via.str.size) != "BlockStored") continue;
@@ -140,8 +141,8 @@ class Stamper {
   zmq::socket_t sub_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> events_{0};
-  std::mutex mu_;
-  std::unordered_map<uint64_t, Clock::time_point> seen_;
+  core::Mutex mu_;
+  std::unordered_map<uint64_t, Clock::time_point> seen_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

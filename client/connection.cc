@@ -118,7 +118,7 @@ Result<std::shared_ptr<Connection>> ClientCore::OpenLocked() {
 }
 
 Result<ClientCore::Held> ClientCore::Acquire() {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   std::erase_if(conns_, [](const auto& c) { return c->broken(); });
   for (auto& c : conns_) {
     std::unique_lock cl(c->mu, std::try_to_lock);
@@ -131,7 +131,7 @@ Result<ClientCore::Held> ClientCore::Acquire() {
     return Held{c, std::move(cl)};
   }
   auto c = conns_[round_robin_++ % conns_.size()];
-  lk.unlock();  // never wait for a connection while holding mu_
+  lk.Unlock();  // never wait for a connection while holding mu_
   std::unique_lock cl(c->mu);
   if (c->broken()) return Unavailable("the connection to ptstored was lost");
   return Held{c, std::move(cl)};
@@ -139,35 +139,40 @@ Result<ClientCore::Held> ClientCore::Acquire() {
 
 Result<Layout> ClientCore::LayoutOf(Held& h, const std::string& ns) {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     auto it = layouts_.find(ns);
     if (it != layouts_.end()) return it->second;
   }
   core::NameRequest req{ns};
   core::NamespaceReply rep;
   PTS_RETURN_IF_ERROR(h.conn->Call(MsgType::kGetNamespace, req, MsgType::kGetNamespaceReply, &rep));
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   layouts_[ns] = rep.info.layout;
   return rep.info.layout;
 }
 
 void ClientCore::ForgetLayout(const std::string& ns) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   layouts_.erase(ns);
 }
 
+core::HelloReply ClientCore::hello() const {
+  core::MutexLock lk(mu_);
+  return hello_;
+}
+
 std::shared_ptr<core::SharedMemory> ClientCore::arena() {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   return arena_;
 }
 
 uint64_t ClientCore::arena_id() {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   return arena_ ? arena_inode_ : 0;
 }
 
 std::shared_ptr<void> ClientCore::GpuState(const std::function<std::shared_ptr<void>()>& make) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   if (!gpu_state_) gpu_state_ = make();
   return gpu_state_;
 }

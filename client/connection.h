@@ -2,7 +2,8 @@
 // that a Client shares between its threads.
 //
 // Thread safety: a Connection is used by the thread that holds its mutex
-// (ClientCore::Acquire returns it locked). ClientCore is thread safe.
+// (ClientCore::Acquire returns it locked). ClientCore is thread safe. Lock
+// order: ClientCore::mu_, then a Connection::mu.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/messages.h"
+#include "core/mutex.h"
 #include "core/shm.h"
 #include "ptstore/options.h"
 #include "ptstore/status.h"
@@ -53,6 +55,9 @@ class Connection {
   std::shared_ptr<core::SharedMemory> arena() const { return arena_; }
   void set_arena(std::shared_ptr<core::SharedMemory> a) { arena_ = std::move(a); }
 
+  // A std::mutex, not a core::Mutex: Acquire hands it to the caller locked
+  // (ClientCore::Held, a movable std::unique_lock), across a return the
+  // analysis cannot follow. The REQUIRES: comments above are its contract.
   std::mutex mu;
 
  private:
@@ -80,36 +85,37 @@ class ClientCore {
   };
   // A working connection, locked for the caller: an idle one, a new one
   // while under max_connections, else waits for one.
-  Result<Held> Acquire();
+  Result<Held> Acquire() EXCLUDES(mu_);
 
   // Layout of a namespace, cached (layouts never change while it exists).
-  Result<Layout> LayoutOf(Held& h, const std::string& ns);
-  void ForgetLayout(const std::string& ns);
+  Result<Layout> LayoutOf(Held& h, const std::string& ns) EXCLUDES(mu_);
+  void ForgetLayout(const std::string& ns) EXCLUDES(mu_);
 
   const ClientOptions& options() const { return options_; }
-  const core::HelloReply& hello() const { return hello_; }
+  // The last connection's Hello (a copy: a new connection replaces it).
+  core::HelloReply hello() const EXCLUDES(mu_);
   // The current arena mapping (null for a client without it).
-  std::shared_ptr<core::SharedMemory> arena();
+  std::shared_ptr<core::SharedMemory> arena() EXCLUDES(mu_);
   // The current arena's id (its memfd's inode; 0 without the mapping).
-  uint64_t arena_id();
+  uint64_t arena_id() EXCLUDES(mu_);
 
   // The GPU copy path's per-client state (client/gpu_copy.cc): made by
   // `make` on first use, destroyed with the core. Type-erased so that
   // libptstore itself needs no CUDA.
-  std::shared_ptr<void> GpuState(const std::function<std::shared_ptr<void>()>& make);
+  std::shared_ptr<void> GpuState(const std::function<std::shared_ptr<void>()>& make) EXCLUDES(mu_);
 
  private:
-  Result<std::shared_ptr<Connection>> OpenLocked();
+  Result<std::shared_ptr<Connection>> OpenLocked() REQUIRES(mu_);
 
   ClientOptions options_;
-  std::mutex mu_;  // guards everything below; taken before any Connection::mu
-  std::vector<std::shared_ptr<Connection>> conns_;
-  size_t round_robin_ = 0;
-  core::HelloReply hello_;
-  std::shared_ptr<core::SharedMemory> arena_;
-  uint64_t arena_inode_ = 0;
-  std::map<std::string, Layout, std::less<>> layouts_;
-  std::shared_ptr<void> gpu_state_;
+  mutable core::Mutex mu_;  // taken before any Connection::mu
+  std::vector<std::shared_ptr<Connection>> conns_ GUARDED_BY(mu_);
+  size_t round_robin_ GUARDED_BY(mu_) = 0;
+  core::HelloReply hello_ GUARDED_BY(mu_);
+  std::shared_ptr<core::SharedMemory> arena_ GUARDED_BY(mu_);
+  uint64_t arena_inode_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, Layout, std::less<>> layouts_ GUARDED_BY(mu_);
+  std::shared_ptr<void> gpu_state_ GUARDED_BY(mu_);
 };
 
 }  // namespace ptstore::client

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -19,6 +18,7 @@
 #include "client/connection.h"
 #include "client/gpu_kernels.h"
 #include "client/gpu_plan.h"
+#include "core/mutex.h"
 #include "core/shm.h"
 
 namespace ptstore {
@@ -180,8 +180,8 @@ class GpuArena {
   const GpuOptions& options() const { return options_; }
 
   // The registration of `shm`, made now if it is new.
-  ArenaInfo Ensure(const std::shared_ptr<core::SharedMemory>& shm) {
-    std::lock_guard lk(mu_);
+  ArenaInfo Ensure(const std::shared_ptr<core::SharedMemory>& shm) EXCLUDES(mu_) {
+    core::MutexLock lk(mu_);
     // Mappings that only we still hold are gone for the client: release them.
     std::erase_if(regs_, [&](Reg& r) {
       if (r.shm != shm && r.shm.use_count() == 1) {
@@ -205,9 +205,9 @@ class GpuArena {
     bool in_flight[2] = {false, false};
     uint64_t bytes = 0;
   };
-  std::mutex staging_mu;  // held while a copy uses a Staging
-  // REQUIRES: staging_mu held, `device` current.
-  Result<Staging*> StagingFor(int device) {
+  core::Mutex staging_mu;  // held while a copy uses a Staging
+  // REQUIRES: `device` current.
+  Result<Staging*> StagingFor(int device) REQUIRES(staging_mu) {
     Staging& s = staging_[device];
     if (s.bytes == 0) {
       for (int i = 0; i < 2; ++i) {
@@ -280,10 +280,10 @@ class GpuArena {
     }
   }
 
-  std::mutex mu_;
+  core::Mutex mu_;
   GpuOptions options_;
-  std::vector<Reg> regs_;
-  std::map<int, Staging> staging_;
+  std::vector<Reg> regs_ GUARDED_BY(mu_);
+  std::map<int, Staging> staging_ GUARDED_BY(staging_mu);
 };
 
 std::shared_ptr<GpuArena> StateOf(client::ClientCore& core, const GpuOptions& options) {
@@ -344,7 +344,7 @@ Status CopyRange(const ArenaCtx& ctx, const std::vector<Extent>& extents, uint64
     return Status::OK();
   }
   // Staging: fill one pinned buffer while the other one's DMA runs.
-  std::lock_guard lk(ctx.state->staging_mu);
+  core::MutexLock lk(ctx.state->staging_mu);
   PTS_ASSIGN_OR_RETURN(GpuArena::Staging * s, ctx.state->StagingFor(device));
   int which = 0;
   size_t ri = 0;

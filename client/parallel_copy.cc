@@ -1,18 +1,17 @@
 #include "client/parallel_copy.h"
 
+#include "core/mutex.h"
 #include "core/stream_copy.h"
 
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -33,16 +32,16 @@ struct Job {
   uint64_t total = 0;  // bytes of all chunks: chooses streaming stores or not
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
-  std::mutex mu;
-  std::condition_variable finished;
+  core::Mutex mu;  // guards nothing (the counts are atomic): what `finished` waits with
+  core::CondVar finished;
 
   // Copies chunks until none is left to claim.
   void Work() {
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < chunks.size();) {
       core::CopyBytes(chunks[i].dst, chunks[i].src, chunks[i].bytes, total);
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks.size()) {
-        std::lock_guard lk(mu);
-        finished.notify_all();
+        core::MutexLock lk(mu);
+        finished.NotifyAll();
       }
     }
   }
@@ -58,23 +57,23 @@ class Pool {
   }
 
   // Offers `job` to `helpers` workers (started if fewer exist).
-  void Offer(const std::shared_ptr<Job>& job, int helpers) {
-    std::lock_guard lk(mu_);
+  void Offer(const std::shared_ptr<Job>& job, int helpers) EXCLUDES(mu_) {
+    core::MutexLock lk(mu_);
     while (static_cast<int>(workers_) < helpers) {
       std::thread([this] { Run(); }).detach();
       ++workers_;
     }
     for (int i = 0; i < helpers; ++i) queue_.push_back(job);
-    wake_.notify_all();
+    wake_.NotifyAll();
   }
 
  private:
-  void Run() {
+  void Run() EXCLUDES(mu_) {
     for (;;) {
       std::shared_ptr<Job> job;
       {
-        std::unique_lock lk(mu_);
-        wake_.wait(lk, [&] { return !queue_.empty(); });
+        core::UniqueLock lk(mu_);
+        wake_.Wait(lk, [&]() REQUIRES(mu_) { return !queue_.empty(); });
         job = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -82,10 +81,10 @@ class Pool {
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  size_t workers_ = 0;
+  core::Mutex mu_;
+  core::CondVar wake_;
+  std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(mu_);
+  size_t workers_ GUARDED_BY(mu_) = 0;
 };
 
 int AffinityCpus() {
@@ -141,8 +140,8 @@ void CopyParallel(std::span<const CopySpan> spans, int max_threads) {
   }
   Pool::Get().Offer(job, threads - 1);
   job->Work();
-  std::unique_lock lk(job->mu);
-  job->finished.wait(lk, [&] { return job->done.load(std::memory_order_acquire) == job->chunks.size(); });
+  core::UniqueLock lk(job->mu);
+  job->finished.Wait(lk, [&] { return job->done.load(std::memory_order_acquire) == job->chunks.size(); });
 }
 
 }  // namespace ptstore::client

@@ -315,7 +315,10 @@ Status HttpServer::Start(const std::string& bind, uint16_t port, Handler handler
     return st;
   }
   handler_ = std::move(handler);
-  stopping_ = false;
+  {
+    MutexLock lock(mu_);  // no thread yet: for the analysis
+    stopping_ = false;
+  }
   for (int i = 0; i < options_.handler_threads; ++i) workers_.emplace_back([this] { Work(); });
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
@@ -329,14 +332,17 @@ void HttpServer::Stop() {
     thread_.join();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     work_.clear();
   }
-  work_cv_.notify_all();
+  work_cv_.NotifyAll();
   for (auto& w : workers_) w.join();
   workers_.clear();
-  done_.clear();
+  {
+    MutexLock lock(mu_);  // every thread is joined: for the analysis
+    done_.clear();
+  }
   for (int* fd : {&listen_fd_, &wake_fd_, &done_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
@@ -359,15 +365,15 @@ void HttpServer::Work() {
   for (;;) {
     Job job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return stopping_ || !work_.empty(); });
+      UniqueLock lock(mu_);
+      work_cv_.Wait(lock, [this]() REQUIRES(mu_) { return stopping_ || !work_.empty(); });
       if (stopping_) return;
       job = std::move(work_.front());
       work_.pop_front();
     }
     job.response = Call(job.request);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       done_.push_back(std::move(job));
     }
@@ -407,10 +413,10 @@ void HttpServer::Loop() {
     c.state = Conn::State::kHandling;
     c.deadline = Clock::time_point::max();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       work_.push_back(Job{c.id, std::move(req), {}});
     }
-    work_cv_.notify_one();
+    work_cv_.NotifyOne();
   };
   Clock::time_point accept_paused_until{};
   Clock::time_point last_accept_warning{};
@@ -481,7 +487,7 @@ void HttpServer::Loop() {
       (void)n;
       std::deque<Job> done;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         done.swap(done_);
       }
       for (Job& job : done) {

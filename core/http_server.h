@@ -39,18 +39,17 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 
 namespace ptstore::core {
@@ -109,10 +108,10 @@ class HttpServer {
   // for a privileged port without the privilege, InvalidArgument for an
   // address that does not resolve (or whose lookup failed), a null handler
   // or a second Start.
-  Status Start(const std::string& bind, uint16_t port, Handler handler);
+  Status Start(const std::string& bind, uint16_t port, Handler handler) EXCLUDES(mu_);
   // Stops serving and closes every connection; waits for handlers running
   // and joins the threads. Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
 
   // The port it listens on (the ephemeral one when 0 was asked); 0 before Start.
   uint16_t port() const { return port_; }
@@ -127,8 +126,8 @@ class HttpServer {
     HttpRequest request;
     HttpResponse response;
   };
-  void Loop();
-  void Work();
+  void Loop() EXCLUDES(mu_);
+  void Work() EXCLUDES(mu_);
   HttpResponse Call(const HttpRequest& request) const;  // the handler; exceptions become 500
 
   const HttpServerOptions options_;
@@ -141,11 +140,11 @@ class HttpServer {
   std::atomic<uint64_t> requests_{0};
   std::thread thread_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;  // guards the queues and stopping_
-  std::condition_variable work_cv_;
-  std::deque<Job> work_;
-  std::deque<Job> done_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar work_cv_;
+  std::deque<Job> work_ GUARDED_BY(mu_);
+  std::deque<Job> done_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ptstore::core

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <atomic>
 #include <memory>
-#include <shared_mutex>
 
 #include "fs/errors.h"
 #include "fs/ioctl_handler.h"
@@ -34,13 +33,13 @@ int64_t Now() {
 struct OpenFile : OpenHandle {
   NodeRef ref;
   // kv: the increment's bytes, pinned while the file is open.
-  std::shared_mutex mu;  // guards pin, pinned_at: shared to read, unique to re-pin
-  PinnedPrefix pin;
+  core::SharedMutex mu;  // shared to read, exclusive to re-pin
+  PinnedPrefix pin GUARDED_BY(mu);
   std::atomic<int64_t> pinned_at{0};  // steady_clock nanoseconds
   // tokens and .layout: the whole contents.
   std::string content;
-  // .layout opened for writing: the text written so far (guarded by mu).
-  std::string written;
+  // .layout opened for writing: the text written so far.
+  std::string written GUARDED_BY(mu);
   // kv: the ioctl leases of this open file (include/ptstore/ioctl.h).
   LeaseSet leases;
 };
@@ -276,9 +275,13 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     case NodeKind::kKvFile: {
       auto pin = fs->client()->PinIncrement(ref.ns, ref.key, false);
       if (!pin.ok()) return ReplyStatus(req, pin.status());
-      f->pin = std::move(*pin);
+      const uint64_t bytes = pin->bytes();
+      {
+        core::WriterLock lock(f->mu);  // not shared yet: for the analysis
+        f->pin = std::move(*pin);
+      }
       f->pinned_at = Now();
-      KeepOrDropCache(fs, ino, f->pin.bytes(), fi);
+      KeepOrDropCache(fs, ino, bytes, fi);
       break;
     }
     case NodeKind::kTokensFile: {
@@ -310,7 +313,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // kernel copies from the iovecs).
 void ReadKv(fuse_req_t req, Filesystem* fs, OpenFile* f, size_t size, off_t off) {
   if (Now() - f->pinned_at > kRepinAfterNs) {
-    std::unique_lock lock(f->mu);
+    core::WriterLock lock(f->mu);
     if (Now() - f->pinned_at > kRepinAfterNs) {
       auto pin = fs->client()->PinIncrement(f->ref.ns, f->ref.key, false);
       if (!pin.ok()) return ReplyStatus(req, pin.status());
@@ -320,7 +323,7 @@ void ReadKv(fuse_req_t req, Filesystem* fs, OpenFile* f, size_t size, off_t off)
       f->pinned_at = Now();
     }
   }
-  std::shared_lock lock(f->mu);
+  core::ReaderLock lock(f->mu);
   std::vector<iovec> iov;
   uint64_t pos = 0;
   uint64_t want_begin = static_cast<uint64_t>(off);
@@ -356,7 +359,7 @@ void WriteLayout(fuse_req_t req, fuse_ino_t ino, Filesystem* fs, OpenFile* f, co
   if (off < 0 || static_cast<uint64_t>(off) + size > kMaxLayoutText) return (void)fuse_reply_err(req, EFBIG);
   std::string text;
   {
-    std::unique_lock lock(f->mu);
+    core::WriterLock lock(f->mu);
     if (f->written.size() < static_cast<size_t>(off) + size) f->written.resize(static_cast<size_t>(off) + size, ' ');
     std::memcpy(f->written.data() + off, buf, size);
     text = f->written;
@@ -821,7 +824,7 @@ void Filesystem::Stop() {
   invalidator_.Stop();
   std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> left;
   {
-    std::lock_guard lock(open_mu_);
+    core::MutexLock lock(open_mu_);
     left.swap(open_);
   }
   left.clear();  // outside the lock: unpinning talks to ptstored
@@ -829,7 +832,7 @@ void Filesystem::Stop() {
 
 uint64_t Filesystem::Keep(std::unique_ptr<OpenHandle> handle) {
   const uint64_t fh = reinterpret_cast<uint64_t>(handle.get());
-  std::lock_guard lock(open_mu_);
+  core::MutexLock lock(open_mu_);
   open_.emplace(fh, std::move(handle));
   return fh;
 }
@@ -837,7 +840,7 @@ uint64_t Filesystem::Keep(std::unique_ptr<OpenHandle> handle) {
 void Filesystem::Close(uint64_t fh) {
   std::unique_ptr<OpenHandle> handle;
   {
-    std::lock_guard lock(open_mu_);
+    core::MutexLock lock(open_mu_);
     auto it = open_.find(fh);
     if (it == open_.end()) return;
     handle = std::move(it->second);

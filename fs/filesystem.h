@@ -17,10 +17,10 @@
 #include <fuse_lowlevel.h>
 
 #include <memory>
-#include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "core/mutex.h"
 #include "fs/inode_table.h"
 #include "fs/invalidator.h"
 #include "fs/listing_cache.h"
@@ -55,11 +55,11 @@ class Filesystem {
   Status Start(fuse_session* se);
   // Stops the invalidation thread (before the session is destroyed) and
   // closes what is still open (after the session loop ended).
-  void Stop();
+  void Stop() EXCLUDES(open_mu_);
 
   // Keeps an open handle until Close(fh) or Stop(); returns its fh.
-  uint64_t Keep(std::unique_ptr<OpenHandle> handle);
-  void Close(uint64_t fh);
+  uint64_t Keep(std::unique_ptr<OpenHandle> handle) EXCLUDES(open_mu_);
+  void Close(uint64_t fh) EXCLUDES(open_mu_);
 
   // REQUIRES: Start() succeeded (true in every operation).
   InodeTable& inodes() { return inodes_; }
@@ -100,11 +100,15 @@ class Filesystem {
   Invalidator invalidator_;
   MetaCache cache_;
   ListingCache listings_;
+  // Guards no member: it orders replies against the watcher's generation
+  // moves (lock_reply). A std::shared_mutex, not a core::SharedMutex:
+  // lock_reply hands its lock to the caller, across a return the analysis
+  // cannot follow.
   std::shared_mutex reply_mu_;
   std::unique_ptr<ChangeWatcher> watcher_;
   std::atomic<uint64_t> requests_{0};
-  std::mutex open_mu_;  // guards open_
-  std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> open_;
+  core::Mutex open_mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<OpenHandle>> open_ GUARDED_BY(open_mu_);
 };
 
 }  // namespace ptstore::fs

@@ -20,7 +20,7 @@ fuse_ino_t InodeTable::HashIno(const NodeRef& ref) {
 }
 
 fuse_ino_t InodeTable::Ref(const NodeRef& ref, fuse_ino_t parent, const std::string& name) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = by_ref_.find(ref);
   if (it != by_ref_.end()) {
     Entry& e = inodes_[it->second];
@@ -44,20 +44,20 @@ fuse_ino_t InodeTable::Ref(const NodeRef& ref, fuse_ino_t parent, const std::str
 }
 
 fuse_ino_t InodeTable::Peek(const NodeRef& ref) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = by_ref_.find(ref);
   return it != by_ref_.end() ? it->second : HashIno(ref);
 }
 
 std::optional<fuse_ino_t> InodeTable::Find(const NodeRef& ref) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = by_ref_.find(ref);
   if (it == by_ref_.end()) return std::nullopt;
   return it->second;
 }
 
 std::optional<NodeRef> InodeTable::Get(fuse_ino_t ino) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return std::nullopt;
   return it->second.ref;
@@ -65,7 +65,7 @@ std::optional<NodeRef> InodeTable::Get(fuse_ino_t ino) const {
 
 void InodeTable::Forget(fuse_ino_t ino, uint64_t nlookup) {
   if (ino == FUSE_ROOT_ID) return;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return;
   if (it->second.nlookup > nlookup) {
@@ -79,7 +79,7 @@ void InodeTable::Forget(fuse_ino_t ino, uint64_t nlookup) {
 std::vector<std::string> InodeTable::UpdateChildren(fuse_ino_t dir, const std::vector<std::string>& names) {
   std::vector<std::string> sorted = names;
   std::sort(sorted.begin(), sorted.end());
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = inodes_.find(dir);
   if (it == inodes_.end()) return {};
   std::vector<std::string> gone;
@@ -90,7 +90,7 @@ std::vector<std::string> InodeTable::UpdateChildren(fuse_ino_t dir, const std::v
 }
 
 bool InodeTable::NoteSize(fuse_ino_t ino, uint64_t size) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return false;
   const bool changed = it->second.size.has_value() && *it->second.size != size;
@@ -100,14 +100,14 @@ bool InodeTable::NoteSize(fuse_ino_t ino, uint64_t size) {
 }
 
 bool InodeTable::TakeSizeChanged(fuse_ino_t ino) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return false;
   return std::exchange(it->second.size_changed, false);
 }
 
 std::vector<InodeTable::Known> InodeTable::All() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   std::vector<Known> out;
   out.reserve(inodes_.size());
   for (const auto& [ino, e] : inodes_) {
@@ -117,7 +117,7 @@ std::vector<InodeTable::Known> InodeTable::All() const {
 }
 
 size_t InodeTable::size() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return inodes_.size();
 }
 

@@ -15,12 +15,12 @@
 
 #include <fuse_lowlevel.h>
 
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "fs/node.h"
 
 namespace ptstore::fs {
@@ -33,31 +33,31 @@ class InodeTable {
   // lookup/mkdir reply, and every readdirplus entry, that hands an inode to
   // the kernel calls this once). `parent` and `name`: the directory entry
   // it was handed out under (remembered for InvalidateAll).
-  fuse_ino_t Ref(const NodeRef& ref, fuse_ino_t parent = 0, const std::string& name = {});
+  fuse_ino_t Ref(const NodeRef& ref, fuse_ino_t parent = 0, const std::string& name = {}) EXCLUDES(mu_);
   // The inode number `ref` has or would have, without a lookup (d_ino).
-  fuse_ino_t Peek(const NodeRef& ref) const;
+  fuse_ino_t Peek(const NodeRef& ref) const EXCLUDES(mu_);
   // The inode number of `ref` if the kernel holds it.
-  std::optional<fuse_ino_t> Find(const NodeRef& ref) const;
+  std::optional<fuse_ino_t> Find(const NodeRef& ref) const EXCLUDES(mu_);
   // What `ino` is; nullopt for a number the kernel does not hold.
-  std::optional<NodeRef> Get(fuse_ino_t ino) const;
+  std::optional<NodeRef> Get(fuse_ino_t ino) const EXCLUDES(mu_);
   // Drops `nlookup` kernel lookups; the entry goes at zero.
-  void Forget(fuse_ino_t ino, uint64_t nlookup);
+  void Forget(fuse_ino_t ino, uint64_t nlookup) EXCLUDES(mu_);
 
   // Records the names a listing of directory `dir` showed and returns those
   // the previous listing showed that are gone now.
-  std::vector<std::string> UpdateChildren(fuse_ino_t dir, const std::vector<std::string>& names);
+  std::vector<std::string> UpdateChildren(fuse_ino_t dir, const std::vector<std::string>& names) EXCLUDES(mu_);
 
   // Records the size of file `ino` that the kernel now knows (an entry or
   // attribute reply, or the contents an open serves) and returns true when
   // it knew another one before: the file's contents changed under the same
   // inode (an increment split by a later save keeps its key but holds only
   // its tail), so the kernel's cached pages and size are stale.
-  bool NoteSize(fuse_ino_t ino, uint64_t size);
+  bool NoteSize(fuse_ino_t ino, uint64_t size) EXCLUDES(mu_);
   // Whether a NoteSize saw a change since the last call (then the next
   // open must not trust the cached pages); clears it.
-  bool TakeSizeChanged(fuse_ino_t ino);
+  bool TakeSizeChanged(fuse_ino_t ino) EXCLUDES(mu_);
 
-  size_t size() const;
+  size_t size() const EXCLUDES(mu_);
 
   // Every inode the kernel holds (not the root), with the entry it was last
   // handed out under.
@@ -66,7 +66,7 @@ class InodeTable {
     fuse_ino_t parent = 0;
     std::string name;
   };
-  std::vector<Known> All() const;
+  std::vector<Known> All() const EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -80,9 +80,9 @@ class InodeTable {
   };
   static fuse_ino_t HashIno(const NodeRef& ref);
 
-  mutable std::mutex mu_;  // guards inodes_, by_ref_
-  std::unordered_map<fuse_ino_t, Entry> inodes_;
-  std::unordered_map<NodeRef, fuse_ino_t, NodeRefHash> by_ref_;
+  mutable core::Mutex mu_;
+  std::unordered_map<fuse_ino_t, Entry> inodes_ GUARDED_BY(mu_);
+  std::unordered_map<NodeRef, fuse_ino_t, NodeRefHash> by_ref_ GUARDED_BY(mu_);
 };
 
 }  // namespace ptstore::fs

@@ -11,53 +11,53 @@ void Invalidator::Start(fuse_session* se) {
 
 void Invalidator::Stop() {
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void Invalidator::Entry(fuse_ino_t parent, std::string name) {
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (stop_ || se_ == nullptr) return;
     queue_.push_back(Item{parent, std::move(name)});
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void Invalidator::Inode(fuse_ino_t ino) {
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (stop_ || se_ == nullptr) return;
     queue_.push_back(Item{ino, {}});
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void Invalidator::Attributes(fuse_ino_t ino) {
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (stop_ || se_ == nullptr) return;
     queue_.push_back(Item{ino, {}, true});
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 uint64_t Invalidator::sent() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return sent_;
 }
 
 void Invalidator::Run() {
-  std::unique_lock lock(mu_);
+  core::UniqueLock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    cv_.Wait(lock, [&]() REQUIRES(mu_) { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
     Item item = std::move(queue_.front());
     queue_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     // Errors (ENOENT: the kernel no longer caches it) are expected and harmless.
     if (item.name.empty()) {
       // A negative offset: the attributes only, not the pages.
@@ -65,7 +65,7 @@ void Invalidator::Run() {
     } else {
       fuse_lowlevel_notify_inval_entry(se_, item.ino, item.name.c_str(), item.name.size());
     }
-    lock.lock();
+    lock.Lock();
     ++sent_;
   }
 }

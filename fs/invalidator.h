@@ -10,11 +10,11 @@
 
 #include <fuse_lowlevel.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "core/mutex.h"
 
 namespace ptstore::fs {
 
@@ -28,17 +28,17 @@ class Invalidator {
   // Starts the thread; notifications go to `se`.
   void Start(fuse_session* se);
   // Sends what is queued, then joins. A second call is a no-op.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
 
   // The dentry `name` in directory `parent` (and what hangs below it).
-  void Entry(fuse_ino_t parent, std::string name);
+  void Entry(fuse_ino_t parent, std::string name) EXCLUDES(mu_);
   // The attributes and cached pages of `ino` (a directory's: its cached
   // listing).
-  void Inode(fuse_ino_t ino);
+  void Inode(fuse_ino_t ino) EXCLUDES(mu_);
   // The attributes of `ino` only.
-  void Attributes(fuse_ino_t ino);
+  void Attributes(fuse_ino_t ino) EXCLUDES(mu_);
 
-  uint64_t sent() const;
+  uint64_t sent() const EXCLUDES(mu_);
 
  private:
   struct Item {
@@ -46,14 +46,14 @@ class Invalidator {
     std::string name;  // empty: an inode; else an entry of directory `ino`
     bool attributes_only = false;
   };
-  void Run();
+  void Run() EXCLUDES(mu_);
 
-  fuse_session* se_ = nullptr;
-  mutable std::mutex mu_;  // guards queue_, stop_, sent_
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  bool stop_ = false;
-  uint64_t sent_ = 0;
+  fuse_session* se_ = nullptr;  // set by Start, before any handler runs
+  mutable core::Mutex mu_;
+  core::CondVar cv_;
+  std::deque<Item> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  uint64_t sent_ GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

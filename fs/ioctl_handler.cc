@@ -8,7 +8,7 @@
 namespace ptstore::fs {
 
 uint64_t LeaseSet::Add(Lease lease) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   uint64_t id = next_++;
   leases_.emplace(id, std::move(lease));
   return id;
@@ -17,7 +17,7 @@ uint64_t LeaseSet::Add(Lease lease) {
 bool LeaseSet::Remove(uint64_t id) {
   PinnedPrefix gone;  // released outside the lock
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return false;
     gone = std::move(it->second.pin);
@@ -27,7 +27,7 @@ bool LeaseSet::Remove(uint64_t id) {
 }
 
 size_t LeaseSet::size() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return leases_.size();
 }
 

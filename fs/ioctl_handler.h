@@ -14,9 +14,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "fs/node.h"
 #include "fs/tree.h"
 #include "ptstore/client.h"
@@ -34,24 +34,24 @@ class LeaseSet {
     uint64_t bytes = 0;
   };
   // Takes the pin; returns its lease id (never 0).
-  uint64_t Add(Lease lease);
+  uint64_t Add(Lease lease) EXCLUDES(mu_);
   // Runs fn(lease) under the set's lock; false if there is no such lease.
   template <typename F>
-  bool With(uint64_t id, F&& fn) {
-    std::lock_guard lock(mu_);
+  bool With(uint64_t id, F&& fn) EXCLUDES(mu_) {
+    core::MutexLock lock(mu_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return false;
     fn(it->second);
     return true;
   }
   // Releases the pin; false if there is no such lease.
-  bool Remove(uint64_t id);
-  size_t size() const;
+  bool Remove(uint64_t id) EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;  // guards leases_, next_
-  std::map<uint64_t, Lease> leases_;
-  uint64_t next_ = 1;
+  mutable core::Mutex mu_;
+  std::map<uint64_t, Lease> leases_ GUARDED_BY(mu_);
+  uint64_t next_ GUARDED_BY(mu_) = 1;
 };
 
 // Handles one ioctl on `node` (a directory, or an increment's kv file) for

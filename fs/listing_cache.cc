@@ -3,7 +3,7 @@
 namespace ptstore::fs {
 
 std::shared_ptr<const Listing> ListingCache::Get(uint64_t ino, uint64_t reader, uint64_t now_ns) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = slots_.find(Key{ino, reader});
   if (it == slots_.end()) return nullptr;
   if (now_ns - it->second.listing->taken_ns > kMaxAgeNs) return nullptr;
@@ -12,7 +12,7 @@ std::shared_ptr<const Listing> ListingCache::Get(uint64_t ino, uint64_t reader, 
 }
 
 void ListingCache::Put(uint64_t ino, uint64_t reader, std::shared_ptr<const Listing> listing) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   const Key key{ino, reader};
   auto it = slots_.find(key);
   if (it != slots_.end()) {
@@ -29,7 +29,7 @@ void ListingCache::Put(uint64_t ino, uint64_t reader, std::shared_ptr<const List
 }
 
 size_t ListingCache::size() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return slots_.size();
 }
 

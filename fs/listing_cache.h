@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "fs/tree.h"
 
 namespace ptstore::fs {
@@ -39,10 +39,10 @@ class ListingCache {
 
   // The listing kept for (ino, reader) if it was taken at most kMaxAgeNs
   // before `now_ns`, or nullptr.
-  std::shared_ptr<const Listing> Get(uint64_t ino, uint64_t reader, uint64_t now_ns);
+  std::shared_ptr<const Listing> Get(uint64_t ino, uint64_t reader, uint64_t now_ns) EXCLUDES(mu_);
   // Keeps `listing` for (ino, reader), replacing what was there.
-  void Put(uint64_t ino, uint64_t reader, std::shared_ptr<const Listing> listing);
-  size_t size() const;
+  void Put(uint64_t ino, uint64_t reader, std::shared_ptr<const Listing> listing) EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
 
  private:
   struct Key {
@@ -56,9 +56,9 @@ class ListingCache {
     std::shared_ptr<const Listing> listing;
     std::list<Key>::iterator at;  // in lru_
   };
-  mutable std::mutex mu_;  // guards slots_, lru_
-  std::unordered_map<Key, Slot, KeyHash> slots_;
-  std::list<Key> lru_;  // most recently used first
+  mutable core::Mutex mu_;
+  std::unordered_map<Key, Slot, KeyHash> slots_ GUARDED_BY(mu_);
+  std::list<Key> lru_ GUARDED_BY(mu_);  // most recently used first
 };
 
 }  // namespace ptstore::fs

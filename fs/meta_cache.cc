@@ -3,7 +3,7 @@
 namespace ptstore::fs {
 
 void MetaCache::SetEnabled(bool enabled) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   enabled_ = enabled;
   ns_.clear();
   all_.reset();
@@ -11,29 +11,29 @@ void MetaCache::SetEnabled(bool enabled) {
 }
 
 bool MetaCache::enabled() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return enabled_;
 }
 
 uint64_t MetaCache::generation() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return gen_;
 }
 
 std::optional<NamespaceInfo> MetaCache::Namespace(const std::string& ns) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = ns_.find(ns);
   if (it == ns_.end()) return std::nullopt;
   return it->second.info;
 }
 
 std::optional<std::vector<NamespaceInfo>> MetaCache::Namespaces() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return all_;
 }
 
 std::optional<PrefixNodeInfo> MetaCache::Increment(const std::string& ns, const ChainKey& key) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = ns_.find(ns);
   if (it == ns_.end()) return std::nullopt;
   auto n = it->second.nodes.find(key);
@@ -42,7 +42,7 @@ std::optional<PrefixNodeInfo> MetaCache::Increment(const std::string& ns, const 
 }
 
 std::optional<std::vector<PrefixNodeInfo>> MetaCache::Children(const std::string& ns, const ChainKey& parent) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = ns_.find(ns);
   if (it == ns_.end()) return std::nullopt;
   const NsEntry& e = it->second;
@@ -59,7 +59,7 @@ std::optional<std::vector<PrefixNodeInfo>> MetaCache::Children(const std::string
 }
 
 std::optional<ChainKey> MetaCache::ParentOf(const std::string& ns, const ChainKey& key) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = ns_.find(ns);
   if (it == ns_.end()) return std::nullopt;
   auto p = it->second.parent_of.find(key);
@@ -68,19 +68,19 @@ std::optional<ChainKey> MetaCache::ParentOf(const std::string& ns, const ChainKe
 }
 
 void MetaCache::PutNamespace(uint64_t gen, const NamespaceInfo& info) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (Fresh(gen)) ns_[info.name].info = info;
 }
 
 void MetaCache::PutNamespaces(uint64_t gen, const std::vector<NamespaceInfo>& all) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (!Fresh(gen)) return;
   all_ = all;
   for (const NamespaceInfo& n : all) ns_[n.name].info = n;
 }
 
 void MetaCache::PutIncrement(uint64_t gen, const std::string& ns, const PrefixNodeInfo& node) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (!Fresh(gen)) return;
   NsEntry& e = ns_[ns];
   e.nodes[node.key] = node;
@@ -89,7 +89,7 @@ void MetaCache::PutIncrement(uint64_t gen, const std::string& ns, const PrefixNo
 
 void MetaCache::PutListing(uint64_t gen, const std::string& ns, const ChainKey& parent,
                            const std::vector<PrefixNodeInfo>& nodes, bool recursive) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (!Fresh(gen)) return;
   NsEntry& e = ns_[ns];
   std::unordered_map<ChainKey, std::vector<ChainKey>, ChainKeyHash> lists;
@@ -109,7 +109,7 @@ void MetaCache::DropNode(NsEntry& e, const ChainKey& key) {
 }
 
 void MetaCache::Apply(const TreeChange& c) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   ++gen_;
   all_.reset();  // the root's times are the newest of every namespace's
   if (c.kind == ChangeKind::kNamespace) {
@@ -151,21 +151,21 @@ void MetaCache::Apply(const TreeChange& c) {
 }
 
 void MetaCache::DropNamespace(const std::string& ns) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   ++gen_;
   all_.reset();
   ns_.erase(ns);
 }
 
 void MetaCache::Clear() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   ++gen_;
   all_.reset();
   ns_.clear();
 }
 
 size_t MetaCache::increments() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [name, e] : ns_) n += e.nodes.size();
   return n;

@@ -17,12 +17,12 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ptstore/keys.h"
 #include "ptstore/types.h"
 
@@ -34,38 +34,39 @@ class MetaCache {
   MetaCache() = default;
 
   // Enables it (the watcher polls), or disables and empties it.
-  void SetEnabled(bool enabled);
-  bool enabled() const;
+  void SetEnabled(bool enabled) EXCLUDES(mu_);
+  bool enabled() const EXCLUDES(mu_);
   // Read before an RPC whose answer will be Put.
-  uint64_t generation() const;
+  uint64_t generation() const EXCLUDES(mu_);
 
-  std::optional<NamespaceInfo> Namespace(const std::string& ns) const;
-  std::optional<std::vector<NamespaceInfo>> Namespaces() const;
-  std::optional<PrefixNodeInfo> Increment(const std::string& ns, const ChainKey& key) const;
+  std::optional<NamespaceInfo> Namespace(const std::string& ns) const EXCLUDES(mu_);
+  std::optional<std::vector<NamespaceInfo>> Namespaces() const EXCLUDES(mu_);
+  std::optional<PrefixNodeInfo> Increment(const std::string& ns, const ChainKey& key) const EXCLUDES(mu_);
   // The children of `parent` (zero: the namespace's top level) as its last
   // listing showed them, each with its current entry; nullopt when that
   // listing or one of its entries is not known.
-  std::optional<std::vector<PrefixNodeInfo>> Children(const std::string& ns, const ChainKey& parent) const;
+  std::optional<std::vector<PrefixNodeInfo>> Children(const std::string& ns, const ChainKey& parent) const
+      EXCLUDES(mu_);
   // The parent of increment `key`, when known.
-  std::optional<ChainKey> ParentOf(const std::string& ns, const ChainKey& key) const;
+  std::optional<ChainKey> ParentOf(const std::string& ns, const ChainKey& key) const EXCLUDES(mu_);
 
-  void PutNamespace(uint64_t gen, const NamespaceInfo& info);
-  void PutNamespaces(uint64_t gen, const std::vector<NamespaceInfo>& all);
-  void PutIncrement(uint64_t gen, const std::string& ns, const PrefixNodeInfo& node);
+  void PutNamespace(uint64_t gen, const NamespaceInfo& info) EXCLUDES(mu_);
+  void PutNamespaces(uint64_t gen, const std::vector<NamespaceInfo>& all) EXCLUDES(mu_);
+  void PutIncrement(uint64_t gen, const std::string& ns, const PrefixNodeInfo& node) EXCLUDES(mu_);
   // A ListTree answer: the children of `parent`, or with `recursive` its
   // whole subtree (parents before children, as ListTree gives it).
   void PutListing(uint64_t gen, const std::string& ns, const ChainKey& parent,
-                  const std::vector<PrefixNodeInfo>& nodes, bool recursive);
+                  const std::vector<PrefixNodeInfo>& nodes, bool recursive) EXCLUDES(mu_);
 
   // Drops what `change` makes stale and moves the generation.
-  void Apply(const TreeChange& change);
+  void Apply(const TreeChange& change) EXCLUDES(mu_);
   // Drops everything a change in namespace `ns` could touch (this mount's
   // own rmdir, mkdir, layout change) and moves the generation.
-  void DropNamespace(const std::string& ns);
+  void DropNamespace(const std::string& ns) EXCLUDES(mu_);
   // Drops everything and moves the generation.
-  void Clear();
+  void Clear() EXCLUDES(mu_);
 
-  size_t increments() const;
+  size_t increments() const EXCLUDES(mu_);
 
  private:
   struct NsEntry {
@@ -74,14 +75,14 @@ class MetaCache {
     std::unordered_map<ChainKey, std::vector<ChainKey>, ChainKeyHash> children;  // zero key: top level
     std::unordered_map<ChainKey, ChainKey, ChainKeyHash> parent_of;
   };
-  bool Fresh(uint64_t gen) const { return enabled_ && gen == gen_; }
-  void DropNode(NsEntry& e, const ChainKey& key);
+  bool Fresh(uint64_t gen) const REQUIRES(mu_) { return enabled_ && gen == gen_; }
+  void DropNode(NsEntry& e, const ChainKey& key) REQUIRES(mu_);
 
-  mutable std::mutex mu_;  // guards everything below
-  bool enabled_ = false;
-  uint64_t gen_ = 1;
-  std::unordered_map<std::string, NsEntry> ns_;
-  std::optional<std::vector<NamespaceInfo>> all_;
+  mutable core::Mutex mu_;
+  bool enabled_ GUARDED_BY(mu_) = false;
+  uint64_t gen_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<std::string, NsEntry> ns_ GUARDED_BY(mu_);
+  std::optional<std::vector<NamespaceInfo>> all_ GUARDED_BY(mu_);
 };
 
 }  // namespace ptstore::fs

@@ -126,7 +126,7 @@ Result<IncrementInfo> TreeView::Increment(const std::string& ns, const ChainKey&
 }
 
 bool TreeView::Hidden(const NodeRef& file) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = whiteouts_.find(file);
   if (it == whiteouts_.end()) return false;
   if (std::chrono::steady_clock::now() < it->second) return true;
@@ -135,7 +135,7 @@ bool TreeView::Hidden(const NodeRef& file) {
 }
 
 void TreeView::Unhide(const std::string& ns, const ChainKey* key) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   for (auto it = whiteouts_.begin(); it != whiteouts_.end();) {
     bool match = it->first.ns == ns && (key == nullptr || it->first.key == *key);
     it = match ? whiteouts_.erase(it) : std::next(it);
@@ -300,7 +300,7 @@ int TreeView::HideFile(const NodeRef& dir, const std::string& name) {
   auto found = Lookup(dir, name);
   if (!found.ok()) return ErrnoOf(found.status());
   if (found->ref.IsDir()) return EISDIR;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   whiteouts_[found->ref] = std::chrono::steady_clock::now() + options_.whiteout_ttl;
   return 0;
 }

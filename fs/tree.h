@@ -36,11 +36,11 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "fs/meta_cache.h"
 #include "fs/node.h"
 #include "ptstore/client.h"
@@ -100,7 +100,7 @@ class TreeView {
   int RemoveDir(const NodeRef& dir, const std::string& name);
   // unlink: hides kv/tokens/.layout in this mount (see the header comment).
   // Returns 0 or an errno: EISDIR (a directory), ENOENT.
-  int HideFile(const NodeRef& dir, const std::string& name);
+  int HideFile(const NodeRef& dir, const std::string& name) EXCLUDES(mu_);
 
   // touch(1) on an increment's directory, kv or tokens: sets the
   // increment's atime and/or mtime (0: leave it; Client::SetTimes) and
@@ -129,14 +129,14 @@ class TreeView {
   struct stat RootStat(const std::vector<NamespaceInfo>& all) const;
   struct stat DirStat(const NamespaceInfo& ns, uint64_t nlink, const Times& times) const;
   struct stat FileStat(const NamespaceInfo& ns, uint64_t size, const Times& times) const;
-  bool Hidden(const NodeRef& file);
-  void Unhide(const std::string& ns, const ChainKey* key);
+  bool Hidden(const NodeRef& file) EXCLUDES(mu_);
+  void Unhide(const std::string& ns, const ChainKey* key) EXCLUDES(mu_);
 
   Client* const client_;
   MetaCache* const cache_;
   const TreeOptions options_;
-  std::mutex mu_;  // guards whiteouts_
-  std::unordered_map<NodeRef, std::chrono::steady_clock::time_point, NodeRefHash> whiteouts_;
+  core::Mutex mu_;
+  std::unordered_map<NodeRef, std::chrono::steady_clock::time_point, NodeRefHash> whiteouts_ GUARDED_BY(mu_);
   const uint64_t mounted_at_;  // WallClockNs()
 };
 

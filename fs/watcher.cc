@@ -27,20 +27,20 @@ void ChangeWatcher::Start() {
 
 void ChangeWatcher::Stop() {
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void ChangeWatcher::Run() {
-  std::unique_lock lock(mu_);
+  core::UniqueLock lock(mu_);
   for (;;) {
-    if (cv_.wait_for(lock, interval_, [&] { return stop_; })) return;
-    lock.unlock();
+    if (cv_.WaitFor(lock, interval_, [&]() REQUIRES(mu_) { return stop_; })) return;
+    lock.Unlock();
     Poll();
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -36,12 +36,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <shared_mutex>
 #include <thread>
 
+#include "core/mutex.h"
 #include "fs/inode_table.h"
 #include "fs/invalidator.h"
 #include "fs/meta_cache.h"
@@ -60,7 +59,7 @@ class ChangeWatcher {
   // Polls once (to know where the log is and enable the cache), then
   // starts the thread.
   void Start();
-  void Stop();
+  void Stop() EXCLUDES(mu_);
 
   bool healthy() const { return healthy_.load(std::memory_order_acquire); }
   uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
@@ -68,7 +67,7 @@ class ChangeWatcher {
   uint64_t resets() const { return resets_.load(std::memory_order_relaxed); }
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
   // One poll (and the polls right after it while the log has more).
   void Poll();
   void Apply(const TreeChanges& batch);
@@ -79,7 +78,7 @@ class ChangeWatcher {
   MetaCache* const cache_;
   InodeTable* const inodes_;
   Invalidator* const invalidator_;
-  std::shared_mutex* const reply_mu_;
+  std::shared_mutex* const reply_mu_;  // Filesystem's (its comment says why not a core::SharedMutex)
 
   uint64_t epoch_ = 0;  // poll thread only
   uint64_t next_ = 0;
@@ -87,9 +86,9 @@ class ChangeWatcher {
   std::atomic<bool> healthy_{false};
   std::atomic<uint64_t> polls_{0}, changes_{0}, resets_{0};
 
-  std::mutex mu_;  // guards stop_
-  std::condition_variable cv_;
-  bool stop_ = false;
+  core::Mutex mu_;
+  core::CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

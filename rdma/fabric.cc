@@ -129,11 +129,11 @@ bool Fabric::CloseMayCrash() const {
 }
 
 struct Fabric::ReadCall {
-  std::mutex mu;  // guards the fields below
-  std::condition_variable cv;
-  uint64_t outstanding = 0;
-  Status error;  // the first failure
-  std::string peer_name;
+  core::Mutex mu;
+  core::CondVar cv;
+  uint64_t outstanding GUARDED_BY(mu) = 0;
+  Status error GUARDED_BY(mu);  // the first failure
+  std::string peer_name;        // set before the first op is posted, then constant
 };
 
 struct Fabric::OpContext {
@@ -234,7 +234,7 @@ Fabric::~Fabric() {
   // any more, so nothing more lands in the region; its memory and sockets
   // are lost (this happens at shutdown).
   if (ep_ && reads_in_flight() > 0 && CloseMayCrash()) {
-    std::lock_guard<std::mutex> l(inflight_mu_);
+    core::MutexLock l(inflight_mu_);
     PTS_WARN(kLog, "closing with " << inflight_.size() << " reads still in flight on " << choice_.provider
                                    << " (libfabric " << FI_MAJOR(fi_version()) << "." << FI_MINOR(fi_version())
                                    << "), whose close could crash: the endpoint is left open");
@@ -258,7 +258,7 @@ Fabric::~Fabric() {
     }
   }
   {
-    std::lock_guard<std::mutex> l(inflight_mu_);
+    core::MutexLock l(inflight_mu_);
     for (OpContext* op : inflight_) delete op;
     inflight_.clear();
   }
@@ -272,7 +272,7 @@ Fabric::~Fabric() {
 }
 
 Status Fabric::RegisterRegion(uint8_t* base, uint64_t length, uint64_t requested_key) {
-  std::lock_guard<std::mutex> l(region_mu_);
+  core::MutexLock l(region_mu_);
   if (mr_) return InvalidArgument("fabric: a region is already registered (RegisterRegion is called once)");
   if (base == nullptr || length == 0) return InvalidArgument("fabric: cannot register an empty region");
   size_t key_size = info_->domain_attr->mr_key_size;
@@ -354,7 +354,7 @@ Result<uint64_t> Fabric::AddPeer(std::span<const uint8_t> address) {
     if (int r = fi_av_remove(av, &a, 1, 0); r != 0) PTS_WARN(kLog, "removing peer " << q->name << ": " << FiError(r));
     delete q;
   });
-  std::unique_lock l(peers_mu_);
+  core::WriterLock l(peers_mu_);
   uint64_t handle = next_peer_++;
   peers_.emplace(handle, std::move(entry));
   return handle;
@@ -362,17 +362,18 @@ Result<uint64_t> Fabric::AddPeer(std::span<const uint8_t> address) {
 
 void Fabric::RemovePeer(uint64_t peer) {
   std::shared_ptr<const Peer> entry;
-  std::unique_lock l(peers_mu_);
-  auto it = peers_.find(peer);
-  if (it == peers_.end()) return;
-  entry = std::move(it->second);
-  peers_.erase(it);
-  l.unlock();
+  {
+    core::WriterLock l(peers_mu_);
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return;
+    entry = std::move(it->second);
+    peers_.erase(it);
+  }
   // entry goes here, or with the last Read using it.
 }
 
 uint64_t Fabric::reads_in_flight() const {
-  std::lock_guard<std::mutex> l(inflight_mu_);
+  core::MutexLock l(inflight_mu_);
   return inflight_.size();
 }
 
@@ -385,7 +386,7 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
   }
   std::shared_ptr<const Peer> entry;
   {
-    std::shared_lock l(peers_mu_);
+    core::ReaderLock l(peers_mu_);
     auto it = peers_.find(peer);
     if (it == peers_.end()) return InvalidArgument("fabric: unknown peer handle " + std::to_string(peer));
     entry = it->second;
@@ -420,12 +421,12 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
   bool timed_out = false;
   uint64_t refusals = 0;      // posts the provider refused with FI_EAGAIN
   uint32_t backoff_us = 20;  // between posts when none of ours is in flight
-  auto wait_until = [&](std::unique_lock<std::mutex>& l, auto pred) {
+  auto wait_until = [&](core::UniqueLock& l, auto pred) {
     if (!has_deadline) {
-      call->cv.wait(l, pred);
+      call->cv.Wait(l, pred);
       return true;
     }
-    return call->cv.wait_until(l, deadline, pred);
+    return call->cv.WaitUntil(l, deadline, pred);
   };
 
   while (op_index < ops.size()) {
@@ -436,8 +437,8 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
       continue;
     }
     {
-      std::unique_lock l(call->mu);
-      if (!wait_until(l, [&] { return call->outstanding < window || !call->error.ok(); })) {
+      core::UniqueLock l(call->mu);
+      if (!wait_until(l, [&]() REQUIRES(call->mu) { return call->outstanding < window || !call->error.ok(); })) {
         timed_out = true;
         break;
       }
@@ -450,7 +451,7 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
     ctx->remote_offset = op.remote_offset + op_done;
     ctx->length = len;
     {
-      std::lock_guard<std::mutex> l(inflight_mu_);
+      core::MutexLock l(inflight_mu_);
       inflight_.insert(ctx);
     }
     ssize_t ret = fi_read(ep_, region_base_ + op.local_offset + op_done, len, mr_desc_, p.fi_addr,
@@ -461,11 +462,11 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
       continue;
     }
     {
-      std::lock_guard<std::mutex> l(inflight_mu_);
+      core::MutexLock l(inflight_mu_);
       inflight_.erase(ctx);
     }
     delete ctx;
-    std::unique_lock l(call->mu);
+    core::UniqueLock l(call->mu);
     --call->outstanding;
     if (ret != -FI_EAGAIN) {
       if (call->error.ok()) {
@@ -485,9 +486,10 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
     }
     if (call->outstanding > 0) {
       uint64_t before = call->outstanding;
-      call->cv.wait_for(l, std::chrono::milliseconds(1), [&] { return call->outstanding < before; });
+      call->cv.WaitFor(l, std::chrono::milliseconds(1),
+                       [&]() REQUIRES(call->mu) { return call->outstanding < before; });
     } else {
-      l.unlock();
+      l.Unlock();
       auto pause = std::chrono::microseconds(backoff_us);
       if (has_deadline) pause = std::min(pause, std::chrono::ceil<std::chrono::microseconds>(deadline - Clock::now()));
       std::this_thread::sleep_for(pause);
@@ -495,8 +497,8 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
     }
   }
 
-  std::unique_lock l(call->mu);
-  if (!timed_out && !wait_until(l, [&] { return call->outstanding == 0; })) timed_out = true;
+  core::UniqueLock l(call->mu);
+  if (!timed_out && !wait_until(l, [&]() REQUIRES(call->mu) { return call->outstanding == 0; })) timed_out = true;
   if (!timed_out || (call->outstanding == 0 && !call->error.ok())) {
     if (!call->error.ok()) PTS_WARN(kLog, call->error.message());
     return call->error;
@@ -505,9 +507,9 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
   // flight, owned by inflight_ (header comment).
   const uint64_t left = call->outstanding;
   Status error = call->error;
-  l.unlock();
+  l.Unlock();
   {
-    std::lock_guard<std::mutex> il(inflight_mu_);
+    core::MutexLock il(inflight_mu_);
     for (OpContext* op : inflight_) {
       if (op->call == call) (void)fi_cancel(&ep_->fid, &op->fi_ctx);
     }
@@ -526,17 +528,17 @@ Status Fabric::Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> 
 
 void Fabric::Complete(OpContext* op, Status status) {
   {
-    std::lock_guard<std::mutex> l(inflight_mu_);
+    core::MutexLock l(inflight_mu_);
     if (inflight_.erase(op) == 0) return;  // not ours (cannot happen)
   }
   std::shared_ptr<ReadCall> call = std::move(op->call);
   delete op;
   {
-    std::lock_guard<std::mutex> l(call->mu);
+    core::MutexLock l(call->mu);
     if (!status.ok() && call->error.ok()) call->error = std::move(status);
     --call->outstanding;
   }
-  call->cv.notify_all();
+  call->cv.NotifyAll();
 }
 
 void Fabric::HandleCompletionError() {
@@ -560,7 +562,7 @@ void Fabric::HandleCompletionError() {
   std::string peer;
   {
     // The call outlives this (the op holds it); its peer name is immutable.
-    std::lock_guard<std::mutex> l(inflight_mu_);
+    core::MutexLock l(inflight_mu_);
     if (inflight_.count(op) == 0) return;
     peer = op->call->peer_name;
   }

@@ -60,18 +60,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 
 struct fi_info;
@@ -139,7 +137,7 @@ class Fabric {
   // fine). `requested_key` is the key peers use unless the provider picks
   // keys itself (then region_key() says which). InvalidArgument for a second
   // call, an empty region, or a key wider than the provider's keys.
-  Status RegisterRegion(uint8_t* base, uint64_t length, uint64_t requested_key);
+  Status RegisterRegion(uint8_t* base, uint64_t length, uint64_t requested_key) EXCLUDES(region_mu_);
   uint64_t region_key() const;  // REQUIRES: RegisterRegion succeeded
 
   // This endpoint's address (fi_getname) plus the base and length of the
@@ -160,8 +158,8 @@ class Fabric {
   // InvalidArgument for a malformed address. RemovePeer when the peer dies
   // or changes address: new Reads of the handle are InvalidArgument, those
   // running finish (the address leaves the AV after them).
-  Result<uint64_t> AddPeer(std::span<const uint8_t> address);
-  void RemovePeer(uint64_t peer);
+  Result<uint64_t> AddPeer(std::span<const uint8_t> address) EXCLUDES(peers_mu_);
+  void RemovePeer(uint64_t peer) EXCLUDES(peers_mu_);
 
   struct ReadOp {
     uint64_t local_offset;   // in this node's region
@@ -175,11 +173,12 @@ class Fabric {
   // (DeadlineExceeded; see the header comment). timeout_ms < 0: no
   // deadline. Ops past the end of either region are InvalidArgument and
   // nothing is read.
-  Status Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> ops, int timeout_ms);
+  Status Read(uint64_t peer, uint64_t remote_key, std::span<const ReadOp> ops, int timeout_ms)
+      EXCLUDES(peers_mu_, inflight_mu_);
 
   // fi_reads posted and not completed yet, those of timed-out Reads
   // included.
-  uint64_t reads_in_flight() const;
+  uint64_t reads_in_flight() const EXCLUDES(inflight_mu_);
 
  private:
   struct Peer {
@@ -193,10 +192,10 @@ class Fabric {
   struct OpContext;
 
   Fabric() = default;
-  void ProgressLoop();
+  void ProgressLoop() EXCLUDES(inflight_mu_);
   // Dispatches the completion of one op (status OK or its error).
-  void Complete(OpContext* op, Status status);
-  void HandleCompletionError();
+  void Complete(OpContext* op, Status status) EXCLUDES(inflight_mu_);
+  void HandleCompletionError() EXCLUDES(inflight_mu_);
   // Whether closing the endpoint with reads in flight may crash libfabric.
   bool CloseMayCrash() const;
 
@@ -212,24 +211,27 @@ class Fabric {
   bool cq_waitable_ = false;  // fi_cq_sread works (the CQ has a wait object)
   std::vector<uint8_t> name_;  // fi_getname
 
-  std::mutex region_mu_;  // guards RegisterRegion against itself
-  fid_mr* mr_ = nullptr;  // set once, before any Read (then read-only)
+  // Guards RegisterRegion against itself. The region's fields are set once
+  // under it, before any Read, and read without it from then on (published
+  // by registered_), so only mr_ is GUARDED_BY it.
+  core::Mutex region_mu_;
+  fid_mr* mr_ GUARDED_BY(region_mu_) = nullptr;
   void* mr_desc_ = nullptr;
   uint8_t* region_base_ = nullptr;
   uint64_t region_length_ = 0;
   uint64_t region_key_ = 0;
   std::atomic<bool> registered_{false};
 
-  mutable std::shared_mutex peers_mu_;  // guards peers_, next_peer_
+  mutable core::SharedMutex peers_mu_;
   // Shared with the Reads using them; the last owner removes the address
   // from the AV.
-  std::map<uint64_t, std::shared_ptr<const Peer>> peers_;
-  uint64_t next_peer_ = 1;
+  std::map<uint64_t, std::shared_ptr<const Peer>> peers_ GUARDED_BY(peers_mu_);
+  uint64_t next_peer_ GUARDED_BY(peers_mu_) = 1;
 
   // Posted ops not yet completed. Lock order: never held while calling into
   // libfabric, except fi_cancel (which the progress thread never waits on).
-  mutable std::mutex inflight_mu_;
-  std::unordered_set<OpContext*> inflight_;
+  mutable core::Mutex inflight_mu_;
+  std::unordered_set<OpContext*> inflight_ GUARDED_BY(inflight_mu_);
 
   std::atomic<bool> stop_{false};
   std::thread progress_;

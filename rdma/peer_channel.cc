@@ -21,12 +21,12 @@ PeerChannel::Conn::~Conn() {
 }
 
 void PeerChannel::Return(std::unique_ptr<local::FramedSocket> s, uint64_t generation) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   if (generation == generation_ && idle_.size() < max_idle_) idle_.push_back(std::move(s));
 }
 
 void PeerChannel::Reset() {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   idle_.clear();
   generation_++;
 }
@@ -35,7 +35,7 @@ Result<PeerChannel::Conn> PeerChannel::Acquire(int timeout_ms) {
   Conn c;
   c.channel_ = this;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     c.generation_ = generation_;
     if (!idle_.empty()) {
       c.sock_ = std::move(idle_.back());

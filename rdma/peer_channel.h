@@ -11,11 +11,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/messages.h"
+#include "core/mutex.h"
 #include "rdma/auth.h"
 #include "local/framed_socket.h"
 
@@ -60,12 +60,12 @@ class PeerChannel {
 
   // An idle connection, or a new one (connected and authenticated within
   // timeout_ms).
-  Result<Conn> Acquire(int timeout_ms);
+  Result<Conn> Acquire(int timeout_ms) EXCLUDES(mu_);
 
   // Sends `req` and waits for a reply of type Rep (or an ErrorReply, which
   // becomes its Status) within timeout_ms.
   template <typename Req, typename Rep>
-  Result<Rep> Call(const Req& req, int timeout_ms) {
+  Result<Rep> Call(const Req& req, int timeout_ms) EXCLUDES(mu_) {
     PTS_ASSIGN_OR_RETURN(Conn c, Acquire(timeout_ms));
     return CallOn<Req, Rep>(c, req, timeout_ms);
   }
@@ -84,7 +84,7 @@ class PeerChannel {
   Result<local::Frame> Exchange(Conn& c, uint16_t type, const std::vector<uint8_t>& body, int timeout_ms);
 
   // Closes the idle connections (the peer died or restarted).
-  void Reset();
+  void Reset() EXCLUDES(mu_);
   uint32_t peer_id() const { return peer_id_; }
   const std::string& address() const { return address_; }
 
@@ -95,7 +95,7 @@ class PeerChannel {
     m.Encode(e);
     return e.buffer();
   }
-  void Return(std::unique_ptr<local::FramedSocket> s, uint64_t generation);
+  void Return(std::unique_ptr<local::FramedSocket> s, uint64_t generation) EXCLUDES(mu_);
 
   const uint32_t self_id_;
   const uint32_t peer_id_;
@@ -105,9 +105,9 @@ class PeerChannel {
   const ClusterSecret* secret_;
   const AuthOptions auth_;
   const size_t max_idle_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<local::FramedSocket>> idle_;  // GUARDED_BY(mu_)
-  uint64_t generation_ = 0;                          // GUARDED_BY(mu_), bumped by Reset
+  core::Mutex mu_;
+  std::vector<std::unique_ptr<local::FramedSocket>> idle_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;  // bumped by Reset
 };
 
 }  // namespace ptstore::rdma

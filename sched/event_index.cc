@@ -1,6 +1,5 @@
 #include "sched/event_index.h"
 
-#include <mutex>
 #include <msgpack.hpp>
 #include <zmq.hpp>
 
@@ -43,13 +42,18 @@ std::string Str(const msgpack::object& o) {
 
 }  // namespace
 
+// `known`, `blocks` and `groups` are guarded by the index's mu_ (written
+// under it, by the index's thread; that thread alone also reads `known`
+// without it). Not GUARDED_BY: from a nested struct the attribute cannot
+// name the index's mutex (clang resolves it against the NodeState), so the
+// analysis does not check them.
 struct EventIndex::NodeState {
   Source source;
   zmq::socket_t sub;
   bool known = false;         // a replay has answered since the stream became unknown
   std::chrono::steady_clock::time_point heard;  // the last message or replay (thread only)
-  uint64_t next_seq = 0;      // valid when known
-  // namespace -> block hash -> media bits (1 CPU, 2 STORAGE); guarded by mu_.
+  uint64_t next_seq = 0;      // valid when known (thread only)
+  // namespace -> block hash -> media bits (1 CPU, 2 STORAGE).
   std::unordered_map<std::string, std::unordered_map<uint64_t, uint8_t>> blocks;
   std::unordered_map<uint32_t, std::string> groups;  // group_idx -> namespace
 };
@@ -100,7 +104,7 @@ EventIndex::~EventIndex() {
 }
 
 bool EventIndex::AllKnown() const {
-  std::shared_lock lk(mu_);
+  core::ReaderLock lk(mu_);
   for (const auto& n : nodes_) {
     if (!n->known) return false;
   }
@@ -133,7 +137,7 @@ void EventIndex::Apply(NodeState& n, uint64_t seq, const std::string& payload, c
   batches_++;
   if (b.type != msgpack::type::ARRAY || b.via.array.size < 2 || b.via.array.ptr[1].type != msgpack::type::ARRAY) return;
   const msgpack::object_array& events = b.via.array.ptr[1].via.array;
-  std::unique_lock lk(mu_);
+  core::WriterLock lk(mu_);
   for (uint32_t i = 0; i < events.size; i++) {
     const msgpack::object& e = events.ptr[i];
     if (e.type != msgpack::type::ARRAY || e.via.array.size == 0) continue;
@@ -192,7 +196,7 @@ bool EventIndex::Replay(NodeState& n, uint64_t start) {
     zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(2000)) <= 0 || stop_) {
       replay_failures_++;
-      std::unique_lock lk(mu_);
+      core::WriterLock lk(mu_);
       n.known = false;
       return false;
     }
@@ -208,10 +212,10 @@ bool EventIndex::Replay(NodeState& n, uint64_t start) {
     const bool same = n.known && (s >> 32) == (n.next_seq >> 32);
     if (n.known && !same) restarts_++;  // found by an idle check (below) rather than a live message
     if (!n.known || !same || s >= n.next_seq) Apply(n, s, frames[2].to_string(), nullptr);
-    std::unique_lock lk(mu_);
+    core::WriterLock lk(mu_);
     n.known = true;
   }
-  std::unique_lock lk(mu_);
+  core::WriterLock lk(mu_);
   n.known = true;
   return true;
 }
@@ -227,7 +231,7 @@ void EventIndex::Loop() {
       for (auto& n : nodes_) {
         bool known;
         {
-          std::shared_lock lk(mu_);
+          core::ReaderLock lk(mu_);
           known = n->known;
         }
         if (!known) {
@@ -282,7 +286,7 @@ void EventIndex::Loop() {
 Result<PrefixLocation> EventIndex::Locate(const std::string& ns, std::span<const uint32_t> tokens) {
   uint32_t bt = 0;
   {
-    std::shared_lock lk(mu_);
+    core::ReaderLock lk(mu_);
     bool known = true;
     for (const auto& n : nodes_) known = known && n->known;
     auto b = block_size_.find(ns);
@@ -296,7 +300,7 @@ Result<PrefixLocation> EventIndex::Locate(const std::string& ns, std::span<const
   const std::vector<ChainKey> keys = ChainKeys(RootKey(ns, ""), tokens, bt);
   std::vector<std::pair<uint32_t, uint64_t>> held;
   {
-    std::shared_lock lk(mu_);
+    core::ReaderLock lk(mu_);
     for (const auto& n : nodes_) {
       auto it = n->blocks.find(ns);
       if (it == n->blocks.end()) continue;

@@ -23,13 +23,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "core/mutex.h"
 #include "sched/scheduler.h"
 
 namespace ptstore::sched {
@@ -51,9 +51,9 @@ class EventIndex : public PrefixIndex {
   EventIndex(std::vector<Source> sources, PrefixIndex* fallback);
   ~EventIndex() override;  // stops the thread
 
-  Result<PrefixLocation> Locate(const std::string& ns, std::span<const uint32_t> tokens) override;
+  Result<PrefixLocation> Locate(const std::string& ns, std::span<const uint32_t> tokens) override EXCLUDES(mu_);
   // Whether every node's stream is known (tests, benchmarks).
-  bool AllKnown() const;
+  bool AllKnown() const EXCLUDES(mu_);
   Stats stats() const;
 
   // Parses "NODE=PUB,REPLAY" (ptstore-sched --events).
@@ -61,15 +61,18 @@ class EventIndex : public PrefixIndex {
 
  private:
   struct NodeState;
-  void Loop();
-  void Apply(NodeState& n, uint64_t seq, const std::string& payload, const std::string* topic_ns);
-  bool Replay(NodeState& n, uint64_t start);
+  void Loop() EXCLUDES(mu_);
+  void Apply(NodeState& n, uint64_t seq, const std::string& payload, const std::string* topic_ns) EXCLUDES(mu_);
+  bool Replay(NodeState& n, uint64_t start) EXCLUDES(mu_);
 
   std::vector<std::unique_ptr<NodeState>> nodes_;
   PrefixIndex* fallback_;
-  mutable std::shared_mutex mu_;  // guards every NodeState's holdings and the namespace tables
-  std::unordered_map<std::string, uint32_t> block_size_;  // learnt from BlockStored
-  std::unordered_set<std::string> salted_;                // BlockStored without token ids
+  // Guards the namespace tables below and every NodeState's holdings (those
+  // are members of NodeState, where GUARDED_BY cannot name this mutex: see
+  // there).
+  mutable core::SharedMutex mu_;
+  std::unordered_map<std::string, uint32_t> block_size_ GUARDED_BY(mu_);  // learnt from BlockStored
+  std::unordered_set<std::string> salted_ GUARDED_BY(mu_);                // BlockStored without token ids
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> from_events_{0}, from_fallback_{0};
   std::atomic<uint64_t> batches_{0}, gaps_{0}, restarts_{0}, replays_{0}, replay_failures_{0};

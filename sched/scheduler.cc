@@ -31,7 +31,7 @@ Scheduler::Scheduler(SchedulerOptions options, PrefixIndex* index) : options_(st
 
 Status Scheduler::Register(const InstanceSpec& spec) {
   if (spec.id.empty()) return InvalidArgument("an instance needs a non-empty id");
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   auto it = instances_.find(spec.id);
   if (it != instances_.end()) {
     const InstanceSpec& have = it->second.state.spec;
@@ -47,14 +47,14 @@ Status Scheduler::Register(const InstanceSpec& spec) {
 }
 
 Status Scheduler::Unregister(const std::string& id) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   if (instances_.erase(id) == 0) return NotFound("no instance " + id + " is registered");
   std::erase_if(tickets_, [&](const auto& kv) { return kv.second.instance == id; });
   return Status::OK();
 }
 
 std::vector<InstanceState> Scheduler::Instances() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   std::vector<std::pair<size_t, InstanceState>> v;
   for (const auto& [id, in] : instances_) v.emplace_back(in.order, in.state);
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -103,7 +103,7 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
       index_note = " (index unavailable: " + r.status().ToString() + ")";
     }
   }
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   const auto now = std::chrono::steady_clock::now();
   ExpireLocked(now);
   if (instances_.empty()) return Unavailable("no serving instance is registered with the scheduler");
@@ -192,7 +192,7 @@ Result<RouteDecision> Scheduler::Route(const RouteRequest& req) {
 }
 
 Status Scheduler::PrefillDone(uint64_t ticket) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) return NotFound("no routed request has ticket " + std::to_string(ticket));
   if (it->second.prefilled) return Status::OK();
@@ -203,7 +203,7 @@ Status Scheduler::PrefillDone(uint64_t ticket) {
 }
 
 Status Scheduler::Finished(uint64_t ticket) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) return NotFound("no routed request has ticket " + std::to_string(ticket));
   FinishLocked(it);

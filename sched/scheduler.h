@@ -32,13 +32,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 #include "ptstore/types.h"
 #include "sched/cost_model.h"
@@ -109,22 +109,22 @@ class Scheduler {
   // AlreadyExists if the id is registered with another node or endpoint
   // (registering the same spec again is a no-op: instances re-register
   // after a restart of the scheduler). InvalidArgument for an empty id.
-  Status Register(const InstanceSpec& spec);
+  Status Register(const InstanceSpec& spec) EXCLUDES(mu_);
   // NotFound if unknown. Its routed requests are forgotten.
-  Status Unregister(const std::string& id);
-  std::vector<InstanceState> Instances() const;
+  Status Unregister(const std::string& id) EXCLUDES(mu_);
+  std::vector<InstanceState> Instances() const EXCLUDES(mu_);
   const SchedulerOptions& options() const { return options_; }
 
   // Unavailable when no instance is registered. An index that fails is not
   // an error: the request is routed as if nothing were cached (logged in
   // the decision's reason).
-  Result<RouteDecision> Route(const RouteRequest& request);
+  Result<RouteDecision> Route(const RouteRequest& request) EXCLUDES(mu_);
   // The request's prefill is done: its estimate leaves the queue. NotFound
   // for an unknown (or finished) ticket.
-  Status PrefillDone(uint64_t ticket);
+  Status PrefillDone(uint64_t ticket) EXCLUDES(mu_);
   // The request is done (its prefill too, if PrefillDone was not called).
   // NotFound for an unknown, finished or expired (ticket_ttl_s) ticket.
-  Status Finished(uint64_t ticket);
+  Status Finished(uint64_t ticket) EXCLUDES(mu_);
 
  private:
   struct Instance {
@@ -137,22 +137,22 @@ class Scheduler {
     bool prefilled = false;
     std::chrono::steady_clock::time_point routed_at;
   };
-  // Drops the ticket (and its load on its instance), under mu_.
-  void FinishLocked(std::unordered_map<uint64_t, Ticket>::iterator it);
-  // Tickets past ticket_ttl_s go (at most once a second), under mu_.
-  void ExpireLocked(std::chrono::steady_clock::time_point now);
-  // Least loaded among `candidates` (all instances when empty), under mu_.
-  Instance* LeastLoadedLocked(const std::vector<Instance*>& candidates);
+  // Drops the ticket (and its load on its instance).
+  void FinishLocked(std::unordered_map<uint64_t, Ticket>::iterator it) REQUIRES(mu_);
+  // Tickets past ticket_ttl_s go (at most once a second).
+  void ExpireLocked(std::chrono::steady_clock::time_point now) REQUIRES(mu_);
+  // Least loaded among `candidates` (all instances when empty).
+  Instance* LeastLoadedLocked(const std::vector<Instance*>& candidates) REQUIRES(mu_);
 
   const SchedulerOptions options_;
   PrefixIndex* const index_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Instance> instances_;
-  std::unordered_map<uint64_t, Ticket> tickets_;
-  size_t next_order_ = 0;
-  uint64_t next_ticket_ = 1;
-  uint64_t rr_ = 0;
-  std::chrono::steady_clock::time_point last_expiry_{};
+  mutable core::Mutex mu_;
+  std::unordered_map<std::string, Instance> instances_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Ticket> tickets_ GUARDED_BY(mu_);
+  size_t next_order_ GUARDED_BY(mu_) = 0;
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
+  uint64_t rr_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point last_expiry_ GUARDED_BY(mu_){};
 };
 
 }  // namespace ptstore::sched

@@ -352,7 +352,7 @@ HttpResponse SchedService::DeleteInstance(const std::string& id) {
   if (Status st = scheduler_->Unregister(id); !st.ok()) return ErrorReply(st);
   {
     // Its series go with it (instances come and go under new names).
-    std::lock_guard<std::mutex> lock(mu_);
+    core::MutexLock lock(mu_);
     std::erase_if(routed_, [&](const auto& kv) { return kv.first.first == id; });
   }
   PTS_INFO("sched", "instance " << id << " unregistered");
@@ -384,14 +384,14 @@ HttpResponse SchedService::PostRoute(const HttpRequest& req) {
   route_latency_.Observe(std::chrono::steady_clock::now() - t0);
   if (!d.ok()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      core::MutexLock lock(mu_);
       ++route_errors_[std::string(CodeName(d.status().code()))];
     }
     PTS_DEBUG("route", rr.ns << " " << rr.tokens.size() << " tokens: " << d.status().ToString());
     return ErrorReply(d.status());
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    core::MutexLock lock(mu_);
     ++routed_[{d->instance, ReasonLabel(d->reason)}];
   }
   PTS_DEBUG("route", "ticket " << d->ticket << ": " << rr.ns << " " << rr.tokens.size() << " tokens"
@@ -456,7 +456,7 @@ std::string SchedService::RenderMetrics() const {
            "Estimated prefill seconds routed to an instance, not yet prefilled.");
   for (const InstanceState& s : instances) w.Sample(s.queued_s, {{"instance", s.spec.id}});
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    core::MutexLock lock(mu_);
     w.Family("ptstore_sched_routed_total", core::MetricType::kCounter, "Requests routed, by instance and reason.");
     for (const auto& [key, n] : routed_) w.Sample(n, {{"instance", key.first}, {"reason", key.second}});
     w.Family("ptstore_sched_route_errors_total", core::MetricType::kCounter, "Routes that failed, by error code.");

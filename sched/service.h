@@ -31,12 +31,12 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "core/http_server.h"
+#include "core/mutex.h"
 #include "core/prometheus.h"
 #include "ptstore/status.h"
 #include "sched/scheduler.h"
@@ -81,25 +81,25 @@ class SchedService {
   const std::string& address() const { return http_.address(); }
 
   // The answer to one request (what the HTTP server calls; exposed for tests).
-  core::HttpResponse Handle(const core::HttpRequest& request);
+  core::HttpResponse Handle(const core::HttpRequest& request) EXCLUDES(mu_);
   // The /metrics text.
-  std::string RenderMetrics() const;
+  std::string RenderMetrics() const EXCLUDES(mu_);
 
  private:
   core::HttpResponse PostInstance(const core::HttpRequest& request);
-  core::HttpResponse DeleteInstance(const std::string& id);
+  core::HttpResponse DeleteInstance(const std::string& id) EXCLUDES(mu_);
   core::HttpResponse GetInstances();
-  core::HttpResponse PostRoute(const core::HttpRequest& request);
+  core::HttpResponse PostRoute(const core::HttpRequest& request) EXCLUDES(mu_);
   core::HttpResponse PostTicket(std::string_view ticket, std::string_view what);
   core::HttpResponse GetPolicy();
 
   Scheduler* const scheduler_;
   const SchedServiceOptions options_;
   core::HttpServer http_;
-  mutable std::mutex mu_;  // guards the counters below
-  std::map<std::pair<std::string, std::string>, uint64_t> routed_;  // (instance, reason) -> routes
-  std::map<std::string, uint64_t> route_errors_;                    // code name -> routes that failed
-  core::LatencyHistogram route_latency_;
+  mutable core::Mutex mu_;
+  std::map<std::pair<std::string, std::string>, uint64_t> routed_ GUARDED_BY(mu_);  // (instance, reason) -> routes
+  std::map<std::string, uint64_t> route_errors_ GUARDED_BY(mu_);  // code name -> routes that failed
+  core::LatencyHistogram route_latency_;                          // atomic counters: no lock
 };
 
 }  // namespace ptstore::sched

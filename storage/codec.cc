@@ -4,14 +4,14 @@
 #include <zstd_errors.h>
 
 #include <algorithm>
-#include <mutex>
-#include <condition_variable>
 #include <atomic>
 #include <bit>
 #include <cstring>
 #include <string>
 #include <system_error>
 #include <thread>
+
+#include "core/mutex.h"
 
 namespace ptstore::storage {
 namespace {
@@ -515,8 +515,8 @@ Status DecompressInPlace(std::span<uint8_t> buffer, uint64_t compressed_bytes, u
   // input of chunks up to c. Threads take chunks in order, read each one's
   // input into their scratch buffer (decompressing it), then write its
   // output once every earlier chunk's input has been read.
-  std::mutex mu;
-  std::condition_variable cv;
+  core::Mutex mu;  // guards consumed, prefix and status (locals: not GUARDED_BY)
+  core::CondVar cv;
   std::vector<char> consumed(h.chunks, 0);
   uint32_t prefix = 0;  // chunks [0, prefix) are all consumed
   std::atomic<uint32_t> next{0};
@@ -546,19 +546,19 @@ Status DecompressInPlace(std::span<uint8_t> buffer, uint64_t compressed_bytes, u
                           Str(got) + " bytes, expected " + Str(len));
         }
       }
-      std::unique_lock lk(mu);
+      core::UniqueLock lk(mu);
       consumed[c] = 1;
       while (prefix < h.chunks && consumed[prefix]) ++prefix;
-      cv.notify_all();
+      cv.NotifyAll();
       if (!cs.ok()) {
         if (status.ok()) status = cs;
         failed = true;
-        cv.notify_all();
+        cv.NotifyAll();
         break;
       }
-      cv.wait(lk, [&] { return prefix >= c || failed; });
+      cv.Wait(lk, [&] { return prefix >= c || failed; });
       if (failed) break;
-      lk.unlock();
+      lk.Unlock();
       uint8_t* dst = buffer.data() + offset;
       if (stored != len && h.element_size > 1) {
         ByteUnshuffle({target, len}, h.element_size, dst);

@@ -18,7 +18,7 @@ ChangeLog::ChangeLog(size_t capacity, uint64_t epoch)
     : capacity_(std::max<size_t>(capacity, 1)), epoch_(epoch != 0 ? epoch : RandomEpoch()) {}
 
 void ChangeLog::Append(ChangeKind kind, const std::string& ns, const ChainKey& key, const ChainKey& parent) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (kind == ChangeKind::kTimes && !entries_.empty()) {
     const TreeChange& last = entries_.back();
     if (last.kind == kind && last.key == key && last.ns == ns) return;  // the same use again
@@ -31,12 +31,12 @@ void ChangeLog::Append(ChangeKind kind, const std::string& ns, const ChainKey& k
 }
 
 uint64_t ChangeLog::next() const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return first_ + entries_.size();
 }
 
 TreeChanges ChangeLog::Since(uint64_t epoch, uint64_t since, size_t max) const {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   TreeChanges out;
   out.epoch = epoch_;
   const uint64_t end = first_ + entries_.size();

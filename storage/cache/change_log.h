@@ -18,9 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 
+#include "core/mutex.h"
 #include "ptstore/types.h"
 
 namespace ptstore::storage {
@@ -31,22 +31,23 @@ class ChangeLog {
   // `epoch` 0: a random one.
   explicit ChangeLog(size_t capacity = kDefaultCapacity, uint64_t epoch = 0);
 
-  void Append(ChangeKind kind, const std::string& ns, const ChainKey& key, const ChainKey& parent);
+  void Append(ChangeKind kind, const std::string& ns, const ChainKey& key, const ChainKey& parent)
+      EXCLUDES(mu_);
 
   // The changes from position `since` on, at most `max` of them. With
   // `epoch` not this log's (0 for a reader's first call), nothing but the
   // current position, with `lost` set.
-  TreeChanges Since(uint64_t epoch, uint64_t since, size_t max) const;
+  TreeChanges Since(uint64_t epoch, uint64_t since, size_t max) const EXCLUDES(mu_);
 
   uint64_t epoch() const { return epoch_; }
-  uint64_t next() const;
+  uint64_t next() const EXCLUDES(mu_);
 
  private:
   const size_t capacity_;
   const uint64_t epoch_;
-  mutable std::mutex mu_;  // guards entries_, first_
-  std::deque<TreeChange> entries_;  // entries_[i] is position first_ + i
-  uint64_t first_ = 0;
+  mutable core::Mutex mu_;
+  std::deque<TreeChange> entries_ GUARDED_BY(mu_);  // entries_[i] is position first_ + i
+  uint64_t first_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ptstore::storage

@@ -120,7 +120,7 @@ size_t WatchBody(char* data, size_t size, size_t n, void* user) {
 
 int WatchSockopt(void* user, curl_socket_t fd, curlsocktype) {
   auto* w = static_cast<WatchCall*>(user);
-  std::lock_guard lk(w->sockets->mu);
+  core::MutexLock lk(w->sockets->mu);
   if (w->sockets->generation != w->generation) return CURL_SOCKOPT_ERROR;  // canceled before it connected
   w->sockets->fds.insert(fd);
   return CURL_SOCKOPT_OK;
@@ -129,7 +129,7 @@ int WatchSockopt(void* user, curl_socket_t fd, curlsocktype) {
 int WatchCloseSocket(void* user, curl_socket_t fd) {
   auto* w = static_cast<WatchCall*>(user);
   {
-    std::lock_guard lk(w->sockets->mu);
+    core::MutexLock lk(w->sockets->mu);
     w->sockets->fds.erase(fd);
   }
   return ::close(fd);
@@ -137,7 +137,7 @@ int WatchCloseSocket(void* user, curl_socket_t fd) {
 
 int WatchProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* w = static_cast<WatchCall*>(user);
-  std::lock_guard lk(w->sockets->mu);
+  core::MutexLock lk(w->sockets->mu);
   return w->sockets->generation != w->generation ? 1 : 0;
 }
 
@@ -349,7 +349,7 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
   w.on_message = &on_message;
   w.generation = generation;
   {
-    std::lock_guard lk(watches_.mu);
+    core::MutexLock lk(watches_.mu);
     if (watches_.generation != generation) return Aborted("etcd watch canceled");
   }
   json req = {{"create_request",
@@ -383,7 +383,7 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
   if (w.stop) return Status::OK();
   if (!w.failure.ok()) return w.failure;
   {
-    std::lock_guard lk(watches_.mu);
+    core::MutexLock lk(watches_.mu);
     if (watches_.generation != w.generation) return Aborted("etcd watch canceled");
   }
   if (rc != CURLE_OK) {
@@ -396,12 +396,12 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
 }
 
 uint64_t EtcdClient::WatchGeneration() {
-  std::lock_guard lk(watches_.mu);
+  core::MutexLock lk(watches_.mu);
   return watches_.generation;
 }
 
 void EtcdClient::CancelWatches() {
-  std::lock_guard lk(watches_.mu);
+  core::MutexLock lk(watches_.mu);
   watches_.generation++;
   for (int fd : watches_.fds) ::shutdown(fd, SHUT_RDWR);
 }

@@ -22,12 +22,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 
 namespace ptstore::storage {
@@ -67,9 +67,9 @@ struct EtcdWatchEvent {
 
 // The sockets of the watches in progress, so that CancelWatches can end them.
 struct EtcdWatchSockets {
-  std::mutex mu;
-  uint64_t generation = 0;  // GUARDED_BY(mu): CancelWatches calls so far
-  std::set<int> fds;        // GUARDED_BY(mu)
+  core::Mutex mu;
+  uint64_t generation GUARDED_BY(mu) = 0;  // CancelWatches calls so far
+  std::set<int> fds GUARDED_BY(mu);
 };
 
 class EtcdClient {
@@ -107,10 +107,10 @@ class EtcdClient {
   // `generation` is WatchGeneration() as read before the caller last
   // checked whether to stop: a CancelWatches since then ends this watch too.
   Status Watch(const std::string& prefix, int64_t start_revision,
-               const std::function<bool(const EtcdWatchEvent&)>& on_message, uint64_t generation);
+               const std::function<bool(const EtcdWatchEvent&)>& on_message, uint64_t generation) EXCLUDES(watches_.mu);
   // Ends every Watch in progress or begun with an older generation.
-  void CancelWatches();
-  uint64_t WatchGeneration();
+  void CancelWatches() EXCLUDES(watches_.mu);
+  uint64_t WatchGeneration() EXCLUDES(watches_.mu);
 
  private:
   Result<std::string> Post(const std::string& path, const std::string& body);

@@ -114,7 +114,7 @@ Status EtcdMembership::Register() {
     return st;
   }
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     lease_ = lease;
   }
   counters_.registrations++;
@@ -167,8 +167,8 @@ void EtcdMembership::Run(std::function<void(const core::Membership&)> on_change)
 }
 
 bool EtcdMembership::SleepFor(int ms) {
-  std::unique_lock lk(mu_);
-  cv_.wait_for(lk, std::chrono::milliseconds(ms), [this] { return stopping_; });
+  core::UniqueLock lk(mu_);
+  cv_.WaitFor(lk, std::chrono::milliseconds(ms), [this]() REQUIRES(mu_) { return stopping_; });
   return !stopping_;
 }
 
@@ -177,7 +177,7 @@ void EtcdMembership::KeepAliveLoop() {
   while (SleepFor(period_ms)) {
     int64_t lease;
     {
-      std::lock_guard lk(mu_);
+      core::MutexLock lk(mu_);
       lease = lease_;
     }
     Result<int64_t> ttl = client_->KeepAlive(lease);
@@ -209,7 +209,7 @@ void EtcdMembership::WatchLoop() {
   for (;;) {
     const uint64_t generation = client_->WatchGeneration();  // before the check: Stop cancels after setting it
     {
-      std::lock_guard lk(mu_);
+      core::MutexLock lk(mu_);
       if (stopping_) return;
     }
     Result<EtcdRange> range = client_->RangePrefix(members_prefix_);
@@ -238,11 +238,11 @@ void EtcdMembership::WatchLoop() {
 
 void EtcdMembership::Stop() {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     if (stopping_ && !keepalive_.joinable() && !watch_.joinable()) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   client_->CancelWatches();
   if (keepalive_.joinable()) keepalive_.join();
   if (watch_.joinable()) watch_.join();
@@ -252,7 +252,7 @@ void EtcdMembership::Leave() {
   Stop();
   int64_t lease;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     lease = lease_;
   }
   if (Status st = client_->RevokeLease(lease); !st.ok()) {

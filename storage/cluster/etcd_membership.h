@@ -30,11 +30,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -42,6 +40,7 @@
 #include <vector>
 
 #include "core/membership.h"
+#include "core/mutex.h"
 #include "ptstore/status.h"
 #include "storage/cluster/etcd_client.h"
 
@@ -77,21 +76,21 @@ class EtcdMembership {
   // Starts renewing the lease and watching; `on_change` gets each new list.
   void Run(std::function<void(const core::Membership&)> on_change);
   // Revokes the lease (the others drop this node now) and stops.
-  void Leave();
+  void Leave() EXCLUDES(mu_);
 
   const EtcdMembershipCounters& counters() const { return counters_; }
   std::string url() const { return client_->url().ToString(); }
 
  private:
   EtcdMembership(const EtcdMembershipOptions& options, EtcdUrl url);
-  Status Register();
+  Status Register() EXCLUDES(mu_);
   // The member list in `range` (this node always included).
   core::Membership ToMembership(const EtcdRange& range);
-  void Stop();
-  void KeepAliveLoop();
-  void WatchLoop();
+  void Stop() EXCLUDES(mu_);
+  void KeepAliveLoop() EXCLUDES(mu_);
+  void WatchLoop() EXCLUDES(mu_);
   // Waits up to `ms` unless stopping; false when stopping.
-  bool SleepFor(int ms);
+  bool SleepFor(int ms) EXCLUDES(mu_);
 
   const EtcdMembershipOptions options_;
   const std::string members_prefix_;  // PREFIX/members/
@@ -101,10 +100,10 @@ class EtcdMembership {
   std::function<void(const core::Membership&)> on_change_;
   EtcdMembershipCounters counters_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                   // GUARDED_BY(mu_)
-  int64_t lease_ = 0;                       // GUARDED_BY(mu_)
+  core::Mutex mu_;
+  core::CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  int64_t lease_ GUARDED_BY(mu_) = 0;
   std::vector<core::Member> last_;          // the watch thread's: the list last handed on
   std::set<std::pair<std::string, int64_t>> warned_;  // the watch thread's: (key, mod_revision) logged
   std::thread keepalive_;

@@ -57,8 +57,11 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEvents
                         : static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                                     std::chrono::system_clock::now().time_since_epoch())
                                                     .count());
-  p->stats_.incarnation = p->incarnation_;
-  p->stats_.next_seq = KvSeq(p->incarnation_, 0);
+  {
+    core::MutexLock lk(p->mu_);  // no thread yet: for the analysis
+    p->stats_.incarnation = p->incarnation_;
+    p->stats_.next_seq = KvSeq(p->incarnation_, 0);
+  }
   p->resync_ = std::move(resync);
   // The thread makes the sockets (so ZMQ's I/O thread, started by the first
   // socket, inherits its lower priority) and says how binding went.
@@ -113,17 +116,17 @@ Status KvEventPublisher::Bind() {
 
 KvEventPublisher::~KvEventPublisher() {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     stop_ = true;
   }
-  wake_.notify_all();
+  wake_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void KvEventPublisher::Publish(KvEvent&& e, bool force) {
   bool wake = false;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     if (!force && queue_.size() >= options_.queue_events) {
       stats_.dropped++;
       overflowed_ = true;
@@ -135,25 +138,25 @@ void KvEventPublisher::Publish(KvEvent&& e, bool force) {
     queue_.push_back(std::move(e));
     stats_.queued++;
   }
-  if (wake) wake_.notify_one();
+  if (wake) wake_.NotifyOne();
 }
 
 void KvEventPublisher::Flush() {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   const uint64_t target = stats_.queued;
-  sent_cv_.wait(lk, [&] { return done_ >= target || stop_; });
+  sent_cv_.Wait(lk, [&]() REQUIRES(mu_) { return done_ >= target || stop_; });
 }
 
 void KvEventPublisher::SetPausedForTest(bool paused) {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     paused_ = paused;
   }
-  wake_.notify_all();
+  wake_.NotifyAll();
 }
 
 KvEventStats KvEventPublisher::Stats() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   KvEventStats s = stats_;
   s.queue_depth = queue_.size();
   return s;
@@ -164,10 +167,11 @@ void KvEventPublisher::Loop() {
   for (;;) {
     bool resync = false;
     {
-      std::unique_lock lk(mu_);
+      core::UniqueLock lk(mu_);
       // Replay requests are served at least every 5 ms while the queue is idle.
       idle_ = true;
-      wake_.wait_for(lk, std::chrono::milliseconds(5), [&] { return stop_ || (!queue_.empty() && !paused_); });
+      wake_.WaitFor(lk, std::chrono::milliseconds(5),
+                    [&]() REQUIRES(mu_) { return stop_ || (!queue_.empty() && !paused_); });
       idle_ = false;
       if (queue_.empty() && stop_) break;
       if (!paused_ || stop_) work.swap(queue_);
@@ -188,17 +192,17 @@ void KvEventPublisher::Loop() {
       const uint64_t n = work.size();
       Send(work);
       {
-        std::lock_guard lk(mu_);
+        core::MutexLock lk(mu_);
         done_ += n;
-        sent_cv_.notify_all();
+        sent_cv_.NotifyAll();
       }
       // More are likely on their way: gather them for batch_delay_us (one
       // batch, one send, no wake-ups) before looking again.
       if (options_.batch_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(options_.batch_delay_us));
     }
   }
-  std::lock_guard lk(mu_);
-  sent_cv_.notify_all();
+  core::MutexLock lk(mu_);
+  sent_cv_.NotifyAll();
 }
 
 void KvEventPublisher::Send(std::deque<KvEvent>& events) {
@@ -235,7 +239,7 @@ void KvEventPublisher::Send(std::deque<KvEvent>& events) {
     batch.push_back(std::move(e));
   }
   flush();
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   stats_.published += sent_events;
   stats_.batches += sent_batches;
   stats_.next_seq = KvSeq(incarnation_, counter_);
@@ -278,7 +282,7 @@ void KvEventPublisher::ServeReplays() {
                                      : ", a start seq of " + std::to_string(frames[2].size()) + " bytes";
       }
       {
-        std::lock_guard lk(mu_);
+        core::MutexLock lk(mu_);
         stats_.replay_errors++;
       }
       PTS_DEBUG("events", "malformed replay request: " << why);
@@ -292,7 +296,7 @@ void KvEventPublisher::ServeReplays() {
       if (seq >= start) reply(SeqBytes(static_cast<int64_t>(seq)), payload);
     }
     reply(end, "");
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     stats_.replays++;
     // Asked for batches the buffer no longer has (a subscriber joining a
     // long-running node, or one away for too long): the stream announces

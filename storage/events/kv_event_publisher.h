@@ -28,15 +28,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "core/mutex.h"
 #include "core/prometheus.h"
 #include "ptstore/status.h"
 #include "storage/cache/kv_event.h"
@@ -80,15 +79,15 @@ class KvEventPublisher final : public KvEventSink {
                                                          std::function<void()> resync);
   ~KvEventPublisher() override;  // publishes what is queued, then stops
 
-  void Publish(KvEvent&& e, bool force) override;
+  void Publish(KvEvent&& e, bool force) override EXCLUDES(mu_);
   // Blocks until every event queued so far is sent (tests, shutdown).
-  void Flush();
+  void Flush() EXCLUDES(mu_);
 
   // Test seam: while paused the thread takes nothing from the queue (so a
   // test can fill it); replays are still served.
-  void SetPausedForTest(bool paused);
+  void SetPausedForTest(bool paused) EXCLUDES(mu_);
 
-  KvEventStats Stats() const;
+  KvEventStats Stats() const EXCLUDES(mu_);
   const std::string& endpoint() const { return endpoint_; }
   const std::string& replay_endpoint() const { return replay_endpoint_; }
   uint32_t incarnation() const { return incarnation_; }
@@ -99,9 +98,9 @@ class KvEventPublisher final : public KvEventSink {
   explicit KvEventPublisher(const KvEventsOptions& options);
   void Lower();   // the calling thread's nice value + kNiceIncrement
   Status Bind();  // makes sockets_ and binds them
-  void Loop();
-  void ServeReplays();
-  void Send(std::deque<KvEvent>& events);
+  void Loop() EXCLUDES(mu_);
+  void ServeReplays() EXCLUDES(mu_);
+  void Send(std::deque<KvEvent>& events) EXCLUDES(mu_);
 
   const KvEventsOptions options_;
   uint32_t incarnation_ = 0;
@@ -109,17 +108,17 @@ class KvEventPublisher final : public KvEventSink {
   std::unique_ptr<Sockets> sockets_;  // made and used by the thread only
   std::function<void()> resync_;
 
-  mutable std::mutex mu_;  // guards queue_, stop_, overflowed_, sent_, stats_ counters below
-  std::condition_variable wake_;
-  std::condition_variable sent_cv_;
-  std::deque<KvEvent> queue_;
-  bool stop_ = false;
-  bool overflowed_ = false;
-  bool paused_ = false;
-  bool idle_ = false;      // the thread waits on an empty queue: Publish wakes it
-  uint64_t taken_ = 0;     // events the thread took from the queue
-  uint64_t done_ = 0;      // of those, sent
-  KvEventStats stats_;
+  mutable core::Mutex mu_;
+  core::CondVar wake_;
+  core::CondVar sent_cv_;
+  std::deque<KvEvent> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool overflowed_ GUARDED_BY(mu_) = false;
+  bool paused_ GUARDED_BY(mu_) = false;
+  bool idle_ GUARDED_BY(mu_) = false;   // the thread waits on an empty queue: Publish wakes it
+  uint64_t taken_ GUARDED_BY(mu_) = 0;  // events the thread took from the queue
+  uint64_t done_ GUARDED_BY(mu_) = 0;   // of those, sent
+  KvEventStats stats_ GUARDED_BY(mu_);
   uint32_t counter_ = 0;   // thread only: the next seq's low half
   std::thread thread_;
 };

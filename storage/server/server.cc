@@ -41,7 +41,7 @@ void Server::AcceptLoop() {
       close(fd);
       continue;
     }
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     // Finished sessions are joined here, off the hot path of their peers.
     sessions_.remove_if([](const std::unique_ptr<Session>& s) { return s->done(); });
     auto refuse = [&](const std::string& why) {
@@ -72,26 +72,26 @@ void Server::AcceptLoop() {
 }
 
 uint64_t Server::sessions_open() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   uint64_t n = 0;
   for (const auto& s : sessions_) n += s->done() ? 0 : 1;
   return n;
 }
 
 void Server::ReapLoop() {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   while (!stopping_.load()) {
-    reap_cv_.wait_for(lk, std::chrono::milliseconds(options_.lease_reap_ms));
+    reap_cv_.WaitFor(lk, std::chrono::milliseconds(options_.lease_reap_ms));
     if (stopping_.load()) break;
-    lk.unlock();
+    lk.Unlock();
     node_->store().ExpireLeases(Store::Clock::now());
-    lk.lock();
+    lk.Lock();
   }
 }
 
 void Server::Stop() {
   if (stopping_.exchange(true)) return;
-  reap_cv_.notify_all();
+  reap_cv_.NotifyAll();
   if (accept_thread_.joinable()) accept_thread_.join();
   if (reap_thread_.joinable()) reap_thread_.join();
   if (listen_fd_ >= 0) {
@@ -101,7 +101,7 @@ void Server::Stop() {
   }
   std::list<std::unique_ptr<Session>> sessions;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     sessions.swap(sessions_);
   }
   for (auto& s : sessions) s->Stop();

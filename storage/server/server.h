@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 #include "storage/cache/store.h"
 
@@ -51,17 +51,17 @@ class Server {
 
   Status Start();
   // Stops accepting, ends every session (releasing their leases), joins.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
   const ServerOptions& options() const { return options_; }
   uint64_t sessions_served() const { return next_session_.load() - 1; }
   // Connections refused at accept (over max_sessions or a uid's cap).
   uint64_t sessions_refused() const { return refused_.load(); }
   // Sessions open now (for metrics).
-  uint64_t sessions_open() const;
+  uint64_t sessions_open() const EXCLUDES(mu_);
 
  private:
-  void AcceptLoop();
-  void ReapLoop();
+  void AcceptLoop() EXCLUDES(mu_);
+  void ReapLoop() EXCLUDES(mu_);
 
   Node* const node_;
   const ServerOptions options_;
@@ -71,9 +71,9 @@ class Server {
   std::atomic<uint64_t> refused_{0};
   std::thread accept_thread_;
   std::thread reap_thread_;
-  mutable std::mutex mu_;  // guards sessions_
-  std::condition_variable reap_cv_;
-  std::list<std::unique_ptr<Session>> sessions_;
+  mutable core::Mutex mu_;
+  core::CondVar reap_cv_;
+  std::list<std::unique_ptr<Session>> sessions_ GUARDED_BY(mu_);
 };
 
 }  // namespace ptstore::storage

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <optional>
 #include <utility>
+
+#include "core/mutex.h"
 
 namespace ptstore::storage {
 namespace {
@@ -32,38 +33,39 @@ struct FaultEnv::State {
       uint64_t offset;
       std::vector<uint8_t> old_bytes;  // what was there before; within synced_size
     };
+    // Guarded by the State's mu (which the analysis cannot name from here).
     std::string path;
     uint64_t synced_size = 0;
     bool dirty = false;  // written or truncated since the last Sync
     std::vector<Undo> undo;
   };
 
-  std::mutex mu;
+  core::Mutex mu;
 
-  // Faults. All of them guarded by mu.
-  std::optional<uint64_t> writes_until_failure;
-  int failure_errno = 0;
-  std::optional<uint64_t> capacity;
-  uint64_t capacity_used = 0;  // bytes written since construction or ClearFaults
-  std::optional<uint64_t> tear_keep_bytes;
+  // Faults.
+  std::optional<uint64_t> writes_until_failure GUARDED_BY(mu);
+  int failure_errno GUARDED_BY(mu) = 0;
+  std::optional<uint64_t> capacity GUARDED_BY(mu);
+  uint64_t capacity_used GUARDED_BY(mu) = 0;  // bytes written since construction or ClearFaults
+  std::optional<uint64_t> tear_keep_bytes GUARDED_BY(mu);
   struct Flip {
     uint64_t offset;
     int bit;
   };
-  std::map<std::string, std::vector<Flip>> flips;
-  bool hold_reads = false;
-  uint64_t reads_held = 0;            // ReadAt calls waiting for release
-  std::condition_variable reads_released;
+  std::map<std::string, std::vector<Flip>> flips GUARDED_BY(mu);
+  bool hold_reads GUARDED_BY(mu) = false;
+  uint64_t reads_held GUARDED_BY(mu) = 0;  // ReadAt calls waiting for release
+  core::CondVar reads_released;
 
   // Counters for tests; never reset.
-  uint64_t writes = 0;
-  uint64_t bytes_written = 0;
-  uint64_t syncs = 0;
+  uint64_t writes GUARDED_BY(mu) = 0;
+  uint64_t bytes_written GUARDED_BY(mu) = 0;
+  uint64_t syncs GUARDED_BY(mu) = 0;
 
   // Files written through the Env, by their current path.
-  std::map<std::string, std::shared_ptr<Tracked>> files;
+  std::map<std::string, std::shared_ptr<Tracked>> files GUARDED_BY(mu);
   // Bumped by every Crash; a File opened in an earlier epoch is poisoned.
-  uint64_t epoch = 0;
+  uint64_t epoch GUARDED_BY(mu) = 0;
 };
 
 namespace {
@@ -87,15 +89,15 @@ class FaultFile final : public File {
   Result<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
     PTS_RETURN_IF_ERROR(CheckNotPoisoned("pread"));
     {
-      std::unique_lock lk(state_->mu);
+      core::UniqueLock lk(state_->mu);
       if (state_->hold_reads) {
         state_->reads_held++;
-        state_->reads_released.wait(lk, [this] { return !state_->hold_reads; });
+        state_->reads_released.Wait(lk, [this]() REQUIRES(state_->mu) { return !state_->hold_reads; });
         state_->reads_held--;
       }
     }
     PTS_ASSIGN_OR_RETURN(size_t n, base_->ReadAt(offset, out));
-    std::lock_guard lk(state_->mu);
+    core::MutexLock lk(state_->mu);
     auto it = state_->flips.find(path());
     if (it == state_->flips.end()) return n;
     for (const State::Flip& f : it->second) {
@@ -107,17 +109,18 @@ class FaultFile final : public File {
   Status WriteAt(uint64_t offset, std::span<const uint8_t> data) override {
     // One lock around the whole write: the old bytes read for the undo log
     // must be the ones this write replaces, not those of a racing write.
-    std::lock_guard lk(state_->mu);
+    core::MutexLock lk(state_->mu);
     PTS_RETURN_IF_ERROR(CheckNotPoisonedLocked("pwrite"));
-    State& s = *state_;
     const std::string what = WriteWhat(data.size(), offset, path());
-    if (s.writes_until_failure) {
-      if (*s.writes_until_failure == 0) return InjectedError(what, s.failure_errno);
-      --*s.writes_until_failure;
+    if (state_->writes_until_failure) {
+      if (*state_->writes_until_failure == 0) return InjectedError(what, state_->failure_errno);
+      --*state_->writes_until_failure;
     }
-    if (s.capacity && s.capacity_used + data.size() > *s.capacity) return InjectedError(what, ENOSPC);
+    if (state_->capacity && state_->capacity_used + data.size() > *state_->capacity) {
+      return InjectedError(what, ENOSPC);
+    }
 
-    std::optional<uint64_t> tear = std::exchange(s.tear_keep_bytes, std::nullopt);
+    std::optional<uint64_t> tear = std::exchange(state_->tear_keep_bytes, std::nullopt);
     const size_t keep = tear ? static_cast<size_t>(std::min<uint64_t>(*tear, data.size())) : data.size();
     if (keep > 0) {
       PTS_RETURN_IF_ERROR(RecordUndoLocked(offset, keep));
@@ -125,16 +128,16 @@ class FaultFile final : public File {
       // handle; a whole write goes where the caller asked.
       File* target = (tear && plain_) ? plain_.get() : base_.get();
       PTS_RETURN_IF_ERROR(target->WriteAt(offset, data.first(keep)));
-      s.writes++;
-      s.bytes_written += keep;
-      s.capacity_used += keep;
+      state_->writes++;
+      state_->bytes_written += keep;
+      state_->capacity_used += keep;
     }
     if (tear) return InjectedError(what + " (torn after " + std::to_string(keep) + " bytes)", EIO);
     return Status::OK();
   }
 
   Status Sync() override {
-    std::lock_guard lk(state_->mu);
+    core::MutexLock lk(state_->mu);
     PTS_RETURN_IF_ERROR(CheckNotPoisonedLocked("fdatasync"));
     PTS_RETURN_IF_ERROR(base_->Sync());
     state_->syncs++;
@@ -159,7 +162,7 @@ class FaultFile final : public File {
   }
 
   Status Truncate(uint64_t size) override {
-    std::lock_guard lk(state_->mu);
+    core::MutexLock lk(state_->mu);
     PTS_RETURN_IF_ERROR(CheckNotPoisonedLocked("ftruncate"));
     if (tracked_) {
       // Cutting into synced bytes loses them: keep them for a crash.
@@ -175,12 +178,12 @@ class FaultFile final : public File {
   const std::string& path() const override { return base_->path(); }
 
  private:
-  Status CheckNotPoisoned(const char* call) {
-    std::lock_guard lk(state_->mu);
+  Status CheckNotPoisoned(const char* call) EXCLUDES(state_->mu) {
+    core::MutexLock lk(state_->mu);
     return CheckNotPoisonedLocked(call);
   }
 
-  Status CheckNotPoisonedLocked(const char* call) {
+  Status CheckNotPoisonedLocked(const char* call) REQUIRES(state_->mu) {
     if (epoch_ == state_->epoch) return Status::OK();
     return IOError(std::string(call) + " on " + path() + " after a simulated crash (the handle predates it)");
   }
@@ -188,7 +191,7 @@ class FaultFile final : public File {
   // Saves the bytes of [offset, offset + length) that lie below the synced
   // size, before a write or truncate replaces them. Bytes past the current
   // end of file read short: a logged truncate already holds them.
-  Status RecordUndoLocked(uint64_t offset, uint64_t length) {
+  Status RecordUndoLocked(uint64_t offset, uint64_t length) REQUIRES(state_->mu) {
     if (!tracked_) return Status::OK();
     tracked_->dirty = true;
     if (offset >= tracked_->synced_size) return Status::OK();
@@ -235,41 +238,41 @@ FaultEnv::FaultEnv(Env* base) : base_(base), state_(std::make_shared<State>()) {
 FaultEnv::~FaultEnv() = default;
 
 void FaultEnv::FailWritesAfter(uint64_t after, int err) {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->writes_until_failure = after;
   state_->failure_errno = err;
 }
 
 void FaultEnv::SetDiskCapacity(uint64_t bytes) {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->capacity = bytes;
 }
 
 void FaultEnv::TearNextWrite(uint64_t keep_bytes) {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->tear_keep_bytes = keep_bytes;
 }
 
 void FaultEnv::FlipBitOnRead(const std::string& path, uint64_t offset, int bit) {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->flips[path].push_back({offset, bit & 7});
 }
 
 void FaultEnv::HoldReads() {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->hold_reads = true;
 }
 
 void FaultEnv::ReleaseReads() {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->hold_reads = false;
-  state_->reads_released.notify_all();
+  state_->reads_released.NotifyAll();
 }
 
 void FaultEnv::ClearFaults() {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   state_->hold_reads = false;
-  state_->reads_released.notify_all();
+  state_->reads_released.NotifyAll();
   state_->writes_until_failure.reset();
   state_->failure_errno = 0;
   state_->capacity.reset();
@@ -279,7 +282,7 @@ void FaultEnv::ClearFaults() {
 }
 
 Status FaultEnv::Crash() {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   // Poison first: even if a restore fails, no handle from before the crash
   // may keep writing as if nothing happened.
   state_->epoch++;
@@ -293,22 +296,22 @@ Status FaultEnv::Crash() {
 }
 
 uint64_t FaultEnv::writes() const {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   return state_->writes;
 }
 
 uint64_t FaultEnv::bytes_written() const {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   return state_->bytes_written;
 }
 
 uint64_t FaultEnv::syncs() const {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   return state_->syncs;
 }
 
 uint64_t FaultEnv::reads_held() const {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   return state_->reads_held;
 }
 
@@ -320,7 +323,7 @@ Result<std::unique_ptr<File>> FaultEnv::Open(const std::string& path, const Open
     buffered.writable = options.writable;
     PTS_ASSIGN_OR_RETURN(plain, base_->Open(path, buffered));
   }
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   std::shared_ptr<TrackedFile> tracked;
   if (options.writable) {
     std::shared_ptr<TrackedFile>& slot = state_->files[path];
@@ -343,7 +346,7 @@ Result<std::vector<std::string>> FaultEnv::ListDir(const std::string& dir) { ret
 Status FaultEnv::CreateDirs(const std::string& dir) { return base_->CreateDirs(dir); }
 
 Status FaultEnv::DeleteFile(const std::string& path) {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   PTS_RETURN_IF_ERROR(base_->DeleteFile(path));
   // Directory changes count as durable at once; a crash cannot bring the
   // file back, so there is nothing left to restore.
@@ -352,7 +355,7 @@ Status FaultEnv::DeleteFile(const std::string& path) {
 }
 
 Status FaultEnv::RenameFile(const std::string& from, const std::string& to) {
-  std::lock_guard lk(state_->mu);
+  core::MutexLock lk(state_->mu);
   PTS_RETURN_IF_ERROR(base_->RenameFile(from, to));
   state_->files.erase(to);  // replaced; its unsynced state went with it
   auto node = state_->files.extract(from);

@@ -27,14 +27,14 @@ uint8_t* BouncePool::Map() {
   auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(start) + kHugePage - 1) & ~(kHugePage - 1));
   (void)::madvise(aligned, buffer_bytes_, MADV_HUGEPAGE);  // a hint; fine if refused
   std::memset(aligned, 0, buffer_bytes_);                  // fault it in now, once
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   mappings_.push_back({start, length});
   return aligned;
 }
 
 uint8_t* BouncePool::Acquire() {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     if (!free_.empty()) {
       uint8_t* b = free_.back();
       free_.pop_back();
@@ -45,7 +45,7 @@ uint8_t* BouncePool::Acquire() {
 }
 
 void BouncePool::Release(uint8_t* buffer) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   if (free_.size() < max_buffers_) {
     free_.push_back(buffer);
     return;

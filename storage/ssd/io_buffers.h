@@ -16,11 +16,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <span>
 #include <vector>
 
+#include "core/mutex.h"
 #include "storage/ssd/env.h"
 
 namespace ptstore::storage {
@@ -56,18 +56,17 @@ class BouncePool {
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
   // A 2 MiB-aligned buffer of buffer_bytes(); give it back with Release.
-  uint8_t* Acquire();
-  void Release(uint8_t* buffer);
+  uint8_t* Acquire() EXCLUDES(mu_);
+  void Release(uint8_t* buffer) EXCLUDES(mu_);
 
  private:
-  uint8_t* Map();
-  void Unmap(uint8_t* buffer);
+  uint8_t* Map() EXCLUDES(mu_);
 
   const uint64_t buffer_bytes_;
   const size_t max_buffers_;
-  std::mutex mu_;
-  std::vector<uint8_t*> free_;  // GUARDED_BY(mu_)
-  std::vector<std::pair<uint8_t*, uint64_t>> mappings_;  // GUARDED_BY(mu_): (start, length) to unmap
+  core::Mutex mu_;
+  std::vector<uint8_t*> free_ GUARDED_BY(mu_);
+  std::vector<std::pair<uint8_t*, uint64_t>> mappings_ GUARDED_BY(mu_);  // (start, length) to unmap
 };
 
 }  // namespace ptstore::storage

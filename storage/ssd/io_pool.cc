@@ -9,10 +9,10 @@ IoPool::IoPool(unsigned threads) {
 
 IoPool::~IoPool() {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -20,30 +20,30 @@ std::future<Status> IoPool::Submit(std::function<Status()> job, Priority priorit
   std::packaged_task<Status()> task(std::move(job));
   std::future<Status> f = task.get_future();
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     queue_[priority == Priority::kForeground ? 0 : 1].push_back(std::move(task));
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
   return f;
 }
 
 size_t IoPool::pending() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   return queue_[0].size() + queue_[1].size() + running_;
 }
 
 void IoPool::Run() {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !queue_[0].empty() || !queue_[1].empty(); });
+    cv_.Wait(lk, [&]() REQUIRES(mu_) { return stop_ || !queue_[0].empty() || !queue_[1].empty(); });
     auto& q = !queue_[0].empty() ? queue_[0] : queue_[1];
     if (q.empty()) return;  // stopping and drained
     std::packaged_task<Status()> task = std::move(q.front());
     q.pop_front();
     ++running_;
-    lk.unlock();
+    lk.Unlock();
     task();
-    lk.lock();
+    lk.Lock();
     --running_;
   }
 }

@@ -10,14 +10,13 @@
 // Thread safety: all methods are safe from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 
 namespace ptstore::storage {
@@ -31,18 +30,19 @@ class IoPool {
   IoPool(const IoPool&) = delete;
   IoPool& operator=(const IoPool&) = delete;
 
-  std::future<Status> Submit(std::function<Status()> job, Priority priority = Priority::kForeground);
+  std::future<Status> Submit(std::function<Status()> job, Priority priority = Priority::kForeground)
+      EXCLUDES(mu_);
   // Jobs queued or running.
-  size_t pending() const;
+  size_t pending() const EXCLUDES(mu_);
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<Status()>> queue_[2];  // GUARDED_BY(mu_), by priority
-  size_t running_ = 0;                                  // GUARDED_BY(mu_)
-  bool stop_ = false;                                   // GUARDED_BY(mu_)
+  mutable core::Mutex mu_;
+  core::CondVar cv_;
+  std::deque<std::packaged_task<Status()>> queue_[2] GUARDED_BY(mu_);  // by priority
+  size_t running_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <thread>
 #include <cstdlib>
 #include <cstring>
@@ -75,7 +74,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(Env* env, const SsdOptions& optio
 SsdTier::~SsdTier() {
   std::shared_ptr<File> active;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     auto it = segments_.find(active_);
     if (it != segments_.end()) active = it->second.file;
   }
@@ -88,6 +87,9 @@ SsdTier::~SsdTier() {
 std::string SsdTier::PathOf(uint64_t segment) const { return options_.dir + "/" + SegmentFileName(segment); }
 
 Status SsdTier::Init() {
+  // Before Open returns, no other thread has the tier: holding mu_ over the
+  // directory's I/O here costs nothing and lets the analysis check it.
+  core::MutexLock lk(mu_);
   PTS_RETURN_IF_ERROR(env_->CreateDirs(options_.dir));
   PTS_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(options_.dir));
   bool have_seed = false;
@@ -136,14 +138,14 @@ Status SsdTier::Init() {
 Status SsdTier::Scan(const ScanFn& fn, ScanStats* stats) {
   std::vector<uint64_t> ids;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     for (auto& [id, s] : segments_) ids.push_back(id);
   }
   for (uint64_t id : ids) PTS_RETURN_IF_ERROR(ScanSegment(id, fn, stats));
   // Segments with nothing live are reclaimed now.
   std::vector<uint64_t> empty;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     for (auto& [id, s] : segments_) {
       if (s.live == 0) empty.push_back(id);
     }
@@ -156,7 +158,7 @@ Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
   std::shared_ptr<File> file;
   uint64_t size;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     Segment& s = segments_.at(id);
     file = s.file;
     size = s.size;
@@ -196,7 +198,7 @@ Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
   so.verify_payloads = options_.verify_on_recovery;
   so.size = size;
   PTS_RETURN_IF_ERROR(ScanSegmentFile(file.get(), so, visitor));
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   Segment& s = segments_.at(id);
   s.live = live;
   s.seed = seed;
@@ -296,7 +298,7 @@ Result<std::pair<std::shared_ptr<File>, uint64_t>> SsdTier::ReserveLocked(uint64
 void SsdTier::FinishAppend(const SsdLocation& loc, bool ok) {
   std::shared_ptr<File> to_sync;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     if (ok) {
       stats_.records_written++;
       stats_.payload_bytes_written += loc.payload_bytes;
@@ -357,7 +359,7 @@ Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uin
 
   std::shared_ptr<File> file, sealed;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     Result<std::pair<std::shared_ptr<File>, uint64_t>> r = ReserveLocked(foot, slack, &loc.segment, &sealed);
     if (!r.ok()) {
       stats_.write_errors++;
@@ -422,7 +424,7 @@ Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uin
 // ---------------------------------------------------------------- reading
 
 Result<SsdTier::SegmentRef> SsdTier::SegmentOf(uint64_t segment) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   auto it = segments_.find(segment);
   if (it == segments_.end()) return NotFound("ssd: segment " + SegmentFileName(segment) + " is gone");
   return SegmentRef{it->second.file, it->second.seed};
@@ -444,7 +446,7 @@ Result<uint64_t> ReadAndHash(File* file, uint64_t start, uint8_t* dst, uint64_t 
   const uint64_t pieces = (n + kReadPiece - 1) / kReadPiece;
   std::vector<uint64_t> sums((n + kChecksumChunk - 1) / kChecksumChunk);
   std::atomic<uint64_t> next{0};
-  std::mutex err_mu;
+  core::Mutex err_mu;
   Status err;
   auto work = [&] {
     uint8_t* bounce = file->direct() ? pool->Acquire() : nullptr;
@@ -459,7 +461,7 @@ Result<uint64_t> ReadAndHash(File* file, uint64_t start, uint8_t* dst, uint64_t 
         s = ReadFully(file, start + off, {dst + off, len});
       }
       if (!s.ok()) {
-        std::lock_guard lk(err_mu);
+        core::MutexLock lk(err_mu);
         if (err.ok()) err = s;
         break;
       }
@@ -514,7 +516,7 @@ Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
       }
     }
   }
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   if (!s.ok()) {
     stats_.read_errors++;
     return s.WithContext("ssd: reading the record at " + Where(loc.segment, loc.offset));
@@ -539,7 +541,7 @@ Status SsdTier::SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) {
   // Rewrites of one header may be queued in any order: live_tokens only
   // ever goes down, so each rewrite keeps the smaller value and the order
   // does not matter. One rewrite at a time keeps read-modify-write whole.
-  std::lock_guard rw(rewrite_mu_);
+  core::MutexLock rw(rewrite_mu_);
   PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
   // A count the header cannot hold would turn the record into garbage.
@@ -563,7 +565,7 @@ Status SsdTier::WriteHeaderLocked(const SegmentRef& seg, const SsdLocation& loc,
 }
 
 Status SsdTier::SetTimes(const SsdLocation& loc, const Times& times) {
-  std::lock_guard rw(rewrite_mu_);
+  core::MutexLock rw(rewrite_mu_);
   PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
   PTS_ASSIGN_OR_RETURN(RecordHeader h, ReadHeader(loc));
   if (!h.has_times || h.times == times) return Status::OK();
@@ -574,7 +576,7 @@ Status SsdTier::SetTimes(const SsdLocation& loc, const Times& times) {
 void SsdTier::Forget(const SsdLocation& loc) {
   uint64_t to_delete = 0;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     auto it = segments_.find(loc.segment);
     if (it == segments_.end()) return;
     Segment& s = it->second;
@@ -603,7 +605,7 @@ Result<SsdLocation> SsdTier::CopyRecord(const SsdLocation& loc) {
   PTS_RETURN_IF_ERROR(ReadFully(seg.file.get(), loc.offset + loc.header_bytes,
                                 stored.span(AlignUp(loc.stored_bytes, kRecordAlignment))));
   if (PayloadChecksum(stored.span(loc.stored_bytes), seg.seed) != loc.payload_checksum) {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     stats_.read_errors++;
     return Corruption("ssd: payload checksum mismatch at " + Where(loc.segment, loc.offset));
   }
@@ -617,7 +619,7 @@ Result<SsdLocation> SsdTier::CopyRecord(const SsdLocation& loc) {
 }
 
 std::optional<uint64_t> SsdTier::PickSegmentToCompact(bool pressure) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   std::optional<uint64_t> best;
   double best_ratio = 0;
   for (const auto& [id, s] : segments_) {
@@ -637,7 +639,7 @@ std::optional<uint64_t> SsdTier::PickSegmentToCompact(bool pressure) const {
 
 Status SsdTier::DeleteSegment(uint64_t segment) {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     auto it = segments_.find(segment);
     if (it == segments_.end()) return Status::OK();
     live_bytes_ -= std::min(live_bytes_, it->second.live);
@@ -652,17 +654,17 @@ Status SsdTier::DeleteSegment(uint64_t segment) {
 // ------------------------------------------------------------------ stats
 
 uint64_t SsdTier::live_bytes() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   return live_bytes_;
 }
 
 uint64_t SsdTier::file_bytes() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   return file_bytes_;
 }
 
 SsdTierStats SsdTier::Stats() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   SsdTierStats s = stats_;
   s.file_bytes = file_bytes_;
   s.live_bytes = live_bytes_;

@@ -12,7 +12,8 @@
 // DeleteSegment) gives back the dead space.
 //
 // Thread safety: all methods are safe from many threads. The internal mutex
-// only guards bookkeeping; file I/O runs outside it.
+// only guards bookkeeping; file I/O runs outside it. Lock order: rewrite_mu_,
+// then mu_.
 #pragma once
 
 #include <atomic>
@@ -20,10 +21,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
+#include "core/mutex.h"
 #include "ptstore/status.h"
 #include "storage/ssd/env.h"
 #include "storage/ssd/io_buffers.h"
@@ -85,45 +86,45 @@ class SsdTier {
   // Every valid live record counts as live until Kill; call once, before
   // any Append.
   using ScanFn = std::function<void(const RecordHeader&, const SsdLocation&)>;
-  Status Scan(const ScanFn& fn, ScanStats* stats);
+  Status Scan(const ScanFn& fn, ScanStats* stats) EXCLUDES(mu_);
 
   // Writes a record (compressing the payload when enabled) and returns where
   // it is. `payload` must stay valid and unchanged until it returns.
   // ResourceExhausted when the capacity or the disk is full.
-  Result<SsdLocation> Append(RecordHeader header, std::span<const uint8_t> payload);
+  Result<SsdLocation> Append(RecordHeader header, std::span<const uint8_t> payload) EXCLUDES(mu_);
 
   // Reads, verifies and (if compressed) decompresses a payload into `out`
   // (exactly payload_bytes long). Corruption on a checksum mismatch.
-  Status ReadPayload(const SsdLocation& loc, std::span<uint8_t> out);
+  Status ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) EXCLUDES(mu_);
   // Reads and verifies a record's header.
-  Result<RecordHeader> ReadHeader(const SsdLocation& loc);
+  Result<RecordHeader> ReadHeader(const SsdLocation& loc) EXCLUDES(mu_);
 
   // Rewrites the header in place with `live_tokens` (0: the record is dead,
   // so a restart will not bring it back). Only the file changes: the caller
   // does the accounting with Forget, at once, since a rewrite may wait in a
   // queue. A rewrite that never comes costs at most a stale record after a
   // crash, which a restart then resolves by sequence number.
-  Status SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens);
+  Status SetLiveTokens(const SsdLocation& loc, uint64_t live_tokens) EXCLUDES(rewrite_mu_, mu_);
   // Rewrites the header in place with `times`. A record written before
   // times existed has no room for them: left as it is (OK).
-  Status SetTimes(const SsdLocation& loc, const Times& times);
+  Status SetTimes(const SsdLocation& loc, const Times& times) EXCLUDES(rewrite_mu_, mu_);
   // Counts a record's space as dead (it was killed, or copied elsewhere).
   // A sealed segment left with nothing live is deleted.
-  void Forget(const SsdLocation& loc);
+  void Forget(const SsdLocation& loc) EXCLUDES(mu_);
 
   // Copies a record (verified) to the active segment: compaction.
-  Result<SsdLocation> CopyRecord(const SsdLocation& loc);
+  Result<SsdLocation> CopyRecord(const SsdLocation& loc) EXCLUDES(mu_);
 
   // A sealed segment worth rewriting (most dead space first), if any.
   // `pressure`: the tier is near capacity, so any dead space counts.
-  std::optional<uint64_t> PickSegmentToCompact(bool pressure) const;
+  std::optional<uint64_t> PickSegmentToCompact(bool pressure) const EXCLUDES(mu_);
   // Deletes a segment file (its live records were copied or killed).
-  Status DeleteSegment(uint64_t segment);
+  Status DeleteSegment(uint64_t segment) EXCLUDES(mu_);
 
-  SsdTierStats Stats() const;
+  SsdTierStats Stats() const EXCLUDES(mu_);
   uint64_t capacity() const { return options_.capacity; }
-  uint64_t live_bytes() const;
-  uint64_t file_bytes() const;
+  uint64_t live_bytes() const EXCLUDES(mu_);
+  uint64_t file_bytes() const EXCLUDES(mu_);
   const SsdOptions& options() const { return options_; }
   // Footprint of a record with this header and payload before compression
   // (an upper bound when compression is on: stored raw if it does not pay).
@@ -145,42 +146,45 @@ class SsdTier {
   };
 
   SsdTier(Env* env, const SsdOptions& options, uint32_t node_id);
-  Status Init();
+  Status Init() EXCLUDES(mu_);
   // Reserves `bytes` in the active segment (sealing it and opening another
   // when full). Returns the segment and offset.
   // `*to_sync` is set to a segment this sealed that needs its sync now.
   // `slack`: bytes the files may go past the capacity (compaction copies).
   Result<std::pair<std::shared_ptr<File>, uint64_t>> ReserveLocked(uint64_t bytes, uint64_t slack,
                                                                    uint64_t* segment_id,
-                                                                   std::shared_ptr<File>* to_sync);
-  Result<SsdLocation> AppendImpl(RecordHeader header, std::span<const uint8_t> payload, uint64_t slack);
-  Status OpenNewSegmentLocked();
+                                                                   std::shared_ptr<File>* to_sync)
+      REQUIRES(mu_);
+  Result<SsdLocation> AppendImpl(RecordHeader header, std::span<const uint8_t> payload, uint64_t slack)
+      EXCLUDES(mu_);
+  Status OpenNewSegmentLocked() REQUIRES(mu_);
   // Marks `s` sealed; returns its file when the caller must sync it.
-  std::shared_ptr<File> SealLocked(Segment* s);
+  std::shared_ptr<File> SealLocked(Segment* s) REQUIRES(mu_);
   // An append's writes are over: its space counts as live if they
   // succeeded, and a sealed segment left with no append in flight is synced.
-  void FinishAppend(const SsdLocation& loc, bool ok);
-  Result<SegmentRef> SegmentOf(uint64_t segment);
-  // Writes `h` over the header at `loc` (same size). REQUIRES rewrite_mu_.
-  Status WriteHeaderLocked(const SegmentRef& seg, const SsdLocation& loc, const RecordHeader& h);
+  void FinishAppend(const SsdLocation& loc, bool ok) EXCLUDES(mu_);
+  Result<SegmentRef> SegmentOf(uint64_t segment) EXCLUDES(mu_);
+  // Writes `h` over the header at `loc` (same size).
+  Status WriteHeaderLocked(const SegmentRef& seg, const SsdLocation& loc, const RecordHeader& h)
+      REQUIRES(rewrite_mu_);
   std::string PathOf(uint64_t segment) const;
-  Status ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats);
+  Status ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) EXCLUDES(mu_);
 
   Env* env_;
   const SsdOptions options_;
   const uint32_t node_id_;
-  bool direct_ = false;
-  uint64_t seed_ = 0;
+  uint64_t seed_ = 0;  // set by Init, then constant
 
-  BouncePool bounce_;      // reads of large payloads
-  std::mutex rewrite_mu_;  // one header read-modify-write at a time
-  mutable std::mutex mu_;
-  std::map<uint64_t, Segment> segments_;  // GUARDED_BY(mu_)
-  uint64_t active_ = 0;                    // GUARDED_BY(mu_); 0: none yet
-  uint64_t next_segment_ = 1;              // GUARDED_BY(mu_)
-  uint64_t file_bytes_ = 0;                // GUARDED_BY(mu_)
-  uint64_t live_bytes_ = 0;                // GUARDED_BY(mu_)
-  SsdTierStats stats_;                     // GUARDED_BY(mu_)
+  BouncePool bounce_;                                 // reads of large payloads
+  core::Mutex rewrite_mu_ ACQUIRED_BEFORE(mu_);       // one header read-modify-write at a time
+  mutable core::Mutex mu_;                            // the bookkeeping below
+  bool direct_ GUARDED_BY(mu_) = false;
+  std::map<uint64_t, Segment> segments_ GUARDED_BY(mu_);
+  uint64_t active_ GUARDED_BY(mu_) = 0;               // 0: none yet
+  uint64_t next_segment_ GUARDED_BY(mu_) = 1;
+  uint64_t file_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t live_bytes_ GUARDED_BY(mu_) = 0;
+  SsdTierStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace ptstore::storage
