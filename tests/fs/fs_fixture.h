@@ -1,4 +1,4 @@
-// The fixture of the mount tests (fs_test.cc, fs_times_test.cc): a real
+// The fixture of the mount tests (fs_test.cc, fs_ioctl_test.cc, fs_times_test.cc): a real
 // ptstored of this build, a namespace "ns" in a small layout, and a real
 // mount of it (ptstore-fuse), with the shell and system-call helpers the
 // tests drive it with.
@@ -184,5 +184,12 @@ class FsTest : public ::testing::Test {
   Mount mount_;
   std::vector<uint32_t> a_, b_, c_;
 };
+
+// A hybrid model's layout (full + window + state groups) in 4-token blocks.
+inline Layout GroupedFsLayout() {
+  return Layout::FromGroups({LayoutGroup::Full(2, 2, 16, DType::kBF16), LayoutGroup::Window(2, 2, 16, DType::kBF16, 8),
+                             LayoutGroup::State(2, 100)},
+                            4);
+}
 
 }  // namespace ptstore::fstest

@@ -34,74 +34,40 @@ Policies (docs/vllm.md):
   ended). In ``align`` mode no hit is offered while vLLM's scheduler refuses
   external tokens for Mamba models (this snapshot asserts in
   ``_mamba_block_aligned_split``: :func:`vllm_takes_external_state`).
+
+This file holds the request state and the connector API; the lookups are in
+``_lookups.py`` (``LookupPath``), the pinned hits in ``_hit_pins.py``
+(``HitPins``), the save plans and saves in flight in ``_save_plans.py``
+(``SavePlanner``), all three bases of ``SchedulerSide``; a request's state
+(``_Req``) and the readers of vLLM's request forms in ``_requests.py``.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
-
-import numpy as np
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .._errors import Error, NotFound
+from ._hit_pins import HitPins, _unpin
+from ._lookups import LookupPath, _AskLater
 from ._meta import LoadSpec, PTStoreConnectorMetadata, SaveSpec
-from ._store import StoreLink, arena_pieces, is_link_error
+from ._requests import _EMITTED, _NONE, _NOT_NEEDED, _cached_requests, _prompt_len, _real, _Req
+from ._save_plans import SavePlanner, _Inflight
+from ._store import StoreLink, is_link_error
 from .config import ConnectorConfig
 from .events import EventLog
-from .groups import STATE_TAG_BYTES, GroupSpec, per_group, state_tag
+from .groups import GroupSpec, per_group
+from .keys import bypass_reason, derived_from, identity_overlay, lora_name, namespace_for, rank_namespace, \
+    request_tokens
 from .stats import StatsRecorder
-from .keys import bypass_reason, chain_keys, deepest_shared_block, degree_splits, derived_from, identity_overlay, \
-    lora_name, namespace_for, rank_degrees, rank_namespace, request_tokens
 
 logger = logging.getLogger("ptstore.vllm")
 
-_NONE, _EMITTED, _NOT_NEEDED = 0, 1, 2
 
-
-class _AskLater(Exception):
-    pass
-
-
-@dataclass
-class _Req:
-    request: Any
-    namespace: str
-    salt: str
-    bypass: Optional[str]
-    overlay: Any = None  # identity tokens of its multimodal items / prompt embeddings (keys.identity_overlay)
-    store_tokens: int = 0  # whole-block tokens of the prompt the store held at the last lookup
-    local_tokens: int = 0  # num_computed_tokens (vLLM's local hit) at the last lookup
-    ext_tokens: int = 0
-    load_async: bool = False
-    loaded_tokens: int = 0  # tokens this request got from the store (every load, less what failed)
-    block_ids: List[List[int]] = field(default_factory=lambda: [[]])  # per KV cache group
-    load_start: int = 0  # the last load: tokens [load_start, load_end) into load_blocks
-    load_end: int = 0
-    # the (tensor, pipeline)-parallel degrees the last lookup found the prefix at ((0, 0): this deployment's own)
-    source: Tuple[int, int] = (0, 0)
-    load_blocks: List[int] = field(default_factory=list)  # the first group's blocks of the last load
-    save_state: int = _NONE
-    saves_emitted: int = 0
-    saved_tokens: int = 0
-    state_ends: Set[int] = field(default_factory=set)  # (align) blocks where a step of it ended: their state
-
-
-@dataclass
-class _Inflight:
-    keys: List[bytes]
-    deadline: float
-
-
-def _real(ids: Any) -> bool:
-    """True when vLLM passed blocks (MultiConnector passes none to a connector it did not choose)."""
-    return ids is not None and any(len(g) for g in ids)
-
-
-class SchedulerSide:
-    """State of the scheduler-side connector (one per vLLM engine core)."""
+class SchedulerSide(LookupPath, HitPins, SavePlanner):
+    """State of the scheduler-side connector (one per vLLM engine core). Its lookups: ``_lookups.LookupPath``;
+    its hit pins: ``_hit_pins.HitPins``; its save plans and saves in flight: ``_save_plans.SavePlanner``."""
 
     def __init__(self, cfg: ConnectorConfig, *, tp_size: int = 1, pp_size: int = 1, link: Optional[StoreLink] = None,
                  total_kv_heads: int = 0, groups: Optional[List[GroupSpec]] = None) -> None:
@@ -176,219 +142,10 @@ class SchedulerSide:
         return [rank_namespace(ns, r, self.tp_size, p, self.pp_size)
                 for p in range(self.pp_size) for r in range(self.tp_size)]
 
-    def _lookup(self, ns: str, tokens: np.ndarray) -> Tuple[int, Tuple[int, int]]:
-        """(tokens of `tokens` the store holds, the (tensor, pipeline)-parallel degrees that hold them: (0, 0)
-        for this deployment's own); (0, (0, 0)) on a miss. Raises _AskLater while the store is briefly away.
-
-        This deployment's own first (its first worker's namespace stands for all: they save alike); then, for a
-        dense model, the namespaces of other degrees of the same model found in the store, where every one of
-        their workers' namespaces must hold the prefix (each of this deployment's workers reads its heads of
-        its layers from those that hold some)."""
-        own = self._lookup_in(self._lookup_ns(ns), tokens)
-        best, source = own, (0, 0)
-        if self.total_kv_heads and own < len(tokens):
-            for n_tp, n_pp in self._other_degrees(ns):
-                hit = len(tokens)
-                for p in range(n_pp):
-                    for r in range(n_tp):
-                        hit = min(hit, self._lookup_in(rank_namespace(ns, r, n_tp, p, n_pp), tokens))
-                        if hit <= best:
-                            break
-                    if hit <= best:
-                        break
-                if hit > best:
-                    best, source = hit, (n_tp, n_pp)
-        return best, source
-
-    def _other_degrees(self, ns: str) -> List[Tuple[int, int]]:
-        """(tensor, pipeline)-parallel degrees other than this deployment's that have namespaces of `ns` in the
-        store and whose tensor-parallel degree splits this model's KV heads."""
-        found = {d for d in (rank_degrees(ns, name) for name in self._namespace_names()) if d}
-        return sorted(d for d in found
-                      if d != (self.tp_size, self.pp_size) and degree_splits(d[0], self.total_kv_heads))
-
-    def _namespace_names(self) -> List[str]:
-        """The store's namespace names, listed at most once per 5 s (for every namespace of this engine)."""
-        now = time.monotonic()
-        if self._listing[0] < now:
-            names: List[str] = []
-            client = self.link.get()
-            if client is not None:
-                try:
-                    names = [info.name for info in client.list_namespaces()]
-                except Error as e:
-                    if is_link_error(e):
-                        self.link.failed(e)
-            self._listing = (now + 5.0, names)
-        return self._listing[1]
-
-    def _lookup_in(self, name: str, tokens: np.ndarray) -> int:
-        client = self.link.get()
-        if client is None:
-            return self._unreachable()
-        try:
-            r = client.lookup(name, tokens)
-        except NotFound:
-            self.link.ok()
-            return 0
-        except Error as e:
-            if is_link_error(e):
-                self.link.failed(e)
-                return self._unreachable()
-            self._warn_once(f"lookup:{type(e).__name__}", "ptstore: lookup in %s failed: %s", name, e)
-            return 0
-        self.link.ok()
-        return int(r.matched_tokens)
-
-    def _advise(self, ns: str, tokens: np.ndarray, hit: int, computed: int) -> int:
-        """Of the `hit` tokens the lookup matched, those the cost model says vLLM should have after the load
-        (whole blocks; `computed` or less: load nothing, recompute past vLLM's own cache).
-
-        `tokens` are all of the request's tokens (the prompt the plan prefills); vLLM holds the first
-        `computed` of them already, so the plan weighs loading [computed, hit) against computing them. A
-        failed advice loads the whole hit (with a warning), as without a cost model.
-        """
-        assert self.cost_model is not None and self.cfg.cost_model is not None
-        client = self.link.get()
-        if client is None:
-            return hit
-        try:
-            plan = client.advise(self._lookup_ns(ns), tokens, self.cost_model, self.cfg.cost_model.remote_path,
-                                 gpu_tokens=computed)
-        except Error as e:
-            self.stats["advice_failures"] += 1
-            if is_link_error(e):
-                self.link.failed(e)
-            self._warn_once(f"advise:{type(e).__name__}", "ptstore: load-or-recompute advice in %s failed (%s); "
-                            "loading the whole hit", ns, e)
-            return hit
-        self.stats["advised"] += 1
-        load = min(int(plan.load_tokens) // self.block * self.block, hit)
-        if load <= computed:
-            self.stats["advised_recompute"] += 1
-        self.stats["advised_skipped_tokens"] += hit - max(load, computed)
-        logger.debug("ptstore: %s: hit %d tokens (%d on the GPU), cost model loads to %d (load %.3f ms + compute "
-                     "%.3f ms)", ns, hit, computed, load, plan.load_s * 1e3, plan.compute_s * 1e3)
-        return load
-
-    def _pin_hit(self, st: _Req, tokens: np.ndarray, hit: int) -> int:
-        """Pins the `hit` tokens about to be promised to vLLM (pin_hits), in every worker's namespace (each
-        tensor-parallel rank's of each pipeline stage; one per stage when the ranks share it), until they
-        copied them; returns what all the pins hold (less when the store lost some since the lookup). Without
-        the arena mapping, or when a pin fails, the workers pin at load time instead (and `hit` stands)."""
-        client = self.link.get()
-        if client is None or not client.mapped:
-            return hit
-        pins: List[Any] = []
-        try:
-            for name in self._rank_names(st.namespace):
-                pins.append(client.pin(name, tokens))
-        except Error as e:
-            _unpin(pins)
-            if is_link_error(e):
-                self.link.failed(e)
-            elif not isinstance(e, NotFound):
-                self._warn_once(f"pin:{type(e).__name__}", "ptstore: pinning a hit in %s failed: %s", st.namespace, e)
-            return hit if not isinstance(e, NotFound) else 0
-        pinned = min(int(p.tokens) for p in pins) // self.block * self.block
-        if pinned <= 0:
-            _unpin(pins)
-            return 0
-        self._hit_pins[st.request.request_id] = pins
-        self.stats["hits_pinned"] += 1
-        return min(hit, pinned)
-
-    def _state_hit(self, st: _Req, hit: int, computed: int) -> int:
-        """The longest part of a pinned `hit` that ends at a block whose state is stored valid in every rank
-        namespace and every state group (the tags after each group's first layer state); `computed` (no
-        external tokens) when none past vLLM's own cache does, or without pins to read them from."""
-        pins = self._hit_pins.get(st.request.request_id)
-        client = self.link.get()
-        b = self.block
-        if not pins or client is None or not client.mapped or hit <= computed:
-            self._warn_once("state-unpinned", "ptstore: a model with Mamba state loads only hits the scheduler "
-                            "pinned (pin_hits, and ptstored's arena mapped into the scheduler's process): this "
-                            "one is not; no hit")
-            return computed
-        try:
-            layouts = [self._layout_of(client, name) for name in self._rank_names(st.namespace)]
-            tag = np.empty(STATE_TAG_BYTES, dtype=np.uint8)
-            for j in range(hit // b - 1, computed // b - 1, -1):
-                want = np.frombuffer(state_tag(j), dtype=np.uint8)
-                ok = True
-                for pin, layout in zip(pins, layouts):
-                    extents = [(e.arena_offset, e.length) for e in pin.extents]
-                    for i in [i for i, g in enumerate(layout.groups) if g.kind == "state"]:
-                        at = j * layout.bytes_per_block + layout.group_offset(i) + \
-                            layout.groups[i].state_bytes - STATE_TAG_BYTES
-                        pieces = arena_pieces(extents, [(at, STATE_TAG_BYTES)])
-                        pieces[:, 2] -= np.uint64(at)
-                        client.copy_from_arena(pieces, tag)
-                        ok = ok and bool((tag == want).all())
-                if ok:
-                    if (j + 1) * b < hit:
-                        self.stats["state_hits_trimmed"] += 1
-                    return (j + 1) * b
-        except (Error, ValueError) as e:
-            if isinstance(e, Error) and is_link_error(e):
-                self.link.failed(e)
-            self._warn_once(f"state-tags:{type(e).__name__}", "ptstore: reading the stored states of a hit in %s "
-                            "failed: %s", st.namespace, e)
-        return computed
-
-    def _layout_of(self, client: Any, name: str) -> Any:
-        layout = self._layouts.get(name)
-        if layout is None:
-            layout = self._layouts[name] = client.get_namespace(name).layout
-        return layout
-
-    def _release(self, st: _Req) -> None:
-        """Releases the pins of the hit `st` was last told of, if no load took them."""
-        _unpin(self._hit_pins.pop(st.request.request_id, None))
-
-    def _unreachable(self) -> int:
-        down = self.link.down_for()
-        if down is not None and down * 1000.0 < self.cfg.unavailable_wait_ms:
-            self.stats["ask_later_unavailable"] += 1
-            self.recorder.add("ask_later")
-            raise _AskLater()
-        return 0
-
     def _warn_once(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(msg, *args)
-
-    # ------------------------------------------------------ in-flight saves
-    def _add_inflight(self, rid: str, ns: str, tokens: np.ndarray) -> None:
-        self._drop_inflight(rid)
-        keys = chain_keys(ns, tokens, self.block)
-        self._inflight[rid] = _Inflight(keys, time.monotonic() + self.cfg.save_wait_ms / 1000.0)
-        for k in keys:
-            self._inflight_keys[k] = self._inflight_keys.get(k, 0) + 1
-
-    def _drop_inflight(self, rid: str) -> None:
-        e = self._inflight.pop(rid, None)
-        if e is None:
-            return
-        for k in e.keys:
-            n = self._inflight_keys.get(k, 0) - 1
-            if n > 0:
-                self._inflight_keys[k] = n
-            else:
-                self._inflight_keys.pop(k, None)
-
-    def _expire_inflight(self) -> None:
-        now = time.monotonic()
-        for rid in [r for r, e in self._inflight.items() if e.deadline <= now]:
-            self._drop_inflight(rid)
-
-    def inflight_blocks(self, ns: str, tokens: np.ndarray) -> int:
-        """Whole blocks at the start of `tokens` that a save still in flight (not expired) will store."""
-        self._expire_inflight()
-        if not self._inflight_keys:
-            return 0
-        return deepest_shared_block(chain_keys(ns, tokens, self.block), self._inflight_keys)
 
     # ------------------------------------------------------------ the API
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
@@ -519,68 +276,6 @@ class SchedulerSide:
             self._plan_save(meta, st, int(computed) + int(scheduled.get(rid, 0)))
         return meta
 
-    def _save_ids(self, st: _Req, ids: List[List[int]], n: int) -> List[List[int]]:
-        """The first `n` blocks of each group for a save; in a state group vLLM's null block where vLLM holds no
-        valid state of the block (mode align: no step ended there), so that the worker tags it invalid."""
-        out = [list(g[:n]) for g in ids]
-        if self.state_mode == "align":
-            for g, gs in zip(out, self.groups or ()):
-                if gs.kind == "state":
-                    g[:] = [blk if i in st.state_ends else 0 for i, blk in enumerate(g)]
-        return out
-
-    def _plan_save(self, meta: PTStoreConnectorMetadata, st: _Req, computed_after: int) -> None:
-        b = self.block
-        if self.state_mode == "align" and computed_after % b == 0 and computed_after:
-            st.state_ends.add(computed_after // b - 1)  # this step's running state is that block's
-        if st.save_state != _NONE or not self.cfg.save or st.bypass is not None:
-            return
-        whole = _prompt_len(st.request) // b * b
-        if self.stepwise:
-            # Every step's new whole blocks while vLLM still has them: the prompt's, and with save_generated
-            # the generated tokens' too (a window drops them as decoding goes on)
-            if self.cfg.save_generated and self.cfg.hold_blocks_until_saved:
-                whole = int(st.request.num_tokens) // b * b
-            done = min(computed_after, whole) // b * b
-            if done <= max(st.saved_tokens, st.store_tokens):
-                return
-        else:
-            if whole == 0 or st.store_tokens >= whole:
-                st.save_state = _NOT_NEEDED
-                return
-            done = whole
-            if computed_after < done:
-                return
-        if min(len(g) for g in st.block_ids) < done // b:
-            logger.warning("ptstore: request %s has %d blocks, its prompt %d whole blocks; not saved",
-                           st.request.request_id, min(len(g) for g in st.block_ids), done // b)
-            st.save_state = _NOT_NEEDED
-            return
-        tokens = request_tokens(st.request, done, st.overlay)
-        meta.saves.append(SaveSpec(req_id=st.request.request_id, namespace=st.namespace, salt=st.salt, tokens=tokens,
-                                   block_ids=self._save_ids(st, st.block_ids, done // b), ack=self._invalid_reports,
-                                   start=max(st.saved_tokens, st.store_tokens)))
-        if done == whole and not self.stepwise:
-            st.save_state = _EMITTED
-        st.saves_emitted += 1
-        st.saved_tokens = done
-        self.stats["saves_planned"] += 1
-        self._save_planned(st.request, done // b)
-        if self.cfg.save_wait_ms > 0:
-            self._add_inflight(st.request.request_id, st.namespace, tokens)
-
-    def _age_pins(self) -> None:
-        """At the end of a scheduler step: pins of hits no load took go now; those of this step's sync loads
-        are kept for two more steps (the workers copy them in this step, which vLLM's async scheduling runs
-        after scheduling the next one), then released."""
-        for pins in self._hit_pins.values():
-            _unpin(pins)
-        self._hit_pins.clear()
-        self._pin_steps.append(self._step_pins)
-        self._step_pins = []
-        while len(self._pin_steps) > 2:
-            _unpin(self._pin_steps.popleft())
-
     def update_connector_output(self, output: Any) -> None:
         for rid in getattr(output, "finished_recving", None) or ():
             _unpin(self._async_pins.pop(rid, None))
@@ -630,47 +325,6 @@ class SchedulerSide:
             params = {"ptstore": {"namespace": st.namespace, "loaded_tokens": st.loaded_tokens,
                                   "saved_tokens": st.saved_tokens if st.saves_emitted else 0}}
         return hold, params
-
-    def _plan_finish_save(self, st: _Req, request: Any, block_ids: Any) -> None:
-        """At a request's end, the save of its generated tokens: every whole block vLLM computed (prompt and
-        output; the last sampled token has no KV yet), so that a conversation's next turn or an agent's next
-        step hits its whole history. Needs the blocks held until the worker copied them
-        (``hold_blocks_until_saved``); off with ``save_generated`` false."""
-        if not (self.cfg.save and self.cfg.save_generated and self.cfg.hold_blocks_until_saved) or \
-                st.bypass is not None:
-            return
-        status = getattr(getattr(request, "status", None), "name", "")
-        if status == "FINISHED_ERROR":
-            return
-        b = self.block
-        whole = int(getattr(request, "num_computed_tokens", 0)) // b * b
-        if whole <= max(st.saved_tokens, st.store_tokens, _prompt_len(request) // b * b):
-            return  # nothing past the prompt's blocks (saved or stored already)
-        ids = per_group(block_ids)
-        if not _real(ids):
-            ids = st.block_ids
-        assert ids is not None
-        if min(len(g) for g in ids) < whole // b:
-            return
-        tokens = request_tokens(request, whole, st.overlay)
-        self._finish_saves.append(SaveSpec(req_id=request.request_id, namespace=st.namespace, salt=st.salt,
-                                           tokens=tokens, block_ids=self._save_ids(st, ids, whole // b),
-                                           ack=self._invalid_reports, at_finish=True,
-                                           start=max(st.saved_tokens, st.store_tokens)))
-        st.saves_emitted += 1
-        st.saved_tokens = whole
-        self.stats["saves_planned"] += 1
-        self.stats["generated_saves_planned"] += 1
-        self._save_planned(request, whole // b)
-        if self.cfg.save_wait_ms > 0:  # a next turn arriving before the save lands asks again, not recomputes
-            self._add_inflight(request.request_id, st.namespace, tokens)
-
-    def _save_planned(self, request: Any, blocks: int) -> None:
-        """The save's KV event: when the worker reports it done (held blocks), else at once."""
-        if self.cfg.hold_blocks_until_saved:
-            self._save_events.setdefault(request.request_id, []).append((request, blocks))
-        else:
-            self.events.stored(request, 0, blocks)
 
     def reset_cache(self) -> bool:
         """Drops the model's namespaces: its own and those derived from it (salts/LoRA ``.x<digest>``, parallel
@@ -737,48 +391,3 @@ def vllm_takes_external_state() -> bool:
                        "offering none", e)
         return False
     return True
-
-
-def _unpin(pin: Any) -> None:
-    """Releases a pin, or the pins of a (nested) list of them (None: nothing); a store that went away has
-    dropped them already."""
-    if pin is None:
-        return
-    if isinstance(pin, list):
-        for p in pin:
-            _unpin(p)
-        return
-    try:
-        pin.release()
-    except Error:
-        pass
-
-
-def _prompt_len(request: Any) -> int:
-    n = getattr(request, "num_prompt_tokens", None)
-    return int(n) if n is not None else len(request.prompt_token_ids)
-
-
-def _cached_requests(cached: Any) -> Iterable[Tuple[str, Any, bool, int]]:
-    """(req_id, new_block_ids, resumed, num_computed_tokens) of vLLM's CachedRequestData, in either of its
-    forms: one object with parallel lists (vLLM >= 0.10), or a list of per-request objects (older)."""
-    if cached is None:
-        return
-    if isinstance(cached, (list, tuple)):
-        for c in cached:
-            yield (c.req_id, getattr(c, "new_block_ids", None), bool(getattr(c, "resumed_from_preemption", False)),
-                   c.num_computed_tokens)
-        return
-    ids = list(getattr(cached, "req_ids", ()) or ())
-    new_block_ids = getattr(cached, "new_block_ids", None) or [None] * len(ids)
-    computed = getattr(cached, "num_computed_tokens", None) or [0] * len(ids)
-    resumed_set = getattr(cached, "resumed_req_ids", None)
-    resumed_list = getattr(cached, "resumed_from_preemption", None)
-    for i, rid in enumerate(ids):
-        if resumed_set is not None:
-            resumed = rid in resumed_set
-        elif resumed_list is not None:
-            resumed = bool(resumed_list[i])
-        else:
-            resumed = False
-        yield rid, new_block_ids[i], resumed, computed[i]
