@@ -42,7 +42,7 @@
 //   bytes stay where they are) during the append.
 // - AppendHeaderLocked (from WriteStubLocked, whose tensor SpillLocked
 //   holds, CreateNamespace and SetQuota): nothing but the count in
-//   appends_in_flight_ (CompactOnce waits for none in flight); callers check
+//   appends_in_flight_ (no compaction starts while one is); callers check
 //   again afterwards.
 // - FillLocked: its tensors are kFilling (their records stay), their new
 //   arena allocations charged to their namespaces as dram_pending.
