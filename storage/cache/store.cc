@@ -340,10 +340,24 @@ bool Store::MakeOwnedRoomLocked(core::UniqueLock& lk, Namespace* ns) {
     stats_.evicted_bytes += victim->bytes;
     return true;
   }
-  if (victim->spill_failed_gen != gen && SpillLocked(victim, lk)) return true;
+  if (victim->spill_failed_gen != gen) {
+    // Held across the spill, so that its struct is still there to look at
+    // below: a spill whose append failed after a removal took the tensor out
+    // of the index meanwhile would free it. (Nobody else sees the hold: the
+    // tensor is kSpilling whenever the lock is released.)
+    victim->holds++;
+    const bool spilled = SpillLocked(victim, lk);
+    victim->holds--;
+    if (spilled) {
+      MaybeDestroyLocked(victim);
+      return true;
+    }
+  }
   if (victim->holds == 0 && victim->foreign_children == 0 && victim->in_index && victim->pins == 0 &&
       victim->io == Tensor::Io::kNone && !victim->on_ssd) {
     EvictLocked(victim);
+  } else {
+    MaybeDestroyLocked(victim);  // removed while its spill ran
   }
   return true;  // something changed (or the lock was released): look again
 }
