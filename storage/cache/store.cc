@@ -49,10 +49,10 @@ Store::Store(const StoreOptions& options, std::unique_ptr<core::SharedMemory> ar
 
 Store::~Store() {
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     stopping_ = true;
   }
-  cleaner_wake_.notify_all();
+  cleaner_wake_.NotifyAll();
   if (cleaner_.joinable()) cleaner_.join();
   io_.reset();  // runs what is queued (header rewrites), then joins
 }
@@ -64,8 +64,8 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
   PTS_RETURN_IF_ERROR(ValidateNamespaceName(name));
   PTS_RETURN_IF_ERROR(layout.Validate());
   if (mode > 07777) return InvalidArgument("namespace mode " + std::to_string(mode) + " is not a permission mode");
-  std::unique_lock lk(mu_);
-  auto existing = [&]() -> std::optional<Result<NamespaceInfo>> {
+  core::UniqueLock lk(mu_);
+  auto existing = [&]() REQUIRES(mu_) -> std::optional<Result<NamespaceInfo>> {
     auto it = namespaces_.find(name);
     if (it == namespaces_.end()) return std::nullopt;
     const Namespace& n = *it->second;
@@ -138,20 +138,20 @@ Result<Namespace*> Store::FindLocked(const std::string& name) const {
 }
 
 Result<NamespaceInfo> Store::GetNamespace(const std::string& name) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(name));
   return n->info;
 }
 
 std::vector<NamespaceInfo> Store::ListNamespaces() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   std::vector<NamespaceInfo> out;
   for (const auto& [name, n] : namespaces_) out.push_back(n->info);
   return out;
 }
 
 Result<RemoveResult> Store::DropNamespace(const std::string& name) {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(name));
   RemoveResult r;
   std::vector<RadixNode*> tops;
@@ -166,10 +166,10 @@ Result<RemoveResult> Store::DropNamespace(const std::string& name) {
     RewriteRecordLocked(*n->record, 0);
   }
   namespaces_.erase(name);
-  inflight_done_.notify_all();
+  inflight_done_.NotifyAll();
   PTS_INFO("store", "dropped namespace '" << name << "': " << r.nodes << " increments, " << Bytes(r.bytes));
   std::vector<std::future<Status>> writes = TakeRewritesLocked();
-  lk.unlock();
+  lk.Unlock();
   for (auto& w : writes) {
     Status s = w.get();
     if (!s.ok()) PTS_WARN("store", "drop namespace '" << name << "': " << s.ToString());
@@ -271,7 +271,7 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
 }
 
 void Store::RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result) {
-  ns->tree->RemoveSubtree(node, [&](RadixNode* x) { OnNodeRemovedLocked(x, result); });
+  ns->tree->RemoveSubtree(node, [&](RadixNode* x) REQUIRES(mu_) { OnNodeRemovedLocked(x, result); });
   ns->info.prefixes = ns->tree->node_count();
   // Its contents changed, as a directory's do when an entry goes.
   const uint64_t now = WallClockNs();
@@ -318,7 +318,7 @@ bool Store::DropOneLocked(CacheClass from, Namespace* ns) {
   return true;
 }
 
-bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk, Namespace* ns) {
+bool Store::MakeOwnedRoomLocked(core::UniqueLock& lk, Namespace* ns) {
   const CacheClass from = CacheClass::kOwned;
   if (!SsdEnabled()) return DropOneLocked(from, ns);
   // Owned data with an SSD tier: by GDSF, the victim's DRAM copy goes.
@@ -340,15 +340,29 @@ bool Store::MakeOwnedRoomLocked(std::unique_lock<std::mutex>& lk, Namespace* ns)
     stats_.evicted_bytes += victim->bytes;
     return true;
   }
-  if (victim->spill_failed_gen != gen && SpillLocked(victim, lk)) return true;
+  if (victim->spill_failed_gen != gen) {
+    // Held across the spill, so that its struct is still there to look at
+    // below: a spill whose append failed after a removal took the tensor out
+    // of the index meanwhile would free it. (Nobody else sees the hold: the
+    // tensor is kSpilling whenever the lock is released.)
+    victim->holds++;
+    const bool spilled = SpillLocked(victim, lk);
+    victim->holds--;
+    if (spilled) {
+      MaybeDestroyLocked(victim);
+      return true;
+    }
+  }
   if (victim->holds == 0 && victim->foreign_children == 0 && victim->in_index && victim->pins == 0 &&
       victim->io == Tensor::Io::kNone && !victim->on_ssd) {
     EvictLocked(victim);
+  } else {
+    MaybeDestroyLocked(victim);  // removed while its spill ran
   }
   return true;  // something changed (or the lock was released): look again
 }
 
-Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
+Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, core::UniqueLock& lk,
                                       bool transient, Namespace* ns) {
   if (ns == nullptr || ns->dram_quota == 0) return ArenaAllocateLocked(bytes, cls, lk, transient);
   // Within the namespace's quota: its own tensors make room first. Both
@@ -357,7 +371,7 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::uniq
   // (another save of it may have taken the room meanwhile).
   const std::string name = ns->info.name;
   const uint64_t id = ns->id;
-  auto again = [&]() -> Namespace* {
+  auto again = [&]() REQUIRES(mu_) -> Namespace* {
     auto it = namespaces_.find(name);
     return it == namespaces_.end() || it->second->id != id ? nullptr : it->second.get();
   };
@@ -388,10 +402,10 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, std::uniq
   }
 }
 
-Result<uint64_t> Store::ArenaAllocateLocked(uint64_t bytes, CacheClass cls, std::unique_lock<std::mutex>& lk,
+Result<uint64_t> Store::ArenaAllocateLocked(uint64_t bytes, CacheClass cls, core::UniqueLock& lk,
                                            bool transient) {
   const uint64_t capacity = alloc_.capacity();
-  auto exhausted = [&](const char* why) {
+  auto exhausted = [&](const char* why) REQUIRES(mu_) {
     return ResourceExhausted("cannot store a tensor of " + Bytes(bytes) + ": " + why + " (arena " +
                              Bytes(capacity) + ", used " + Bytes(alloc_.used_bytes()) + ", pinned " +
                              Bytes(stats_.pinned_bytes) + ", largest free extent " +
@@ -415,7 +429,7 @@ Result<uint64_t> Store::ArenaAllocateLocked(uint64_t bytes, CacheClass cls, std:
     if ((cls == CacheClass::kOwned || transient) && MakeOwnedRoomLocked(lk)) continue;
     if (appends_in_flight_ > 0) {
       // Other threads' spills will free DRAM: wait for them.
-      io_done_.wait(lk);
+      io_done_.Wait(lk);
       continue;
     }
     return exhausted("everything evictable is gone");
@@ -427,7 +441,7 @@ Result<uint64_t> Store::ArenaAllocateLocked(uint64_t bytes, CacheClass cls, std:
 Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint32_t> tokens, const uint8_t* data,
                                uint64_t length, uint64_t first_block, CacheClass cache_class) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RekeyLocked(*ns, tokens, &k);
   const uint64_t ns_id = ns->id;
@@ -465,7 +479,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     claim = {ns, keys[m.blocks]};
     if (!inflight_.count(claim)) break;
     // Someone is storing the same next block: wait, then look again.
-    inflight_done_.wait(lk);
+    inflight_done_.Wait(lk);
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
     if (ns->id != ns_id) return Aborted("save: namespace '" + ns_name + "' was replaced during the save");
   }
@@ -479,13 +493,13 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     if (path_tensors.empty() || path_tensors.back() != s.node->tensor) path_tensors.push_back(s.node->tensor);
   }
   for (Tensor* t : path_tensors) t->holds++;
-  auto finish_claim = [&] {
+  auto finish_claim = [&]() REQUIRES(mu_) {
     for (Tensor* t : path_tensors) {
       t->holds--;
       MaybeDestroyLocked(t);
     }
     inflight_.erase(claim);
-    inflight_done_.notify_all();
+    inflight_done_.NotifyAll();
   };
 
   uint64_t new_blocks = blocks - m.blocks;
@@ -562,9 +576,9 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   AddPendingLocked(ns_name, ns_id, static_cast<int64_t>(t->allocated));
 
   // The copy runs without the lock: the region is ours, the path is pinned.
-  lk.unlock();
+  lk.Unlock();
   core::CopyBytes(arena_->data() + t->arena_offset, data + (m.blocks - first_block) * bb, bytes, bytes);
-  lk.lock();
+  lk.Lock();
 
   AddPendingLocked(ns_name, ns_id, -static_cast<int64_t>(t->allocated));
   finish_claim();
@@ -695,7 +709,7 @@ Result<Store::PromptKeys> Store::HashPrompt(const std::string& ns_name, std::spa
   uint32_t bt;
   PromptKeys k;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
     root = ns->root_key;
     bt = ns->info.layout.block_tokens;
@@ -736,7 +750,7 @@ void Store::CountRequestLocked(uint64_t requested_tokens, uint64_t matched_token
 }
 
 Result<PrefixResult> Store::Lookup(const std::string& ns_name, std::span<const uint32_t> tokens) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   Match m = WalkLocked(*ns, tokens);
@@ -767,7 +781,7 @@ std::vector<Tensor*> Store::PinDramPathLocked(const Match& m) {
 
 Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t session,
                                     uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count) {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   Namespace* ns;
   Match m;
   // Whether step `st` (its blocks start at `first`) must be in DRAM.
@@ -786,10 +800,15 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
   // the lock is released in later rounds): on every way out, the holds go,
   // and so do the bytes of those the pin did not take after all.
   std::vector<Tensor*> transient;
+  // Declared after `lk`, so destroyed before it: runs with mu_ held. (The
+  // analysis does not look into destructors; AssertHeld says what holds.)
   struct TransientGuard {
     Store* store;
     std::vector<Tensor*>* tensors;
-    ~TransientGuard() { store->ReleaseTransientsLocked(*tensors); }
+    ~TransientGuard() {
+      store->mu_.AssertHeld();
+      store->ReleaseTransientsLocked(*tensors);
+    }
   } guard{this, &transient};
   for (int round = 0;;) {
     PTS_ASSIGN_OR_RETURN(ns, FindLocked(ns_name));
@@ -829,7 +848,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
       // Waiting with pins cannot deadlock: an allocation never waits for
       // a pin to go (it fails, and that fill's waiters wake).
       std::vector<Tensor*> held = PinDramPathLocked(m);
-      io_done_.wait(lk);
+      io_done_.Wait(lk);
       for (Tensor* t : held) UnpinLocked(t);
       continue;
     }
@@ -932,7 +951,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
 }
 
 Status Store::Release(uint64_t lease_id, uint64_t session) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end() || it->second.session != session) {
     return NotFound("lease " + std::to_string(lease_id) + " is not held by this client (released or expired)");
@@ -943,7 +962,7 @@ Status Store::Release(uint64_t lease_id, uint64_t session) {
 }
 
 void Store::ReleaseSession(uint64_t session) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   size_t n = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.session == session) {
@@ -958,7 +977,7 @@ void Store::ReleaseSession(uint64_t session) {
 }
 
 size_t Store::ExpireLeases(Clock::time_point now) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   size_t n = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.expiry <= now) {
@@ -978,7 +997,7 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
                                  uint64_t capacity) {
   Layout layout;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     PTS_ASSIGN_OR_RETURN(Namespace * n, FindLocked(ns));
     layout = n->info.layout;
   }
@@ -1016,7 +1035,7 @@ Result<uint64_t> Store::LoadCopy(const std::string& ns, std::span<const uint32_t
 
 Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const uint32_t> tokens,
                                    RemovalPoint* point) {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   const uint64_t whole = tokens.size() / bt * bt;
@@ -1032,11 +1051,11 @@ Result<RemoveResult> Store::Remove(const std::string& ns_name, std::span<const u
   return FinishRemovalLocked(r, lk);
 }
 
-Result<RemoveResult> Store::FinishRemovalLocked(const RemoveResult& r, std::unique_lock<std::mutex>& lk) {
+Result<RemoveResult> Store::FinishRemovalLocked(const RemoveResult& r, core::UniqueLock& lk) {
   // A removal is durable when it returns: the SSD records it killed are
   // marked dead on disk, so a restart does not bring them back.
   std::vector<std::future<Status>> writes = TakeRewritesLocked();
-  lk.unlock();
+  lk.Unlock(mu_);
   for (auto& w : writes) {
     Status s = w.get();
     if (!s.ok()) PTS_WARN("store", "remove: marking an SSD record dead: " << s.ToString());
@@ -1045,7 +1064,7 @@ Result<RemoveResult> Store::FinishRemovalLocked(const RemoveResult& r, std::uniq
 }
 
 Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainKey& key, RemovalPoint* point) {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RadixNode* node = ns->tree->FindByKey(key);
   if (node == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
@@ -1059,7 +1078,7 @@ Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainK
 
 Result<std::vector<PrefixNodeInfo>> Store::ListTree(const std::string& ns_name, const ChainKey& parent,
                                                     bool recursive) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const RadixNode* start = ns->tree->root();
   if (parent != ChainKey{}) {
@@ -1112,7 +1131,7 @@ Result<IncrementResult> Store::Increment(const std::string& ns_name, const Chain
   IncrementResult r;
   std::vector<uint32_t> prefix;  // every token up to the increment's end
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
     const RadixNode* n = ns->tree->FindByKey(key);
     if (n == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
@@ -1129,7 +1148,7 @@ Result<IncrementResult> Store::Increment(const std::string& ns_name, const Chain
   PTS_ASSIGN_OR_RETURN(PrefixResult p, Pin(ns_name, prefix, session, lease_ms));
   if (p.matched_tokens < prefix.size()) {
     if (p.lease_id) Release(p.lease_id, session).IgnoreError();
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     Result<Namespace*> ns = FindLocked(ns_name);
     if (!ns.ok() || (*ns)->tree->FindByKey(key) == nullptr) {
       return NotFound("increment " + key.ToHex() + " of namespace '" + ns_name + "' was removed");
@@ -1163,7 +1182,7 @@ Result<IncrementResult> Store::Increment(const std::string& ns_name, const Chain
 
 Result<PrefixNodeInfo> Store::SetTimes(const std::string& ns_name, const ChainKey& key, uint64_t atime_ns,
                                        uint64_t mtime_ns) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RadixNode* n = ns->tree->FindByKey(key);
   if (n == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
@@ -1181,7 +1200,7 @@ Result<PrefixNodeInfo> Store::SetTimes(const std::string& ns_name, const ChainKe
 }
 
 StoreStats Store::Stats() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   StoreStats s = stats_;
   s.used_bytes = alloc_.used_bytes();
   s.tensors = tensors_.size();

@@ -87,19 +87,19 @@ void Store::AnnounceLocked(bool force) {
 }
 
 void Store::SetEventSink(KvEventSink* sink) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   events_ = sink;
   AnnounceLocked(true);
 }
 
 void Store::AnnounceEvents() {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   AnnounceLocked(true);
 }
 
 Result<Store::TierMatch> Store::MatchTiers(const std::string& ns_name, std::span<const uint32_t> tokens) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->info.layout.block_tokens;
   Match m = MatchLocked(*ns, tokens, &k);
@@ -122,7 +122,7 @@ Result<Store::TierMatch> Store::MatchTiers(const std::string& ns_name, std::span
 }
 
 Result<uint8_t> Store::HeldMedia(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t from_block) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const Match m = WalkLocked(*ns, tokens);
   if (m.blocks != tokens.size() / ns->info.layout.block_tokens || m.blocks <= from_block) return uint8_t{0};
@@ -138,7 +138,7 @@ Result<uint8_t> Store::HeldMedia(const std::string& ns_name, std::span<const uin
 
 Result<std::vector<uint32_t>> Store::TokensOfHashes(const std::string& ns_name, std::span<const ChainKey> hashes,
                                                     bool low64) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const uint32_t bt = ns->tree->block_tokens();
   auto same = [low64](const ChainKey& a, const ChainKey& b) { return low64 ? a.lo == b.lo : a == b; };

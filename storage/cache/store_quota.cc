@@ -46,7 +46,7 @@ uint64_t Store::BlocksThatFit(uint64_t room, uint64_t bb) const {
   return n;
 }
 
-bool Store::NamespaceRoomLocked(Namespace* ns, uint64_t bytes, std::unique_lock<std::mutex>& lk) {
+bool Store::NamespaceRoomLocked(Namespace* ns, uint64_t bytes, core::UniqueLock& lk) {
   const uint64_t need = AlignUp(bytes, alloc_.alignment());
   const std::string name = ns->info.name;
   const uint64_t id = ns->id;
@@ -66,7 +66,7 @@ bool Store::NamespaceRoomLocked(Namespace* ns, uint64_t bytes, std::unique_lock<
     if (!changed) {
       // Spills of its tensors by other threads free DRAM when they end.
       if (waiting == 0) return false;
-      io_done_.wait(lk);
+      io_done_.Wait(lk);
       it = namespaces_.find(name);
       if (it == namespaces_.end() || it->second->id != id) return false;
       ns = it->second.get();
@@ -134,7 +134,7 @@ Result<NamespaceQuota> Store::SetQuota(const std::string& name, const QuotaChang
                              " bytes is too large (at most " + FormatQuotaBytes(kMaxQuotaBytes) + ")");
     }
   }
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(name));
   if (change.ssd && *change.ssd != 0 && !SsdEnabled()) {
     return InvalidArgument("namespace '" + name + "': an SSD quota needs an SSD tier, and this ptstored has none");
@@ -188,7 +188,7 @@ Result<NamespaceQuota> Store::SetQuota(const std::string& name, const QuotaChang
   }
   NamespaceQuota q = QuotaOfLocked(*ns);
   std::vector<std::future<Status>> writes = TakeRewritesLocked();
-  lk.unlock();
+  lk.Unlock();
   for (auto& w : writes) {
     Status s = w.get();
     if (!s.ok()) PTS_WARN("store", "set quota of '" << name << "': " << s.ToString());
@@ -197,13 +197,13 @@ Result<NamespaceQuota> Store::SetQuota(const std::string& name, const QuotaChang
 }
 
 Result<NamespaceQuota> Store::GetQuota(const std::string& name) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(name));
   return QuotaOfLocked(*ns);
 }
 
 std::vector<NamespaceQuota> Store::ListQuotas() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   std::vector<NamespaceQuota> out;
   for (const auto& [name, n] : namespaces_) out.push_back(QuotaOfLocked(*n));
   return out;

@@ -31,7 +31,7 @@ Status Store::RecoverLocked() {
   // anyone can tell, at this restart.
   const uint64_t restarted = WallClockNs();
   PTS_RETURN_IF_ERROR(ssd_->Scan(
-      [&](const RecordHeader& h, const SsdLocation& loc) {
+      [&](const RecordHeader& h, const SsdLocation& loc) REQUIRES(mu_) {
         next_seq_ = std::max(next_seq_, h.seq + 1);
         if (h.dead()) return;
         (h.kind == RecordKind::kNamespace ? ns_recs : recs).push_back(Rec{h, loc});
@@ -39,7 +39,7 @@ Status Store::RecoverLocked() {
       &scan));
   stats_.recovery_corrupt = scan.corrupt_records;
 
-  auto drop = [&](const Rec& r, const std::string& why) {
+  auto drop = [&](const Rec& r, const std::string& why) REQUIRES(mu_) {
     ssd_->Forget(r.loc);
     RewriteRecordLocked(r.loc, 0);
     stats_.recovery_dropped++;

@@ -11,12 +11,12 @@
 namespace ptstore::storage {
 
 void Store::SetFetcher(RemoteFetcher* fetcher) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   fetcher_ = fetcher;
 }
 
 Result<NamespaceDef> Store::GetNamespaceDef(const std::string& ns_name) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   return NamespaceDef{ns->info, ns->salt};
 }
@@ -32,7 +32,7 @@ std::vector<uint32_t> Store::PrefixTokensLocked(const RadixNode* n) const {
 }
 
 Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uint32_t> tokens, bool per_increment) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const Match m = WalkLocked(*ns, tokens);
   Ownership o;
@@ -58,7 +58,7 @@ Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uin
 Result<uint64_t> Store::InsertRemote(const std::string& ns_name, std::span<const uint32_t> tokens,
                                      std::span<const OwnedRange> ranges) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RekeyLocked(*ns, tokens, &k);
   const uint32_t bt = ns->info.layout.block_tokens;
@@ -114,7 +114,7 @@ Result<PrefixResult> Store::PinHeld(const std::string& ns, std::span<const uint3
                        PinImpl(ns, tokens, session, lease_ms, from_block, /*fetch_remote=*/false, /*count=*/false));
   uint64_t bytes = 0;
   for (const Extent& x : r.extents) bytes += x.length;
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   stats_.peer_served_bytes += bytes;
   return r;
 }
@@ -122,7 +122,7 @@ Result<PrefixResult> Store::PinHeld(const std::string& ns, std::span<const uint3
 Result<RemoveResult> Store::RemoveFrom(const std::string& ns_name, std::span<const uint32_t> tokens,
                                        uint64_t from_block) {
   PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const Match m = MatchLocked(*ns, tokens, &k);
   if (m.blocks <= from_block) return RemoveResult{};
@@ -154,7 +154,7 @@ RemovalPoint Store::RemovalPointLocked(const Namespace& ns, const RadixNode* n) 
 }
 
 Result<bool> Store::Holds(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t from_block) {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const Match m = WalkLocked(*ns, tokens);
   if (m.blocks != tokens.size() / ns->info.layout.block_tokens || m.blocks <= from_block) return false;
@@ -188,7 +188,7 @@ void Store::KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey>
 }
 
 Result<HeldIncrement> Store::PrefixOf(const std::string& ns_name, const ChainKey& key) const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   const RadixNode* n = ns->tree->FindByKey(key);
   if (n == nullptr) return NotFound("no increment named " + key.ToHex() + " in namespace '" + ns_name + "'");
@@ -203,12 +203,12 @@ void Store::NoteLostLocked(Tensor* t) {
 }
 
 std::vector<RemovalPoint> Store::TakeLostIncrements() {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   return std::exchange(lost_, {});
 }
 
 std::vector<HeldIncrement> Store::ListOwned() const {
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   std::vector<HeldIncrement> out;
   for (const auto& [id, t] : tensors_) {
     if (t->remote || t->cache_class != CacheClass::kOwned || !t->in_index || t->nodes.empty()) continue;
@@ -220,7 +220,7 @@ std::vector<HeldIncrement> Store::ListOwned() const {
 
 uint64_t Store::AdoptReplicasOf(uint32_t node) {
   if (node == options_.node_id) return 0;
-  std::lock_guard lk(mu_);
+  core::MutexLock lk(mu_);
   uint64_t adopted = 0;
   for (auto& [id, t] : tensors_) {
     // Kept replicas only: a transient one is freed after its load.
@@ -241,7 +241,7 @@ uint64_t Store::AdoptReplicasOf(uint32_t node) {
   return adopted;
 }
 
-void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk,
+void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, core::UniqueLock& lk,
                         std::vector<Tensor*>* transient) {
   struct Job {
     Tensor* t;
@@ -331,13 +331,13 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
   RemoteFetcher* fetcher = fetcher_;
   const ChainKey root = ns.root_key;
   if (!jobs.empty() && fetcher != nullptr) {
-    lk.unlock();
+    lk.Unlock(mu_);
     for (Group& g : groups) fetcher->Fetch(def, g.names, g.requests);
     for (Job& j : jobs) {
       const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
       if (seg.gone && seg.fetched_blocks > 0 && seg.fetched_blocks < j.blocks) j.keys = ChainKeys(root, j.names, bt);
     }
-    lk.lock();
+    lk.Lock(mu_);
   }
   for (const Job& j : jobs) {
     Tensor* t = j.t;
@@ -391,7 +391,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     }
     MaybeDestroyLocked(t);
   }
-  io_done_.notify_all();
+  io_done_.NotifyAll();
 }
 
 }  // namespace ptstore::storage

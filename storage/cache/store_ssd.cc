@@ -25,7 +25,7 @@ Status Store::OpenSsd() {
   PTS_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(env, options_.ssd, options_.node_id));
   io_ = std::make_unique<IoPool>(ssd_->options().io_threads);
   {
-    std::unique_lock lk(mu_);
+    core::UniqueLock lk(mu_);
     PTS_RETURN_IF_ERROR(RecoverLocked());
   }
   if (ssd_->options().background_compaction) cleaner_ = std::thread([this] { CleanerLoop(); });
@@ -83,7 +83,7 @@ std::vector<std::future<Status>> Store::TakeRewritesLocked() {
 void Store::FlushSsd() {
   std::vector<std::future<Status>> writes;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     writes = TakeRewritesLocked();
   }
   for (auto& w : writes) w.get().IgnoreError();
@@ -92,7 +92,7 @@ void Store::FlushSsd() {
 uint64_t Store::SyncTimes() {
   std::vector<std::future<Status>> writes;
   {
-    std::lock_guard lk(mu_);
+    core::MutexLock lk(mu_);
     times_synced_ = Clock::now();
     if (!SsdEnabled()) return 0;
     SsdTier* tier = ssd_.get();
@@ -168,7 +168,7 @@ void Store::EvictFromSsdLocked(Tensor* v) {
   }
 }
 
-bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
+bool Store::SpillLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
   // Ancestors first (keeping their DRAM copies): a record is only of use
   // after a restart if the records of its whole prefix are there too.
   // GDSF keeps ancestors' priority above their descendants', so this
@@ -199,7 +199,7 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
       MaybeDestroyLocked(a);
     }
     t->io = Tensor::Io::kNone;
-    io_done_.notify_all();
+    io_done_.NotifyAll();
     if (!t->in_index || !t->in_dram || t->on_ssd || t->pins != 0) {
       // It changed while the lock was released: let the caller look again.
       MaybeDestroyLocked(t);
@@ -209,17 +209,17 @@ bool Store::SpillLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_d
   return SpillOneLocked(t, lk, free_dram);
 }
 
-Result<SsdLocation> Store::AppendHeaderLocked(RecordHeader h, std::unique_lock<std::mutex>& lk) {
+Result<SsdLocation> Store::AppendHeaderLocked(RecordHeader h, core::UniqueLock& lk) {
   appends_in_flight_++;
-  lk.unlock();
+  lk.Unlock(mu_);
   Result<SsdLocation> loc = ssd_->Append(std::move(h), {});
-  lk.lock();
+  lk.Lock(mu_);
   appends_in_flight_--;
-  io_done_.notify_all();
+  io_done_.NotifyAll();
   return loc;
 }
 
-void Store::WriteStubLocked(Tensor* a, std::unique_lock<std::mutex>& lk) {
+void Store::WriteStubLocked(Tensor* a, core::UniqueLock& lk) {
   uint64_t ignored;
   RecordHeader h = TensorRecordLocked(*a, &ignored);
   h.kind = RecordKind::kRemote;
@@ -252,20 +252,20 @@ void Store::DropStubLocked(Tensor* t) {
   t->stub_on_ssd = false;
 }
 
-bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool free_dram) {
+bool Store::SpillOneLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
   uint64_t bytes = 0;
   RecordHeader h = TensorRecordLocked(*t, &bytes);
   const uint64_t written_tokens = h.tokens.size();
   const Times written_times = h.times;
   h.seq = next_seq_++;
-  auto failed = [&](const Status& why) {
+  auto failed = [&](const Status& why) REQUIRES(mu_) {
     t->spill_failed_gen = ssd_gen_;
     stats_.ssd_spill_failures++;
     if (stats_.ssd_spill_failures <= 10 || stats_.ssd_spill_failures % 1000 == 0) {
       PTS_WARN("ssd", "spill of tensor " << t->id.value << " (" << bytes << " bytes) failed: " << why.ToString()
                                          << " [" << stats_.ssd_spill_failures << " so far]");
     }
-    cleaner_wake_.notify_one();
+    cleaner_wake_.NotifyOne();
     return false;
   };
   if (!NamespaceSsdRoomLocked(t->ns, SsdTier::FootprintBound(h))) {
@@ -278,12 +278,12 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
   t->io = Tensor::Io::kSpilling;
   appends_in_flight_++;
   const uint8_t* src = arena_->data() + t->arena_offset;
-  lk.unlock();
+  lk.Unlock(mu_);
   Result<SsdLocation> loc = ssd_->Append(std::move(h), std::span<const uint8_t>(src, bytes));
-  lk.lock();
+  lk.Lock(mu_);
   appends_in_flight_--;
   t->io = Tensor::Io::kNone;
-  io_done_.notify_all();
+  io_done_.NotifyAll();
   if (!loc.ok()) {
     failed(loc.status());
     MaybeDestroyLocked(t);
@@ -323,7 +323,7 @@ bool Store::SpillOneLocked(Tensor* t, std::unique_lock<std::mutex>& lk, bool fre
 }
 
 Result<uint64_t> Store::PersistAll() {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   if (!SsdEnabled()) return uint64_t{0};
   std::vector<std::pair<double, uint64_t>> order;  // (priority, tensor id)
   for (const auto& [id, t] : tensors_) {
@@ -346,14 +346,14 @@ Result<uint64_t> Store::PersistAll() {
   }
   PTS_INFO("ssd", "persisted " << written << " tensor(s) to SSD" << (failed ? ", " : "")
                                << (failed ? std::to_string(failed) + " did not fit or failed" : ""));
-  lk.unlock();
+  lk.Unlock();
   SyncTimes();  // and the times of those that were there already
   return written;
 }
 
 // --------------------------------------------------------------- filling
 
-void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std::mutex>& lk) {
+void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk) {
   struct Job {
     Tensor* t;
     SsdLocation loc;
@@ -390,7 +390,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
   }
   if (!jobs.empty()) {
     uint8_t* arena = arena_->data();
-    lk.unlock();
+    lk.Unlock(mu_);
     const auto t0 = std::chrono::steady_clock::now();
     uint64_t read_bytes = 0;
     std::vector<std::future<Status>> reads;
@@ -404,7 +404,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     PTS_DEBUG("ssd", "filled " << jobs.size() << " tensor(s), " << read_bytes << " bytes in " << secs << " s ("
                                << (secs > 0 ? read_bytes / secs / 1e9 : 0) << " GB/s)");
-    lk.lock();
+    lk.Lock(mu_);
   }
   for (Job& j : jobs) {
     Tensor* t = j.t;
@@ -433,7 +433,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, std::unique_lock<std
     }
     MaybeDestroyLocked(t);
   }
-  io_done_.notify_all();
+  io_done_.NotifyAll();
 }
 
 // ------------------------------------------------------------ compaction
@@ -451,8 +451,8 @@ void Store::DropFromIndexLocked(Tensor* t) {
 Result<bool> Store::CompactOnce() {
   // One compaction at a time (the cleaner, or a caller): two would copy the
   // same segment. Lock order: compact_mu_, then mu_.
-  std::lock_guard one(compact_mu_);
-  std::unique_lock lk(mu_);
+  core::MutexLock one(compact_mu_);
+  core::UniqueLock lk(mu_);
   if (!SsdEnabled()) return false;
   // An append that has finished on disk but not yet reached the index could
   // be in any segment: wait for a quiet moment.
@@ -502,9 +502,9 @@ Result<bool> Store::CompactOnce() {
   for (Move& m : moves) {
     if (m.t && !m.stub) m.t->io = Tensor::Io::kCopying;
   }
-  lk.unlock();
+  lk.Unlock();
   for (Move& m : moves) m.to = ssd_->CopyRecord(m.from);
-  lk.lock();
+  lk.Lock();
 
   bool all_moved = true;
   for (Move& m : moves) {
@@ -566,21 +566,21 @@ Result<bool> Store::CompactOnce() {
   }
   stats_.ssd_compactions++;
   ssd_gen_++;  // space came back: spills that failed may try again
-  io_done_.notify_all();
-  lk.unlock();
+  io_done_.NotifyAll();
+  lk.Unlock();
   // Whatever the accounting says is left there belongs to nobody.
   if (all_moved) PTS_RETURN_IF_ERROR(ssd_->DeleteSegment(*seg));
   return true;
 }
 
 void Store::CleanerLoop() {
-  std::unique_lock lk(mu_);
+  core::UniqueLock lk(mu_);
   while (!stopping_) {
-    cleaner_wake_.wait_for(lk, std::chrono::milliseconds(500));
+    cleaner_wake_.WaitFor(lk, std::chrono::milliseconds(500));
     if (stopping_) break;
     const bool sync_times = options_.times_sync_ms != 0 &&
                             Clock::now() - times_synced_ >= std::chrono::milliseconds(options_.times_sync_ms);
-    lk.unlock();
+    lk.Unlock();
     if (sync_times) SyncTimes();
     for (int i = 0; i < 8; ++i) {
       Result<bool> did = CompactOnce();
@@ -590,7 +590,7 @@ void Store::CleanerLoop() {
       }
       if (!*did) break;
     }
-    lk.lock();
+    lk.Lock();
   }
 }
 
