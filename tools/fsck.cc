@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "storage/codec.h"
-#include "storage/ssd/env.h"
-#include "storage/record.h"
-#include "storage/segment_scanner.h"
+#include "storage/ssd_format/codec.h"
+#include "storage/ssd_format/env.h"
+#include "storage/ssd_format/record.h"
+#include "storage/ssd_format/segment_scanner.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 

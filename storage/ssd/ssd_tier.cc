@@ -11,9 +11,9 @@
 #include <xxhash.h>
 
 #include "core/logging.h"
-#include "storage/codec.h"
-#include "storage/ssd/io_buffers.h"
-#include "storage/segment_scanner.h"
+#include "storage/ssd_format/codec.h"
+#include "storage/ssd_format/io_buffers.h"
+#include "storage/ssd_format/segment_scanner.h"
 
 namespace ptstore::storage {
 
