@@ -91,6 +91,10 @@ void Server::ReapLoop() {
 
 void Server::Stop() {
   if (stopping_.exchange(true)) return;
+  // Through mu_, so the wake-up cannot fall between the reaper's check of
+  // stopping_ and its wait (it holds mu_ from one to the other): without
+  // it, Stop could wait a whole lease_reap_ms for the reaper.
+  { core::MutexLock lk(mu_); }
   reap_cv_.NotifyAll();
   if (accept_thread_.joinable()) accept_thread_.join();
   if (reap_thread_.joinable()) reap_thread_.join();
