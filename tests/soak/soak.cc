@@ -552,7 +552,10 @@ Result<SoakReport> Soak::Run() {
     report_.bytes_verified += t.bytes_verified;
     report_.refused += t.refused;
     report_.skipped_down += t.skipped_down;
-    report_.max_op_ms = std::max(report_.max_op_ms, t.max_op_ms);
+    if (t.max_op_ms > report_.max_op_ms || report_.slowest_op.empty()) {
+      report_.max_op_ms = std::max(report_.max_op_ms, t.max_op_ms);
+      report_.slowest_op = t.slowest_op;
+    }
   }
   clocks_.clear();
   workers_.clear();
@@ -605,7 +608,7 @@ std::string SoakReport::Summary() const {
   if (allowed_errors.empty()) s << " none";
   for (const auto& [k, v] : allowed_errors) s << " [" << k << "]=" << v;
   s << "\n  refused (arena full of pins): " << refused << "; skipped (node down): " << skipped_down
-    << "; slowest call: " << max_op_ms << " ms\n";
+    << "; slowest call: " << max_op_ms << " ms (" << slowest_op << ")\n";
   s << "  final check: " << final_prompts_checked << " (prompt, node) loads, " << final_misses.size()
     << " missed until that node saved the prompt itself; fsck corrupt records: " << fsck_corrupt_records << "\n";
   for (const std::string& m : final_misses) s << "    miss: " << m << "\n";
@@ -634,6 +637,7 @@ std::string SoakReport::Json() const {
   j["faults"] = faults;
   j["bytes_damaged"] = bytes_damaged;
   j["max_op_ms"] = max_op_ms;
+  j["slowest_op"] = slowest_op;
   j["final_prompts_checked"] = final_prompts_checked;
   j["final_misses"] = final_misses;
   j["fsck_corrupt_records"] = fsck_corrupt_records;

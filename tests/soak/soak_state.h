@@ -95,6 +95,7 @@ struct WorkerTally {
   uint64_t refused = 0;
   uint64_t skipped_down = 0;
   uint64_t max_op_ms = 0;
+  std::string slowest_op;  // what the slowest call was ("load of ...")
 
   // A load, pin or kv read whose `tokens` tokens were checked byte for byte.
   void Verified(uint64_t tokens, uint64_t bytes_per_token) {
@@ -125,7 +126,11 @@ class CallClock {
   }
   void End(WorkerTally& tally) {
     busy_since_ms_.store(0, std::memory_order_relaxed);
-    tally.max_op_ms = std::max<uint64_t>(tally.max_op_ms, static_cast<uint64_t>(SteadyMs() - began_ms_));
+    const auto ms = static_cast<uint64_t>(SteadyMs() - began_ms_);
+    if (ms > tally.max_op_ms || tally.slowest_op.empty()) {
+      tally.max_op_ms = std::max(tally.max_op_ms, ms);
+      tally.slowest_op = what();
+    }
   }
   // When the call in progress began (0: none), and what it is.
   int64_t busy_since_ms() const { return busy_since_ms_.load(std::memory_order_relaxed); }
