@@ -430,16 +430,4 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
   io_done_.NotifyAll();
 }
 
-// ------------------------------------------------------------ compaction
-
-void Store::DropFromIndexLocked(Tensor* t) {
-  if (!t->in_index) return;
-  // Held across the removal so that it cannot be freed under our feet: the
-  // caller frees it (MaybeDestroyLocked) when done with it.
-  t->holds++;
-  RemoveResult ignored;
-  RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
-  t->holds--;
-}
-
 }  // namespace ptstore::storage

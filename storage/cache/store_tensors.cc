@@ -164,4 +164,14 @@ Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainK
   return FinishRemovalLocked(r, lk);
 }
 
+void Store::DropFromIndexLocked(Tensor* t) {
+  if (!t->in_index) return;
+  // Held across the removal so that it cannot be freed under our feet: the
+  // caller frees it (MaybeDestroyLocked) when done with it.
+  t->holds++;
+  RemoveResult ignored;
+  RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
+  t->holds--;
+}
+
 }  // namespace ptstore::storage
