@@ -3,7 +3,7 @@
 // For KV-like data (normally distributed bf16, fp16 and fp32 values, bf16
 // with per-channel scales and outlier channels like a real K cache, and
 // optionally real KV bytes from a file, e.g. from bench/kv_dump.py) it
-// measures, with storage/codec.h:
+// measures, with storage/ssd_format/codec.h:
 //   the compression ratio (raw / compressed bytes),
 //   compress and decompress speed (MB/s of raw bytes) on 1 and 2 threads,
 // with and without the byte shuffle (element size 1 = no shuffle), at the
@@ -29,7 +29,7 @@
 #include <thread>
 
 #include "bench/bench_util.h"
-#include "storage/codec.h"
+#include "storage/ssd_format/codec.h"
 
 using namespace ptstore;
 using namespace ptstore::bench;
@@ -267,7 +267,7 @@ Status Run(Options o) {
   std::vector<uint8_t> packed;
 
   if (!o.json) {
-    std::printf("bench_compress: storage/codec.h (byte shuffle + zstd, %u KiB chunks) on %s of KV-like data "
+    std::printf("bench_compress: storage/ssd_format/codec.h (byte shuffle + zstd, %u KiB chunks) on %s of KV-like data "
                 "per kind, %d repetitions\n",
                 o.chunk_kib, HumanBytes(o.synthetic ? size : file.size()).c_str(), o.reps);
     std::printf("machine: %s\n", MachineDescription().c_str());

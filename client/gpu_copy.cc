@@ -1,14 +1,13 @@
-// The GPU copy path (include/ptstore/gpu.h): the client's arena registered
-// with CUDA once, batched cudaMemcpyAsync of pinned extents, the staging
-// fallback, and the host side of the gather kernel (gpu_kernels.cu).
+// The GPU copy path (include/ptstore/gpu.h): batched cudaMemcpyAsync of
+// pinned extents out of the client's arena (registered with CUDA once,
+// client/gpu_arena.h), the staging fallback, and the host side of the
+// gather kernel (gpu_kernels.cu). CUDA plumbing: client/gpu_cuda.h.
 #include "ptstore/gpu.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -16,6 +15,8 @@
 #include <vector>
 
 #include "client/connection.h"
+#include "client/gpu_arena.h"
+#include "client/gpu_cuda.h"
 #include "client/gpu_kernels.h"
 #include "client/gpu_plan.h"
 #include "core/mutex.h"
@@ -40,251 +41,16 @@ class Internals {
 namespace gpu {
 
 using client::Internals;
+using detail::Classify;
+using detail::CudaStatus;
+using detail::DestinationDevice;
+using detail::DeviceGuard;
+using detail::GpuArena;
+using detail::Hex;
+using detail::Pointer;
+using detail::RequireDevice;
 
 namespace {
-
-std::string Hex(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
-
-// A CUDA error as a Status: "what: message (cudaErrorName)". Clears the
-// runtime's sticky last-error slot for non-sticky errors.
-Status CudaStatus(cudaError_t err, std::string_view what) {
-  cudaGetLastError();
-  Code code = Code::kInternal;
-  switch (err) {
-    case cudaErrorMemoryAllocation:
-      code = Code::kResourceExhausted;
-      break;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidResourceHandle:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInvalidMemcpyDirection:
-    case cudaErrorHostMemoryAlreadyRegistered:
-    case cudaErrorHostMemoryNotRegistered:
-      code = Code::kInvalidArgument;
-      break;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorCudartUnloading:
-    case cudaErrorStubLibrary:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorSystemNotReady:
-      code = Code::kUnavailable;
-      break;
-    case cudaErrorNotSupported:
-      code = Code::kUnimplemented;
-      break;
-    default:
-      break;
-  }
-  return Status(code, std::string(what) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
-}
-
-#define PTS_CUDA(call, what)                                   \
-  do {                                                         \
-    cudaError_t pts_err_ = (call);                             \
-    if (pts_err_ != cudaSuccess) return CudaStatus(pts_err_, what); \
-  } while (0)
-
-// Makes `device` current for the scope (restores the previous one).
-class DeviceGuard {
- public:
-  DeviceGuard() = default;
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard() {
-    if (changed_) cudaSetDevice(previous_);
-  }
-  Status Set(int device) {
-    PTS_CUDA(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) {
-      PTS_CUDA(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-      changed_ = true;
-    }
-    return Status::OK();
-  }
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
-
-struct Pointer {
-  cudaMemoryType type = cudaMemoryTypeUnregistered;
-  int device = -1;
-  const void* device_pointer = nullptr;  // the address a kernel on `device` uses
-};
-
-Result<Pointer> Classify(const void* p, std::string_view what) {
-  cudaPointerAttributes a{};
-  PTS_CUDA(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes(" + std::string(what) + ")");
-  return Pointer{a.type, a.device, a.devicePointer};
-}
-
-// The device of a destination: device (or managed) memory only.
-Result<int> DestinationDevice(const void* p, std::string_view what) {
-  PTS_ASSIGN_OR_RETURN(Pointer ptr, Classify(p, what));
-  switch (ptr.type) {
-    case cudaMemoryTypeDevice:
-    case cudaMemoryTypeManaged:
-      return ptr.device;
-    case cudaMemoryTypeHost:
-      return InvalidArgument(std::string(what) + " (" + Hex(p) +
-                             ") is registered host memory, not device memory: copy into host memory with "
-                             "PinnedPrefix::CopyTo");
-    default:
-      return InvalidArgument(std::string(what) + " (" + Hex(p) +
-                             ") is not device memory (an ordinary host address CUDA does not know)");
-  }
-}
-
-// ------------------------------------------------------------ arena state
-
-// One client's arena as CUDA sees it: registrations of its mappings (one,
-// or more after the server restarted with a new arena while old pins
-// lived) and the pinned staging buffers of the fallback path.
-class GpuArena {
- public:
-  explicit GpuArena(const GpuOptions& options) : options_(options) {
-    options_.staging_chunk_bytes = std::max<uint64_t>(options_.staging_chunk_bytes, 64 << 10);
-  }
-  GpuArena(const GpuArena&) = delete;
-  GpuArena& operator=(const GpuArena&) = delete;
-
-  ~GpuArena() {
-    // Errors ignored: at exit the CUDA runtime may already be gone, and
-    // then so are its registrations.
-    int current = -1;
-    cudaGetDevice(&current);
-    for (auto& [device, s] : staging_) {
-      cudaSetDevice(device);
-      for (int i = 0; i < 2; ++i) {
-        if (s.event[i] != nullptr) {
-          cudaEventSynchronize(s.event[i]);
-          cudaEventDestroy(s.event[i]);
-        }
-        if (s.buffer[i] != nullptr) cudaFreeHost(s.buffer[i]);
-      }
-    }
-    for (Reg& r : regs_) Unregister(r);
-    if (current >= 0 && !staging_.empty()) cudaSetDevice(current);
-    cudaGetLastError();
-  }
-
-  const GpuOptions& options() const { return options_; }
-
-  // The registration of `shm`, made now if it is new.
-  ArenaInfo Ensure(const std::shared_ptr<core::SharedMemory>& shm) EXCLUDES(mu_) {
-    core::MutexLock lk(mu_);
-    // Mappings that only we still hold are gone for the client: release them.
-    std::erase_if(regs_, [&](Reg& r) {
-      if (r.shm != shm && r.shm.use_count() == 1) {
-        Unregister(r);
-        return true;
-      }
-      return false;
-    });
-    for (const Reg& r : regs_) {
-      if (r.shm == shm) return r.info;
-    }
-    Reg r{shm, Register(*shm)};
-    regs_.push_back(r);
-    return r.info;
-  }
-
-  // A pinned staging buffer pair for `device`, locked for the caller.
-  struct Staging {
-    void* buffer[2] = {nullptr, nullptr};
-    cudaEvent_t event[2] = {nullptr, nullptr};
-    bool in_flight[2] = {false, false};
-    uint64_t bytes = 0;
-  };
-  core::Mutex staging_mu;  // held while a copy uses a Staging
-  // REQUIRES: `device` current.
-  Result<Staging*> StagingFor(int device) REQUIRES(staging_mu) {
-    Staging& s = staging_[device];
-    if (s.bytes == 0) {
-      for (int i = 0; i < 2; ++i) {
-        PTS_CUDA(cudaHostAlloc(&s.buffer[i], options_.staging_chunk_bytes, cudaHostAllocPortable),
-                 "cudaHostAlloc(staging buffer of " + std::to_string(options_.staging_chunk_bytes) + " bytes)");
-        PTS_CUDA(cudaEventCreateWithFlags(&s.event[i], cudaEventDisableTiming), "cudaEventCreate");
-      }
-      s.bytes = options_.staging_chunk_bytes;
-    }
-    return &s;
-  }
-
- private:
-  struct Reg {
-    std::shared_ptr<core::SharedMemory> shm;
-    ArenaInfo info;
-  };
-
-  ArenaInfo Register(core::SharedMemory& shm) {
-    ArenaInfo info;
-    info.arena_bytes = shm.size();
-    if (!options_.register_arena) {
-      info.path = ArenaPath::kStaging;
-      info.detail = "registration not asked for (GpuOptions::register_arena = false): copies go through pinned "
-                    "staging buffers";
-      return info;
-    }
-    int device = 0;
-    int read_only_ok = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&read_only_ok, cudaDevAttrHostRegisterReadOnlySupported, device);
-    std::string why;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    const std::string what = "the arena mapping (" + std::to_string(shm.size()) + " bytes at " + Hex(shm.data()) + ")";
-    if (read_only_ok) {
-      cudaError_t err = cudaHostRegister(shm.data(), shm.size(),
-                                         cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterReadOnly);
-      if (err == cudaSuccess) {
-        info.path = ArenaPath::kRegisteredReadOnly;
-        info.register_seconds = seconds();
-        info.detail = "cudaHostRegister(Portable | Mapped | ReadOnly) of " + what;
-        return info;
-      }
-      why = "cudaHostRegister(ReadOnly): " + std::string(cudaGetErrorString(err));
-      cudaGetLastError();
-    } else {
-      why = "the driver cannot register read-only memory (cudaDevAttrHostRegisterReadOnlySupported = 0)";
-    }
-    cudaError_t err = cudaHostRegister(shm.data(), shm.size(), cudaHostRegisterPortable | cudaHostRegisterMapped);
-    if (err == cudaSuccess) {
-      info.path = ArenaPath::kRegistered;
-      info.register_seconds = seconds();
-      info.detail = "cudaHostRegister(Portable | Mapped) of " + what + " (" + why + ")";
-      return info;
-    }
-    cudaGetLastError();
-    info.path = ArenaPath::kStaging;
-    info.register_seconds = seconds();
-    info.detail = "cudaHostRegister of " + what + " failed (" + why +
-                  "; cudaHostRegister(Portable | Mapped): " + cudaGetErrorString(err) +
-                  "): copies go through pinned staging buffers";
-    return info;
-  }
-
-  static void Unregister(Reg& r) {
-    if (r.info.path == ArenaPath::kRegisteredReadOnly || r.info.path == ArenaPath::kRegistered) {
-      cudaHostUnregister(r.shm->data());
-      cudaGetLastError();
-    }
-  }
-
-  core::Mutex mu_;
-  GpuOptions options_;
-  std::vector<Reg> regs_ GUARDED_BY(mu_);
-  std::map<int, Staging> staging_ GUARDED_BY(staging_mu);
-};
 
 std::shared_ptr<GpuArena> StateOf(client::ClientCore& core, const GpuOptions& options) {
   return std::static_pointer_cast<GpuArena>(
@@ -311,17 +77,6 @@ Result<ArenaCtx> ContextOf(const PinnedPrefix& pin) {
   ctx.shm = std::move(shm);
   ctx.info = ctx.state->Ensure(ctx.shm);
   return ctx;
-}
-
-Status RequireDevice() {
-  int n = 0;
-  cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    Status s = CudaStatus(err, "cudaGetDeviceCount");
-    return Status(Code::kUnavailable, "no usable CUDA device: " + s.message());
-  }
-  if (n == 0) return Unavailable("no usable CUDA device: cudaGetDeviceCount found none");
-  return Status::OK();
 }
 
 // ------------------------------------------------------------- copies

@@ -7,7 +7,9 @@
 // carry a body of Content-Length bytes (any method); "Transfer-Encoding" is
 // not supported (501). The handler sees the method, the path and the query
 // (split at the first '?', neither decoded), the headers (names lower-cased)
-// and the body; what it returns is sent.
+// and the body; what it returns is sent (the types, and their parsing and
+// serialization, are core/http_message.h; one connection's steps are
+// core/http_connection.h).
 //
 // Answered by the server itself, without calling the handler:
 //   400  a malformed request line, header line or Content-Length
@@ -39,6 +41,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -46,38 +49,15 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <utility>
 #include <vector>
 
+#include "core/http_message.h"
 #include "core/mutex.h"
 #include "ptstore/status.h"
 
 namespace ptstore::core {
 
-struct HttpRequest {
-  std::string method;  // as sent ("GET", "POST"); HEAD arrives as "GET"
-  std::string path;    // the target up to the first '?', not decoded: "/v1/instances/a%20b"
-  std::string query;   // after the '?' (without it); empty when none
-  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed
-  std::string body;    // Content-Length bytes; empty without one
-
-  // The value of the first header `name` (lower case), or nullptr.
-  const std::string* Header(std::string_view name) const;
-};
-
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "text/plain; charset=utf-8";
-  std::string body;
-  // More headers ("Allow", "Retry-After"); never Content-Length or Connection.
-  std::vector<std::pair<std::string, std::string>> headers;
-
-  static HttpResponse Text(int status, std::string body);
-  static HttpResponse Json(int status, std::string body);  // application/json
-};
-
-// "OK", "Not Found", ...; "Unknown" for a code it does not know.
-const char* HttpReasonPhrase(int status);
+struct HttpConnection;
 
 struct HttpServerOptions {
   int read_timeout_ms = 2000;          // from accept to the end of the request (headers and body)
@@ -126,9 +106,21 @@ class HttpServer {
     HttpRequest request;
     HttpResponse response;
   };
+  struct LoopState;  // the poll thread's connections and accept state (http_server.cc)
+
   void Loop() EXCLUDES(mu_);
   void Work() EXCLUDES(mu_);
   HttpResponse Call(const HttpRequest& request) const;  // the handler; exceptions become 500
+  // The steps of one round of Loop.
+  void DropExpired(LoopState& s, std::chrono::steady_clock::time_point now) const;
+  void FinishJobs(LoopState& s) EXCLUDES(mu_);
+  // Moves one polled connection along; false: close it.
+  bool Serve(HttpConnection& c, LoopState& s) EXCLUDES(mu_);
+  void AcceptBurst(LoopState& s);
+  // The whole request is in: answer it here or hand it to a worker.
+  void Dispatch(HttpConnection& c) EXCLUDES(mu_);
+  void Respond(HttpConnection& c, const HttpResponse& r);
+  HttpResponse ErrorResponse(int status, std::string_view message) const;  // the server's own answers
 
   const HttpServerOptions options_;
   Handler handler_;

@@ -2,51 +2,63 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace ptstore {
 
 std::string_view CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kNotFound: return "not_found";
-    case Code::kInvalidArgument: return "invalid_argument";
-    case Code::kAlreadyExists: return "already_exists";
-    case Code::kPermissionDenied: return "permission_denied";
-    case Code::kResourceExhausted: return "resource_exhausted";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kDeadlineExceeded: return "deadline_exceeded";
-    case Code::kCorruption: return "corruption";
-    case Code::kProtocol: return "protocol_error";
-    case Code::kIOError: return "io_error";
-    case Code::kAborted: return "aborted";
-    case Code::kInternal: return "internal";
-    case Code::kUnimplemented: return "unimplemented";
+#define PTSTORE_CODE_NAME(e, value, name, err, http, py) \
+  case Code::e:                                          \
+    return name;
+    PTSTORE_STATUS_CODES(PTSTORE_CODE_NAME)
+#undef PTSTORE_CODE_NAME
   }
   return "unknown";
 }
 
 int ToErrno(Code code) {
   switch (code) {
-    case Code::kOk: return 0;
-    case Code::kNotFound: return ENOENT;
-    case Code::kInvalidArgument: return EINVAL;
-    case Code::kAlreadyExists: return EEXIST;
-    case Code::kPermissionDenied: return EACCES;
-    case Code::kResourceExhausted: return ENOSPC;
-    case Code::kUnavailable: return ENOTCONN;
-    case Code::kDeadlineExceeded: return ETIMEDOUT;
-    case Code::kCorruption: return EIO;
-    case Code::kProtocol: return EPROTO;
-    case Code::kIOError: return EIO;
-    case Code::kAborted: return EAGAIN;
-    case Code::kInternal: return EIO;
-    case Code::kUnimplemented: return ENOSYS;
+#define PTSTORE_CODE_ERRNO(e, value, name, err, http, py) \
+  case Code::e:                                           \
+    return err;
+    PTSTORE_STATUS_CODES(PTSTORE_CODE_ERRNO)
+#undef PTSTORE_CODE_ERRNO
   }
   return EIO;
 }
 
+int HttpStatusOf(Code code) {
+  switch (code) {
+#define PTSTORE_CODE_HTTP(e, value, name, err, http, py) \
+  case Code::e:                                          \
+    return http;
+    PTSTORE_STATUS_CODES(PTSTORE_CODE_HTTP)
+#undef PTSTORE_CODE_HTTP
+  }
+  return 500;
+}
+
+namespace {
+// The registry's wire values, in its order: dense from 0, so the last is
+// the largest and every value up to it is a code.
+constexpr uint16_t kValues[] = {
+#define PTSTORE_CODE_VALUE(e, value, name, err, http, py) value,
+    PTSTORE_STATUS_CODES(PTSTORE_CODE_VALUE)
+#undef PTSTORE_CODE_VALUE
+};
+constexpr bool Dense() {
+  for (size_t i = 0; i < std::size(kValues); ++i) {
+    if (kValues[i] != i) return false;
+  }
+  return true;
+}
+static_assert(Dense(), "ptstore/status_codes.h: values must be 0, 1, 2, ... in the table's order");
+constexpr uint16_t kLastCode = kValues[std::size(kValues) - 1];
+}  // namespace
+
 Code CodeFromWire(uint16_t value) {
-  if (value > static_cast<uint16_t>(Code::kUnimplemented)) return Code::kProtocol;
+  if (value > kLastCode) return Code::kProtocol;
   return static_cast<Code>(value);
 }
 

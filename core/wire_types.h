@@ -1,7 +1,7 @@
 // The encoding of the PTStore value types that more than one format carries:
 // chain keys and layouts, written the same way in the local protocol
 // (core/messages.cc, docs/wire-format.md) and in the SSD tier's record
-// headers (storage/record.cc, docs/ssd-tier.md). The field names handed to
+// headers (storage/ssd_format/record.cc, docs/ssd-tier.md). The field names handed to
 // the Decoder end up in its error messages ("layout.layers").
 //
 // Thread safety: pure functions.

@@ -198,6 +198,12 @@ class Fabric {
   void HandleCompletionError() EXCLUDES(inflight_mu_);
   // Whether closing the endpoint with reads in flight may crash libfabric.
   bool CloseMayCrash() const;
+  // Read's steps: the ops checked against both regions (*total: their
+  // bytes), and the DeadlineExceeded of a Read not done in time (its ops
+  // still in flight cancelled where the provider can).
+  Status CheckReadOps(const Peer& p, std::span<const ReadOp> ops, uint64_t* total) const;
+  Status ReadTimedOut(const std::shared_ptr<ReadCall>& call, const Peer& p, size_t op_count, uint64_t total,
+                      int timeout_ms, uint64_t left, uint64_t refusals, Status error) EXCLUDES(inflight_mu_);
 
   FabricOptions options_;
   FabricChoice choice_;

@@ -154,26 +154,6 @@ json InstanceJson(const InstanceState& s) {
 
 }  // namespace
 
-int HttpStatusOf(Code code) {
-  switch (code) {
-    case Code::kOk: return 200;
-    case Code::kNotFound: return 404;
-    case Code::kInvalidArgument: return 400;
-    case Code::kAlreadyExists: return 409;
-    case Code::kPermissionDenied: return 403;
-    case Code::kResourceExhausted: return 429;
-    case Code::kUnavailable: return 503;
-    case Code::kDeadlineExceeded: return 504;
-    case Code::kProtocol: return 400;
-    case Code::kAborted: return 409;
-    case Code::kUnimplemented: return 501;
-    case Code::kCorruption:
-    case Code::kIOError:
-    case Code::kInternal: return 500;
-  }
-  return 500;
-}
-
 Code CodeOfHttpStatus(int status) {
   if (status >= 200 && status < 300) return Code::kOk;
   switch (status) {

@@ -18,7 +18,7 @@
 //
 // Every error is a JSON object {"error": message, "code": CodeName} (the
 // code's lower_snake name, include/ptstore/status.h) with the HTTP status of
-// its code (HttpStatusOf): malformed JSON and wrong or missing fields are
+// its code (HttpStatusOf, include/ptstore/status_codes.h): malformed JSON and wrong or missing fields are
 // 400 invalid_argument naming the field, an unknown instance or ticket 404
 // not_found, a conflicting registration 409 already_exists, a route with no
 // instance registered 503 unavailable, an unknown path 404, a known path
@@ -43,9 +43,9 @@
 
 namespace ptstore::sched {
 
-// The HTTP status of an error code, and back (the client's reading of a
-// reply without a JSON "code").
-int HttpStatusOf(Code code);
+// The code of an HTTP status (the client's reading of a reply without a
+// JSON "code"); the other way is ptstore::HttpStatusOf, from the registry.
+using ptstore::HttpStatusOf;
 Code CodeOfHttpStatus(int status);
 // The code whose CodeName is `name` ("not_found"); false when there is none.
 bool CodeFromName(std::string_view name, Code* code);

@@ -2,7 +2,7 @@
 // data directory (see man/ptstore-fsck.8).
 //
 // Every segment file ("seg-<16 hex digits>.pts") is scanned with the same
-// scanner as ptstored's restart scan (storage/segment_scanner.h): segment
+// scanner as ptstored's restart scan (storage/ssd_format/segment_scanner.h): segment
 // header, every record header, every live record's payload checksum, and
 // every compressed payload decompressed (the last two not with --quick).
 // The result is a report per segment (records live / partially live /

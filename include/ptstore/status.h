@@ -1,10 +1,11 @@
 // Status and Result<T>: the one error vocabulary of PTStore.
 //
 // A Status is either OK (which costs one null pointer) or a Code plus a
-// human-readable message naming what was wrong. Codes are a registry: their
-// numeric values cross the wire (docs/wire-format.md), map to errno for the
-// filesystem (ToErrno) and to Python exceptions. Never renumber a code; only
-// append.
+// human-readable message naming what was wrong. Codes are a registry, one
+// table (ptstore/status_codes.h) that the enum, CodeName, ToErrno,
+// HttpStatusOf, CodeFromWire and Python's exceptions all come from: their
+// numeric values cross the wire (docs/wire-format.md). Never renumber a code;
+// only append.
 //
 // Thread safety: Status and Result are values; distinct objects may be used
 // from distinct threads without synchronisation.
@@ -17,23 +18,16 @@
 #include <string_view>
 #include <utility>
 
+#include "ptstore/status_codes.h"
+
 namespace ptstore {
 
+// The codes, from the registry (include/ptstore/status_codes.h, which says
+// what each means).
 enum class Code : uint16_t {
-  kOk = 0,
-  kNotFound = 1,            // unknown namespace, path, lease, buffer
-  kInvalidArgument = 2,     // bad layout, wrong buffer size, bad name
-  kAlreadyExists = 3,       // namespace exists with another layout
-  kPermissionDenied = 4,    // namespace mode or peer credentials deny it
-  kResourceExhausted = 5,   // arena full of pinned data, too many leases
-  kUnavailable = 6,         // server gone, connection lost
-  kDeadlineExceeded = 7,    // an RPC ran past its deadline
-  kCorruption = 8,          // checksum mismatch in stored data
-  kProtocol = 9,            // malformed, truncated or unknown wire message
-  kIOError = 10,            // a system call on a file or socket failed
-  kAborted = 11,            // the operation lost a race and was undone
-  kInternal = 12,           // an invariant broke: a bug
-  kUnimplemented = 13,      // a feature this build or node does not have
+#define PTSTORE_CODE_ENUMERATOR(e, value, name, err, http, py) e = value,
+  PTSTORE_STATUS_CODES(PTSTORE_CODE_ENUMERATOR)
+#undef PTSTORE_CODE_ENUMERATOR
 };
 
 // Stable lower_snake name of a code ("not_found"), used in logs and JSON.
@@ -42,6 +36,8 @@ std::string_view CodeName(Code code);
 int ToErrno(Code code);
 // Code from its wire value; values outside the registry become kProtocol.
 Code CodeFromWire(uint16_t value);
+// HTTP status for a failure of that code (200 for kOk), for the HTTP APIs.
+int HttpStatusOf(Code code);
 
 class [[nodiscard]] Status {
  public:

@@ -3,6 +3,7 @@
 // the matching builtin as a second base where there is one); this file
 // raises them and lists the C++ registry so that a test can check that
 // every code has its class.
+#include <cerrno>
 #include <string>
 
 #include "python/src/bindings.h"
@@ -50,6 +51,28 @@ void BindErrors(py::module_& m) {
         return out;
       },
       "The C++ status registry (include/ptstore/status.h): {code value: lower_snake name}.");
+
+  m.def(
+      "code_table",
+      [] {
+        py::list out;
+#define PTSTORE_CODE_ROW(e, value, name, err, http, py_class)                                     \
+  {                                                                                              \
+    py::dict row;                                                                                \
+    row["value"] = value;                                                                        \
+    row["name"] = name;                                                                          \
+    row["errno"] = err;                                                                          \
+    row["errno_name"] = #err;                                                                    \
+    row["http"] = http;                                                                          \
+    row["python"] = py_class;                                                                    \
+    out.append(row);                                                                             \
+  }
+        PTSTORE_STATUS_CODES(PTSTORE_CODE_ROW)
+#undef PTSTORE_CODE_ROW
+        return out;
+      },
+      "The status-code registry (include/ptstore/status_codes.h), row by row: value, name, errno (and its "
+      "symbol), HTTP status and Python exception class.");
 
   m.def(
       "_raise_status",

@@ -13,7 +13,7 @@
 #include "ptstore/keys.h"
 #include "ptstore/types.h"
 #include "storage/index/radix_tree.h"
-#include "storage/record.h"
+#include "storage/ssd_format/record.h"
 
 namespace ptstore::storage {
 

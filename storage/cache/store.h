@@ -93,7 +93,7 @@
 #include "ptstore/types.h"
 #include "storage/cache/allocator.h"
 #include "storage/cache/change_log.h"
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 #include "storage/cache/gdsf.h"
 #include "storage/ssd/io_pool.h"
 #include "storage/cache/kv_event.h"

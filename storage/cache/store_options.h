@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 #include "storage/ssd/ssd_tier.h"
 
 namespace ptstore::storage {

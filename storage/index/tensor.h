@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ptstore/types.h"
-#include "storage/record.h"  // SsdLocation
+#include "storage/ssd_format/record.h"  // SsdLocation
 
 namespace ptstore::storage {
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 
 namespace ptstore::storage {
 

@@ -1,21 +1,22 @@
+// SsdTier (storage/ssd/ssd_tier.h): opening, appends, header rewrites and
+// compaction; recovery is ssd_tier_recovery.cc, the read path ssd_tier_read.cc.
 #include "storage/ssd/ssd_tier.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
-#include <atomic>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
 
 #include <xxhash.h>
 
 #include "core/logging.h"
-#include "storage/codec.h"
-#include "storage/ssd/io_buffers.h"
-#include "storage/segment_scanner.h"
+#include "storage/ssd_format/codec.h"
+#include "storage/ssd_format/io_buffers.h"
+#include "storage/ssd_format/segment_scanner.h"
+#include "storage/ssd/ssd_tier_where.h"
 
 namespace ptstore::storage {
+
+using ssd_detail::Where;
 
 namespace {
 
@@ -37,10 +38,6 @@ uint32_t ShuffleElementSize(const Layout& layout) {
 constexpr uint64_t kScanChunk = 8ull << 20;  // payload bytes hashed per read during scans and copies
 
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0; }
-
-std::string Where(uint64_t segment, uint64_t offset) {
-  return SegmentFileName(segment) + " offset " + std::to_string(offset);
-}
 
 }  // namespace
 
@@ -85,131 +82,6 @@ SsdTier::~SsdTier() {
 }
 
 std::string SsdTier::PathOf(uint64_t segment) const { return options_.dir + "/" + SegmentFileName(segment); }
-
-Status SsdTier::Init() {
-  // Before Open returns, no other thread has the tier: holding mu_ over the
-  // directory's I/O here costs nothing and lets the analysis check it.
-  core::MutexLock lk(mu_);
-  PTS_RETURN_IF_ERROR(env_->CreateDirs(options_.dir));
-  PTS_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(options_.dir));
-  bool have_seed = false;
-  AlignedBuffer head(kSegmentHeaderBytes);
-  for (const std::string& name : names) {
-    std::optional<uint64_t> id = ParseSegmentFileName(name);
-    if (!id) continue;
-    OpenOptions oo;
-    oo.writable = true;  // header rewrites
-    oo.direct = options_.direct_io;
-    PTS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->Open(PathOf(*id), oo));
-    PTS_ASSIGN_OR_RETURN(uint64_t size, f->Size());
-    Segment s;
-    s.id = *id;
-    s.size = size;
-    s.file = std::move(f);
-    if (!have_seed && size >= kSegmentHeaderBytes) {
-      Result<size_t> n = s.file->ReadAt(0, head.span(kSegmentHeaderBytes));
-      if (n.ok() && *n == kSegmentHeaderBytes) {
-        Result<SegmentHeader> h = DecodeSegmentHeader(head.span(kSegmentHeaderBytes));
-        if (h.ok()) {
-          seed_ = h->seed;
-          have_seed = true;
-        }
-      }
-    }
-    file_bytes_ += size;
-    next_segment_ = std::max(next_segment_, *id + 1);
-    segments_.emplace(*id, std::move(s));
-  }
-  if (!have_seed) {
-    if (!segments_.empty()) {
-      PTS_ERROR("ssd", options_.dir << ": no segment has a readable header; their records cannot be verified and "
-                                       "will be dropped");
-    }
-    if (getrandom(&seed_, sizeof(seed_), 0) != sizeof(seed_)) {
-      seed_ = env_->NowNanos() * 0x9e3779b97f4a7c15ull;
-    }
-  }
-  stats_.capacity = options_.capacity;
-  return Status::OK();
-}
-
-// -------------------------------------------------------------- recovery
-
-Status SsdTier::Scan(const ScanFn& fn, ScanStats* stats) {
-  std::vector<uint64_t> ids;
-  {
-    core::MutexLock lk(mu_);
-    for (auto& [id, s] : segments_) ids.push_back(id);
-  }
-  for (uint64_t id : ids) PTS_RETURN_IF_ERROR(ScanSegment(id, fn, stats));
-  // Segments with nothing live are reclaimed now.
-  std::vector<uint64_t> empty;
-  {
-    core::MutexLock lk(mu_);
-    for (auto& [id, s] : segments_) {
-      if (s.live == 0) empty.push_back(id);
-    }
-  }
-  for (uint64_t id : empty) PTS_RETURN_IF_ERROR(DeleteSegment(id));
-  return Status::OK();
-}
-
-Status SsdTier::ScanSegment(uint64_t id, const ScanFn& fn, ScanStats* stats) {
-  std::shared_ptr<File> file;
-  uint64_t size;
-  {
-    core::MutexLock lk(mu_);
-    Segment& s = segments_.at(id);
-    file = s.file;
-    size = s.size;
-  }
-  stats->segments++;
-  stats->bytes += size;
-  uint64_t seed = seed_;
-  uint64_t live = 0;
-  SegmentVisitor visitor;
-  visitor.segment_header = [&](const Result<SegmentHeader>& h) {
-    if (h.ok()) {
-      seed = h->seed;
-      return;
-    }
-    stats->bad_segment_headers++;
-    PTS_WARN("ssd", SegmentFileName(id) << ": bad segment header (" << h.status().message()
-                                        << "); scanning its records with the directory's seed");
-  };
-  // The scanner reports a run of garbage (bad blocks up to the next valid
-  // record) once: each problem is one corrupt record.
-  visitor.problem = [&](const SegmentProblem& p) {
-    stats->corrupt_records++;
-    PTS_WARN("ssd", Where(id, p.offset) << ": skipping a corrupt record (" << p.message << ")");
-  };
-  visitor.record = [&](const RecordHeader& h, const SsdLocation& loc, bool /*payload_verified*/) {
-    stats->records++;
-    if (h.dead()) {
-      stats->dead_records++;
-    } else {
-      live += loc.footprint();
-    }
-    fn(h, loc);
-  };
-  SegmentScanOptions so;
-  so.segment_id = id;
-  so.fallback_seed = seed_;
-  so.verify_payloads = options_.verify_on_recovery;
-  so.size = size;
-  PTS_RETURN_IF_ERROR(ScanSegmentFile(file.get(), so, visitor));
-  core::MutexLock lk(mu_);
-  Segment& s = segments_.at(id);
-  s.live = live;
-  s.seed = seed;
-  live_bytes_ += live;
-  if (seed != seed_) {
-    // Written for another directory (copied here by hand): its records are
-    // read with its own seed, and compaction re-checksums them.
-    PTS_WARN("ssd", SegmentFileName(id) << " has another checksum seed than the directory's first segment");
-  }
-  return Status::OK();
-}
 
 // ---------------------------------------------------------------- writing
 
@@ -419,120 +291,6 @@ Result<SsdLocation> SsdTier::AppendImpl(RecordHeader header, std::span<const uin
   FinishAppend(loc, s.ok());
   if (!s.ok()) return s.WithContext("ssd: writing a record to " + Where(loc.segment, loc.offset));
   return loc;
-}
-
-// ---------------------------------------------------------------- reading
-
-Result<SsdTier::SegmentRef> SsdTier::SegmentOf(uint64_t segment) {
-  core::MutexLock lk(mu_);
-  auto it = segments_.find(segment);
-  if (it == segments_.end()) return NotFound("ssd: segment " + SegmentFileName(segment) + " is gone");
-  return SegmentRef{it->second.file, it->second.seed};
-}
-
-namespace {
-
-// Reads `n` bytes at `start` of `file` into `dst` (any alignment) and
-// returns their payload checksum. Pieces of kReadPiece bytes go to
-// `threads` threads, each reading its piece and hashing its 1 MiB chunks
-// while the others read: the disk sees several requests at once and the
-// checksum costs no extra pass over memory. A direct file is read into the
-// pool's huge-page bounce buffers and copied on (see io_buffers.h for why);
-// a buffered one straight into `dst`.
-constexpr uint64_t kReadPiece = 8ull << 20;  // a multiple of kChecksumChunk
-
-Result<uint64_t> ReadAndHash(File* file, uint64_t start, uint8_t* dst, uint64_t n, unsigned threads, uint64_t seed,
-                             BouncePool* pool) {
-  const uint64_t pieces = (n + kReadPiece - 1) / kReadPiece;
-  std::vector<uint64_t> sums((n + kChecksumChunk - 1) / kChecksumChunk);
-  std::atomic<uint64_t> next{0};
-  core::Mutex err_mu;
-  Status err;
-  auto work = [&] {
-    uint8_t* bounce = file->direct() ? pool->Acquire() : nullptr;
-    for (uint64_t p = next++; p < pieces; p = next++) {
-      const uint64_t off = p * kReadPiece;
-      const uint64_t len = std::min(kReadPiece, n - off);
-      Status s;
-      if (bounce != nullptr) {
-        s = ReadFully(file, start + off, {bounce, AlignUp(len, kRecordAlignment)});
-        if (s.ok()) std::memcpy(dst + off, bounce, len);
-      } else {
-        s = ReadFully(file, start + off, {dst + off, len});
-      }
-      if (!s.ok()) {
-        core::MutexLock lk(err_mu);
-        if (err.ok()) err = s;
-        break;
-      }
-      const uint8_t* hashed = bounce != nullptr ? bounce : dst + off;
-      for (uint64_t c = 0; c < len; c += kChecksumChunk) {
-        sums[(off + c) / kChecksumChunk] = ChunkChecksum({hashed + c, std::min(kChecksumChunk, len - c)}, seed);
-      }
-    }
-    if (bounce != nullptr) pool->Release(bounce);
-  };
-  const unsigned extra = pieces > 1 ? std::min<uint64_t>(threads, pieces) - 1 : 0;
-  std::vector<std::thread> helpers;
-  for (unsigned i = 0; i < extra; ++i) helpers.emplace_back(work);
-  work();
-  for (auto& t : helpers) t.join();
-  PTS_RETURN_IF_ERROR(err);
-  return CombineChunkChecksums(sums, seed);
-}
-
-}  // namespace
-
-Status SsdTier::ReadPayload(const SsdLocation& loc, std::span<uint8_t> out) {
-  if (out.size() != loc.payload_bytes) {
-    return InvalidArgument("ssd: read of a " + std::to_string(loc.payload_bytes) + "-byte payload into " +
-                           std::to_string(out.size()) + " bytes");
-  }
-  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
-  File* file = seg.file.get();
-  const uint64_t start = loc.offset + loc.header_bytes;
-  const bool compressed = loc.flags & kRecordCompressed;
-  const unsigned threads = std::max<uint32_t>(4, options_.io_threads);
-  Status s;
-  if (!compressed) {
-    Result<uint64_t> sum = ReadAndHash(file, start, out.data(), loc.stored_bytes, threads, seg.seed, &bounce_);
-    if (!sum.ok()) s = sum.status();
-    else if (*sum != loc.payload_checksum) s = Corruption("payload checksum mismatch");
-  } else {
-    // Read the compressed bytes into the end of the destination and
-    // decompress them in place: no staging buffer (fresh memory costs a
-    // page fault per 4 KiB on these machines).
-    if (loc.stored_bytes > out.size()) {
-      s = Corruption("a compressed payload larger than its raw size");
-    } else {
-      uint8_t* tail = out.data() + out.size() - loc.stored_bytes;
-      Result<uint64_t> sum = ReadAndHash(file, start, tail, loc.stored_bytes, threads, seg.seed, &bounce_);
-      if (!sum.ok()) {
-        s = sum.status();
-      } else if (*sum != loc.payload_checksum) {
-        s = Corruption("payload checksum mismatch");
-      } else {
-        s = DecompressInPlace(out, loc.stored_bytes, 2);
-      }
-    }
-  }
-  core::MutexLock lk(mu_);
-  if (!s.ok()) {
-    stats_.read_errors++;
-    return s.WithContext("ssd: reading the record at " + Where(loc.segment, loc.offset));
-  }
-  stats_.records_read++;
-  stats_.bytes_read += loc.stored_bytes;
-  return Status::OK();
-}
-
-Result<RecordHeader> SsdTier::ReadHeader(const SsdLocation& loc) {
-  PTS_ASSIGN_OR_RETURN(SegmentRef seg, SegmentOf(loc.segment));
-  AlignedBuffer buf(loc.header_bytes);
-  PTS_RETURN_IF_ERROR(ReadFully(seg.file.get(), loc.offset, buf.span(loc.header_bytes)));
-  Result<RecordHeader> h = DecodeRecordHeader(buf.span(loc.header_bytes), seg.seed);
-  if (!h.ok()) return h.status().WithContext("ssd: " + Where(loc.segment, loc.offset));
-  return h;
 }
 
 // --------------------------------------------------------------- removal

@@ -1,5 +1,5 @@
 // The SSD tier's files: append-only segment files of records
-// (storage/record.h) in the node's data directory, with space accounting,
+// (storage/ssd_format/record.h) in the node's data directory, with space accounting,
 // in-place header rewrites for removals, reclaiming of sparse segments and a
 // recovery scan. Policy (what to spill, what to evict, which records stay
 // live after a restart) belongs to the Store; this class only keeps the
@@ -26,9 +26,9 @@
 
 #include "core/mutex.h"
 #include "ptstore/status.h"
-#include "storage/ssd/env.h"
-#include "storage/ssd/io_buffers.h"
-#include "storage/record.h"
+#include "storage/ssd_format/env.h"
+#include "storage/ssd_format/io_buffers.h"
+#include "storage/ssd_format/record.h"
 
 namespace ptstore::storage {
 
@@ -36,7 +36,7 @@ struct SsdOptions {
   std::string dir;                         // empty: no SSD tier
   uint64_t capacity = 0;                   // bytes of segment files at most
   uint64_t segment_bytes = 256ull << 20;   // a segment is sealed past this
-  bool compress = false;                   // byte-shuffle + zstd (storage/codec.h)
+  bool compress = false;                   // byte-shuffle + zstd (storage/ssd_format/codec.h)
   int compress_level = 1;
   bool direct_io = true;                   // O_DIRECT where the file system has it
   enum class Sync { kNone, kSegment, kRecord } sync = Sync::kSegment;

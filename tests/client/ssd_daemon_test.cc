@@ -22,7 +22,7 @@
 #include <algorithm>
 
 #include "ptstore/client.h"
-#include "storage/record.h"
+#include "storage/ssd_format/record.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/status_matchers.h"

@@ -473,6 +473,37 @@ def test_every_status_code_has_its_exception():
     assert e.value.code == 999 and type(e.value) is ptstore.Error
 
 
+
+def test_the_status_registry_is_one_table():
+    """Every row of include/ptstore/status_codes.h, as the module exports it,
+    agrees with the Python exceptions, with errno, and with the code table of
+    docs/wire-format.md."""
+    import errno
+    import pathlib
+    import re
+
+    rows = _ptstore.code_table()
+    assert [r["value"] for r in rows] == list(range(len(rows))) and len(rows) >= 14
+    assert {r["value"]: r["name"] for r in rows} == _ptstore.code_names()
+    for r in rows:
+        assert ptstore.Code(r["value"]).name.lower() == r["name"], r
+        if r["value"] == 0:
+            assert r["errno"] == 0 and r["http"] == 200
+            continue
+        cls = getattr(ptstore, r["python"])
+        assert issubclass(cls, ptstore.Error) and cls.code == r["value"], r
+        assert getattr(errno, r["errno_name"]) == r["errno"], r
+        assert 400 <= r["http"] < 600, r
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
+    table = {}
+    for line in doc.read_text().splitlines():
+        m = re.match(r"\|\s*(\d+)\s*\|\s*`(\w+)`\s*\|[^|]*\|\s*`?(\w+)`?\s*\|", line)
+        if m:
+            table[int(m.group(1))] = (m.group(2), m.group(3))
+    want = {r["value"]: (r["name"], r["errno_name"] if r["value"] else "0") for r in rows}
+    assert table == want, "docs/wire-format.md's code table differs from include/ptstore/status_codes.h"
+
+
 # ------------------------------------------------------------------- values
 
 def test_layout_value():

@@ -1,4 +1,4 @@
-#include "storage/codec.h"
+#include "storage/ssd_format/codec.h"
 #include "tests/testing/status_matchers.h"
 
 #include <algorithm>

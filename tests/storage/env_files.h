@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore::storage::testenv {

@@ -1,4 +1,4 @@
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 
 #include <linux/magic.h>
 #include <sys/stat.h>

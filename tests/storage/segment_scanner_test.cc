@@ -1,8 +1,8 @@
-// The read-only segment scanner (storage/segment_scanner.h) over real
+// The read-only segment scanner (storage/ssd_format/segment_scanner.h) over real
 // segment files written by SsdTier, then damaged; and SsdTier::Scan, which
 // counts what the scanner reports as the restart scan always did (a run of
 // garbage is one corrupt record).
-#include "storage/segment_scanner.h"
+#include "storage/ssd_format/segment_scanner.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 #include "storage/ssd/ssd_tier.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/temp_dir.h"

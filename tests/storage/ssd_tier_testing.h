@@ -24,8 +24,8 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/record.h"
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/record.h"
+#include "storage/ssd_format/env.h"
 #include "storage/ssd/ssd_tier.h"
 #include "tests/testing/segment_files.h"
 #include "tests/testing/status_matchers.h"

@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "storage/record.h"
+#include "storage/ssd_format/record.h"
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"

@@ -24,7 +24,7 @@
 #include <algorithm>
 
 #include "storage/ssd/fault_env.h"
-#include "storage/record.h"
+#include "storage/ssd_format/record.h"
 #include "storage/cache/store.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/temp_dir.h"

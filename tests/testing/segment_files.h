@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "ptstore/layout.h"
-#include "storage/record.h"
+#include "storage/ssd_format/record.h"
 
 namespace ptstore::testing {
 

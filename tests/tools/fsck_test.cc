@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "ptstore/client.h"
-#include "storage/codec.h"
-#include "storage/ssd/env.h"
-#include "storage/record.h"
+#include "storage/ssd_format/codec.h"
+#include "storage/ssd_format/env.h"
+#include "storage/ssd_format/record.h"
 #include "storage/ssd/ssd_tier.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/run_tool.h"

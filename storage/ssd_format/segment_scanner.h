@@ -1,4 +1,4 @@
-// A read-only scan of one SSD-tier segment file (storage/record.h): the
+// A read-only scan of one SSD-tier segment file (storage/ssd_format/record.h): the
 // loop shared by the restart scan (SsdTier::Scan) and the offline checker
 // (ptstore-fsck, tools/fsck.h).
 //
@@ -45,9 +45,8 @@
 #include <string>
 
 #include "ptstore/status.h"
-#include "storage/ssd/env.h"
-#include "storage/record.h"
-#include "storage/ssd/ssd_tier.h"
+#include "storage/ssd_format/env.h"
+#include "storage/ssd_format/record.h"
 
 namespace ptstore::storage {
 

@@ -1,4 +1,4 @@
-#include "storage/ssd/io_buffers.h"
+#include "storage/ssd_format/io_buffers.h"
 
 #include <sys/mman.h>
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/mutex.h"
-#include "storage/ssd/env.h"
+#include "storage/ssd_format/env.h"
 
 namespace ptstore::storage {
 

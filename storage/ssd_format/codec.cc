@@ -1,4 +1,4 @@
-#include "storage/codec.h"
+#include "storage/ssd_format/codec.h"
 
 #include <zstd.h>
 #include <zstd_errors.h>

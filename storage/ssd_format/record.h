@@ -54,7 +54,7 @@ inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 enum class RecordKind : uint16_t { kTensor = 1, kNamespace = 2, kRemote = 3 };
 
 // Record flags.
-inline constexpr uint16_t kRecordCompressed = 1;  // payload is a storage/codec.h stream
+inline constexpr uint16_t kRecordCompressed = 1;  // payload is a storage/ssd_format/codec.h stream
 // A namespace record with quotas: u64 dram_quota and u64 ssd_quota follow
 // its mode. Set only when one of them is not 0, so the records of
 // namespaces without quotas are what builds before quotas wrote and read.

@@ -1,4 +1,4 @@
-#include "storage/record.h"
+#include "storage/ssd_format/record.h"
 
 #include <cinttypes>
 #include <cstdio>

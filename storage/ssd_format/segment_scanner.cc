@@ -1,4 +1,4 @@
-#include "storage/segment_scanner.h"
+#include "storage/ssd_format/segment_scanner.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 
 #include <xxhash.h>
 
-#include "storage/ssd/io_buffers.h"
+#include "storage/ssd_format/io_buffers.h"
 
 namespace ptstore::storage {
 
