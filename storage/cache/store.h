@@ -47,17 +47,24 @@
 // - FillLocked: its tensors are kFilling (their records stay), their new
 //   arena allocations charged to their namespaces as dram_pending.
 // - FetchLocked: its remote tensors are held by PinImpl and, during the
-//   fetch, kFilling; their allocations are charged as dram_pending.
+//   fetch, kFilling; their allocations are charged as dram_pending. Its
+//   PlanFetchesLocked, in AllocateLocked: the remote tensors' holds, and
+//   the allocations of the jobs planned so far (kFilling, dram_pending).
 // - Save, for the copy into the arena: its inflight_ claim (no other save
 //   of the same next block), holds on the matched path, and the new tensor
-//   (not in the index yet, charged as dram_pending); before the claim it
-//   waits on inflight_done_ holding nothing.
-// - PinImpl, around FillLocked and FetchLocked and while it waits on
-//   io_done_ for another's I/O: pins on the DRAM part of its path
-//   (PinDramPathLocked), holds on the remote tensors it fetches and on its
-//   transient fetches.
+//   (not in the index yet, charged as dram_pending). Its steps:
+//   ClaimSaveLocked waits on inflight_done_ holding nothing (it looks the
+//   namespace up again); AllocateSaveLocked, in AllocateLocked, keeps the
+//   claim and the holds.
+// - PinImpl's ReadPathLocked, around FillLocked and FetchLocked, and its
+//   WaitForPathIoLocked, while it waits on io_done_ for another's I/O: pins
+//   on the DRAM part of its path (PinDramPathLocked), holds on the remote
+//   tensors it fetches and on its transient fetches. PinImpl walks the
+//   match again after each.
 // - CompactOnce (compact_mu_ held throughout), for the copies: tensors
-//   whose records it copies are kCopying, those whose stubs it copies held.
+//   whose records it copies are kCopying, those whose stubs it copies held
+//   (CollectMovesLocked marks them; LandMoveLocked, under mu_ again,
+//   checks each against what changed).
 // - PersistAll, across each SpillLocked (tensors looked up again by id).
 // - FinishRemovalLocked returns with mu_ released (the end of a removal
 //   waits for its record rewrites without it), as DropNamespace and
@@ -90,69 +97,15 @@
 #include "storage/cache/gdsf.h"
 #include "storage/ssd/io_pool.h"
 #include "storage/cache/kv_event.h"
+#include "storage/cache/namespace.h"
 #include "storage/index/radix_tree.h"
 #include "storage/cache/remote.h"
+#include "storage/cache/store_options.h"
+#include "storage/cache/store_results.h"
 #include "storage/ssd/ssd_tier.h"
 #include "storage/index/tensor.h"
 
 namespace ptstore::storage {
-
-struct StoreOptions {
-  uint64_t arena_bytes = 1ull << 30;
-  double replica_share = 0.25;        // replicas may hold at most this share of the arena
-  uint32_t node_id = 0;
-  bool prefault = true;               // touch every arena page once at start
-  bool try_huge_pages = true;
-  uint64_t alignment = 4096;          // every tensor starts on this boundary
-  uint64_t default_lease_ms = 30000;  // a pin not released by then is dropped
-  uint64_t max_leases = 1u << 20;
-  SsdOptions ssd;                     // ssd.dir empty: DRAM only
-  // Cluster: a fetched remote increment is kept as a replica once it has
-  // been loaded this many times (counting this load); before that it is
-  // transient (freed when the load's pin goes). 0 never keeps replicas.
-  uint32_t replicate_after = 2;
-  // How often the times of increments on SSD are written to their records
-  // (SyncTimes, by the cleaner thread): a crash loses at most this much of
-  // them. 0: only when SyncTimes or PersistAll is called.
-  uint64_t times_sync_ms = 60000;
-  // Record evictions of owned increments that leave no copy on this node
-  // (TakeLostIncrements), for the cluster to propagate.
-  bool track_lost = false;
-  Env* env = nullptr;                 // nullptr: Env::Default()
-};
-
-struct Namespace {
-  uint64_t id = 0;                    // unique, never reused (the seq of its SSD record)
-  NamespaceInfo info;                 // bytes/prefixes kept current
-  std::string salt;
-  ChainKey root_key;
-  std::unique_ptr<RadixTree> tree;
-  std::optional<SsdLocation> record;  // its namespace record on SSD
-  // Quotas (ptstore/quota.h; 0: no limit) and what counts against them:
-  // Tensor::charged_dram / charged_ssd of its tensors in the index, and the
-  // arena bytes of saves copying into it now (not in the index yet).
-  uint64_t dram_quota = 0;
-  uint64_t ssd_quota = 0;
-  uint64_t dram_bytes = 0;
-  uint64_t ssd_bytes = 0;
-  uint64_t dram_pending = 0;
-  uint64_t dram_evictions = 0;
-  uint64_t ssd_evictions = 0;
-  uint64_t cut_saves = 0;
-};
-
-struct IncrementResult {
-  PrefixNodeInfo node;
-  std::vector<uint32_t> tokens;  // the increment's own token ids
-  uint64_t lease_id = 0;         // pin only
-  std::vector<Extent> extents;   // pin only, with arena offsets
-};
-
-struct PrefixResult {
-  uint64_t matched_tokens = 0;
-  uint64_t lease_id = 0;        // Pin only
-  std::vector<Extent> extents;  // arena_offset filled by Pin
-};
 
 class Store {
  public:
@@ -444,8 +397,11 @@ class Store {
   void UnpinLocked(Tensor* t) REQUIRES(mu_);
   void SetPriorityLocked(Tensor* t, double priority) REQUIRES(mu_);
 
-  // SSD tier (store_ssd.cc).
+  // SSD tier (store_ssd.cc; compaction in store_compact.cc).
   bool SsdEnabled() const { return ssd_ != nullptr; }
+  // The tier evicts by GDSF to keep live bytes under this share of its
+  // capacity, so that dead space can be reclaimed before files fill it.
+  static constexpr double kSsdEvictAt = 0.9;
   // Writes `t` to SSD with the lock released; afterwards frees its DRAM
   // copy if `free_dram` and nothing pins it. False if the spill failed.
   bool SpillLocked(Tensor* t, core::UniqueLock& lk, bool free_dram = true) REQUIRES(mu_);
@@ -481,6 +437,12 @@ class Store {
   RecordHeader TensorRecordLocked(const Tensor& t, uint64_t* live_bytes) const REQUIRES(mu_);
   uint64_t LiveTokens(const Tensor& t) const;
   void CleanerLoop() EXCLUDES(mu_);
+  // CompactOnce's steps (store_compact.cc): the live records of segment
+  // `seg` marked and listed (false, nothing marked, if a tensor there is
+  // busy); one record's copy landed (false if its copy failed).
+  struct CompactionMove;
+  bool CollectMovesLocked(uint64_t seg, std::vector<CompactionMove>* moves) REQUIRES(mu_);
+  bool LandMoveLocked(CompactionMove& m) REQUIRES(mu_);
   // Takes `t` (and what hangs below it) out of the index; `t` itself stays
   // allocated for the caller, who frees it with MaybeDestroyLocked.
   void DropFromIndexLocked(Tensor* t) REQUIRES(mu_);
@@ -497,8 +459,16 @@ class Store {
   void NodeLeavesEventsLocked(RadixNode* n) REQUIRES(mu_);
   void EmitNodeEventLocked(const RadixNode* n, KvEventKind kind, KvMedium medium, bool force) REQUIRES(mu_);
   void AnnounceLocked(bool force) REQUIRES(mu_);
-  // Rebuilds namespaces and the index from the segments (store_recovery.cc).
+  // Rebuilds namespaces and the index from the segments (store_recovery.cc),
+  // in steps on one Recovery: the newest record of each namespace; then
+  // each tensor record, parents first, placed (false: not indexed, marked
+  // dead with DropRecordLocked saying why) and indexed. mu_ held throughout.
   Status RecoverLocked() REQUIRES(mu_);
+  struct RecoveredRecord; struct Recovery; struct RecordPlace;
+  void DropRecordLocked(const RecoveredRecord& r, const std::string& why) REQUIRES(mu_);
+  void RecoverNamespacesLocked(Recovery& rc) REQUIRES(mu_);
+  bool PlaceRecordLocked(Recovery& rc, size_t i, RecordPlace* place) REQUIRES(mu_);
+  void IndexRecordLocked(Recovery& rc, size_t i, const RecordPlace& place) REQUIRES(mu_);
   void RemoveSubtreeLocked(Namespace* ns, RadixNode* node, RemoveResult* result) REQUIRES(mu_);
   // Releases mu_ (it returns without it) and waits for the record rewrites
   // of a removal.
@@ -532,11 +502,47 @@ class Store {
   // `count` counts the request as a client lookup/load.
   Result<PrefixResult> PinImpl(const std::string& ns, std::span<const uint32_t> tokens, uint64_t session,
                                uint64_t lease_ms, uint64_t from_block, bool fetch_remote, bool count) EXCLUDES(mu_);
+  // PinImpl's steps (store_pin.cc): what `m`'s path lacks in DRAM (blocks
+  // before from_block need not be there; remote tensors in `tried` are not
+  // fetched again); a wait for another's I/O on it, and the reads of the
+  // rest (FillLocked, then FetchLocked), each releasing `lk` with the DRAM
+  // part of the path pinned; the match cut before the first needed tensor
+  // not in DRAM; the lease on the match, its blocks from from_block pinned.
+  struct PinNeeds;
+  PinNeeds PinNeedsLocked(const Match& m, uint64_t from_block, bool fetch_remote,
+                          const std::vector<Tensor*>& tried) const REQUIRES(mu_);
+  void WaitForPathIoLocked(const Match& m, core::UniqueLock& lk) REQUIRES(mu_);
+  void ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
+                      std::vector<Tensor*>* tried, std::vector<Tensor*>* transient) REQUIRES(mu_);
+  Match DramPrefixLocked(const Match& m, uint64_t from_block) const REQUIRES(mu_);
+  PrefixResult LeaseLocked(const Namespace& ns, const Match& m, uint64_t session, uint64_t lease_ms,
+                           uint64_t from_block) REQUIRES(mu_);
+  // Save's steps (store_save.cc), on one SaveJob: its input checked; the
+  // claim on its next block taken (waiting on inflight_done_ meanwhile; a
+  // result when the save ends there); the matched path held, and released
+  // with the claim; the bytes allocated, cut to the namespace's quota; the
+  // new tensor made; after the copy, the tensor filed in the index.
+  struct SaveJob;
+  Status CheckSaveLocked(const SaveJob& job, const uint8_t* data, uint64_t length) const REQUIRES(mu_);
+  Result<std::optional<SaveResult>> ClaimSaveLocked(SaveJob& job, core::UniqueLock& lk) REQUIRES(mu_);
+  void HoldSavePathLocked(SaveJob& job) REQUIRES(mu_);
+  void FinishSaveClaimLocked(SaveJob& job) REQUIRES(mu_);
+  Result<uint64_t> AllocateSaveLocked(SaveJob& job, core::UniqueLock& lk) REQUIRES(mu_);
+  Tensor* NewSaveTensorLocked(const SaveJob& job, uint64_t offset) REQUIRES(mu_);
+  SaveResult IndexSaveLocked(SaveJob& job, Tensor* t) REQUIRES(mu_);
   // Fetches the remote tensors `missing` (lock released for the fetch).
   // Tensors it fetched for this pin alone go in `transient`, each with a
   // hold the caller releases (ReleaseTransientsLocked).
   void FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, core::UniqueLock& lk,
                    std::vector<Tensor*>* transient) REQUIRES(mu_);
+  // FetchLocked's steps (store_remote.cc), on one FetchPlan: an allocation
+  // per tensor to fetch (AllocateLocked: may release `lk`), the tensors
+  // grouped into fetches by prefix and owner, and each job's result landed.
+  struct FetchJob; struct FetchGroup; struct FetchPlan;
+  void PlanFetchesLocked(FetchPlan& p, const std::vector<Tensor*>& missing, core::UniqueLock& lk) REQUIRES(mu_);
+  void GroupFetchesLocked(FetchPlan& p) REQUIRES(mu_);
+  void LandFetchLocked(const FetchPlan& p, const FetchJob& j, bool fetched, std::vector<Tensor*>* transient)
+      REQUIRES(mu_);
   // Drops the holds of a pin's transient fetches, and the bytes of those
   // the pin did not keep pinned.
   void ReleaseTransientsLocked(std::vector<Tensor*>& tensors) REQUIRES(mu_);

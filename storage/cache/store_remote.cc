@@ -241,47 +241,83 @@ uint64_t Store::AdoptReplicasOf(uint32_t node) {
   return adopted;
 }
 
+// One remote tensor a fetch brings (FetchLocked): its arena bytes, whether
+// it is kept as a replica, its own prefix's tokens (up to its last block),
+// and where its segment is in the plan's groups.
+struct Store::FetchJob {
+  Tensor* t;
+  uint64_t off;
+  uint64_t blocks;
+  bool keep;
+  std::vector<uint32_t> names;  // the tensor's own prefix, up to its last block
+  size_t group = 0, request = 0, segment = 0;
+  std::vector<ChainKey> keys;   // of `names`, when only a head of it came (KeepHeadLocked)
+};
+
+// One fetch names its segments by one prompt, and an owner matches each
+// segment's blocks along that prompt. The tensors of a pin need not lie
+// on one path (a remote tensor split by a branch keeps the other branch's
+// tail): tensors whose own prefixes extend one another share a fetch,
+// named by the longest; any other gets a fetch of its own.
+struct Store::FetchGroup {
+  std::vector<uint32_t> names;
+  std::vector<FetchRequest> requests;
+  std::map<uint32_t, size_t> by_owner;
+};
+
+// What FetchLocked's steps share: the namespace as it was when the fetch
+// began (`ns` itself may be dropped while the lock is released), the jobs
+// and their groups.
+struct Store::FetchPlan {
+  NamespaceDef def;
+  uint64_t ns_id = 0;
+  ChainKey root;
+  uint32_t bt = 0;
+  uint64_t bb = 0;
+  std::vector<FetchJob> jobs;
+  std::vector<FetchGroup> groups;
+};
+
 void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, core::UniqueLock& lk,
                         std::vector<Tensor*>* transient) {
-  struct Job {
-    Tensor* t;
-    uint64_t off;
-    uint64_t blocks;
-    bool keep;
-    std::vector<uint32_t> names;  // the tensor's own prefix, up to its last block
-    size_t group = 0, request = 0, segment = 0;
-    std::vector<ChainKey> keys;   // of `names`, when only a head of it came (KeepHeadLocked)
-  };
-  // One fetch names its segments by one prompt, and an owner matches each
-  // segment's blocks along that prompt. The tensors of a pin need not lie
-  // on one path (a remote tensor split by a branch keeps the other branch's
-  // tail): tensors whose own prefixes extend one another share a fetch,
-  // named by the longest; any other gets a fetch of its own.
-  struct Group {
-    std::vector<uint32_t> names;
-    std::vector<FetchRequest> requests;
-    std::map<uint32_t, size_t> by_owner;
-  };
-  const NamespaceDef def{ns.info, ns.salt};
-  const uint64_t ns_id = ns.id;  // `ns` may be dropped while the lock is released
-  const uint32_t bt = ns.info.layout.block_tokens;
-  const uint64_t bb = ns.info.layout.BytesPerBlock();
-  std::vector<Job> jobs;
+  FetchPlan p;
+  p.def = NamespaceDef{ns.info, ns.salt};
+  p.ns_id = ns.id;
+  p.root = ns.root_key;
+  p.bt = ns.info.layout.block_tokens;
+  p.bb = ns.info.layout.BytesPerBlock();
+  PlanFetchesLocked(p, missing, lk);
+  GroupFetchesLocked(p);
+  RemoteFetcher* fetcher = fetcher_;
+  if (!p.jobs.empty() && fetcher != nullptr) {
+    lk.Unlock(mu_);
+    for (FetchGroup& g : p.groups) fetcher->Fetch(p.def, g.names, g.requests);
+    for (FetchJob& j : p.jobs) {
+      const FetchSegment& seg = p.groups[j.group].requests[j.request].segments[j.segment];
+      if (seg.gone && seg.fetched_blocks > 0 && seg.fetched_blocks < j.blocks) j.keys = ChainKeys(p.root, j.names, p.bt);
+    }
+    lk.Lock(mu_);
+  }
+  for (const FetchJob& j : p.jobs) LandFetchLocked(p, j, fetcher != nullptr, transient);
+  io_done_.NotifyAll();
+}
+
+void Store::PlanFetchesLocked(FetchPlan& p, const std::vector<Tensor*>& missing, core::UniqueLock& lk) {
   for (Tensor* t : missing) {
     if (t->io != Tensor::Io::kNone || t->in_dram || !t->in_index || !t->remote || t->nodes.empty()) continue;
-    const uint64_t blocks = LiveTokens(*t) / bt;
+    const uint64_t blocks = LiveTokens(*t) / p.bt;
     if (blocks == 0) continue;
     bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
     // Within its namespace's DRAM quota, like a save of it.
-    Result<uint64_t> off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/!keep, t->ns);
+    Result<uint64_t> off = AllocateLocked(blocks * p.bb, CacheClass::kReplica, lk, /*transient=*/!keep, t->ns);
     if (!off.ok() && keep && t->in_index) {
       // No room to keep it (larger than the replica share, or the share is
       // pinned): this load still gets it, as a transient copy.
       keep = false;
-      off = AllocateLocked(blocks * bb, CacheClass::kReplica, lk, /*transient=*/true, t->ns);
+      off = AllocateLocked(blocks * p.bb, CacheClass::kReplica, lk, /*transient=*/true, t->ns);
     }
     if (!off.ok()) {
-      PTS_DEBUG("cluster", "no room to fetch " << blocks * bb << " bytes: " << off.status().ToString());
+      PTS_DEBUG("cluster", "no room to fetch " << blocks * p.bb << " bytes: " << off.status().ToString());
       break;  // the pin serves the part before it
     }
     if (!t->in_index || t->in_dram || t->io != Tensor::Io::kNone) {
@@ -292,20 +328,24 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     t->io = Tensor::Io::kFilling;
     const uint64_t first = t->nodes.front()->start_block;
     std::vector<uint32_t> names = PrefixTokensLocked(t->nodes.back());
-    names.resize(std::min<uint64_t>(names.size(), (first + blocks) * bt));
-    jobs.push_back(Job{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
+    names.resize(std::min<uint64_t>(names.size(), (first + blocks) * p.bt));
+    p.jobs.push_back(FetchJob{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
     // Counted against the namespace's quota while it is fetched.
-    AddPendingLocked(def.info.name, ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
+    AddPendingLocked(p.def.info.name, p.ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
   }
+}
+
+void Store::GroupFetchesLocked(FetchPlan& p) {
   // The groups' names: the longest prefixes first, each shorter one a
   // group of its own only if no longer one begins with it. Then every job,
   // in path order (so each owner's segments stay in order), joins the first
   // group whose names begin with its own.
+  std::vector<FetchJob>& jobs = p.jobs;
+  std::vector<FetchGroup>& groups = p.groups;
   std::vector<size_t> order(jobs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return jobs[a].names.size() > jobs[b].names.size(); });
-  std::vector<Group> groups;
   auto group_of = [&](const std::vector<uint32_t>& names) {
     size_t g = 0;
     while (g < groups.size() && !(names.size() <= groups[g].names.size() &&
@@ -315,11 +355,11 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     return g;
   };
   for (size_t i : order) {
-    if (group_of(jobs[i].names) == groups.size()) groups.push_back(Group{jobs[i].names, {}, {}});
+    if (group_of(jobs[i].names) == groups.size()) groups.push_back(FetchGroup{jobs[i].names, {}, {}});
   }
-  for (Job& j : jobs) {
+  for (FetchJob& j : jobs) {
     j.group = group_of(j.names);
-    Group& grp = groups[j.group];
+    FetchGroup& grp = groups[j.group];
     auto [it, fresh] = grp.by_owner.emplace(j.t->owner, grp.requests.size());
     if (fresh) grp.requests.push_back(FetchRequest{j.t->owner, {}});
     FetchRequest& req = grp.requests[it->second];
@@ -328,70 +368,60 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     j.request = it->second;
     j.segment = req.segments.size() - 1;
   }
-  RemoteFetcher* fetcher = fetcher_;
-  const ChainKey root = ns.root_key;
-  if (!jobs.empty() && fetcher != nullptr) {
-    lk.Unlock(mu_);
-    for (Group& g : groups) fetcher->Fetch(def, g.names, g.requests);
-    for (Job& j : jobs) {
-      const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
-      if (seg.gone && seg.fetched_blocks > 0 && seg.fetched_blocks < j.blocks) j.keys = ChainKeys(root, j.names, bt);
-    }
-    lk.Lock(mu_);
+}
+
+void Store::LandFetchLocked(const FetchPlan& p, const FetchJob& j, bool fetched, std::vector<Tensor*>* transient) {
+  const uint32_t bt = p.bt;
+  Tensor* t = j.t;
+  t->io = Tensor::Io::kNone;
+  AddPendingLocked(p.def.info.name, p.ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
+  const FetchSegment& seg = p.groups[j.group].requests[j.request].segments[j.segment];
+  bool complete = fetched && seg.fetched_blocks == j.blocks;
+  if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
+    // The owner sent the head of the run and holds no more of it along
+    // the tensor's prefix: this node's remote tensor goes on where the
+    // owner's data does not (a branch the owner lost without a removal
+    // reaching this node, e.g. killed before it reached SSD, while this
+    // node had learnt the run as one). The tail leaves this node's index;
+    // the head is served.
+    PTS_INFO("cluster", "node " << t->owner << " holds only blocks [" << seg.start_block << ", "
+                                << seg.start_block + seg.fetched_blocks << ") of its run [" << seg.start_block
+                                << ", " << seg.end_block << ") in '" << p.def.info.name
+                                << "' known here: dropping the rest from the index");
+    KeepHeadLocked(t, seg.fetched_blocks, j.keys);
+    complete = LiveTokens(*t) / bt == seg.fetched_blocks;
   }
-  for (const Job& j : jobs) {
-    Tensor* t = j.t;
-    t->io = Tensor::Io::kNone;
-    AddPendingLocked(def.info.name, ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
-    const FetchSegment& seg = groups[j.group].requests[j.request].segments[j.segment];
-    bool complete = fetcher != nullptr && seg.fetched_blocks == j.blocks;
-    if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
-      // The owner sent the head of the run and holds no more of it along
-      // the tensor's prefix: this node's remote tensor goes on where the
-      // owner's data does not (a branch the owner lost without a removal
-      // reaching this node, e.g. killed before it reached SSD, while this
-      // node had learnt the run as one). The tail leaves this node's index;
-      // the head is served.
-      PTS_INFO("cluster", "node " << t->owner << " holds only blocks [" << seg.start_block << ", "
-                                  << seg.start_block + seg.fetched_blocks << ") of its run [" << seg.start_block
-                                  << ", " << seg.end_block << ") in '" << def.info.name
-                                  << "' known here: dropping the rest from the index");
-      KeepHeadLocked(t, seg.fetched_blocks, j.keys);
-      complete = LiveTokens(*t) / bt == seg.fetched_blocks;
-    }
-    if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == seg.fetched_blocks) {
-      t->in_dram = true;
-      t->arena_offset = j.off;
-      t->allocated = alloc_.AllocatedSize(j.off);
-      ChargeLocked(t);
-      stats_.replica_bytes += t->allocated;
-      stats_.remote_fetches++;
-      stats_.remote_fetch_bytes += seg.fetched_blocks * bb;
-      if (j.keep) {
-        t->priority = std::max(t->priority, gdsf_.Priority(*t));
-        queue_[static_cast<int>(CacheClass::kReplica)].Add(t);
-        stats_.replicas_kept++;
-      } else {
-        t->transient = true;
-        t->holds++;  // released by the pin (ReleaseTransientsLocked)
-        transient->push_back(t);
-      }
-      SyncTensorEventsLocked(t);
+  if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == seg.fetched_blocks) {
+    t->in_dram = true;
+    t->arena_offset = j.off;
+    t->allocated = alloc_.AllocatedSize(j.off);
+    ChargeLocked(t);
+    stats_.replica_bytes += t->allocated;
+    stats_.remote_fetches++;
+    stats_.remote_fetch_bytes += seg.fetched_blocks * p.bb;
+    if (j.keep) {
+      t->priority = std::max(t->priority, gdsf_.Priority(*t));
+      queue_[static_cast<int>(CacheClass::kReplica)].Add(t);
+      stats_.replicas_kept++;
     } else {
-      alloc_.Free(j.off);
-      if (!complete) {
-        stats_.remote_fetch_failures++;
-        if (seg.gone && seg.fetched_blocks == 0 && t->in_index) {
-          PTS_INFO("cluster", "node " << t->owner << " no longer holds blocks [" << seg.start_block << ", "
-                                      << seg.end_block << ") of a prefix in '" << def.info.name
-                                      << "': dropping them from the index");
-          DropFromIndexLocked(t);
-        }
+      t->transient = true;
+      t->holds++;  // released by the pin (ReleaseTransientsLocked)
+      transient->push_back(t);
+    }
+    SyncTensorEventsLocked(t);
+  } else {
+    alloc_.Free(j.off);
+    if (!complete) {
+      stats_.remote_fetch_failures++;
+      if (seg.gone && seg.fetched_blocks == 0 && t->in_index) {
+        PTS_INFO("cluster", "node " << t->owner << " no longer holds blocks [" << seg.start_block << ", "
+                                    << seg.end_block << ") of a prefix in '" << p.def.info.name
+                                    << "': dropping them from the index");
+        DropFromIndexLocked(t);
       }
     }
-    MaybeDestroyLocked(t);
   }
-  io_done_.NotifyAll();
+  MaybeDestroyLocked(t);
 }
 
 }  // namespace ptstore::storage

@@ -1,6 +1,6 @@
 // The Store's SSD tier: spilling owned tensors that GDSF evicts from DRAM,
-// reading them back on a pin, keeping the tier under its capacity by GDSF,
-// and reclaiming dead space by rewriting sparse segments (docs/ssd-tier.md).
+// reading them back on a pin, and keeping the tier under its capacity by
+// GDSF (reclaiming dead space is store_compact.cc; docs/ssd-tier.md).
 //
 // All file I/O runs with mu_ released. A tensor under I/O is marked in
 // Tensor::io, which keeps its DRAM bytes (a spill reads them) or its record
@@ -13,12 +13,6 @@
 #include "storage/cache/store.h"
 
 namespace ptstore::storage {
-
-namespace {
-// The tier evicts by GDSF to keep live bytes under this share of its
-// capacity, so that dead space can be reclaimed before files fill it.
-constexpr double kSsdEvictAt = 0.9;
-}  // namespace
 
 Status Store::OpenSsd() {
   Env* env = options_.env ? options_.env : Env::Default();
@@ -434,164 +428,6 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
     MaybeDestroyLocked(t);
   }
   io_done_.NotifyAll();
-}
-
-// ------------------------------------------------------------ compaction
-
-void Store::DropFromIndexLocked(Tensor* t) {
-  if (!t->in_index) return;
-  // Held across the removal so that it cannot be freed under our feet: the
-  // caller frees it (MaybeDestroyLocked) when done with it.
-  t->holds++;
-  RemoveResult ignored;
-  RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
-  t->holds--;
-}
-
-Result<bool> Store::CompactOnce() {
-  // One compaction at a time (the cleaner, or a caller): two would copy the
-  // same segment. Lock order: compact_mu_, then mu_.
-  core::MutexLock one(compact_mu_);
-  core::UniqueLock lk(mu_);
-  if (!SsdEnabled()) return false;
-  // An append that has finished on disk but not yet reached the index could
-  // be in any segment: wait for a quiet moment.
-  if (appends_in_flight_ > 0) return false;
-  const bool pressure =
-      static_cast<double>(ssd_->file_bytes()) > kSsdEvictAt * static_cast<double>(ssd_->capacity());
-  std::optional<uint64_t> seg = ssd_->PickSegmentToCompact(pressure);
-  if (!seg) return false;
-
-  struct Move {
-    Tensor* t = nullptr;            // a tensor's record (its stub's when `stub`), or
-    bool stub = false;
-    std::string ns_name;            // a namespace's record
-    uint64_t ns_id = 0;
-    SsdLocation from;
-    uint64_t live_tokens = 0;
-    Result<SsdLocation> to = Internal("not copied");
-  };
-  std::vector<Move> moves;
-  for (auto& [id, t] : tensors_) {
-    if (!t->on_ssd || t->ssd.segment != *seg) continue;
-    if (t->io != Tensor::Io::kNone) return false;  // busy: next time
-    Move m;
-    m.t = t.get();
-    m.from = t->ssd;
-    m.live_tokens = LiveTokens(*t);
-    moves.push_back(std::move(m));
-  }
-  for (auto& [id, t] : tensors_) {
-    if (!t->stub_on_ssd || t->stub.segment != *seg) continue;
-    Move m;
-    m.t = t.get();
-    m.stub = true;
-    m.from = t->stub;
-    m.live_tokens = LiveTokens(*t);
-    t->holds++;  // the struct outlives the copy
-    moves.push_back(std::move(m));
-  }
-  for (auto& [name, n] : namespaces_) {
-    if (!n->record || n->record->segment != *seg) continue;
-    Move m;
-    m.ns_name = name;
-    m.ns_id = n->id;
-    m.from = *n->record;
-    moves.push_back(std::move(m));
-  }
-  for (Move& m : moves) {
-    if (m.t && !m.stub) m.t->io = Tensor::Io::kCopying;
-  }
-  lk.Unlock();
-  for (Move& m : moves) m.to = ssd_->CopyRecord(m.from);
-  lk.Lock();
-
-  bool all_moved = true;
-  for (Move& m : moves) {
-    if (!m.to.ok()) {
-      all_moved = false;
-      PTS_ERROR("ssd", "compaction: " << m.to.status().ToString());
-    }
-    if (m.t == nullptr) {
-      auto it = namespaces_.find(m.ns_name);
-      const bool same = it != namespaces_.end() && it->second->id == m.ns_id && it->second->record == m.from;
-      if (m.to.ok() && same) {
-        it->second->record = *m.to;
-        ssd_->Forget(m.from);
-      } else if (m.to.ok()) {
-        ssd_->Forget(*m.to);  // dropped meanwhile
-        RewriteRecordLocked(*m.to, 0);
-      }
-      continue;
-    }
-    Tensor* t = m.t;
-    if (m.stub) {
-      t->holds--;
-      if (m.to.ok() && t->stub_on_ssd && t->stub == m.from) {
-        t->stub = *m.to;
-        ssd_->Forget(m.from);
-        t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
-        NoteTimesChangedLocked(t);
-        if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub, LiveTokens(*t));
-      } else if (m.to.ok()) {
-        ssd_->Forget(*m.to);  // gone meanwhile
-        RewriteRecordLocked(*m.to, 0);
-      } else if (m.to.status().code() == Code::kCorruption) {
-        t->stub_on_ssd = false;  // written again with the next spill below it
-      }
-      MaybeDestroyLocked(t);
-      continue;
-    }
-    t->io = Tensor::Io::kNone;
-    if (!m.to.ok() && m.to.status().code() != Code::kCorruption) {
-      // The copy failed, not the record: it stays where it is.
-      MaybeDestroyLocked(t);
-      continue;
-    }
-    if (m.to.ok()) {
-      // The new copy replaces the old; if the tensor left the index
-      // meanwhile, MaybeDestroyLocked below kills the new copy.
-      t->ssd = *m.to;
-      ChargeLocked(t);
-      ssd_->Forget(m.from);
-      t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
-      NoteTimesChangedLocked(t);
-      if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
-    } else if (t->in_dram) {
-      DropSsdCopyLocked(t);
-    } else {
-      DropFromIndexLocked(t);  // its only copy is corrupt
-    }
-    MaybeDestroyLocked(t);
-  }
-  stats_.ssd_compactions++;
-  ssd_gen_++;  // space came back: spills that failed may try again
-  io_done_.NotifyAll();
-  lk.Unlock();
-  // Whatever the accounting says is left there belongs to nobody.
-  if (all_moved) PTS_RETURN_IF_ERROR(ssd_->DeleteSegment(*seg));
-  return true;
-}
-
-void Store::CleanerLoop() {
-  core::UniqueLock lk(mu_);
-  while (!stopping_) {
-    cleaner_wake_.WaitFor(lk, std::chrono::milliseconds(500));
-    if (stopping_) break;
-    const bool sync_times = options_.times_sync_ms != 0 &&
-                            Clock::now() - times_synced_ >= std::chrono::milliseconds(options_.times_sync_ms);
-    lk.Unlock();
-    if (sync_times) SyncTimes();
-    for (int i = 0; i < 8; ++i) {
-      Result<bool> did = CompactOnce();
-      if (!did.ok()) {
-        PTS_WARN("ssd", "compaction: " << did.status().ToString());
-        break;
-      }
-      if (!*did) break;
-    }
-    lk.Lock();
-  }
 }
 
 }  // namespace ptstore::storage
