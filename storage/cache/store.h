@@ -59,8 +59,9 @@
 // - PinImpl's ReadPathLocked, around FillLocked and FetchLocked, and its
 //   WaitForPathIoLocked, while it waits on io_done_ for another's I/O: pins
 //   on the DRAM part of its path (PinDramPathLocked), holds on the remote
-//   tensors it fetches and on its transient fetches. PinImpl walks the
-//   match again after each.
+//   tensors it fetches and on its transient fetches; not the namespace,
+//   which ReadPathLocked looks up again after the fill before it fetches.
+//   PinImpl walks the match again after each.
 // - CompactOnce (compact_mu_ held throughout), for the copies: tensors
 //   whose records it copies are kCopying, those whose stubs it copies held
 //   (CollectMovesLocked marks them; LandMoveLocked, under mu_ again,

@@ -202,10 +202,20 @@ void Store::ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& 
   // takes them out of the index (the fetch then skips them) but must not
   // free them under us.
   for (Tensor* t : need.from_peers) t->holds++;
-  if (!need.from_ssd.empty()) FillLocked(need.from_ssd, lk);
-  if (!need.from_peers.empty()) {
+  const Namespace* now = &ns;
+  if (!need.from_ssd.empty()) {
+    const std::string name = ns.info.name;
+    const uint64_t id = ns.id;
+    FillLocked(need.from_ssd, lk);
+    // The fill released the lock: the namespace may have been dropped (its
+    // struct freed) or made again meanwhile. Fetch only for the same one;
+    // otherwise the next round's lookup says what is left.
+    auto it = namespaces_.find(name);
+    now = it != namespaces_.end() && it->second->id == id ? it->second.get() : nullptr;
+  }
+  if (!need.from_peers.empty() && now != nullptr) {
     tried->insert(tried->end(), need.from_peers.begin(), need.from_peers.end());
-    FetchLocked(ns, need.from_peers, lk, transient);
+    FetchLocked(*now, need.from_peers, lk, transient);
   }
   for (Tensor* t : need.from_peers) {
     t->holds--;
