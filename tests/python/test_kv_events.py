@@ -108,7 +108,9 @@ def test_stream_decodes_into_vllm_classes(node):
         wait_until(lambda: v.poll(100) >= 0 and len(v.held("fmt")) == 12, what="12 blocks")
     # The raw encoding: msgspec's array_like, tag=True, omit_defaults=True (trailing defaults only).
     got = [b for s, b in raw_batches(v) if b[1] and b[1][0][0] == "BlockStored"]
-    assert len(got) >= 2
+    # Two saves, at least two BlockStored events: in one batch or two (the publisher batches what is
+    # queued, so a busy machine can put both saves' events in one).
+    assert sum(1 for b in got for e in b[1] if e[0] == "BlockStored") >= 2, got
     batch = got[0]
     assert len(batch) == 3 and isinstance(batch[0], float) and batch[2] == 0, batch  # [ts, events, dp rank]
     assert abs(batch[0] - t0) < 60
@@ -311,11 +313,18 @@ def test_a_stalled_subscriber_does_not_stop_saves_and_recovers_by_replay(tmp_pat
             wait_until(lambda: late.poll(200) >= 0 and late.batches > 0, what="the stalled subscriber's messages")
             while late.poll(200):
                 pass
-            # It lost the tail at the high-water mark: the next message it gets shows the gap.
-            for i in range(5):
+            # It lost the tail at the high-water mark: the next message it gets shows the gap. On a busy
+            # machine the drain above can stop while its socket still holds a backlog (the publisher's pipe
+            # to it still full): then the next saves' messages are dropped too, and only a message sent once
+            # the backlog is read shows the gap. So save until one does.
+            deadline = time.monotonic() + 30
+            i = 0
+            while late.gaps == 0 and time.monotonic() < deadline:
                 p = tokens(4 * BLOCK, 9000 + i)
                 c.save("slow", p, kv(p, layout))
-            wait_until(lambda: late.poll(200) >= 0 and late.gaps >= 1, what="the gap")
+                i += 1
+                late.poll(200)
+            assert late.gaps >= 1, f"the stalled subscriber saw no gap after {i} more saves"
             late.sync()
             wait_until(lambda: agrees(v, c, "slow"), what="the live subscriber, again")
             assert late.held("slow") == v.held("slow") and agrees(late, c, "slow")
