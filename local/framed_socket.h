@@ -6,8 +6,8 @@
 // Protocol. Nothing blocks forever.
 //
 // Between nodes, once authentication agreed on peer protocol 2 or later,
-// EnableIntegrity puts a MAC on every record (local/frame_integrity.h; the
-// node-to-node one is rdma/frame_mac.h): Send
+// EnableIntegrity puts a MAC on every record (the interface:
+// local/frame_integrity.h; the node-to-node MAC: rdma/frame_mac.h). Send
 // appends a 16-byte tag after each frame, SendRaw's bytes up to
 // FinishSendRaw are one record whose tag FinishSendRaw sends, and the
 // receiving calls check them. A record whose tag does not match (altered,
