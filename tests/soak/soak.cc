@@ -552,8 +552,8 @@ Result<SoakReport> Soak::Run() {
     report_.bytes_verified += t.bytes_verified;
     report_.refused += t.refused;
     report_.skipped_down += t.skipped_down;
-    if (t.max_op_ms > report_.max_op_ms || report_.slowest_op.empty()) {
-      report_.max_op_ms = std::max(report_.max_op_ms, t.max_op_ms);
+    if (t.max_op_ms >= report_.max_op_ms) {
+      report_.max_op_ms = t.max_op_ms;
       report_.slowest_op = t.slowest_op;
     }
   }

@@ -127,8 +127,8 @@ class CallClock {
   void End(WorkerTally& tally) {
     busy_since_ms_.store(0, std::memory_order_relaxed);
     const auto ms = static_cast<uint64_t>(SteadyMs() - began_ms_);
-    if (ms > tally.max_op_ms || tally.slowest_op.empty()) {
-      tally.max_op_ms = std::max(tally.max_op_ms, ms);
+    if (ms >= tally.max_op_ms) {
+      tally.max_op_ms = ms;
       tally.slowest_op = what();
     }
   }
