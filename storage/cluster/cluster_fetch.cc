@@ -27,16 +27,8 @@ void Cluster::Fetch(const NamespaceDef& ns, std::span<const uint32_t> tokens, st
 void Cluster::FetchFrom(Peer* p, const NamespaceDef& ns, std::span<const uint32_t> tokens, FetchRequest& req) {
   if (!IsAlive(p)) return;  // its extents count as missing
   const uint64_t bb = ns.info.layout.BytesPerBlock();
-  const uint32_t bt = ns.info.layout.block_tokens;
-  core::PeerFetch msg;
-  msg.ns = ns;
-  uint64_t bytes = 0, end = 0;
-  for (const FetchSegment& s : req.segments) {
-    msg.segments.push_back({s.start_block, s.end_block});
-    bytes += (s.end_block - s.start_block) * bb;
-    end = std::max(end, s.end_block);
-  }
-  msg.tokens.assign(tokens.begin(), tokens.begin() + std::min<uint64_t>(tokens.size(), end * bt));
+  uint64_t bytes = 0;
+  const core::PeerFetch msg = FetchMessage(ns, tokens, req, &bytes);
   const int timeout_ms =
       options_.rpc_timeout_ms + static_cast<int>(static_cast<double>(bytes) / options_.min_fetch_bytes_per_s * 1000);
   counters_.fetch_requests++;

@@ -67,24 +67,8 @@ class LoopbackLink : public PeerLink {
     PTS_ASSIGN_OR_RETURN(ServedFetch served, owner.PinFetch(msg, session));
     net_->RunFetchHook(peer_);
     PTS_RETURN_IF_ERROR(net_->Answer(self_, peer_, core::MsgType::kPeerFetch, deadline));
-    PTS_RETURN_IF_ERROR(CheckFetchReply(served.reply, req));
-    for (size_t i = 0; i < served.extents.size(); ++i) {
-      uint64_t n = 0;
-      for (const Extent& x : served.extents[i]) n += x.length;
-      if (n != served.reply.segments[i].blocks * bb) {
-        return ProtocolError("PeerFetch: the owner's extents do not add up to the segment's blocks");
-      }
-    }
     uint64_t total = 0;
-    for (size_t i = 0; i < served.extents.size(); ++i) {
-      uint64_t at = req.segments[i].arena_offset;
-      for (const Extent& x : served.extents[i]) {
-        std::memcpy(arena_ + at, served.arena() + x.arena_offset, x.length);
-        at += x.length;
-      }
-      total += at - req.segments[i].arena_offset;
-    }
-    ApplyFetchReply(served.reply, req);
+    PTS_RETURN_IF_ERROR(CopyServedFetch(served, req, bb, arena_, &total));
     if (counters_ != nullptr) counters_->bytes_loopback += total;
     return Status::OK();
   }

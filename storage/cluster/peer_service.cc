@@ -11,9 +11,6 @@
 namespace ptstore::storage {
 
 namespace {
-// An owner keeps the pins of an RMA fetch until the reader releases them,
-// its connection closes, or this long.
-constexpr uint64_t kFetchLeaseMs = 60000;
 constexpr int kRefusalLogMs = 10000;
 
 template <typename M>
@@ -144,42 +141,7 @@ Result<std::vector<uint8_t>> Cluster::Handle(const local::Frame& f, uint64_t ses
 
 Result<ServedFetch> Cluster::PinFetch(const core::PeerFetch& req, uint64_t session) {
   PTS_RETURN_IF_ERROR(EnsureNamespace(req.ns));
-  const std::string& ns = req.ns.info.name;
-  const uint32_t bt = req.ns.info.layout.block_tokens;
-  const uint64_t prompt_blocks = req.tokens.size() / bt;
-  ServedFetch served(store_, session);
-  served.reply.segments.resize(req.segments.size());
-  served.extents.resize(req.segments.size());
-  for (size_t i = 0; i < req.segments.size(); ++i) {
-    const auto& seg = req.segments[i];
-    auto& out = served.reply.segments[i];
-    const uint64_t end = std::min(seg.end_block, prompt_blocks);
-    if (end <= seg.start_block) {
-      out.gone = true;
-      continue;
-    }
-    auto prompt = std::span<const uint32_t>(req.tokens).first(end * bt);
-    // On an error `served` releases what was pinned so far.
-    PTS_ASSIGN_OR_RETURN(PrefixResult pin, store_->PinHeld(ns, prompt, seg.start_block, session, kFetchLeaseMs));
-    const uint64_t got_end = pin.matched_tokens / bt;
-    if (pin.lease_id) served.AddLease(pin.lease_id);
-    if (got_end < end) {
-      // Short: the blocks past what was pinned are gone when this node does
-      // not hold them along `prompt` (its index stops, or names another
-      // owner there), not when the pin was only cut (DRAM full of pins).
-      // The requester's run of this node's blocks may go on along a branch
-      // this node lost without the requester hearing of it (e.g. killed
-      // before the branch reached SSD): it then keeps the head sent here and
-      // drops the tail, where a reply of no use to it would fail every load
-      // through the head.
-      Result<bool> held = store_->Holds(ns, prompt, std::max(got_end, seg.start_block));
-      out.gone = !held.ok() || !*held;
-    }
-    if (got_end <= seg.start_block) continue;  // nothing to send
-    out.blocks = got_end - seg.start_block;
-    served.extents[i] = std::move(pin.extents);
-  }
-  return served;
+  return PinForFetch(store_, req, session);
 }
 
 }  // namespace ptstore::storage

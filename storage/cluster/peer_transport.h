@@ -16,10 +16,12 @@
 //                      bytes copied arena to arena, with faults (drop,
 //                      delay, partition, death) injected on the way.
 //
-// The owner side of a fetch has one implementation, PeerService::PinFetch
-// (storage/cluster/peer_service.cc): it pins what is asked and says what it holds;
-// each transport only carries the pinned bytes (stream, RMA, memcpy) and
-// lets go of the ServedFetch when they are read.
+// The owner side of a fetch has one implementation, PinForFetch (below;
+// PeerService::PinFetch creates a missing namespace, then calls it): it
+// pins what is asked and says what it holds; each transport only carries
+// the pinned bytes (stream, RMA, memcpy) and lets go of the ServedFetch
+// when they are read. The store's own tests (tests/storage/
+// store_remote_testing.h) serve their in-process fetches with it too.
 //
 // Liveness is the cluster's: it pings through PeerLink::Call and reads the
 // errors below. Every link reports the same vocabulary:
@@ -35,6 +37,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -162,10 +165,26 @@ class PeerTransport {
   virtual void DescribeSelf(core::PeerPingReply* rep) const { (void)rep; }
 };
 
+// The requester's message for one owner's FetchRequest: the namespace, the
+// prompt up to the last segment's end, the segments. `bytes` (if given) is
+// what the segments span.
+core::PeerFetch FetchMessage(const NamespaceDef& ns, std::span<const uint32_t> tokens, const FetchRequest& req,
+                             uint64_t* bytes = nullptr);
+// The owner side of a fetch, the one implementation (PeerService::PinFetch
+// is this after creating a missing namespace): pins in `store`, in
+// `session`, each segment's blocks it holds along the prompt, and says
+// which it does not hold. An error only for bad requests.
+Result<ServedFetch> PinForFetch(Store* store, const core::PeerFetch& req, uint64_t session);
+
 // Checks an owner's reply against the request (segment count, no more
 // blocks than asked): a Protocol error naming what is wrong.
 Status CheckFetchReply(const core::PeerFetchReply& rep, const FetchRequest& req);
 // Marks the reply's blocks fetched (after the bytes arrived).
 void ApplyFetchReply(const core::PeerFetchReply& rep, FetchRequest& req);
+// An in-process copy of what the owner pinned: checks the reply, copies
+// each segment's extents to its arena_offset in `arena` (block_bytes per
+// block), then marks the blocks fetched. `copied` (if given) gets the bytes.
+Status CopyServedFetch(const ServedFetch& served, FetchRequest& req, uint64_t block_bytes, uint8_t* arena,
+                       uint64_t* copied = nullptr);
 
 }  // namespace ptstore::storage

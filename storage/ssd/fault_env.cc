@@ -56,6 +56,9 @@ struct FaultEnv::State {
   bool hold_reads GUARDED_BY(mu) = false;
   uint64_t reads_held GUARDED_BY(mu) = 0;  // ReadAt calls waiting for release
   core::CondVar reads_released;
+  bool hold_writes GUARDED_BY(mu) = false;
+  uint64_t writes_held GUARDED_BY(mu) = 0;  // WriteAt calls waiting for release
+  core::CondVar writes_released;
 
   // Counters for tests; never reset.
   uint64_t writes GUARDED_BY(mu) = 0;
@@ -109,7 +112,13 @@ class FaultFile final : public File {
   Status WriteAt(uint64_t offset, std::span<const uint8_t> data) override {
     // One lock around the whole write: the old bytes read for the undo log
     // must be the ones this write replaces, not those of a racing write.
-    core::MutexLock lk(state_->mu);
+    // (A held write waits first, with the lock released by the wait.)
+    core::UniqueLock lk(state_->mu);
+    if (state_->hold_writes) {
+      state_->writes_held++;
+      state_->writes_released.Wait(lk, [this]() REQUIRES(state_->mu) { return !state_->hold_writes; });
+      state_->writes_held--;
+    }
     PTS_RETURN_IF_ERROR(CheckNotPoisonedLocked("pwrite"));
     const std::string what = WriteWhat(data.size(), offset, path());
     if (state_->writes_until_failure) {
@@ -269,10 +278,23 @@ void FaultEnv::ReleaseReads() {
   state_->reads_released.NotifyAll();
 }
 
+void FaultEnv::HoldWrites() {
+  core::MutexLock lk(state_->mu);
+  state_->hold_writes = true;
+}
+
+void FaultEnv::ReleaseWrites() {
+  core::MutexLock lk(state_->mu);
+  state_->hold_writes = false;
+  state_->writes_released.NotifyAll();
+}
+
 void FaultEnv::ClearFaults() {
   core::MutexLock lk(state_->mu);
   state_->hold_reads = false;
   state_->reads_released.NotifyAll();
+  state_->hold_writes = false;
+  state_->writes_released.NotifyAll();
   state_->writes_until_failure.reset();
   state_->failure_errno = 0;
   state_->capacity.reset();
@@ -313,6 +335,11 @@ uint64_t FaultEnv::syncs() const {
 uint64_t FaultEnv::reads_held() const {
   core::MutexLock lk(state_->mu);
   return state_->reads_held;
+}
+
+uint64_t FaultEnv::writes_held() const {
+  core::MutexLock lk(state_->mu);
+  return state_->writes_held;
 }
 
 Result<std::unique_ptr<File>> FaultEnv::Open(const std::string& path, const OpenOptions& options) {

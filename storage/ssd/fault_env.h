@@ -7,8 +7,10 @@
 //   - tear the next write (only a prefix of it reaches the file, then the
 //     write fails),
 //   - flip bits on reads of a file (the file itself is unchanged),
-//   - hold reads (a disk that stalls: each read waits until released, so a
-//     test can act while a read is in flight),
+//   - hold reads or writes (a disk that stalls: each read, or write, waits
+//     until released, so a test can act while the I/O is in flight; a held
+//     write meets the faults set when it is released, so a test can time a
+//     failure to land after what it did meanwhile),
 //   - crash: every file goes back to the state of its last Sync (appended
 //     bytes are cut off, overwritten bytes get their old contents back), and
 //     every File opened before the crash fails from then on.
@@ -47,6 +49,10 @@ class FaultEnv : public Env {
   // ClearFaults. Release them before the Files or the Env go away.
   void HoldReads();
   void ReleaseReads();
+  // The same for WriteAt: each write waits (before any fault is applied or
+  // a byte is written) until ReleaseWrites or ClearFaults.
+  void HoldWrites();
+  void ReleaseWrites();
   void ClearFaults();
 
   // Drops every unsynced change of every file written through this Env, as
@@ -57,6 +63,7 @@ class FaultEnv : public Env {
   uint64_t bytes_written() const;
   uint64_t syncs() const;
   uint64_t reads_held() const;      // ReadAt calls waiting now (HoldReads)
+  uint64_t writes_held() const;     // WriteAt calls waiting now (HoldWrites)
 
   // Env
   Result<std::unique_ptr<File>> Open(const std::string& path, const OpenOptions& options) override;

@@ -194,6 +194,41 @@ TEST_F(FaultEnvTest, HeldReadsWaitUntilReleased) {
   EXPECT_EQ(got, "ABCDE");
 }
 
+// A held write waits before any fault is applied: a failure set while it
+// waits is what it meets, and nothing of it reaches the file.
+TEST_F(FaultEnvTest, HeldWritesWaitAndMeetTheFaultsSetMeanwhile) {
+  auto f = OpenFile(path_);
+  ASSERT_OK(f->WriteAt(0, Bytes("ABCD")));
+  env_.HoldWrites();
+  EXPECT_EQ(ReadAll(f.get()), "ABCD");  // reads go on
+  std::atomic<bool> done{false};
+  Status st;
+  std::thread writer([&] {
+    st = f->WriteAt(4, Bytes("E"));
+    done = true;
+  });
+  while (env_.writes_held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(done);
+  EXPECT_EQ(env_.writes_held(), 1u);
+  EXPECT_EQ(env_.writes(), 1u);
+  env_.FailWritesAfter(0, EIO);
+  env_.ReleaseWrites();
+  writer.join();
+  EXPECT_ERROR(st, Code::kIOError);
+  EXPECT_EQ(env_.writes_held(), 0u);
+  EXPECT_EQ(OnDisk(path_), "ABCD");
+
+  // ClearFaults releases them too (and the failure with them).
+  env_.HoldWrites();
+  std::thread again([&] { st = f->WriteAt(4, Bytes("F")); });
+  while (env_.writes_held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  env_.ClearFaults();
+  again.join();
+  EXPECT_OK(st);
+  EXPECT_EQ(OnDisk(path_), "ABCDF");
+}
+
 TEST_F(FaultEnvTest, CrashDropsUnsyncedAppends) {
   auto f = OpenFile(path_);
   ASSERT_OK(f->WriteAt(0, Bytes("synced")));

@@ -2,8 +2,16 @@
 // (storage/cache/store_remote.cc RemoveFrom, track_lost, TakeLostIncrements,
 // ListOwned, GetNamespaceDef): RemoveFrom splits an increment and fetches only
 // the head of a remote one; an evicted owned increment is reported lost,
-// removals and replica evictions are not. Fixture: store_remote_testing.h.
+// removals and replica evictions are not; a namespace dropped while a pin
+// reads its owned part back from SSD is not fetched from peers after it.
+// Fixture: store_remote_testing.h.
+#include <cerrno>
+#include <chrono>
+#include <thread>
 #include <tuple>
+
+#include "storage/ssd/fault_env.h"
+#include "tests/testing/temp_dir.h"
 
 #include "tests/storage/store_remote_testing.h"
 
@@ -187,6 +195,64 @@ TEST_F(StoreRemoteTest, GetNamespaceDefCarriesTheSalt) {
   EXPECT_TRUE(d->info.salted);
   EXPECT_EQ(d->info.layout, SmallLayout());
   EXPECT_ERROR(N(0).GetNamespaceDef("nope"), Code::kNotFound);
+}
+
+// A pin of a prompt whose owned head is on SSD and whose tail another node
+// owns fills the head (the store's lock released), then fetches the tail.
+// A namespace dropped during the fill is not fetched for after it (commit
+// 4c4a135: the fetch read the dropped namespace's freed struct). FaultEnv
+// holds the fill's read until the drop is done.
+TEST_F(StoreRemoteTest, ANamespaceDroppedWhileAPinFillsIsNotFetchedFor) {
+  testing::TempDir tmp("ptstore-store-remote-ssd");
+  FaultEnv env(Env::Default());
+  StoreOptions o = NodeOptions(0, 1 * kMiB);
+  o.ssd.dir = tmp.path() + "/ssd";
+  o.ssd.capacity = 64 * kMiB;
+  o.ssd.segment_bytes = 1 * kMiB;
+  o.ssd.sync = SsdOptions::Sync::kNone;
+  o.ssd.background_compaction = false;  // no reads but the fill's
+  o.env = &env;
+  Reopen(0, o);
+  const Tokens head = Gen(120, 16 * kBt);
+  const Tokens whole = Cat(head, Gen(121, 16 * kBt));
+  SaveOn(0, head);
+  SaveOn(1, whole);
+  Share(1, 0, whole);  // node 0: its own head, node 1's tail below it
+  ASSERT_EQ(Matched(0, whole), whole.size());
+  // Other prompts until GDSF spills the head (its remote tail's priority
+  // keeps it above the first few arenas' worth).
+  auto head_tier = [&] {
+    std::optional<PrefixNodeInfo> h = NodeAt(0, 0);
+    return h ? h->tier : uint8_t{0};
+  };
+  for (int i = 0; i < 400 && head_tier() != kTierSsd; ++i) SaveOn(0, Gen(130 + i, 64 * kBt));
+  ASSERT_EQ(head_tier(), kTierSsd) << "the head did not spill";
+  const uint64_t calls = F(0).calls();
+
+  env.HoldReads();
+  Result<PrefixResult> pin = Internal("not run");
+  std::thread pinner([&] { pin = N(0).Pin(kNs, whole, kSession); });
+  while (env.reads_held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The drop takes the lock the fill released, erases the namespace, then
+  // waits (unlocked) for its record rewrites; the fill waits for the drop.
+  std::thread dropper([&] { EXPECT_OK(N(0).DropNamespace(kNs)); });
+  while (N(0).Stats().namespaces != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  env.ReleaseReads();
+  pinner.join();
+  dropper.join();
+
+  EXPECT_EQ(F(0).calls(), calls) << "the pin fetched for a dropped namespace";
+  // The pin of a namespace gone meanwhile: an error naming it, nothing pinned.
+  ASSERT_FALSE(pin.ok()) << pin->matched_tokens << " tokens pinned";
+  EXPECT_EQ(pin.status().code(), Code::kNotFound) << pin.status().ToString();
+  EXPECT_NE(pin.status().message().find(kNs), std::string::npos) << pin.status().ToString();
+  EXPECT_EQ(N(0).Stats().active_leases, 0u);
+  EXPECT_EQ(N(0).Stats().tensors, 0u);
+  // Node 1 is untouched and node 0 serves again once the namespace is back.
+  EXPECT_EQ(PinCheck(1, whole), whole.size());
+  ASSERT_OK(N(0).CreateNamespace(kNs, SmallLayout(), kSalt, 1000, 1000, 0755, false));
+  SaveOn(0, head);
+  EXPECT_EQ(PinCheck(0, head), head.size());
 }
 
 }  // namespace

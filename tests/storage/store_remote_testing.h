@@ -1,18 +1,17 @@
 // What the node store's cluster-part tests share (tests/storage/store_remote*_test.cc):
 // three in-process Stores for nodes 0, 1 and 2 (StoreRemoteTest), and
 // PeerFetcher, a RemoteFetcher serving each node's FetchRequests from the
-// owners' Stores the way the cluster does (PinHeld on the owner, a copy of
-// the pinned bytes into the requester's arena, `gone` for what the owner no
-// longer holds), logging every call it served (SeenCall) and able to play a
-// dead or failing owner. Test-only; PeerFetcher's log and dead set are
+// owners' Stores with the cluster's own parts (storage/cluster/peer_transport.h:
+// FetchMessage, the owner side PinForFetch, the in-process CopyServedFetch
+// of the loopback transport), logging every call it served (SeenCall) and
+// able to play a dead or failing owner. (A whole cluster of Stores and
+// Clusters in one process: tests/cluster/in_process_cluster.h.) Test-only; PeerFetcher's log and dead set are
 // guarded by its mutex (fetches come from the stores' threads).
 #pragma once
 
-#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,6 +29,7 @@
 #include "ptstore/types.h"
 #include "storage/cache/remote.h"
 #include "storage/cache/store.h"
+#include "storage/cluster/peer_transport.h"
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/status_matchers.h"
 
@@ -95,7 +95,6 @@ class PeerFetcher : public RemoteFetcher {
       if (record_) log_.push_back(call);
     }
     if (fail_all_) return;  // every owner "dead": nothing arrives
-    const uint32_t bt = ns.info.layout.block_tokens;
     const uint64_t bb = ns.info.layout.BytesPerBlock();
     Store* me = (*nodes_)[self_].get();
     uint8_t* arena = const_cast<uint8_t*>(me->arena_base());
@@ -108,45 +107,20 @@ class PeerFetcher : public RemoteFetcher {
         std::lock_guard lk(mu_);
         if (dead_.count(req.owner)) continue;
       }
-      Store* owner = (*nodes_)[req.owner].get();
-      for (FetchSegment& seg : req.segments) {
+      for (const FetchSegment& seg : req.segments) {
         EXPECT_LT(seg.start_block, seg.end_block);
         EXPECT_LE(seg.arena_offset + (seg.end_block - seg.start_block) * bb, me->arena_bytes());
-        const uint64_t end = std::min<uint64_t>(seg.end_block, tokens.size() / bt);
-        if (end <= seg.start_block) {
-          seg.gone = true;
-          continue;
-        }
-        auto prompt = tokens.first(end * bt);
-        Result<PrefixResult> pin = owner->PinHeld(ns.info.name, prompt, seg.start_block, kPeerSession);
-        if (!pin.ok()) {
-          ADD_FAILURE() << "PinHeld on node " << req.owner << ": " << pin.status().ToString();
-          continue;
-        }
-        const uint64_t got_end = pin->matched_tokens / bt;
-        if (got_end < end) {
-          Result<bool> held = owner->Holds(ns.info.name, prompt, std::max(got_end, seg.start_block));
-          seg.gone = !held.ok() || !*held;
-        }
-        if (got_end <= seg.start_block) {
-          if (pin->lease_id) owner->Release(pin->lease_id, kPeerSession).IgnoreError();
-          continue;
-        }
-        const uint64_t blocks = std::min(got_end, seg.end_block) - seg.start_block;
-        uint64_t copied = 0;
-        for (const Extent& x : pin->extents) {
-          if (copied + x.length > blocks * bb) {
-            ADD_FAILURE() << "PinHeld extents hold more than the " << blocks << " blocks pinned";
-            break;
-          }
-          std::memcpy(arena + seg.arena_offset + copied, owner->arena_base() + x.arena_offset, x.length);
-          copied += x.length;
-        }
-        EXPECT_EQ(copied, blocks * bb) << "PinHeld extents do not cover the pinned blocks exactly";
-        seg.fetched_blocks = copied == blocks * bb ? blocks : 0;
-        EXPECT_OK(owner->Release(pin->lease_id, kPeerSession));
       }
-    }
+      // The cluster's own message, owner side and copy (what the loopback
+      // transport does between in-process nodes).
+      const core::PeerFetch msg = FetchMessage(ns, tokens, req);
+      Result<ServedFetch> served = PinForFetch((*nodes_)[req.owner].get(), msg, kPeerSession);
+      if (!served.ok()) {
+        ADD_FAILURE() << "the owner side of a fetch on node " << req.owner << ": " << served.status().ToString();
+        continue;
+      }
+      EXPECT_OK(CopyServedFetch(*served, req, bb, arena));
+    }  // each ServedFetch releases the owner's pins here
   }
 
   void SetDead(uint32_t node, bool dead) {

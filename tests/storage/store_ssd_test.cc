@@ -3,13 +3,15 @@
 // after removals, partial removals and dropped namespaces), corrupt records
 // never served, a full disk, a crash that drops unsynced bytes, the tier's
 // own capacity, compaction, loads that go on while spills run, a load
-// that waits for another load's fill, and a stress test of loads during
+// that waits for another load's fill, a spill victim removed while its
+// failing write is held, and a stress test of loads during
 // spills and fills (every load of a stored prefix whole and byte exact).
 //
 // Arena 1 MiB (the minimum) so that a few hundred KiB of prompts spill.
 #include <sys/stat.h>
 
 #include <array>
+#include <cerrno>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -58,6 +60,17 @@ class StoreSsdTest : public ::testing::Test {
     auto s = Store::Open(o);
     ASSERT_OK(s);
     store_ = std::move(*s);
+  }
+
+  // The store over `env` with namespace "m", and no background compaction:
+  // the only I/O is what the test's saves and loads cause, so a test that
+  // holds reads or writes holds exactly the fill or spill it times.
+  void OpenOnlyTimedIo(FaultEnv* env) {
+    StoreOptions o = Options();
+    o.env = env;
+    o.ssd.background_compaction = false;
+    Open(o);
+    CreateNs();
   }
 
   void CreateNs(const std::string& name = "m", const std::string& salt = "") {
@@ -497,11 +510,7 @@ TEST_F(StoreSsdTest, LoadsOfDramDataGoOnWhileSpillsRun) {
 // while new saves spill.
 TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   FaultEnv env(Env::Default());
-  StoreOptions o = Options();
-  o.env = &env;
-  o.ssd.background_compaction = false;  // no reads but the fill's
-  Open(o);
-  CreateNs();
+  OpenOnlyTimedIo(&env);
   const Tokens hot = Gen(99, 128);
   Save(hot);
   for (const auto& p : Prompts(40)) Save(p);  // 2.5x the arena: `hot`, never loaded, goes to SSD
@@ -525,6 +534,58 @@ TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   env.ReleaseReads();
   first.join();
   second.join();
+}
+
+// A spill victim removed while its record is written, whose write then
+// fails, is freed once, after the spill is done with it (commit 086d638:
+// the failed spill freed it and the eviction read the freed struct; the
+// sanitizer build, scripts/sanitize, reports that read). FaultEnv holds the
+// spill's write so that the removal lands inside it and the failure after.
+TEST_F(StoreSsdTest, AVictimRemovedWhileItsFailingSpillIsWrittenIsFreedOnce) {
+  FaultEnv env(Env::Default());
+  OpenOnlyTimedIo(&env);
+  env.HoldWrites();
+  // Unrelated prompts (no shared heads: a victim has no ancestors to spill
+  // first) until one needs room, whose spill then waits in the held write.
+  std::atomic<int> saved{0};
+  std::atomic<bool> stop{false};
+  std::thread saver([&] {
+    for (int i = 0; i < 64 && !stop; ++i) {
+      Save(Gen(5000 + i, 256));
+      saved++;
+    }
+  });
+  while (env.writes_held() == 0 && saved < 64) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  stop = true;
+  if (env.writes_held() != 1 || saved == 0) {
+    env.ReleaseWrites();
+    saver.join();
+    FAIL() << "no save waited in one spill (" << saved << " saved)";
+  }
+  // The saver is inside its save (saved + 1): remove everything saved
+  // before it, the victim among them. Nothing is on SSD yet, so no removal
+  // writes a record (each would wait in the held writes too).
+  const int before = saved.load();
+  for (int i = 0; i < before; ++i) EXPECT_OK(store_->Remove("m", Gen(5000 + i, 256)));
+  env.FailWritesAfter(0, EIO);
+  env.ReleaseWrites();
+  saver.join();
+  env.ClearFaults();
+  const StoreStats st = store_->Stats();
+  EXPECT_EQ(st.ssd_spill_failures, 1u);
+  EXPECT_EQ(st.ssd_spills, 0u);
+  EXPECT_EQ(st.ssd_tensors, 0u);
+  // What stays is the save that waited, whole; the removed prompts miss.
+  EXPECT_EQ(saved.load(), before + 1);
+  EXPECT_EQ(st.tensors, 1u);
+  const Tokens waited = Gen(5000 + before, 256);
+  EXPECT_EQ(LoadAndCheck(waited), waited.size());
+  for (int i = 0; i < before; ++i) EXPECT_EQ(LoadAndCheck(Gen(5000 + i, 256)), 0u) << "prompt " << i;
+  // The store goes on: more saves spill (the failed victim is gone, so is
+  // its failure mark).
+  for (int i = 0; i < 40; ++i) Save(Gen(6000 + i, 256));
+  EXPECT_GT(store_->Stats().ssd_spills, 0u);
+  EXPECT_EQ(LoadAndCheck(Gen(6039, 256)), 256u);
 }
 
 // The stress test of loads during spills and fills (seconds): loaders load
