@@ -21,8 +21,8 @@ std::string Show(uint64_t b) { return FormatQuotaBytes(b) == "unlimited" ? "0" :
 }  // namespace
 
 void Store::ChargeLocked(Tensor* t) {
-  const uint64_t dram = t->in_index && t->in_dram ? t->allocated : 0;
-  const uint64_t ssd = t->in_index && t->on_ssd ? t->ssd.footprint() : 0;
+  const uint64_t dram = t->in_index() && t->in_dram() ? t->allocated : 0;
+  const uint64_t ssd = t->in_index() && t->on_ssd() ? t->ssd().footprint() : 0;
   if (dram == t->charged_dram && ssd == t->charged_ssd) return;
   Namespace* ns = t->ns;
   ns->dram_bytes = ns->dram_bytes - t->charged_dram + dram;
@@ -89,7 +89,7 @@ bool Store::NamespaceSsdRoomLocked(Namespace* ns, uint64_t need) {
 }
 
 bool Store::NamespaceHasPinnedLocked(const Namespace& ns) const {
-  auto pinned = [](const Tensor* t) { return t->pins != 0; };
+  auto pinned = [](const Tensor* t) { return t->pins() != 0; };
   return queue_[0].PickVictimIn(&ns, pinned) != nullptr || queue_[1].PickVictimIn(&ns, pinned) != nullptr;
 }
 

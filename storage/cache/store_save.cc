@@ -8,6 +8,7 @@
 // the index (IndexSaveLocked).
 #include "core/stream_copy.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
@@ -26,7 +27,7 @@ struct Store::SaveJob {
   std::span<const ChainKey> keys;         // their chain keys
   Match m;                                // what is stored already
   std::pair<Namespace*, ChainKey> claim;  // on inflight_, by the next block's key
-  std::vector<Tensor*> path_tensors;      // the matched path, held while claimed
+  std::vector<TensorHold> path;           // the matched path, held while claimed
   uint64_t new_blocks = 0;                // what this save stores
   bool cut = false;                       // fewer than all the rest (the quota)
 };
@@ -125,18 +126,12 @@ void Store::HoldSavePathLocked(SaveJob& job) {
   // another client's may take the parent we are about to hang below out of
   // the index (its bytes may move to SSD meanwhile; that is fine).
   for (const MatchStep& s : job.m.path) {
-    if (job.path_tensors.empty() || job.path_tensors.back() != s.node->tensor) {
-      job.path_tensors.push_back(s.node->tensor);
-    }
+    if (job.path.empty() || job.path.back().get() != s.node->tensor) job.path.emplace_back(*this, s.node->tensor);
   }
-  for (Tensor* t : job.path_tensors) t->holds++;
 }
 
 void Store::FinishSaveClaimLocked(SaveJob& job) {
-  for (Tensor* t : job.path_tensors) {
-    t->holds--;
-    MaybeDestroyLocked(t);
-  }
+  job.path.clear();  // each freed if it left the index meanwhile
   inflight_.erase(job.claim);
   inflight_done_.NotifyAll();
 }
@@ -192,12 +187,10 @@ Tensor* Store::NewSaveTensorLocked(const SaveJob& job, uint64_t offset) {
   t->id = TensorId::Make(NodeId{options_.node_id}, next_tensor_seq_++);
   t->cache_class = job.cache_class;
   t->ns = job.ns;
-  t->arena_offset = offset;
+  t->MarkFilled(offset, alloc_.AllocatedSize(offset));
   t->bytes = job.new_blocks * job.bb;
-  t->allocated = alloc_.AllocatedSize(offset);
   t->start_token = job.m.blocks * job.bt;
   t->tokens = job.new_blocks * job.bt;
-  t->in_dram = true;
   t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
   (job.cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) += t->allocated;
   tensors_.emplace(t->id.value, std::move(owned));
@@ -233,7 +226,7 @@ SaveResult Store::IndexSaveLocked(SaveJob& job, Tensor* t) {
     MaybeDestroyLocked(t);
     return SaveResult{m2.blocks * bt, 0, 0};
   }
-  t->in_index = true;
+  t->EnterIndex();
   ChargeLocked(t);
   SyncTensorEventsLocked(t);
   // The blocks it matched were used (the prompt came again): its ancestors,
