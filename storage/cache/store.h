@@ -33,8 +33,8 @@
 // Where mu_ is dropped, and what stays valid across the drop: the holds and
 // pins (TensorHold, TensorPin: storage/cache/tensor_refs.h) and Tensor::Io
 // marks that live across it, and claims. Anything else may change:
-// namespaces are looked up again by name and id, tensors' state checked
-// again (Tensor: in_index(), in_dram(), on_ssd()...).
+// namespaces are looked up again by their NamespaceKey (FindAgainLocked),
+// tensors' state checked again (Tensor: in_index(), in_dram(), on_ssd()...).
 // - AllocateLocked, ArenaAllocateLocked, NamespaceRoomLocked and
 //   MakeOwnedRoomLocked, to spill a victim (SpillLocked, the victim held)
 //   or to wait on io_done_ for other threads' appends: only what the caller
@@ -361,9 +361,11 @@ class Store {
   // The arena's part of AllocateLocked (no quota).
   Result<uint64_t> ArenaAllocateLocked(uint64_t bytes, CacheClass cls, core::UniqueLock& lk,
                                        bool transient) REQUIRES(mu_);
-  // Adds `delta` to the dram_pending of namespace `name` if it is still the
-  // one whose id is `ns_id`.
-  void AddPendingLocked(const std::string& name, uint64_t ns_id, int64_t delta) REQUIRES(mu_);
+  // The namespace `k` names, if it is still that one (nullptr: dropped or
+  // made again since `k` was taken).
+  Namespace* FindAgainLocked(const NamespaceKey& k) const REQUIRES(mu_);
+  // Adds `delta` to the dram_pending of namespace `ns` if it is still there.
+  void AddPendingLocked(const NamespaceKey& ns, int64_t delta) REQUIRES(mu_);
   // Quotas (store_quota.cc). Brings t's charges against its namespace up to
   // date with where t is (Tensor::charged_*); call after every change of
   // in_index, in_dram, allocated, on_ssd or ssd.
@@ -514,7 +516,7 @@ class Store {
   PinNeeds PinNeedsLocked(const Match& m, uint64_t from_block, bool fetch_remote,
                           const std::vector<Tensor*>& tried) const REQUIRES(mu_);
   void WaitForPathIoLocked(const Match& m, core::UniqueLock& lk) REQUIRES(mu_);
-  void ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
+  void ReadPathLocked(const NamespaceKey& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
                       std::vector<Tensor*>* tried, std::vector<TensorHold>* transient) REQUIRES(mu_);
   Match DramPrefixLocked(const Match& m, uint64_t from_block) const REQUIRES(mu_);
   PrefixResult LeaseLocked(const Namespace& ns, const Match& m, uint64_t session, uint64_t lease_ms,

@@ -91,12 +91,9 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, core::Uni
   // steps may release the lock (spills), so the namespace is looked up again
   // after each, and the quota checked again once the bytes are allocated
   // (another save of it may have taken the room meanwhile).
-  const std::string name = ns->info.name;
-  const uint64_t id = ns->id;
-  auto again = [&]() REQUIRES(mu_) -> Namespace* {
-    auto it = namespaces_.find(name);
-    return it == namespaces_.end() || it->second->id != id ? nullptr : it->second.get();
-  };
+  const NamespaceKey key = NamespaceKey::Of(*ns);
+  const std::string& name = key.name;
+  auto again = [&]() REQUIRES(mu_) { return FindAgainLocked(key); };
   auto gone = [&] { return Aborted("namespace '" + name + "' was dropped while making room in it"); };
   for (;;) {
     if (!NamespaceRoomLocked(ns, bytes, lk)) {

@@ -133,7 +133,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     }
     if (!need.from_ssd.empty()) filled = true;
     if (!need.from_peers.empty()) fetched = true;
-    ReadPathLocked(*ns, m, need, lk, &tried, &transient);
+    ReadPathLocked(NamespaceKey::Of(*ns), m, need, lk, &tried, &transient);
     ++round;
   }
   if (filled) stats_.ssd_hits++;
@@ -192,7 +192,7 @@ void Store::WaitForPathIoLocked(const Match& m, core::UniqueLock& lk) {
   io_done_.Wait(lk);
 }
 
-void Store::ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
+void Store::ReadPathLocked(const NamespaceKey& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
                            std::vector<Tensor*>* tried, std::vector<TensorHold>* transient) {
   // Keep the DRAM part of the path while the rest is read (unpinned when
   // this returns, after the holds below go).
@@ -204,17 +204,12 @@ void Store::ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& 
   std::vector<TensorHold> peers;
   peers.reserve(need.from_peers.size());
   for (Tensor* t : need.from_peers) peers.emplace_back(*this, t);
-  const Namespace* now = &ns;
-  if (!need.from_ssd.empty()) {
-    const std::string name = ns.info.name;
-    const uint64_t id = ns.id;
-    FillLocked(need.from_ssd, lk);
-    // The fill released the lock: the namespace may have been dropped (its
-    // struct freed) or made again meanwhile. Fetch only for the same one;
-    // otherwise the next round's lookup says what is left.
-    auto it = namespaces_.find(name);
-    now = it != namespaces_.end() && it->second->id == id ? it->second.get() : nullptr;
-  }
+  if (!need.from_ssd.empty()) FillLocked(need.from_ssd, lk);
+  // The fill released the lock: the namespace may have been dropped (its
+  // struct freed) or made again meanwhile, so only its key crossed the
+  // drop. Fetch only for the same one; otherwise the next round's lookup
+  // says what is left.
+  const Namespace* now = FindAgainLocked(ns);
   if (!need.from_peers.empty() && now != nullptr) {
     tried->insert(tried->end(), need.from_peers.begin(), need.from_peers.end());
     FetchLocked(*now, need.from_peers, lk, transient);

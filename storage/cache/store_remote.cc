@@ -266,7 +266,7 @@ struct Store::FetchGroup {
 // and their groups.
 struct Store::FetchPlan {
   NamespaceDef def;
-  uint64_t ns_id = 0;
+  NamespaceKey ns;  // for its dram_pending
   ChainKey root;
   uint32_t bt = 0;
   uint64_t bb = 0;
@@ -278,7 +278,7 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
                         std::vector<TensorHold>* transient) {
   FetchPlan p;
   p.def = NamespaceDef{ns.info, ns.salt};
-  p.ns_id = ns.id;
+  p.ns = NamespaceKey::Of(ns);
   p.root = ns.root_key;
   p.bt = ns.info.layout.block_tokens;
   p.bb = ns.info.layout.BytesPerBlock();
@@ -327,7 +327,7 @@ void Store::PlanFetchesLocked(FetchPlan& p, const std::vector<Tensor*>& missing,
     names.resize(std::min<uint64_t>(names.size(), (first + blocks) * p.bt));
     p.jobs.push_back(FetchJob{TensorHold(*this, t), *off, blocks, keep, std::move(names), 0, 0, 0, {}});
     // Counted against the namespace's quota while it is fetched.
-    AddPendingLocked(p.def.info.name, p.ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
+    AddPendingLocked(p.ns, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
   }
 }
 
@@ -370,7 +370,7 @@ void Store::LandFetchLocked(const FetchPlan& p, FetchJob& j, bool fetched, std::
   const uint32_t bt = p.bt;
   Tensor* t = j.t.get();
   t->EndIo(Tensor::Io::kFilling);
-  AddPendingLocked(p.def.info.name, p.ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
+  AddPendingLocked(p.ns, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
   const FetchSegment& seg = p.groups[j.group].requests[j.request].segments[j.segment];
   bool complete = fetched && seg.fetched_blocks == j.blocks;
   if (!complete && !j.keys.empty() && t->in_index() && !t->in_dram() && LiveTokens(*t) / bt == j.blocks) {

@@ -12,11 +12,10 @@
 
 namespace ptstore::storage {
 
-// What the steps of one save share. `ns` is looked up again by ns_name and
-// ns_id after every drop of mu_ (it may have been dropped meanwhile).
+// What the steps of one save share. `ns` is looked up again by `key` after
+// every drop of mu_ (it may have been dropped meanwhile).
 struct Store::SaveJob {
-  std::string ns_name;
-  uint64_t ns_id = 0;
+  NamespaceKey key;
   Namespace* ns = nullptr;
   uint32_t bt = 0;                        // tokens per block
   uint64_t bb = 0;                        // bytes per block
@@ -39,8 +38,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RekeyLocked(*ns, tokens, &k);
   SaveJob job;
-  job.ns_name = ns_name;
-  job.ns_id = ns->id;
+  job.key = NamespaceKey::Of(*ns);
   job.ns = ns;
   job.bt = ns->info.layout.block_tokens;
   job.bb = ns->info.layout.BytesPerBlock();
@@ -61,8 +59,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return off.status();
   }
   if (job.cut || job.new_blocks == 0) {
-    Result<Namespace*> now = FindLocked(ns_name);
-    if (now.ok() && (*now)->id == job.ns_id) (*now)->cut_saves++;
+    if (Namespace* now = FindAgainLocked(job.key)) now->cut_saves++;
   }
   if (job.new_blocks == 0) {
     // Not one block fits in the namespace's quota: nothing is stored.
@@ -112,9 +109,9 @@ Result<std::optional<SaveResult>> Store::ClaimSaveLocked(SaveJob& job, core::Uni
     if (!inflight_.count(job.claim)) break;
     // Someone is storing the same next block: wait, then look again.
     inflight_done_.Wait(lk);
-    PTS_ASSIGN_OR_RETURN(job.ns, FindLocked(job.ns_name));
-    if (job.ns->id != job.ns_id) {
-      return Aborted("save: namespace '" + job.ns_name + "' was replaced during the save");
+    PTS_ASSIGN_OR_RETURN(job.ns, FindLocked(job.key.name));
+    if (job.ns->id != job.key.id) {
+      return Aborted("save: namespace '" + job.key.name + "' was replaced during the save");
     }
   }
   inflight_.insert(job.claim);
@@ -151,9 +148,9 @@ Result<uint64_t> Store::AllocateSaveLocked(SaveJob& job, core::UniqueLock& lk) {
                              : AllocateLocked(job.new_blocks * bb, job.cache_class, lk, false, job.ns);
   if (!off.ok() && off.status().code() == Code::kResourceExhausted && job.new_blocks > 1) {
     // Its own pinned data leaves room for fewer blocks: store those.
-    Result<Namespace*> now = FindLocked(job.ns_name);
-    if (now.ok() && (*now)->id == job.ns_id && (*now)->dram_quota != 0) {
-      job.ns = *now;
+    Namespace* now = FindAgainLocked(job.key);
+    if (now != nullptr && now->dram_quota != 0) {
+      job.ns = now;
       const uint64_t used = job.ns->dram_bytes + job.ns->dram_pending;
       const uint64_t fit = used < job.ns->dram_quota ? BlocksThatFit(job.ns->dram_quota - used, bb) : 0;
       if (fit > 0 && fit < job.new_blocks) {
@@ -168,12 +165,11 @@ Result<uint64_t> Store::AllocateSaveLocked(SaveJob& job, core::UniqueLock& lk) {
     // this save's own prefix (held while it hangs below it) or its pinned
     // data. Only the latter is the error a full arena gives; otherwise
     // nothing is stored, as when not one block fits.
-    Result<Namespace*> now = FindLocked(job.ns_name);
-    if (now.ok() && (*now)->id == job.ns_id && (*now)->dram_quota != 0 &&
-        (*now)->dram_bytes + (*now)->dram_pending + AlignUp(job.new_blocks * bb, alloc_.alignment()) >
-            (*now)->dram_quota &&
-        !NamespaceHasPinnedLocked(**now)) {
-      job.ns = *now;
+    Namespace* now = FindAgainLocked(job.key);
+    if (now != nullptr && now->dram_quota != 0 &&
+        now->dram_bytes + now->dram_pending + AlignUp(job.new_blocks * bb, alloc_.alignment()) > now->dram_quota &&
+        !NamespaceHasPinnedLocked(*now)) {
+      job.ns = now;
       job.new_blocks = 0;
       off = uint64_t{0};
     }
@@ -196,7 +192,7 @@ Tensor* Store::NewSaveTensorLocked(const SaveJob& job, uint64_t offset) {
   tensors_.emplace(t->id.value, std::move(owned));
   // Counted against the quota while it is copied (ChargeLocked takes over
   // once it is in the index).
-  AddPendingLocked(job.ns_name, job.ns_id, static_cast<int64_t>(t->allocated));
+  AddPendingLocked(job.key, static_cast<int64_t>(t->allocated));
   return t;
 }
 
@@ -205,12 +201,12 @@ SaveResult Store::IndexSaveLocked(SaveJob& job, Tensor* t) {
   const uint64_t bytes = job.new_blocks * job.bb;
   const uint64_t end_blocks = job.m.blocks + job.new_blocks;
   Namespace* ns = job.ns;
-  AddPendingLocked(job.ns_name, job.ns_id, -static_cast<int64_t>(t->allocated));
+  AddPendingLocked(job.key, -static_cast<int64_t>(t->allocated));
   FinishSaveClaimLocked(job);
-  Result<Namespace*> again = FindLocked(job.ns_name);
+  Namespace* again = FindAgainLocked(job.key);
   Match m2;
-  if (again.ok() && (*again)->id == job.ns_id) m2 = ns->tree->Longest(job.full, job.keys);
-  if (!again.ok() || (*again)->id != job.ns_id || m2.blocks != job.m.blocks) {
+  if (again != nullptr) m2 = ns->tree->Longest(job.full, job.keys);
+  if (again == nullptr || m2.blocks != job.m.blocks) {
     // A removal of the parent (or of the namespace) won the race: the save is
     // ordered before it, so its bytes are gone with it.
     MaybeDestroyLocked(t);

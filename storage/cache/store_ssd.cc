@@ -351,15 +351,14 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
     SsdLocation loc;
     uint64_t off = 0;
     Status status;
-    std::string ns_name;  // its namespace, charged dram_pending for it meanwhile
-    uint64_t ns_id = 0;
+    NamespaceKey ns;  // its namespace, charged dram_pending for it meanwhile
     uint64_t pending = 0;
   };
   std::vector<Job> jobs;
   for (Tensor* t : missing) {
     if (t->busy() || t->in_dram() || !t->on_ssd() || !t->in_index()) continue;
     t->BeginIo(Tensor::Io::kFilling);
-    jobs.push_back(Job{TensorHold(*this, t), t->ssd(), 0, Status::OK(), t->ns->info.name, t->ns->id, 0});
+    jobs.push_back(Job{TensorHold(*this, t), t->ssd(), 0, Status::OK(), NamespaceKey::Of(*t->ns), 0});
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     // Within its namespace's DRAM quota (its own tensors make room), while
@@ -375,7 +374,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
     }
     jobs[i].off = *off;
     jobs[i].pending = alloc_.AllocatedSize(*off);
-    AddPendingLocked(jobs[i].ns_name, jobs[i].ns_id, static_cast<int64_t>(jobs[i].pending));
+    AddPendingLocked(jobs[i].ns, static_cast<int64_t>(jobs[i].pending));
   }
   if (!jobs.empty()) {
     uint8_t* arena = arena_->data();
@@ -398,7 +397,7 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
   for (Job& j : jobs) {
     Tensor* t = j.t.get();
     t->EndIo(Tensor::Io::kFilling);
-    AddPendingLocked(j.ns_name, j.ns_id, -static_cast<int64_t>(j.pending));
+    AddPendingLocked(j.ns, -static_cast<int64_t>(j.pending));
     if (j.status.ok() && t->in_index() && t->on_ssd() && t->ssd() == j.loc) {
       t->MarkFilled(j.off, alloc_.AllocatedSize(j.off));
       ChargeLocked(t);
