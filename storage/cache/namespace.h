@@ -37,4 +37,14 @@ struct Namespace {
   uint64_t cut_saves = 0;
 };
 
+// A namespace named across a drop of the store's mutex: by name and
+// incarnation, never by its struct, which a DropNamespace meanwhile frees
+// (a fetch read one that a fill had let go: commit 4c4a135). The store
+// looks it up again with Store::FindAgainLocked.
+struct NamespaceKey {
+  std::string name;
+  uint64_t id = 0;
+  static NamespaceKey Of(const Namespace& ns) { return NamespaceKey{ns.info.name, ns.id}; }
+};
+
 }  // namespace ptstore::storage

@@ -30,42 +30,38 @@
 // outside it, protected by pins, holds and the tensors' io state. Lock
 // order: compact_mu_ (one compaction at a time), then mu_.
 //
-// Where mu_ is dropped, and what stays valid across the drop (anything else
-// may change: namespaces are looked up again by name and id, tensors'
-// in_index / in_dram / on_ssd checked again):
+// Where mu_ is dropped, and what stays valid across the drop: the holds and
+// pins (TensorHold, TensorPin: storage/cache/tensor_refs.h) and Tensor::Io
+// marks that live across it, and claims. Anything else may change:
+// namespaces are looked up again by their NamespaceKey (FindAgainLocked),
+// tensors' state checked again (Tensor: in_index(), in_dram(), on_ssd()...).
 // - AllocateLocked, ArenaAllocateLocked, NamespaceRoomLocked and
-//   MakeOwnedRoomLocked, to spill a victim (SpillLocked) or to wait on
-//   io_done_ for other threads' appends: only what the caller pinned, held
-//   or marked busy (Tensor::io), and its inflight_ claim.
+//   MakeOwnedRoomLocked, to spill a victim (SpillLocked, the victim held)
+//   or to wait on io_done_ for other threads' appends: only what the caller
+//   pinned, held or marked busy, and its inflight_ claim.
 // - SpillLocked: the tensor is kSpilling and its ancestors held while their
 //   records are written; SpillOneLocked: the tensor is kSpilling (its DRAM
 //   bytes stay where they are) during the append.
 // - AppendHeaderLocked (from WriteStubLocked, whose tensor SpillLocked
 //   holds, CreateNamespace and SetQuota): nothing but the count in
-//   appends_in_flight_ (no compaction starts while one is); callers check
-//   again afterwards.
-// - FillLocked: its tensors are kFilling (their records stay), their new
-//   arena allocations charged to their namespaces as dram_pending.
-// - FetchLocked: its remote tensors are held by PinImpl and, during the
-//   fetch, kFilling; their allocations are charged as dram_pending. Its
-//   PlanFetchesLocked, in AllocateLocked: the remote tensors' holds, and
-//   the allocations of the jobs planned so far (kFilling, dram_pending).
-// - Save, for the copy into the arena: its inflight_ claim (no other save
-//   of the same next block), holds on the matched path, and the new tensor
-//   (not in the index yet, charged as dram_pending). Its steps:
-//   ClaimSaveLocked waits on inflight_done_ holding nothing (it looks the
-//   namespace up again); AllocateSaveLocked, in AllocateLocked, keeps the
-//   claim and the holds.
+//   appends_in_flight_ (no compaction starts while one is).
+// - FillLocked: each job holds its tensor, kFilling (its record stays), its
+//   new arena allocation charged to its namespace as dram_pending.
+// - FetchLocked: each job (PlanFetchesLocked, which may drop mu_ in
+//   AllocateLocked) holds its remote tensor, kFilling, its allocation
+//   charged as dram_pending; PinImpl holds them too.
+// - Save, for the copy into the arena: its inflight_ claim, holds on the
+//   matched path (SaveJob), and the new tensor (kNew, charged as
+//   dram_pending). ClaimSaveLocked waits on inflight_done_ holding nothing.
 // - PinImpl's ReadPathLocked, around FillLocked and FetchLocked, and its
 //   WaitForPathIoLocked, while it waits on io_done_ for another's I/O: pins
 //   on the DRAM part of its path (PinDramPathLocked), holds on the remote
 //   tensors it fetches and on its transient fetches; not the namespace,
-//   which ReadPathLocked looks up again after the fill before it fetches.
-//   PinImpl walks the match again after each.
-// - CompactOnce (compact_mu_ held throughout), for the copies: tensors
-//   whose records it copies are kCopying, those whose stubs it copies held
-//   (CollectMovesLocked marks them; LandMoveLocked, under mu_ again,
-//   checks each against what changed).
+//   which ReadPathLocked looks up again after the fill. PinImpl walks the
+//   match again after each.
+// - CompactOnce (compact_mu_ held throughout), for the copies: each move
+//   holds its tensor; records it copies are kCopying (LandMoveLocked, under
+//   mu_ again, checks each against what changed).
 // - PersistAll, across each SpillLocked (tensors looked up again by id).
 // - FinishRemovalLocked returns with mu_ released (the end of a removal
 //   waits for its record rewrites without it), as DropNamespace and
@@ -107,6 +103,9 @@
 #include "storage/index/tensor.h"
 
 namespace ptstore::storage {
+
+class TensorHold;
+class TensorPin;
 
 class Store {
  public:
@@ -316,6 +315,9 @@ class Store {
   const StoreOptions& options() const { return options_; }
 
  private:
+  friend class TensorHold;  // they take and release under mu_ (tensor_refs.h)
+  friend class TensorPin;
+  friend class TensorRefsTest;  // tests/storage/tensor_state_test.cc
   struct Lease {
     uint64_t session;
     Clock::time_point expiry;
@@ -359,9 +361,11 @@ class Store {
   // The arena's part of AllocateLocked (no quota).
   Result<uint64_t> ArenaAllocateLocked(uint64_t bytes, CacheClass cls, core::UniqueLock& lk,
                                        bool transient) REQUIRES(mu_);
-  // Adds `delta` to the dram_pending of namespace `name` if it is still the
-  // one whose id is `ns_id`.
-  void AddPendingLocked(const std::string& name, uint64_t ns_id, int64_t delta) REQUIRES(mu_);
+  // The namespace `k` names, if it is still that one (nullptr: dropped or
+  // made again since `k` was taken).
+  Namespace* FindAgainLocked(const NamespaceKey& k) const REQUIRES(mu_);
+  // Adds `delta` to the dram_pending of namespace `ns` if it is still there.
+  void AddPendingLocked(const NamespaceKey& ns, int64_t delta) REQUIRES(mu_);
   // Quotas (store_quota.cc). Brings t's charges against its namespace up to
   // date with where t is (Tensor::charged_*); call after every change of
   // in_index, in_dram, allocated, on_ssd or ssd.
@@ -444,13 +448,13 @@ class Store {
   struct CompactionMove;
   bool CollectMovesLocked(uint64_t seg, std::vector<CompactionMove>* moves) REQUIRES(mu_);
   bool LandMoveLocked(CompactionMove& m) REQUIRES(mu_);
-  // Takes `t` (and what hangs below it) out of the index; `t` itself stays
-  // allocated for the caller, who frees it with MaybeDestroyLocked.
-  void DropFromIndexLocked(Tensor* t) REQUIRES(mu_);
+  // Takes `t` (and what hangs below it) out of the index; the caller's hold
+  // keeps its struct (freed when the hold goes).
+  void DropFromIndexLocked(const TensorHold& t) REQUIRES(mu_);
   // Keeps the first `blocks` blocks of `t`'s nodes in the index and takes
   // the rest (and what hangs below it) out; `keys` are the chain keys of
   // `t`'s prefix up to its last block.
-  void KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey> keys) REQUIRES(mu_);
+  void KeepHeadLocked(const TensorHold& t, uint64_t blocks, std::span<const ChainKey> keys) REQUIRES(mu_);
   // KV events (store_events.cc): the media `t`'s blocks are held in (KvMedium
   // bits); publishes what changed for each of its nodes / for one node, or
   // for a node leaving the index; announces everything (AnnounceLocked).
@@ -493,10 +497,9 @@ class Store {
   void PropagateLocked(RadixNode* node, double p) REQUIRES(mu_);
   void PinLocked(Tensor* t) REQUIRES(mu_);
   // Pins each tensor of `m`'s path that is in DRAM (once; not transient
-  // ones, which no eviction takes) and returns them, for the caller to
-  // unpin: they stay in DRAM while the lock is released (a fill, a fetch,
-  // a wait for another's I/O).
-  std::vector<Tensor*> PinDramPathLocked(const Match& m) REQUIRES(mu_);
+  // ones, which no eviction takes): they stay in DRAM while the caller
+  // releases the lock (a fill, a fetch, a wait for another's I/O).
+  std::vector<TensorPin> PinDramPathLocked(const Match& m) REQUIRES(mu_);
   PrefixNodeInfo NodeInfoLocked(const RadixNode* n, uint32_t block_tokens) const REQUIRES(mu_);
   // Pin with its cluster options: only blocks from `from_block` must be in
   // DRAM and are pinned; remote tensors are fetched when `fetch_remote`;
@@ -513,8 +516,8 @@ class Store {
   PinNeeds PinNeedsLocked(const Match& m, uint64_t from_block, bool fetch_remote,
                           const std::vector<Tensor*>& tried) const REQUIRES(mu_);
   void WaitForPathIoLocked(const Match& m, core::UniqueLock& lk) REQUIRES(mu_);
-  void ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
-                      std::vector<Tensor*>* tried, std::vector<Tensor*>* transient) REQUIRES(mu_);
+  void ReadPathLocked(const NamespaceKey& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
+                      std::vector<Tensor*>* tried, std::vector<TensorHold>* transient) REQUIRES(mu_);
   Match DramPrefixLocked(const Match& m, uint64_t from_block) const REQUIRES(mu_);
   PrefixResult LeaseLocked(const Namespace& ns, const Match& m, uint64_t session, uint64_t lease_ms,
                            uint64_t from_block) REQUIRES(mu_);
@@ -535,18 +538,18 @@ class Store {
   // Tensors it fetched for this pin alone go in `transient`, each with a
   // hold the caller releases (ReleaseTransientsLocked).
   void FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, core::UniqueLock& lk,
-                   std::vector<Tensor*>* transient) REQUIRES(mu_);
+                   std::vector<TensorHold>* transient) REQUIRES(mu_);
   // FetchLocked's steps (store_remote.cc), on one FetchPlan: an allocation
   // per tensor to fetch (AllocateLocked: may release `lk`), the tensors
   // grouped into fetches by prefix and owner, and each job's result landed.
   struct FetchJob; struct FetchGroup; struct FetchPlan;
   void PlanFetchesLocked(FetchPlan& p, const std::vector<Tensor*>& missing, core::UniqueLock& lk) REQUIRES(mu_);
   void GroupFetchesLocked(FetchPlan& p) REQUIRES(mu_);
-  void LandFetchLocked(const FetchPlan& p, const FetchJob& j, bool fetched, std::vector<Tensor*>* transient)
+  void LandFetchLocked(const FetchPlan& p, FetchJob& j, bool fetched, std::vector<TensorHold>* transient)
       REQUIRES(mu_);
   // Drops the holds of a pin's transient fetches, and the bytes of those
   // the pin did not keep pinned.
-  void ReleaseTransientsLocked(std::vector<Tensor*>& tensors) REQUIRES(mu_);
+  void ReleaseTransientsLocked(std::vector<TensorHold>& tensors) REQUIRES(mu_);
   // An owned increment leaves the node with no copy: remember it for the
   // cluster (track_lost).
   void NoteLostLocked(Tensor* t) REQUIRES(mu_);

@@ -6,14 +6,16 @@
 
 #include "core/logging.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
 // One live record of the segment a compaction empties: a tensor's record
 // (its stub's when `stub`), or a namespace's; where it was, and where its
-// copy went.
+// copy went. The hold keeps a tensor's struct across the copy (a record's
+// tensor is also kCopying, so that the record stays where it is).
 struct Store::CompactionMove {
-  Tensor* t = nullptr;            // a tensor's record (its stub's when `stub`), or
+  TensorHold t;                   // a tensor's record (its stub's when `stub`), or
   bool stub = false;
   std::string ns_name;            // a namespace's record
   uint64_t ns_id = 0;
@@ -46,6 +48,7 @@ Result<bool> Store::CompactOnce() {
   for (CompactionMove& m : moves) {
     if (!LandMoveLocked(m)) all_moved = false;
   }
+  moves.clear();  // LandMoveLocked released the holds; none outlives mu_
   stats_.ssd_compactions++;
   ssd_gen_++;  // space came back: spills that failed may try again
   io_done_.NotifyAll();
@@ -57,22 +60,24 @@ Result<bool> Store::CompactOnce() {
 
 bool Store::CollectMovesLocked(uint64_t seg, std::vector<CompactionMove>* moves) {
   for (auto& [id, t] : tensors_) {
-    if (!t->on_ssd || t->ssd.segment != seg) continue;
-    if (t->io != Tensor::Io::kNone) return false;  // busy: next time
+    if (!t->on_ssd() || t->ssd().segment != seg) continue;
+    if (t->busy()) {
+      moves->clear();  // busy: next time (the holds go, nothing is marked yet)
+      return false;
+    }
     CompactionMove m;
-    m.t = t.get();
-    m.from = t->ssd;
+    m.t = TensorHold(*this, t.get());
+    m.from = t->ssd();
     m.live_tokens = LiveTokens(*t);
     moves->push_back(std::move(m));
   }
   for (auto& [id, t] : tensors_) {
-    if (!t->stub_on_ssd || t->stub.segment != seg) continue;
+    if (!t->stub_on_ssd() || t->stub().segment != seg) continue;
     CompactionMove m;
-    m.t = t.get();
+    m.t = TensorHold(*this, t.get());
     m.stub = true;
-    m.from = t->stub;
+    m.from = t->stub();
     m.live_tokens = LiveTokens(*t);
-    t->holds++;  // the struct outlives the copy
     moves->push_back(std::move(m));
   }
   for (auto& [name, n] : namespaces_) {
@@ -84,7 +89,7 @@ bool Store::CollectMovesLocked(uint64_t seg, std::vector<CompactionMove>* moves)
     moves->push_back(std::move(m));
   }
   for (CompactionMove& m : *moves) {
-    if (m.t && !m.stub) m.t->io = Tensor::Io::kCopying;
+    if (m.t && !m.stub) m.t->BeginIo(Tensor::Io::kCopying);
   }
   return true;
 }
@@ -92,7 +97,7 @@ bool Store::CollectMovesLocked(uint64_t seg, std::vector<CompactionMove>* moves)
 bool Store::LandMoveLocked(CompactionMove& m) {
   const bool moved = m.to.ok();
   if (!moved) PTS_ERROR("ssd", "compaction: " << m.to.status().ToString());
-  if (m.t == nullptr) {
+  if (!m.t) {
     auto it = namespaces_.find(m.ns_name);
     const bool same = it != namespaces_.end() && it->second->id == m.ns_id && it->second->record == m.from;
     if (m.to.ok() && same) {
@@ -104,45 +109,44 @@ bool Store::LandMoveLocked(CompactionMove& m) {
     }
     return moved;
   }
-  Tensor* t = m.t;
+  Tensor* t = m.t.get();
   if (m.stub) {
-    t->holds--;
-    if (m.to.ok() && t->stub_on_ssd && t->stub == m.from) {
-      t->stub = *m.to;
+    if (m.to.ok() && t->stub_on_ssd() && t->stub() == m.from) {
+      t->MoveStub(*m.to);
       ssd_->Forget(m.from);
       t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
       NoteTimesChangedLocked(t);
-      if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub, LiveTokens(*t));
+      if (LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->stub(), LiveTokens(*t));
     } else if (m.to.ok()) {
       ssd_->Forget(*m.to);  // gone meanwhile
       RewriteRecordLocked(*m.to, 0);
-    } else if (m.to.status().code() == Code::kCorruption) {
-      t->stub_on_ssd = false;  // written again with the next spill below it
+    } else if (m.to.status().code() == Code::kCorruption && t->stub_on_ssd()) {
+      t->ForgetStub();  // written again with the next spill below it
     }
-    MaybeDestroyLocked(t);
+    m.t.Release();  // freed if it left the index meanwhile
     return moved;
   }
-  t->io = Tensor::Io::kNone;
+  t->EndIo(Tensor::Io::kCopying);
   if (!m.to.ok() && m.to.status().code() != Code::kCorruption) {
     // The copy failed, not the record: it stays where it is.
-    MaybeDestroyLocked(t);
+    m.t.Release();
     return moved;
   }
   if (m.to.ok()) {
     // The new copy replaces the old; if the tensor left the index
     // meanwhile, MaybeDestroyLocked below kills the new copy.
-    t->ssd = *m.to;
+    t->MoveRecord(*m.to);
     ChargeLocked(t);
     ssd_->Forget(m.from);
     t->record_times = {};  // a times rewrite meanwhile may have gone to the old copy
     NoteTimesChangedLocked(t);
-    if (t->in_index && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd, LiveTokens(*t));
-  } else if (t->in_dram) {
+    if (t->in_index() && LiveTokens(*t) < m.live_tokens) RewriteRecordLocked(t->ssd(), LiveTokens(*t));
+  } else if (t->in_dram()) {
     DropSsdCopyLocked(t);
   } else {
-    DropFromIndexLocked(t);  // its only copy is corrupt
+    DropFromIndexLocked(m.t);  // its only copy is corrupt
   }
-  MaybeDestroyLocked(t);
+  m.t.Release();
   return moved;
 }
 

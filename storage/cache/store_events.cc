@@ -20,11 +20,11 @@ constexpr uint8_t kStorageBit = static_cast<uint8_t>(KvMedium::kStorage);
 }  // namespace
 
 uint8_t Store::HeldMediaLocked(const Tensor& t) const {
-  if (!t.in_index) return 0;
+  if (!t.in_index()) return 0;
   uint8_t m = 0;
   // A replica fetched for one load (transient) is not kept: not announced.
-  if (t.in_dram && !t.transient) m |= kCpuBit;
-  if (t.on_ssd) m |= kStorageBit;
+  if (t.in_dram() && !t.transient()) m |= kCpuBit;
+  if (t.on_ssd()) m |= kStorageBit;
   return m;
 }
 

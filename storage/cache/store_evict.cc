@@ -1,9 +1,12 @@
 // Room in the arena (store.h): allocation within the arena and a
 // namespace's DRAM quota, and eviction by GDSF (replicas first, owned data
 // dropped or, with an SSD tier, spilled).
+#include <optional>
+
 #include "core/logging.h"
 #include "storage/cache/bytes_text.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
@@ -21,15 +24,15 @@ void Store::EvictLocked(Tensor* t) {
 
 bool Store::DropOneLocked(CacheClass from, Namespace* ns) {
   auto may_go = [](const Tensor* t) {
-    if (t->pins != 0 || t->io != Tensor::Io::kNone) return false;
+    if (t->pins() != 0 || t->busy()) return false;
     // A replica of another node's increment only gives up its bytes: its
     // metadata stays (what hangs below it stays reachable).
-    return t->remote || (t->holds == 0 && t->foreign_children == 0);
+    return t->remote() || (t->holds() == 0 && t->foreign_children == 0);
   };
   const EvictionQueue& q = queue_[static_cast<int>(from)];
   Tensor* victim = ns ? q.PickVictimIn(ns, may_go) : q.PickVictim(may_go);
   if (victim == nullptr) return false;
-  if (victim->remote) {
+  if (victim->remote()) {
     gdsf_.OnEvict(*victim);
     FreeDramLocked(victim);
     stats_.evictions++;
@@ -48,38 +51,35 @@ bool Store::MakeOwnedRoomLocked(core::UniqueLock& lk, Namespace* ns) {
   // hold is spilled first (or, when it cannot be, dropped if it is a leaf).
   const uint64_t gen = ssd_gen_;
   auto may_go = [gen](const Tensor* t) {
-    if (t->pins != 0 || t->io != Tensor::Io::kNone) return false;
-    if (t->on_ssd) return true;
+    if (t->pins() != 0 || t->busy()) return false;
+    if (t->on_ssd()) return true;
     if (t->spill_failed_gen != gen) return true;
-    return t->holds == 0 && t->foreign_children == 0;
+    return t->holds() == 0 && t->foreign_children == 0;
   };
   const EvictionQueue& q = queue_[static_cast<int>(from)];
   Tensor* victim = ns ? q.PickVictimIn(ns, may_go) : q.PickVictim(may_go);
   if (victim == nullptr) return false;
-  if (victim->on_ssd) {
+  if (victim->on_ssd()) {
     FreeDramLocked(victim);
     stats_.evictions++;
     stats_.evicted_bytes += victim->bytes;
     return true;
   }
+  // Held across the spill, so that its struct is still there to look at
+  // below: a spill whose append failed after a removal took the tensor out
+  // of the index meanwhile would free it (commit 086d638). (Nobody else
+  // sees the hold: the tensor is kSpilling whenever the lock is released.)
+  // The hold's release frees it if it was removed while its spill ran.
+  std::optional<TensorHold> keep;
   if (victim->spill_failed_gen != gen) {
-    // Held across the spill, so that its struct is still there to look at
-    // below: a spill whose append failed after a removal took the tensor out
-    // of the index meanwhile would free it. (Nobody else sees the hold: the
-    // tensor is kSpilling whenever the lock is released.)
-    victim->holds++;
-    const bool spilled = SpillLocked(victim, lk);
-    victim->holds--;
-    if (spilled) {
-      MaybeDestroyLocked(victim);
-      return true;
-    }
+    keep.emplace(*this, victim);
+    if (SpillLocked(victim, lk)) return true;
   }
-  if (victim->holds == 0 && victim->foreign_children == 0 && victim->in_index && victim->pins == 0 &&
-      victim->io == Tensor::Io::kNone && !victim->on_ssd) {
+  const uint32_t ours = keep ? 1 : 0;
+  if (victim->holds() == ours && victim->foreign_children == 0 && victim->in_index() && victim->pins() == 0 &&
+      !victim->busy() && !victim->on_ssd()) {
+    keep.reset();
     EvictLocked(victim);
-  } else {
-    MaybeDestroyLocked(victim);  // removed while its spill ran
   }
   return true;  // something changed (or the lock was released): look again
 }
@@ -91,12 +91,9 @@ Result<uint64_t> Store::AllocateLocked(uint64_t bytes, CacheClass cls, core::Uni
   // steps may release the lock (spills), so the namespace is looked up again
   // after each, and the quota checked again once the bytes are allocated
   // (another save of it may have taken the room meanwhile).
-  const std::string name = ns->info.name;
-  const uint64_t id = ns->id;
-  auto again = [&]() REQUIRES(mu_) -> Namespace* {
-    auto it = namespaces_.find(name);
-    return it == namespaces_.end() || it->second->id != id ? nullptr : it->second.get();
-  };
+  const NamespaceKey key = NamespaceKey::Of(*ns);
+  const std::string& name = key.name;
+  auto again = [&]() REQUIRES(mu_) { return FindAgainLocked(key); };
   auto gone = [&] { return Aborted("namespace '" + name + "' was dropped while making room in it"); };
   for (;;) {
     if (!NamespaceRoomLocked(ns, bytes, lk)) {

@@ -41,7 +41,7 @@ bool Store::RaiseAncestorsAtimeLocked(RadixNode* n, uint64_t atime_ns) {
 }
 
 void Store::NoteTimesChangedLocked(Tensor* t) {
-  if (t->on_ssd || t->stub_on_ssd) times_dirty_.insert(t->id.value);
+  if (t->on_ssd() || t->stub_on_ssd()) times_dirty_.insert(t->id.value);
 }
 
 Times Store::TensorTimesLocked(const Tensor& t) const {
@@ -93,9 +93,9 @@ PrefixNodeInfo Store::NodeInfoLocked(const RadixNode* n, uint32_t bt) const {
   info.tensor = n->tensor->id;
   info.cache_class = n->tensor->cache_class;
   info.children = static_cast<uint32_t>(n->children.size());
-  info.pins = n->tensor->pins;
-  info.tier = static_cast<uint8_t>((n->tensor->in_dram ? kTierDram : 0) | (n->tensor->on_ssd ? kTierSsd : 0) |
-                                   (n->tensor->remote ? kTierRemote : 0));
+  info.pins = n->tensor->pins();
+  info.tier = static_cast<uint8_t>((n->tensor->in_dram() ? kTierDram : 0) | (n->tensor->on_ssd() ? kTierSsd : 0) |
+                                   (n->tensor->remote() ? kTierRemote : 0));
   info.times = n->times;
   return info;
 }

@@ -6,6 +6,7 @@
 #include "core/logging.h"
 #include "core/stream_copy.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
@@ -67,15 +68,14 @@ Result<PrefixResult> Store::Pin(const std::string& ns_name, std::span<const uint
   return PinImpl(ns_name, tokens, session, lease_ms, 0, /*fetch_remote=*/true, /*count=*/true);
 }
 
-std::vector<Tensor*> Store::PinDramPathLocked(const Match& m) {
-  std::vector<Tensor*> present;
+std::vector<TensorPin> Store::PinDramPathLocked(const Match& m) {
+  std::vector<TensorPin> pins;
   // (Transient fetched tensors are in no eviction queue: they stay.)
   for (const MatchStep& st : m.path) {
     Tensor* t = st.node->tensor;
-    if (t->in_dram && !t->transient && (present.empty() || present.back() != t)) present.push_back(t);
+    if (t->in_dram() && !t->transient() && (pins.empty() || pins.back().get() != t)) pins.emplace_back(*this, t);
   }
-  for (Tensor* t : present) PinLocked(t);
-  return present;
+  return pins;
 }
 
 // What a pin's path lacks in DRAM (PinNeedsLocked): tensors only SSD holds,
@@ -105,12 +105,12 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
   // Fetched for this pin alone, each with a hold (so the struct stays while
   // the lock is released in later rounds): on every way out, the holds go,
   // and so do the bytes of those the pin did not take after all.
-  std::vector<Tensor*> transient;
+  std::vector<TensorHold> transient;
   // Declared after `lk`, so destroyed before it: runs with mu_ held. (The
   // analysis does not look into destructors; AssertHeld says what holds.)
   struct TransientGuard {
     Store* store;
-    std::vector<Tensor*>* tensors;
+    std::vector<TensorHold>* tensors;
     ~TransientGuard() {
       store->mu_.AssertHeld();
       store->ReleaseTransientsLocked(*tensors);
@@ -133,7 +133,7 @@ Result<PrefixResult> Store::PinImpl(const std::string& ns_name, std::span<const 
     }
     if (!need.from_ssd.empty()) filled = true;
     if (!need.from_peers.empty()) fetched = true;
-    ReadPathLocked(*ns, m, need, lk, &tried, &transient);
+    ReadPathLocked(NamespaceKey::Of(*ns), m, need, lk, &tried, &transient);
     ++round;
   }
   if (filled) stats_.ssd_hits++;
@@ -160,12 +160,12 @@ Store::PinNeeds Store::PinNeedsLocked(const Match& m, uint64_t from_block, bool 
     Tensor* t = st.node->tensor;
     const bool needed = Needed(first, st, from_block);
     first += st.blocks;
-    if (!needed || t->in_dram) continue;
-    if (t->io != Tensor::Io::kNone) {
+    if (!needed || t->in_dram()) continue;
+    if (t->busy()) {
       need.busy = true;
-    } else if (t->on_ssd && SsdEnabled()) {
+    } else if (t->on_ssd() && SsdEnabled()) {
       if (need.from_ssd.empty() || need.from_ssd.back() != t) need.from_ssd.push_back(t);
-    } else if (t->remote && fetch_remote && fetcher_ != nullptr &&
+    } else if (t->remote() && fetch_remote && fetcher_ != nullptr &&
                std::find(tried.begin(), tried.end(), t) == tried.end()) {
       if (need.from_peers.empty() || need.from_peers.back() != t) need.from_peers.push_back(t);
     } else {
@@ -188,47 +188,39 @@ void Store::WaitForPathIoLocked(const Match& m, core::UniqueLock& lk) {
   // rounds ran out and a stored prefix missed (issue 15's lost hit).
   // Waiting with pins cannot deadlock: an allocation never waits for
   // a pin to go (it fails, and that fill's waiters wake).
-  std::vector<Tensor*> held = PinDramPathLocked(m);
+  const std::vector<TensorPin> pinned = PinDramPathLocked(m);
   io_done_.Wait(lk);
-  for (Tensor* t : held) UnpinLocked(t);
 }
 
-void Store::ReadPathLocked(const Namespace& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
-                           std::vector<Tensor*>* tried, std::vector<Tensor*>* transient) {
-  // Keep the DRAM part of the path while the rest is read.
-  std::vector<Tensor*> present = PinDramPathLocked(m);
+void Store::ReadPathLocked(const NamespaceKey& ns, const Match& m, const PinNeeds& need, core::UniqueLock& lk,
+                           std::vector<Tensor*>* tried, std::vector<TensorHold>* transient) {
+  // Keep the DRAM part of the path while the rest is read (unpinned when
+  // this returns, after the holds below go).
+  const std::vector<TensorPin> present = PinDramPathLocked(m);
   // The structs of the remote ones outlive every unlock below (the SSD
   // fill first, then the fetch): a removal from another node meanwhile
   // takes them out of the index (the fetch then skips them) but must not
   // free them under us.
-  for (Tensor* t : need.from_peers) t->holds++;
-  const Namespace* now = &ns;
-  if (!need.from_ssd.empty()) {
-    const std::string name = ns.info.name;
-    const uint64_t id = ns.id;
-    FillLocked(need.from_ssd, lk);
-    // The fill released the lock: the namespace may have been dropped (its
-    // struct freed) or made again meanwhile. Fetch only for the same one;
-    // otherwise the next round's lookup says what is left.
-    auto it = namespaces_.find(name);
-    now = it != namespaces_.end() && it->second->id == id ? it->second.get() : nullptr;
-  }
+  std::vector<TensorHold> peers;
+  peers.reserve(need.from_peers.size());
+  for (Tensor* t : need.from_peers) peers.emplace_back(*this, t);
+  if (!need.from_ssd.empty()) FillLocked(need.from_ssd, lk);
+  // The fill released the lock: the namespace may have been dropped (its
+  // struct freed) or made again meanwhile, so only its key crossed the
+  // drop. Fetch only for the same one; otherwise the next round's lookup
+  // says what is left.
+  const Namespace* now = FindAgainLocked(ns);
   if (!need.from_peers.empty() && now != nullptr) {
     tried->insert(tried->end(), need.from_peers.begin(), need.from_peers.end());
     FetchLocked(*now, need.from_peers, lk, transient);
   }
-  for (Tensor* t : need.from_peers) {
-    t->holds--;
-    MaybeDestroyLocked(t);
-  }
-  for (Tensor* t : present) UnpinLocked(t);
 }
 
 Match Store::DramPrefixLocked(const Match& m, uint64_t from_block) const {
   Match cut;
   uint64_t at = 0;
   for (const MatchStep& st : m.path) {
-    if (Needed(at, st, from_block) && !st.node->tensor->in_dram) break;
+    if (Needed(at, st, from_block) && !st.node->tensor->in_dram()) break;
     at += st.blocks;
     cut.path.push_back(st);
     cut.blocks += st.blocks;

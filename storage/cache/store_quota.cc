@@ -21,8 +21,8 @@ std::string Show(uint64_t b) { return FormatQuotaBytes(b) == "unlimited" ? "0" :
 }  // namespace
 
 void Store::ChargeLocked(Tensor* t) {
-  const uint64_t dram = t->in_index && t->in_dram ? t->allocated : 0;
-  const uint64_t ssd = t->in_index && t->on_ssd ? t->ssd.footprint() : 0;
+  const uint64_t dram = t->in_index() && t->in_dram() ? t->allocated : 0;
+  const uint64_t ssd = t->in_index() && t->on_ssd() ? t->ssd().footprint() : 0;
   if (dram == t->charged_dram && ssd == t->charged_ssd) return;
   Namespace* ns = t->ns;
   ns->dram_bytes = ns->dram_bytes - t->charged_dram + dram;
@@ -31,11 +31,15 @@ void Store::ChargeLocked(Tensor* t) {
   t->charged_ssd = ssd;
 }
 
-void Store::AddPendingLocked(const std::string& name, uint64_t ns_id, int64_t delta) {
-  auto it = namespaces_.find(name);
-  if (it == namespaces_.end() || it->second->id != ns_id) return;  // dropped (or made again) meanwhile
-  Namespace& n = *it->second;
-  n.dram_pending = static_cast<uint64_t>(static_cast<int64_t>(n.dram_pending) + delta);
+Namespace* Store::FindAgainLocked(const NamespaceKey& k) const {
+  auto it = namespaces_.find(k.name);
+  return it == namespaces_.end() || it->second->id != k.id ? nullptr : it->second.get();
+}
+
+void Store::AddPendingLocked(const NamespaceKey& ns, int64_t delta) {
+  Namespace* n = FindAgainLocked(ns);
+  if (n == nullptr) return;  // dropped (or made again) meanwhile
+  n->dram_pending = static_cast<uint64_t>(static_cast<int64_t>(n->dram_pending) + delta);
 }
 
 uint64_t Store::BlocksThatFit(uint64_t room, uint64_t bb) const {
@@ -48,8 +52,7 @@ uint64_t Store::BlocksThatFit(uint64_t room, uint64_t bb) const {
 
 bool Store::NamespaceRoomLocked(Namespace* ns, uint64_t bytes, core::UniqueLock& lk) {
   const uint64_t need = AlignUp(bytes, alloc_.alignment());
-  const std::string name = ns->info.name;
-  const uint64_t id = ns->id;
+  const NamespaceKey key = NamespaceKey::Of(*ns);  // each step below may drop mu_
   for (;;) {
     if (ns->dram_quota == 0 || ns->dram_bytes + ns->dram_pending + need <= ns->dram_quota) return true;
     if (need > ns->dram_quota) return false;  // never fits
@@ -59,17 +62,15 @@ bool Store::NamespaceRoomLocked(Namespace* ns, uint64_t bytes, core::UniqueLock&
     // Never another namespace's.
     bool changed = DropOneLocked(CacheClass::kReplica, ns) || MakeOwnedRoomLocked(lk, ns);
     const uint64_t waiting = appends_in_flight_;
-    auto it = namespaces_.find(name);
-    if (it == namespaces_.end() || it->second->id != id) return false;
-    ns = it->second.get();
+    ns = FindAgainLocked(key);
+    if (ns == nullptr) return false;
     if (ns->dram_bytes < before) ns->dram_evictions++;
     if (!changed) {
       // Spills of its tensors by other threads free DRAM when they end.
       if (waiting == 0) return false;
       io_done_.Wait(lk);
-      it = namespaces_.find(name);
-      if (it == namespaces_.end() || it->second->id != id) return false;
-      ns = it->second.get();
+      ns = FindAgainLocked(key);
+      if (ns == nullptr) return false;
     }
   }
 }
@@ -89,7 +90,7 @@ bool Store::NamespaceSsdRoomLocked(Namespace* ns, uint64_t need) {
 }
 
 bool Store::NamespaceHasPinnedLocked(const Namespace& ns) const {
-  auto pinned = [](const Tensor* t) { return t->pins != 0; };
+  auto pinned = [](const Tensor* t) { return t->pins() != 0; };
   return queue_[0].PickVictimIn(&ns, pinned) != nullptr || queue_[1].PickVictimIn(&ns, pinned) != nullptr;
 }
 
@@ -139,7 +140,7 @@ Result<NamespaceQuota> Store::SetQuota(const std::string& name, const QuotaChang
   if (change.ssd && *change.ssd != 0 && !SsdEnabled()) {
     return InvalidArgument("namespace '" + name + "': an SSD quota needs an SSD tier, and this ptstored has none");
   }
-  const uint64_t id = ns->id;
+  const NamespaceKey key = NamespaceKey::Of(*ns);  // the record's append drops mu_
   const uint64_t dram = change.dram.value_or(ns->dram_quota);
   const uint64_t ssd = change.ssd.value_or(ns->ssd_quota);
   if (SsdEnabled() && (dram != ns->dram_quota || ssd != ns->ssd_quota)) {
@@ -156,14 +157,13 @@ Result<NamespaceQuota> Store::SetQuota(const std::string& name, const QuotaChang
     h.seq = next_seq_++;
     Result<SsdLocation> loc = AppendHeaderLocked(std::move(h), lk);
     if (!loc.ok()) return loc.status().WithContext("set the quota of namespace '" + name + "'");
-    auto it = namespaces_.find(name);
-    if (it == namespaces_.end() || it->second->id != id) {
+    ns = FindAgainLocked(key);
+    if (ns == nullptr) {
       // Dropped meanwhile: the record must not bring it back.
       ssd_->Forget(*loc);
       RewriteRecordLocked(*loc, 0);
       return NotFound("namespace '" + name + "' was dropped while its quota was being set");
     }
-    ns = it->second.get();
     if (ns->record) {
       ssd_->Forget(*ns->record);
       RewriteRecordLocked(*ns->record, 0);
@@ -178,11 +178,8 @@ Result<NamespaceQuota> Store::SetQuota(const std::string& name, const QuotaChang
   if (ssd != 0 && ns->ssd_bytes > ssd) NamespaceSsdRoomLocked(ns, 0);
   if (dram != 0 && ns->dram_bytes > dram) {
     NamespaceRoomLocked(ns, 0, lk);
-    auto it = namespaces_.find(name);
-    if (it == namespaces_.end() || it->second->id != id) {
-      return NotFound("namespace '" + name + "' was dropped while its quota was being set");
-    }
-    ns = it->second.get();
+    ns = FindAgainLocked(key);
+    if (ns == nullptr) return NotFound("namespace '" + name + "' was dropped while its quota was being set");
     // A spill may have taken SSD room: keep that under its quota too.
     if (ns->ssd_quota != 0 && ns->ssd_bytes > ns->ssd_quota) NamespaceSsdRoomLocked(ns, 0);
   }

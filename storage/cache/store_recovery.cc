@@ -212,16 +212,12 @@ void Store::IndexRecordLocked(Recovery& rc, size_t i, const RecordPlace& place) 
   t->id = TensorId::Make(NodeId{remote ? h.owner_node : options_.node_id}, next_tensor_seq_++);
   t->cache_class = remote ? CacheClass::kReplica : CacheClass::kOwned;
   t->ns = ns;
-  t->in_dram = false;
   if (remote) {
     // Another node's increment: metadata again, its bytes on its owner.
-    t->remote = true;
-    t->owner = h.owner_node;
-    t->stub_on_ssd = true;
-    t->stub = r.loc;
+    t->BecomeRemote(h.owner_node);
+    t->SetStub(r.loc);
   } else {
-    t->on_ssd = true;
-    t->ssd = r.loc;
+    t->MarkRecovered(r.loc);
   }
   t->bytes = h.live_tokens * h.layout.BytesPerToken();
   t->start_token = h.start_token;
@@ -242,7 +238,7 @@ void Store::IndexRecordLocked(Recovery& rc, size_t i, const RecordPlace& place) 
   }
   node->times = times;
   tensors_.emplace(t->id.value, std::move(owned));
-  t->in_index = true;
+  t->EnterIndex();
   ns->info.prefixes = ns->tree->node_count();
   ns->info.times.Merge(times);
   for (uint64_t b = start_block; b < place.keys.size(); ++b) rc.blocks[place.keys[b]] = {i, b - start_block};

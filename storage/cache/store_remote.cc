@@ -7,6 +7,7 @@
 
 #include "core/logging.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
@@ -42,8 +43,8 @@ Result<Ownership> Store::Resolve(const std::string& ns_name, std::span<const uin
   for (const MatchStep& st : m.path) {
     end += st.blocks;
     const Tensor* t = st.node->tensor;
-    const uint32_t owner = t->remote ? t->owner : options_.node_id;
-    const bool held = t->in_dram || t->on_ssd;
+    const uint32_t owner = t->remote() ? t->owner() : options_.node_id;
+    const bool held = t->in_dram() || t->on_ssd();
     if (!per_increment && !o.ranges.empty() && o.ranges.back().owner == owner) {
       o.ranges.back().end_block = end;
       o.held.back() = o.held.back() && held;
@@ -87,10 +88,8 @@ Result<uint64_t> Store::InsertRemote(const std::string& ns_name, std::span<const
     Tensor* t = owned.get();
     t->id = TensorId::Make(NodeId{r.owner}, next_tensor_seq_++);
     t->cache_class = CacheClass::kReplica;
-    t->remote = true;
-    t->owner = r.owner;
+    t->BecomeRemote(r.owner);  // a placeholder: its bytes are on their owner
     t->ns = ns;
-    t->in_dram = false;
     t->start_token = m.blocks * bt;
     t->tokens = (r.end_block - m.blocks) * bt;
     t->bytes = (r.end_block - m.blocks) * bb;
@@ -99,7 +98,7 @@ Result<uint64_t> Store::InsertRemote(const std::string& ns_name, std::span<const
     RadixNode* node = ns->tree->Insert(m, full.first(r.end_block * bt), std::span(keys).first(r.end_block), t,
                                        Times{now, now, now});
     if (node == nullptr) break;  // a chain-key collision: a miss
-    t->in_index = true;
+    t->EnterIndex();
     tensors_.emplace(t->id.value, std::move(owned));
     stats_.remote_tensors++;
     m = ns->tree->Longest(full, keys);
@@ -163,12 +162,12 @@ Result<bool> Store::Holds(const std::string& ns_name, std::span<const uint32_t> 
     const Tensor* t = st.node->tensor;
     const bool needed = at + st.blocks > from_block;
     at += st.blocks;
-    if (needed && !t->in_dram && !t->on_ssd) return false;
+    if (needed && !t->in_dram() && !t->on_ssd()) return false;
   }
   return true;
 }
 
-void Store::KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey> keys) {
+void Store::KeepHeadLocked(const TensorHold& t, uint64_t blocks, std::span<const ChainKey> keys) {
   if (t->nodes.empty() || blocks == 0) return;
   const uint64_t end = t->nodes.front()->start_block + blocks;
   if (keys.size() < end) return;
@@ -179,10 +178,8 @@ void Store::KeepHeadLocked(Tensor* t, uint64_t blocks, std::span<const ChainKey>
     // `n` holds block `end`: cut it there (its upper part stays), and the
     // rest of the chain, below it, goes with it.
     if (n->start_block < end) tree.Split(n, end - n->start_block, keys[end - 1], WallClockNs());
-    t->holds++;  // the caller still uses it
-    RemoveResult ignored;
+    RemoveResult ignored;  // the caller's hold keeps `t` for it
     RemoveSubtreeLocked(t->ns, n, &ignored);
-    t->holds--;
     return;
   }
 }
@@ -196,7 +193,7 @@ Result<HeldIncrement> Store::PrefixOf(const std::string& ns_name, const ChainKey
 }
 
 void Store::NoteLostLocked(Tensor* t) {
-  if (!options_.track_lost || t->remote || t->cache_class != CacheClass::kOwned || t->nodes.empty()) return;
+  if (!options_.track_lost || t->remote() || t->cache_class != CacheClass::kOwned || t->nodes.empty()) return;
   constexpr size_t kMaxLost = 100000;  // nobody drains them: the cluster is gone
   if (lost_.size() >= kMaxLost) return;
   lost_.push_back(RemovalPointLocked(*t->ns, t->nodes.front()));
@@ -211,7 +208,7 @@ std::vector<HeldIncrement> Store::ListOwned() const {
   core::MutexLock lk(mu_);
   std::vector<HeldIncrement> out;
   for (const auto& [id, t] : tensors_) {
-    if (t->remote || t->cache_class != CacheClass::kOwned || !t->in_index || t->nodes.empty()) continue;
+    if (t->remote() || t->cache_class != CacheClass::kOwned || !t->in_index() || t->nodes.empty()) continue;
     out.push_back(HeldIncrement{t->ns->info.name, PrefixTokensLocked(t->nodes.back()),
                                 t->nodes.front()->start_block});
   }
@@ -224,13 +221,12 @@ uint64_t Store::AdoptReplicasOf(uint32_t node) {
   uint64_t adopted = 0;
   for (auto& [id, t] : tensors_) {
     // Kept replicas only: a transient one is freed after its load.
-    if (!t->remote || t->owner != node || !t->in_index || !t->in_dram || t->transient) continue;
+    if (t->kind() != Tensor::Kind::kRemote || t->owner() != node || !t->in_index() || !t->in_dram()) continue;
     EvictionQueue& replicas = queue_[static_cast<int>(CacheClass::kReplica)];
     if (replicas.Contains(t.get())) replicas.Remove(t.get());
     stats_.replica_bytes -= t->allocated;
     stats_.remote_tensors--;
-    t->remote = false;
-    t->owner = options_.node_id;
+    t->Adopt(options_.node_id);
     t->cache_class = CacheClass::kOwned;
     stats_.owned_bytes += t->allocated;
     SyncTensorEventsLocked(t.get());
@@ -245,7 +241,7 @@ uint64_t Store::AdoptReplicasOf(uint32_t node) {
 // it is kept as a replica, its own prefix's tokens (up to its last block),
 // and where its segment is in the plan's groups.
 struct Store::FetchJob {
-  Tensor* t;
+  TensorHold t;  // its struct outlives the fetch (kFilling while it runs)
   uint64_t off;
   uint64_t blocks;
   bool keep;
@@ -270,7 +266,7 @@ struct Store::FetchGroup {
 // and their groups.
 struct Store::FetchPlan {
   NamespaceDef def;
-  uint64_t ns_id = 0;
+  NamespaceKey ns;  // for its dram_pending
   ChainKey root;
   uint32_t bt = 0;
   uint64_t bb = 0;
@@ -279,10 +275,10 @@ struct Store::FetchPlan {
 };
 
 void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing, core::UniqueLock& lk,
-                        std::vector<Tensor*>* transient) {
+                        std::vector<TensorHold>* transient) {
   FetchPlan p;
   p.def = NamespaceDef{ns.info, ns.salt};
-  p.ns_id = ns.id;
+  p.ns = NamespaceKey::Of(ns);
   p.root = ns.root_key;
   p.bt = ns.info.layout.block_tokens;
   p.bb = ns.info.layout.BytesPerBlock();
@@ -298,19 +294,19 @@ void Store::FetchLocked(const Namespace& ns, const std::vector<Tensor*>& missing
     }
     lk.Lock(mu_);
   }
-  for (const FetchJob& j : p.jobs) LandFetchLocked(p, j, fetcher != nullptr, transient);
+  for (FetchJob& j : p.jobs) LandFetchLocked(p, j, fetcher != nullptr, transient);
   io_done_.NotifyAll();
 }
 
 void Store::PlanFetchesLocked(FetchPlan& p, const std::vector<Tensor*>& missing, core::UniqueLock& lk) {
   for (Tensor* t : missing) {
-    if (t->io != Tensor::Io::kNone || t->in_dram || !t->in_index || !t->remote || t->nodes.empty()) continue;
+    if (t->busy() || t->in_dram() || !t->in_index() || !t->remote() || t->nodes.empty()) continue;
     const uint64_t blocks = LiveTokens(*t) / p.bt;
     if (blocks == 0) continue;
     bool keep = options_.replicate_after > 0 && t->hits + 1 >= options_.replicate_after;
     // Within its namespace's DRAM quota, like a save of it.
     Result<uint64_t> off = AllocateLocked(blocks * p.bb, CacheClass::kReplica, lk, /*transient=*/!keep, t->ns);
-    if (!off.ok() && keep && t->in_index) {
+    if (!off.ok() && keep && t->in_index()) {
       // No room to keep it (larger than the replica share, or the share is
       // pinned): this load still gets it, as a transient copy.
       keep = false;
@@ -320,18 +316,18 @@ void Store::PlanFetchesLocked(FetchPlan& p, const std::vector<Tensor*>& missing,
       PTS_DEBUG("cluster", "no room to fetch " << blocks * p.bb << " bytes: " << off.status().ToString());
       break;  // the pin serves the part before it
     }
-    if (!t->in_index || t->in_dram || t->io != Tensor::Io::kNone) {
+    if (!t->in_index() || t->in_dram() || t->busy()) {
       // It changed while the allocation waited for a spill.
       alloc_.Free(*off);
       continue;
     }
-    t->io = Tensor::Io::kFilling;
+    t->BeginIo(Tensor::Io::kFilling);
     const uint64_t first = t->nodes.front()->start_block;
     std::vector<uint32_t> names = PrefixTokensLocked(t->nodes.back());
     names.resize(std::min<uint64_t>(names.size(), (first + blocks) * p.bt));
-    p.jobs.push_back(FetchJob{t, *off, blocks, keep, std::move(names), 0, 0, 0, {}});
+    p.jobs.push_back(FetchJob{TensorHold(*this, t), *off, blocks, keep, std::move(names), 0, 0, 0, {}});
     // Counted against the namespace's quota while it is fetched.
-    AddPendingLocked(p.def.info.name, p.ns_id, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
+    AddPendingLocked(p.ns, static_cast<int64_t>(alloc_.AllocatedSize(*off)));
   }
 }
 
@@ -360,8 +356,8 @@ void Store::GroupFetchesLocked(FetchPlan& p) {
   for (FetchJob& j : jobs) {
     j.group = group_of(j.names);
     FetchGroup& grp = groups[j.group];
-    auto [it, fresh] = grp.by_owner.emplace(j.t->owner, grp.requests.size());
-    if (fresh) grp.requests.push_back(FetchRequest{j.t->owner, {}});
+    auto [it, fresh] = grp.by_owner.emplace(j.t->owner(), grp.requests.size());
+    if (fresh) grp.requests.push_back(FetchRequest{j.t->owner(), {}});
     FetchRequest& req = grp.requests[it->second];
     const uint64_t first = j.t->nodes.front()->start_block;
     req.segments.push_back(FetchSegment{first, first + j.blocks, j.off, 0, false});
@@ -370,31 +366,29 @@ void Store::GroupFetchesLocked(FetchPlan& p) {
   }
 }
 
-void Store::LandFetchLocked(const FetchPlan& p, const FetchJob& j, bool fetched, std::vector<Tensor*>* transient) {
+void Store::LandFetchLocked(const FetchPlan& p, FetchJob& j, bool fetched, std::vector<TensorHold>* transient) {
   const uint32_t bt = p.bt;
-  Tensor* t = j.t;
-  t->io = Tensor::Io::kNone;
-  AddPendingLocked(p.def.info.name, p.ns_id, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
+  Tensor* t = j.t.get();
+  t->EndIo(Tensor::Io::kFilling);
+  AddPendingLocked(p.ns, -static_cast<int64_t>(alloc_.AllocatedSize(j.off)));
   const FetchSegment& seg = p.groups[j.group].requests[j.request].segments[j.segment];
   bool complete = fetched && seg.fetched_blocks == j.blocks;
-  if (!complete && !j.keys.empty() && t->in_index && !t->in_dram && LiveTokens(*t) / bt == j.blocks) {
+  if (!complete && !j.keys.empty() && t->in_index() && !t->in_dram() && LiveTokens(*t) / bt == j.blocks) {
     // The owner sent the head of the run and holds no more of it along
     // the tensor's prefix: this node's remote tensor goes on where the
     // owner's data does not (a branch the owner lost without a removal
     // reaching this node, e.g. killed before it reached SSD, while this
     // node had learnt the run as one). The tail leaves this node's index;
     // the head is served.
-    PTS_INFO("cluster", "node " << t->owner << " holds only blocks [" << seg.start_block << ", "
+    PTS_INFO("cluster", "node " << t->owner() << " holds only blocks [" << seg.start_block << ", "
                                 << seg.start_block + seg.fetched_blocks << ") of its run [" << seg.start_block
                                 << ", " << seg.end_block << ") in '" << p.def.info.name
                                 << "' known here: dropping the rest from the index");
-    KeepHeadLocked(t, seg.fetched_blocks, j.keys);
+    KeepHeadLocked(j.t, seg.fetched_blocks, j.keys);
     complete = LiveTokens(*t) / bt == seg.fetched_blocks;
   }
-  if (complete && t->in_index && !t->in_dram && LiveTokens(*t) / bt == seg.fetched_blocks) {
-    t->in_dram = true;
-    t->arena_offset = j.off;
-    t->allocated = alloc_.AllocatedSize(j.off);
+  if (complete && t->in_index() && !t->in_dram() && LiveTokens(*t) / bt == seg.fetched_blocks) {
+    t->MarkFilled(j.off, alloc_.AllocatedSize(j.off));
     ChargeLocked(t);
     stats_.replica_bytes += t->allocated;
     stats_.remote_fetches++;
@@ -404,24 +398,23 @@ void Store::LandFetchLocked(const FetchPlan& p, const FetchJob& j, bool fetched,
       queue_[static_cast<int>(CacheClass::kReplica)].Add(t);
       stats_.replicas_kept++;
     } else {
-      t->transient = true;
-      t->holds++;  // released by the pin (ReleaseTransientsLocked)
-      transient->push_back(t);
+      t->BecomeTransient();
+      transient->emplace_back(*this, t);  // released by the pin (ReleaseTransientsLocked)
     }
     SyncTensorEventsLocked(t);
   } else {
     alloc_.Free(j.off);
     if (!complete) {
       stats_.remote_fetch_failures++;
-      if (seg.gone && seg.fetched_blocks == 0 && t->in_index) {
-        PTS_INFO("cluster", "node " << t->owner << " no longer holds blocks [" << seg.start_block << ", "
+      if (seg.gone && seg.fetched_blocks == 0 && t->in_index()) {
+        PTS_INFO("cluster", "node " << t->owner() << " no longer holds blocks [" << seg.start_block << ", "
                                     << seg.end_block << ") of a prefix in '" << p.def.info.name
                                     << "': dropping them from the index");
-        DropFromIndexLocked(t);
+        DropFromIndexLocked(j.t);
       }
     }
   }
-  MaybeDestroyLocked(t);
+  j.t.Release();  // freed if it left the index meanwhile
 }
 
 }  // namespace ptstore::storage

@@ -8,14 +8,14 @@
 // the index (IndexSaveLocked).
 #include "core/stream_copy.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
-// What the steps of one save share. `ns` is looked up again by ns_name and
-// ns_id after every drop of mu_ (it may have been dropped meanwhile).
+// What the steps of one save share. `ns` is looked up again by `key` after
+// every drop of mu_ (it may have been dropped meanwhile).
 struct Store::SaveJob {
-  std::string ns_name;
-  uint64_t ns_id = 0;
+  NamespaceKey key;
   Namespace* ns = nullptr;
   uint32_t bt = 0;                        // tokens per block
   uint64_t bb = 0;                        // bytes per block
@@ -26,7 +26,7 @@ struct Store::SaveJob {
   std::span<const ChainKey> keys;         // their chain keys
   Match m;                                // what is stored already
   std::pair<Namespace*, ChainKey> claim;  // on inflight_, by the next block's key
-  std::vector<Tensor*> path_tensors;      // the matched path, held while claimed
+  std::vector<TensorHold> path;           // the matched path, held while claimed
   uint64_t new_blocks = 0;                // what this save stores
   bool cut = false;                       // fewer than all the rest (the quota)
 };
@@ -38,8 +38,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
   RekeyLocked(*ns, tokens, &k);
   SaveJob job;
-  job.ns_name = ns_name;
-  job.ns_id = ns->id;
+  job.key = NamespaceKey::Of(*ns);
   job.ns = ns;
   job.bt = ns->info.layout.block_tokens;
   job.bb = ns->info.layout.BytesPerBlock();
@@ -60,8 +59,7 @@ Result<SaveResult> Store::Save(const std::string& ns_name, std::span<const uint3
     return off.status();
   }
   if (job.cut || job.new_blocks == 0) {
-    Result<Namespace*> now = FindLocked(ns_name);
-    if (now.ok() && (*now)->id == job.ns_id) (*now)->cut_saves++;
+    if (Namespace* now = FindAgainLocked(job.key)) now->cut_saves++;
   }
   if (job.new_blocks == 0) {
     // Not one block fits in the namespace's quota: nothing is stored.
@@ -111,9 +109,9 @@ Result<std::optional<SaveResult>> Store::ClaimSaveLocked(SaveJob& job, core::Uni
     if (!inflight_.count(job.claim)) break;
     // Someone is storing the same next block: wait, then look again.
     inflight_done_.Wait(lk);
-    PTS_ASSIGN_OR_RETURN(job.ns, FindLocked(job.ns_name));
-    if (job.ns->id != job.ns_id) {
-      return Aborted("save: namespace '" + job.ns_name + "' was replaced during the save");
+    PTS_ASSIGN_OR_RETURN(job.ns, FindLocked(job.key.name));
+    if (job.ns->id != job.key.id) {
+      return Aborted("save: namespace '" + job.key.name + "' was replaced during the save");
     }
   }
   inflight_.insert(job.claim);
@@ -125,18 +123,12 @@ void Store::HoldSavePathLocked(SaveJob& job) {
   // another client's may take the parent we are about to hang below out of
   // the index (its bytes may move to SSD meanwhile; that is fine).
   for (const MatchStep& s : job.m.path) {
-    if (job.path_tensors.empty() || job.path_tensors.back() != s.node->tensor) {
-      job.path_tensors.push_back(s.node->tensor);
-    }
+    if (job.path.empty() || job.path.back().get() != s.node->tensor) job.path.emplace_back(*this, s.node->tensor);
   }
-  for (Tensor* t : job.path_tensors) t->holds++;
 }
 
 void Store::FinishSaveClaimLocked(SaveJob& job) {
-  for (Tensor* t : job.path_tensors) {
-    t->holds--;
-    MaybeDestroyLocked(t);
-  }
+  job.path.clear();  // each freed if it left the index meanwhile
   inflight_.erase(job.claim);
   inflight_done_.NotifyAll();
 }
@@ -156,9 +148,9 @@ Result<uint64_t> Store::AllocateSaveLocked(SaveJob& job, core::UniqueLock& lk) {
                              : AllocateLocked(job.new_blocks * bb, job.cache_class, lk, false, job.ns);
   if (!off.ok() && off.status().code() == Code::kResourceExhausted && job.new_blocks > 1) {
     // Its own pinned data leaves room for fewer blocks: store those.
-    Result<Namespace*> now = FindLocked(job.ns_name);
-    if (now.ok() && (*now)->id == job.ns_id && (*now)->dram_quota != 0) {
-      job.ns = *now;
+    Namespace* now = FindAgainLocked(job.key);
+    if (now != nullptr && now->dram_quota != 0) {
+      job.ns = now;
       const uint64_t used = job.ns->dram_bytes + job.ns->dram_pending;
       const uint64_t fit = used < job.ns->dram_quota ? BlocksThatFit(job.ns->dram_quota - used, bb) : 0;
       if (fit > 0 && fit < job.new_blocks) {
@@ -173,12 +165,11 @@ Result<uint64_t> Store::AllocateSaveLocked(SaveJob& job, core::UniqueLock& lk) {
     // this save's own prefix (held while it hangs below it) or its pinned
     // data. Only the latter is the error a full arena gives; otherwise
     // nothing is stored, as when not one block fits.
-    Result<Namespace*> now = FindLocked(job.ns_name);
-    if (now.ok() && (*now)->id == job.ns_id && (*now)->dram_quota != 0 &&
-        (*now)->dram_bytes + (*now)->dram_pending + AlignUp(job.new_blocks * bb, alloc_.alignment()) >
-            (*now)->dram_quota &&
-        !NamespaceHasPinnedLocked(**now)) {
-      job.ns = *now;
+    Namespace* now = FindAgainLocked(job.key);
+    if (now != nullptr && now->dram_quota != 0 &&
+        now->dram_bytes + now->dram_pending + AlignUp(job.new_blocks * bb, alloc_.alignment()) > now->dram_quota &&
+        !NamespaceHasPinnedLocked(*now)) {
+      job.ns = now;
       job.new_blocks = 0;
       off = uint64_t{0};
     }
@@ -192,18 +183,16 @@ Tensor* Store::NewSaveTensorLocked(const SaveJob& job, uint64_t offset) {
   t->id = TensorId::Make(NodeId{options_.node_id}, next_tensor_seq_++);
   t->cache_class = job.cache_class;
   t->ns = job.ns;
-  t->arena_offset = offset;
+  t->MarkFilled(offset, alloc_.AllocatedSize(offset));
   t->bytes = job.new_blocks * job.bb;
-  t->allocated = alloc_.AllocatedSize(offset);
   t->start_token = job.m.blocks * job.bt;
   t->tokens = job.new_blocks * job.bt;
-  t->in_dram = true;
   t->cost = Gdsf::RecomputeCost(t->start_token, t->tokens);
   (job.cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) += t->allocated;
   tensors_.emplace(t->id.value, std::move(owned));
   // Counted against the quota while it is copied (ChargeLocked takes over
   // once it is in the index).
-  AddPendingLocked(job.ns_name, job.ns_id, static_cast<int64_t>(t->allocated));
+  AddPendingLocked(job.key, static_cast<int64_t>(t->allocated));
   return t;
 }
 
@@ -212,12 +201,12 @@ SaveResult Store::IndexSaveLocked(SaveJob& job, Tensor* t) {
   const uint64_t bytes = job.new_blocks * job.bb;
   const uint64_t end_blocks = job.m.blocks + job.new_blocks;
   Namespace* ns = job.ns;
-  AddPendingLocked(job.ns_name, job.ns_id, -static_cast<int64_t>(t->allocated));
+  AddPendingLocked(job.key, -static_cast<int64_t>(t->allocated));
   FinishSaveClaimLocked(job);
-  Result<Namespace*> again = FindLocked(job.ns_name);
+  Namespace* again = FindAgainLocked(job.key);
   Match m2;
-  if (again.ok() && (*again)->id == job.ns_id) m2 = ns->tree->Longest(job.full, job.keys);
-  if (!again.ok() || (*again)->id != job.ns_id || m2.blocks != job.m.blocks) {
+  if (again != nullptr) m2 = ns->tree->Longest(job.full, job.keys);
+  if (again == nullptr || m2.blocks != job.m.blocks) {
     // A removal of the parent (or of the namespace) won the race: the save is
     // ordered before it, so its bytes are gone with it.
     MaybeDestroyLocked(t);
@@ -233,7 +222,7 @@ SaveResult Store::IndexSaveLocked(SaveJob& job, Tensor* t) {
     MaybeDestroyLocked(t);
     return SaveResult{m2.blocks * bt, 0, 0};
   }
-  t->in_index = true;
+  t->EnterIndex();
   ChargeLocked(t);
   SyncTensorEventsLocked(t);
   // The blocks it matched were used (the prompt came again): its ancestors,

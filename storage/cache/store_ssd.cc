@@ -11,6 +11,7 @@
 
 #include "core/logging.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
@@ -94,11 +95,11 @@ uint64_t Store::SyncTimes() {
       auto it = tensors_.find(id);
       if (it == tensors_.end()) continue;
       Tensor* t = it->second.get();
-      if (!t->in_index || t->nodes.empty() || (!t->on_ssd && !t->stub_on_ssd)) continue;
+      if (!t->in_index() || t->nodes.empty() || (!t->on_ssd() && !t->stub_on_ssd())) continue;
       const Times times = TensorTimesLocked(*t);
       if (times == t->record_times) continue;
       t->record_times = times;
-      const SsdLocation loc = t->on_ssd ? t->ssd : t->stub;
+      const SsdLocation loc = t->on_ssd() ? t->ssd() : t->stub();
       writes.push_back(io_->Submit(
           [tier, loc, times]() -> Status {
             Status s = tier->SetTimes(loc, times);
@@ -122,11 +123,11 @@ uint64_t Store::SyncTimes() {
 }
 
 void Store::DropSsdCopyLocked(Tensor* t) {
-  if (!t->on_ssd) return;
-  if (t->in_index) ssd_queue_.Remove(t);
-  ssd_->Forget(t->ssd);
-  RewriteRecordLocked(t->ssd, 0);
-  t->on_ssd = false;
+  if (!t->on_ssd()) return;
+  if (t->in_index()) ssd_queue_.Remove(t);
+  ssd_->Forget(t->ssd());
+  RewriteRecordLocked(t->ssd(), 0);
+  t->DropSsd();
   ChargeLocked(t);
   SyncTensorEventsLocked(t);
 }
@@ -146,13 +147,13 @@ bool Store::MakeSsdRoomLocked(uint64_t need) {
 bool Store::SsdEvictable(const Tensor* t) {
   // The SSD copy of a tensor that DRAM holds can always go; an SSD-only
   // tensor goes from the index, so only a leaf nothing holds.
-  if (t->io != Tensor::Io::kNone) return false;
-  return t->in_dram || (t->holds == 0 && t->pins == 0 && t->foreign_children == 0);
+  if (t->busy()) return false;
+  return t->in_dram() || (t->holds() == 0 && t->pins() == 0 && t->foreign_children == 0);
 }
 
 void Store::EvictFromSsdLocked(Tensor* v) {
   stats_.ssd_evictions++;
-  if (v->in_dram) {
+  if (v->in_dram()) {
     DropSsdCopyLocked(v);
   } else {
     gdsf_.OnEvict(*v);
@@ -173,28 +174,27 @@ bool Store::SpillLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
     if (a != t && (up.empty() || up.back() != a)) up.push_back(a);
   }
   if (!up.empty()) {
-    t->io = Tensor::Io::kSpilling;  // nobody else takes it meanwhile
+    t->BeginIo(Tensor::Io::kSpilling);  // nobody else takes it meanwhile
     // Holds keep the ancestors in the index (and their structs alive)
     // across the lock releases; their bytes may come and go meanwhile.
-    for (Tensor* a : up) a->holds++;
-    for (auto it = up.rbegin(); it != up.rend(); ++it) {
-      Tensor* a = *it;
-      if (a->in_index && a->in_dram && !a->on_ssd && a->io == Tensor::Io::kNone &&
-          a->cache_class == CacheClass::kOwned && !a->remote && a->spill_failed_gen != ssd_gen_) {
+    std::vector<TensorHold> held;
+    held.reserve(up.size());
+    for (Tensor* a : up) held.emplace_back(*this, a);
+    for (auto it = held.rbegin(); it != held.rend(); ++it) {
+      Tensor* a = it->get();
+      if (a->in_index() && a->in_dram() && !a->on_ssd() && !a->busy() && a->cache_class == CacheClass::kOwned &&
+          !a->remote() && a->spill_failed_gen != ssd_gen_) {
         SpillOneLocked(a, lk, /*free_dram=*/false);
-      } else if (a->in_index && a->remote && !a->stub_on_ssd) {
+      } else if (a->in_index() && a->remote() && !a->stub_on_ssd()) {
         // Another node's increment: its tokens and owner, so that this one
         // can be placed below it again after a restart.
         WriteStubLocked(a, lk);
       }
     }
-    for (Tensor* a : up) {
-      a->holds--;
-      MaybeDestroyLocked(a);
-    }
-    t->io = Tensor::Io::kNone;
+    held.clear();  // each freed if it left the index meanwhile
+    t->EndIo(Tensor::Io::kSpilling);
     io_done_.NotifyAll();
-    if (!t->in_index || !t->in_dram || t->on_ssd || t->pins != 0) {
+    if (!t->in_index() || !t->in_dram() || t->on_ssd() || t->pins() != 0) {
       // It changed while the lock was released: let the caller look again.
       MaybeDestroyLocked(t);
       return true;
@@ -217,7 +217,7 @@ void Store::WriteStubLocked(Tensor* a, core::UniqueLock& lk) {
   uint64_t ignored;
   RecordHeader h = TensorRecordLocked(*a, &ignored);
   h.kind = RecordKind::kRemote;
-  h.owner_node = a->owner;
+  h.owner_node = a->owner();
   h.seq = next_seq_++;
   const uint64_t written_tokens = h.tokens.size();
   const Times written_times = h.times;
@@ -226,24 +226,23 @@ void Store::WriteStubLocked(Tensor* a, core::UniqueLock& lk) {
     PTS_WARN("ssd", "writing the record of a remote increment: " << loc.status().ToString());
     return;
   }
-  if (!a->in_index || a->stub_on_ssd) {
+  if (!a->in_index() || a->stub_on_ssd()) {
     // Removed (or written by another spill) meanwhile.
     ssd_->Forget(*loc);
     RewriteRecordLocked(*loc, 0);
     return;
   }
-  a->stub_on_ssd = true;
-  a->stub = *loc;
+  a->SetStub(*loc);
   a->record_times = written_times;
   if (TensorTimesLocked(*a) != written_times) NoteTimesChangedLocked(a);
   if (const uint64_t live = LiveTokens(*a); live < written_tokens) RewriteRecordLocked(*loc, live);
 }
 
 void Store::DropStubLocked(Tensor* t) {
-  if (!t->stub_on_ssd) return;
-  ssd_->Forget(t->stub);
-  RewriteRecordLocked(t->stub, 0);
-  t->stub_on_ssd = false;
+  if (!t->stub_on_ssd()) return;
+  ssd_->Forget(t->stub());
+  RewriteRecordLocked(t->stub(), 0);
+  t->ForgetStub();
 }
 
 bool Store::SpillOneLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
@@ -269,14 +268,14 @@ bool Store::SpillOneLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
   if (!MakeSsdRoomLocked(SsdTier::FootprintBound(h))) {
     return failed(ResourceExhausted("the SSD tier is full of data that cannot go"));
   }
-  t->io = Tensor::Io::kSpilling;
+  t->BeginIo(Tensor::Io::kSpilling);
   appends_in_flight_++;
   const uint8_t* src = arena_->data() + t->arena_offset;
   lk.Unlock(mu_);
   Result<SsdLocation> loc = ssd_->Append(std::move(h), std::span<const uint8_t>(src, bytes));
   lk.Lock(mu_);
   appends_in_flight_--;
-  t->io = Tensor::Io::kNone;
+  t->EndIo(Tensor::Io::kSpilling);
   io_done_.NotifyAll();
   if (!loc.ok()) {
     failed(loc.status());
@@ -286,19 +285,18 @@ bool Store::SpillOneLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
   stats_.ssd_spills++;
   stats_.ssd_spill_bytes += bytes;
   stats_.ssd_stored_bytes += loc->stored_bytes;
-  if (!t->in_index) {
+  if (!t->in_index()) {
     // Removed while it was being written: the record must not outlive it.
     ssd_->Forget(*loc);
     RewriteRecordLocked(*loc, 0);
     MaybeDestroyLocked(t);
     return true;
   }
-  t->on_ssd = true;
-  t->ssd = *loc;
+  t->MarkSpilled(*loc);
   ChargeLocked(t);
   // Other spills of its namespace ran while the lock was released.
   if (t->ns->ssd_quota != 0 && t->ns->ssd_bytes > t->ns->ssd_quota) NamespaceSsdRoomLocked(t->ns, 0);
-  if (!t->in_index || !t->on_ssd) {
+  if (!t->in_index() || !t->on_ssd()) {
     MaybeDestroyLocked(t);
     return true;
   }
@@ -307,7 +305,7 @@ bool Store::SpillOneLocked(Tensor* t, core::UniqueLock& lk, bool free_dram) {
   if (TensorTimesLocked(*t) != written_times) NoteTimesChangedLocked(t);
   ssd_queue_.Add(t);
   if (const uint64_t live = LiveTokens(*t); live < written_tokens) RewriteRecordLocked(*loc, live);
-  if (free_dram && t->pins == 0 && t->in_dram) {
+  if (free_dram && t->pins() == 0 && t->in_dram()) {
     // A pin that came meanwhile keeps the DRAM copy; otherwise it goes now.
     FreeDramLocked(t);
     stats_.evictions++;
@@ -321,7 +319,7 @@ Result<uint64_t> Store::PersistAll() {
   if (!SsdEnabled()) return uint64_t{0};
   std::vector<std::pair<double, uint64_t>> order;  // (priority, tensor id)
   for (const auto& [id, t] : tensors_) {
-    if (t->cache_class == CacheClass::kOwned && t->in_index && t->in_dram && !t->on_ssd) {
+    if (t->cache_class == CacheClass::kOwned && t->in_index() && t->in_dram() && !t->on_ssd()) {
       order.push_back({t->priority, id});
     }
   }
@@ -331,7 +329,7 @@ Result<uint64_t> Store::PersistAll() {
     auto it = tensors_.find(id);  // the lock was released: look it up again
     if (it == tensors_.end()) continue;
     Tensor* t = it->second.get();
-    if (!t->in_index || !t->in_dram || t->on_ssd || t->io != Tensor::Io::kNone) continue;
+    if (!t->in_index() || !t->in_dram() || t->on_ssd() || t->busy()) continue;
     if (SpillLocked(t, lk, /*free_dram=*/false)) {
       ++written;
     } else {
@@ -349,38 +347,34 @@ Result<uint64_t> Store::PersistAll() {
 
 void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk) {
   struct Job {
-    Tensor* t;
+    TensorHold t;  // its struct outlives the reads (kFilling keeps its record)
     SsdLocation loc;
     uint64_t off = 0;
     Status status;
-    std::string ns_name;  // its namespace, charged dram_pending for it meanwhile
-    uint64_t ns_id = 0;
+    NamespaceKey ns;  // its namespace, charged dram_pending for it meanwhile
     uint64_t pending = 0;
   };
   std::vector<Job> jobs;
   for (Tensor* t : missing) {
-    if (t->io != Tensor::Io::kNone || t->in_dram || !t->on_ssd || !t->in_index) continue;
-    t->io = Tensor::Io::kFilling;
-    jobs.push_back(Job{t, t->ssd, 0, Status::OK(), t->ns->info.name, t->ns->id, 0});
+    if (t->busy() || t->in_dram() || !t->on_ssd() || !t->in_index()) continue;
+    t->BeginIo(Tensor::Io::kFilling);
+    jobs.push_back(Job{TensorHold(*this, t), t->ssd(), 0, Status::OK(), NamespaceKey::Of(*t->ns), 0});
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     // Within its namespace's DRAM quota (its own tensors make room), while
     // it is still in the index (the lock was released for the last one).
-    Tensor* jt = jobs[i].t;
-    Result<uint64_t> off = jt->in_index ? AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk, false, jt->ns)
+    Tensor* jt = jobs[i].t.get();
+    Result<uint64_t> off = jt->in_index() ? AllocateLocked(jobs[i].loc.payload_bytes, CacheClass::kOwned, lk, false, jt->ns)
                                         : Result<uint64_t>(Aborted("removed meanwhile"));
     if (!off.ok()) {
       // No room for the rest: the pin serves the part before them.
-      for (size_t j = i; j < jobs.size(); ++j) {
-        jobs[j].t->io = Tensor::Io::kNone;
-        MaybeDestroyLocked(jobs[j].t);
-      }
-      jobs.resize(i);
+      for (size_t j = i; j < jobs.size(); ++j) jobs[j].t->EndIo(Tensor::Io::kFilling);
+      jobs.resize(i);  // their holds go: each freed if it left the index meanwhile
       break;
     }
     jobs[i].off = *off;
     jobs[i].pending = alloc_.AllocatedSize(*off);
-    AddPendingLocked(jobs[i].ns_name, jobs[i].ns_id, static_cast<int64_t>(jobs[i].pending));
+    AddPendingLocked(jobs[i].ns, static_cast<int64_t>(jobs[i].pending));
   }
   if (!jobs.empty()) {
     uint8_t* arena = arena_->data();
@@ -401,13 +395,11 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
     lk.Lock(mu_);
   }
   for (Job& j : jobs) {
-    Tensor* t = j.t;
-    t->io = Tensor::Io::kNone;
-    AddPendingLocked(j.ns_name, j.ns_id, -static_cast<int64_t>(j.pending));
-    if (j.status.ok() && t->in_index && t->on_ssd && t->ssd == j.loc) {
-      t->in_dram = true;
-      t->arena_offset = j.off;
-      t->allocated = alloc_.AllocatedSize(j.off);
+    Tensor* t = j.t.get();
+    t->EndIo(Tensor::Io::kFilling);
+    AddPendingLocked(j.ns, -static_cast<int64_t>(j.pending));
+    if (j.status.ok() && t->in_index() && t->on_ssd() && t->ssd() == j.loc) {
+      t->MarkFilled(j.off, alloc_.AllocatedSize(j.off));
       ChargeLocked(t);
       stats_.owned_bytes += t->allocated;
       queue_[static_cast<int>(t->cache_class)].Add(t);
@@ -422,10 +414,10 @@ void Store::FillLocked(const std::vector<Tensor*>& missing, core::UniqueLock& lk
         // and a later save stores it again.
         PTS_ERROR("ssd", "tensor " << t->id.value << ": " << j.status.ToString()
                                    << "; dropping it and its descendants from the index");
-        DropFromIndexLocked(t);
+        DropFromIndexLocked(j.t);
       }
     }
-    MaybeDestroyLocked(t);
+    j.t.Release();  // freed if it left the index meanwhile
   }
   io_done_.NotifyAll();
 }

@@ -5,58 +5,51 @@
 
 #include "core/logging.h"
 #include "storage/cache/store.h"
+#include "storage/cache/tensor_refs.h"
 
 namespace ptstore::storage {
 
 void Store::PinLocked(Tensor* t) {
-  if (t->pins++ == 0) stats_.pinned_bytes += t->allocated;
+  if (t->AddPin()) stats_.pinned_bytes += t->allocated;
 }
 
 void Store::UnpinLocked(Tensor* t) {
-  if (--t->pins == 0) {
+  if (t->DropPin()) {
     stats_.pinned_bytes -= t->allocated;
-    if (t->transient) {
-      // Fetched for the loads that pinned it, not hot enough to keep: back
-      // to a placeholder.
-      FreeDramLocked(t);
-      t->transient = false;
-    }
+    // Fetched for the loads that pinned it, not hot enough to keep: back
+    // to a placeholder (FreeDramLocked).
+    if (t->transient()) FreeDramLocked(t);
     MaybeDestroyLocked(t);
   }
 }
 
-void Store::ReleaseTransientsLocked(std::vector<Tensor*>& tensors) {
-  for (Tensor* t : tensors) {
-    t->holds--;
-    if (t->transient && t->pins == 0) {
-      FreeDramLocked(t);
-      t->transient = false;
-    }
-    MaybeDestroyLocked(t);
+void Store::ReleaseTransientsLocked(std::vector<TensorHold>& tensors) {
+  for (TensorHold& t : tensors) {
+    if (t->transient() && t->pins() == 0) FreeDramLocked(t.get());
+    t.Release();
   }
   tensors.clear();
 }
 
 void Store::FreeDramLocked(Tensor* t) {
-  if (!t->in_dram) return;
+  if (!t->in_dram()) return;
   EvictionQueue& q = queue_[static_cast<int>(t->cache_class)];
-  if (t->in_index && q.Contains(t)) q.Remove(t);
+  if (t->in_index() && q.Contains(t)) q.Remove(t);
   alloc_.Free(t->arena_offset);
   (t->cache_class == CacheClass::kOwned ? stats_.owned_bytes : stats_.replica_bytes) -= t->allocated;
-  t->in_dram = false;
-  t->allocated = 0;
+  t->DropDram();  // a transient replica is a placeholder again
   ChargeLocked(t);
   SyncTensorEventsLocked(t);
 }
 
 void Store::MaybeDestroyLocked(Tensor* t) {
-  if (t->in_index || t->pins != 0 || t->holds != 0 || t->io != Tensor::Io::kNone) return;
+  if (t->in_index() || t->pins() != 0 || t->holds() != 0 || t->busy()) return;
   FreeDramLocked(t);
   DropStubLocked(t);
-  if (t->on_ssd) {
-    ssd_->Forget(t->ssd);
-    RewriteRecordLocked(t->ssd, 0);
-    t->on_ssd = false;
+  if (t->on_ssd()) {
+    ssd_->Forget(t->ssd());
+    RewriteRecordLocked(t->ssd(), 0);
+    t->DropSsd();
   }
   tensors_.erase(t->id.value);
 }
@@ -79,23 +72,23 @@ void Store::OnNodeRemovedLocked(RadixNode* n, RemoveResult* result) {
   result->bytes += n->length;
   auto& chain = t->nodes;
   chain.erase(std::remove(chain.begin(), chain.end(), n), chain.end());
-  if (chain.empty() && t->in_index) {
-    if (t->in_dram) queue_[static_cast<int>(t->cache_class)].Remove(t);
-    if (t->on_ssd) ssd_queue_.Remove(t);
-    t->in_index = false;
+  if (chain.empty() && t->in_index()) {
+    if (t->in_dram()) queue_[static_cast<int>(t->cache_class)].Remove(t);
+    if (t->on_ssd()) ssd_queue_.Remove(t);
+    t->LeaveIndex();
     ChargeLocked(t);  // its namespace is rid of it now, whatever pins it
-    if (t->remote) {
+    if (t->remote()) {
       stats_.remote_tensors--;
       DropStubLocked(t);
     } else {
       t->ns->info.bytes -= t->bytes;
     }
     MaybeDestroyLocked(t);
-  } else if (!chain.empty() && t->on_ssd) {
+  } else if (!chain.empty() && t->on_ssd()) {
     // The tail of the tensor went: its record must not bring it back.
-    RewriteRecordLocked(t->ssd, LiveTokens(*t));
-  } else if (!chain.empty() && t->stub_on_ssd) {
-    RewriteRecordLocked(t->stub, LiveTokens(*t));
+    RewriteRecordLocked(t->ssd(), LiveTokens(*t));
+  } else if (!chain.empty() && t->stub_on_ssd()) {
+    RewriteRecordLocked(t->stub(), LiveTokens(*t));
   }
 }
 
@@ -164,14 +157,12 @@ Result<RemoveResult> Store::RemoveByKey(const std::string& ns_name, const ChainK
   return FinishRemovalLocked(r, lk);
 }
 
-void Store::DropFromIndexLocked(Tensor* t) {
-  if (!t->in_index) return;
-  // Held across the removal so that it cannot be freed under our feet: the
-  // caller frees it (MaybeDestroyLocked) when done with it.
-  t->holds++;
+void Store::DropFromIndexLocked(const TensorHold& t) {
+  // The caller's hold keeps the struct through the removal (which would
+  // free an unreferenced tensor under our feet) and frees it when it goes.
+  if (!t->in_index()) return;
   RemoveResult ignored;
   RemoveSubtreeLocked(t->ns, t->nodes.front(), &ignored);
-  t->holds--;
 }
 
 }  // namespace ptstore::storage

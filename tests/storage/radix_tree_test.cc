@@ -69,7 +69,7 @@ class RadixTreeTest : public ::testing::Test {
     t->start_token = start_block * kBt;
     t->tokens = blocks * kBt;
     t->bytes = blocks * kBb;
-    t->in_index = true;
+    t->EnterIndex();
     Tensor* raw = t.get();
     tensors_.push_back(std::move(t));
     return raw;
