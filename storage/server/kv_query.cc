@@ -90,6 +90,7 @@ core::HttpResponse KvQuery::Handle(const core::HttpRequest& req) const {
   // so msgpack gets that. JSON keeps its 404/400 naming the field (Dynamo's
   // indexer answers an unknown model 404).
   const Json nothing = {{"instances", Json::object()}};
+  if (a.no_instance) return Reply(200, nothing, true);
   Result<NamespaceInfo> info = store_->GetNamespace(a.ns);
   if (!info.ok()) {
     if (a.msgpack && info.status().code() == Code::kNotFound) return Reply(200, nothing, true);

@@ -37,7 +37,8 @@
 // member only; "tenant_id" and "routing_group" are echoed; "cache_salt"
 // (on /query) and "lora_id" are accepted and unused (a namespace's salt is
 // its own). A bad body: 400 {"error", "reason", "field"}; an unknown
-// namespace 404 in JSON, 200 {"instances": {}} in msgpack (as Mooncake);
+// namespace 404 in JSON, 200 {"instances": {}} in msgpack (as Mooncake;
+// so too an instance_id naming no node id);
 // another method 405. Nothing is changed: no hit, no use time, no fetch.
 //
 // Thread safety: Handle may be called from any thread (the Store's and the

@@ -164,7 +164,10 @@ std::optional<KvAskError> ParseKvAsk(const Json& body, bool by_hash, KvAsk* a) {
   }
   if (body.contains("instance_id") && !body["instance_id"].is_null()) {
     a->instance = InstanceOf(body["instance_id"]);
-    if (!a->instance) {
+    // Mooncake's instance_id is any string, and one it does not know has
+    // no instances: so for its (msgpack) clients; JSON names the field.
+    a->no_instance = !a->instance && a->msgpack && body["instance_id"].is_string();
+    if (!a->instance && !a->no_instance) {
       return Bad("\"instance_id\" must name a member by its id (\"7\", 7 or \"node-7\")", "invalid_value", "instance_id");
     }
   }

@@ -28,6 +28,7 @@ struct KvAsk {
   std::optional<uint64_t> block_size;
   std::optional<std::string> lora_name;  // null and "" are none
   std::optional<uint32_t> instance;      // "instance_id": keep that member only
+  bool no_instance = false;              // msgpack: an instance_id naming no node id (Mooncake: no instances)
   std::vector<uint32_t> tokens;          // /query
   std::vector<ChainKey> hashes;          // /query_by_hash
   bool low64 = true;                     // hashes are the int form (low 64 bits of chain keys)

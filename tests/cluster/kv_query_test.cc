@@ -271,6 +271,9 @@ TEST_F(KvQueryClusterTest, EveryMemberByTierDeadMemberAndBadBodies) {
             Json({{"instances", Json::object()}}));
   EXPECT_EQ(QueryMsgpack(0, {{"model", kNs}, {"token_ids", asked}, {"block_size", kBt + 1}}),
             Json({{"instances", Json::object()}}));
+  EXPECT_EQ(QueryMsgpack(0, {{"model", kNs}, {"token_ids", asked}, {"instance_id", "prefill-a"}}),
+            Json({{"instances", Json::object()}}))
+      << "Mooncake: an instance it does not know has no instances";
   const Json bad_mp = QueryMsgpack(0, {{"model", kNs}, {"token_ids", asked}, {"colour", 1}}, "/query", 400);
   EXPECT_EQ(bad_mp["reason"], "unknown_field") << bad_mp.dump();
   EXPECT_EQ(bad_mp["field"], "colour") << bad_mp.dump();
