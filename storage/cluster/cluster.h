@@ -193,14 +193,18 @@ class Cluster : public RemoteFetcher, private PeerService {
   // longest match on every member by tier: after Refresh (the root's shard
   // is asked, as a load would), each increment of the match this node's
   // index knows is asked of every live member in parallel (one PeerTiers
-  // each); a member answers in which media it holds it. Each member's
-  // entry is then its longest run from the prompt's start held in any
-  // medium, wholly in DRAM, wholly on SSD. A member that is dead, departed
+  // each); a member answers in which media it holds it (an increment counts
+  // for a medium only when all its blocks are there). Each member's entry
+  // is then cumulative, as Mooncake's conductor counts (gpu <= cpu <= disk,
+  // no GPU here): cpu_tokens the run from the prompt's start in its DRAM,
+  // disk_tokens that run and then on through what follows on its SSD. What
+  // a member could fetch from another counts for that other only. A member that is dead, departed
   // or does not answer within rpc_timeout_ms has no entry and is named in
   // `unanswered`: never an error, never more than one deadline.
   struct MemberTiers {
     uint32_t node = 0;
-    uint64_t held_tokens = 0, dram_tokens = 0, ssd_tokens = 0;
+    uint64_t cpu_tokens = 0;   // the run in DRAM from the prompt's start
+    uint64_t disk_tokens = 0;  // cpu_tokens, then on through the run on SSD after it (>= cpu_tokens)
   };
   struct ClusterTiers {
     uint64_t matched_tokens = 0;          // what this node's index matches (held anywhere or not)
@@ -314,5 +318,9 @@ class Cluster : public RemoteFetcher, private PeerService {
   core::CondVar wake_;
   bool reannounce_ GUARDED_BY(wake_mu_) = true;  // set when membership changes
 };
+
+// Cluster::QueryTiers without a cluster: this node's own entry alone, by
+// the same walk (matched_tokens: what its index matches).
+Result<Cluster::ClusterTiers> QueryTiersLocal(Store* store, const std::string& ns, std::span<const uint32_t> tokens);
 
 }  // namespace ptstore::storage

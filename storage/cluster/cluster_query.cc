@@ -15,22 +15,33 @@ namespace {
 constexpr uint8_t kDram = static_cast<uint8_t>(KvMedium::kCpu);
 constexpr uint8_t kSsd = static_cast<uint8_t>(KvMedium::kStorage);
 
-// A member's longest runs from the prompt's start, from its media per
-// increment (ends[i]: the token the i-th increment ends at).
+// A member's runs from the prompt's start, from its media per increment
+// (ends[i]: the token the i-th increment ends at), as Mooncake's conductor
+// walks a rank's blocks (mooncake-conductor/src/prefixindex/prefix_indexer.cpp,
+// PrefixCacheTable::Query): through the blocks on GPU (none here), then on
+// through those in DRAM (cpu), then on through those on SSD (disk). So
+// cpu <= disk, and a DRAM run after an SSD run counts in neither: the walk
+// never turns back to an earlier tier.
 Cluster::MemberTiers Fold(uint32_t node, const std::vector<uint64_t>& ends, const std::vector<uint8_t>& media) {
   Cluster::MemberTiers t;
   t.node = node;
-  bool held = true, dram = true, ssd = true;
-  for (size_t i = 0; i < ends.size() && i < media.size(); ++i) {
-    held = held && media[i] != 0;
-    dram = dram && (media[i] & kDram);
-    ssd = ssd && (media[i] & kSsd);
-    if (held) t.held_tokens = ends[i];
-    if (dram) t.dram_tokens = ends[i];
-    if (ssd) t.ssd_tokens = ends[i];
-    if (!held) break;
-  }
+  const size_t n = std::min(ends.size(), media.size());
+  size_t i = 0;
+  for (; i < n && (media[i] & kDram); ++i) t.cpu_tokens = ends[i];
+  t.disk_tokens = t.cpu_tokens;
+  for (; i < n && (media[i] & kSsd); ++i) t.disk_tokens = ends[i];
   return t;
+}
+
+// Which media `store` holds each increment of `q` in (0 for one it does not
+// hold whole).
+std::vector<uint8_t> LocalMedia(Store* store, const core::PeerTiers& q) {
+  std::vector<uint8_t> media;
+  for (const core::PeerHolds::Entry& e : q.entries) {
+    Result<uint8_t> m = store->HeldMedia(q.ns, e.tokens, e.from_block);
+    media.push_back(m.ok() ? *m : 0);
+  }
+  return media;
 }
 }  // namespace
 
@@ -69,16 +80,11 @@ Result<Cluster::ClusterTiers> Cluster::QueryTiers(const std::string& ns, std::sp
   core::PeerTiers q;
   q.ns = ns;
   q.entries = std::move(holds.entries);
-  std::vector<uint8_t> mine;
-  for (const core::PeerHolds::Entry& e : q.entries) {
-    Result<uint8_t> m = store_->HeldMedia(ns, e.tokens, e.from_block);
-    mine.push_back(m.ok() ? *m : 0);
-  }
-  out.members.push_back(Fold(self_.node_id, ends, mine));
+  out.members.push_back(Fold(self_.node_id, ends, LocalMedia(store_, q)));
   if (q.entries.empty()) {
     // Nothing matched anywhere this node knows of: every live member holds nothing.
     for (const auto& p : *Peers()) {
-      if (IsAlive(p.get())) out.members.push_back(MemberTiers{p->member.node_id, 0, 0, 0});
+      if (IsAlive(p.get())) out.members.push_back(MemberTiers{p->member.node_id, 0, 0});
       else out.unanswered.push_back(p->member.node_id);
     }
   } else {
@@ -90,6 +96,20 @@ Result<Cluster::ClusterTiers> Cluster::QueryTiers(const std::string& ns, std::sp
   std::sort(out.members.begin() + 1, out.members.end(),
             [](const MemberTiers& a, const MemberTiers& b) { return a.node < b.node; });
   std::sort(out.unanswered.begin(), out.unanswered.end());
+  return out;
+}
+
+Result<Cluster::ClusterTiers> QueryTiersLocal(Store* store, const std::string& ns, std::span<const uint32_t> tokens) {
+  core::PeerHolds holds;
+  PTS_ASSIGN_OR_RETURN(PrefixLocation loc, LocatePrefixLocal(store, ns, tokens, &holds));
+  Cluster::ClusterTiers out;
+  out.matched_tokens = loc.matched_tokens;
+  std::vector<uint64_t> ends;
+  for (const PrefixSpan& s : loc.spans) ends.push_back(s.end_token);
+  core::PeerTiers q;
+  q.ns = ns;
+  q.entries = std::move(holds.entries);
+  out.members.push_back(Fold(store->options().node_id, ends, LocalMedia(store, q)));
   return out;
 }
 

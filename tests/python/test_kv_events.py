@@ -369,15 +369,56 @@ def test_restart_is_a_new_incarnation_that_announces_what_ssd_kept(tmp_path):
         d.stop()
 
 
-def post(d, path, body: bytes):
+def post_raw(d, path, body: bytes, content_type=None):
     import re
     port = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", d.log())[-1]
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST")
+    headers = {"Content-Type": content_type} if content_type else {}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
+            return r.status, r.headers.get("Content-Type"), r.read()
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+        return e.code, e.headers.get("Content-Type"), e.read()
+
+
+def post(d, path, body: bytes):
+    st, _, raw = post_raw(d, path, body)
+    return st, raw.decode()
+
+
+def post_msgpack(d, path, body: dict):
+    """As Mooncake's conductor clients ask: a msgpack body, a msgpack answer."""
+    import msgpack
+    st, ctype, raw = post_raw(d, path, msgpack.packb(body), "application/msgpack")
+    assert ctype == "application/msgpack", (st, ctype, raw)
+    return st, msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+def check_upstream_shape(j, rank="0"):
+    """The answer's maps, field by field, as the upstream structs declare them.
+    instances.<id>: Mooncake's PackCacheHitResult (kvcache-ai/Mooncake
+    dev/conductor@19ffa6e4 mooncake-conductor/src/kvevent/event_manager.cpp
+    L666-697; CacheHitResult in include/conductor/prefixindex/prefix_indexer.h
+    L48-63) {longest_matched, dp, rank_matches, gpu, cpu, disk}, ints,
+    cumulative gpu <= cpu <= disk, longest_matched = disk; Dynamo's
+    MooncakeOverlapSummary (ai-dynamo/dynamo lib/kv-router/src/services/
+    overlap.rs@5ea3d18e) is the same less rank_matches. scores / tree_sizes:
+    Dynamo's ScoreResponse (lib/kv-router/src/services/indexer/server.rs
+    @47022ee4; tree_sizes from standalone_indexer/server.rs@bc258351):
+    {"<worker id>": {"<dp rank>": int}}, decimal keys; frequencies: [int]."""
+    assert all(k.isdigit() for k in j["instances"]), j  # the bare decimal node id, as Dynamo keys workers
+    for key, m in j["instances"].items():
+        assert set(m) == {"longest_matched", "gpu", "cpu", "disk", "dp", "rank_matches"}, m
+        assert all(type(m[k]) is int for k in ("longest_matched", "gpu", "cpu", "disk")), m
+        assert m["gpu"] == 0 and m["gpu"] <= m["cpu"] <= m["disk"] == m["longest_matched"], m
+        assert m["dp"] == {rank: 0}, m  # dp is GPU tokens per rank upstream
+        assert m["rank_matches"] == {rank: {"gpu": 0, "cpu": m["cpu"], "disk": m["disk"]}}, m
+        if m["disk"]:
+            assert j["scores"][key] == {rank: m["disk"]} and j["tree_sizes"][key] == {rank: m["disk"] // BLOCK}, j
+        else:
+            assert key not in j["scores"] and key not in j["tree_sizes"], j
+    assert set(j["scores"]) <= set(j["instances"]) and set(j["tree_sizes"]) == set(j["scores"]), j
+    assert type(j["frequencies"]) is list and all(type(f) is int for f in j["frequencies"]), j
 
 
 def test_query_api_answers_longest_match_by_tier(node):
@@ -392,14 +433,46 @@ def test_query_api_answers_longest_match_by_tier(node):
         assert st == 200, body
         j = json.loads(body)
         assert j["model"] == "q" and j["block_size"] == BLOCK and j["local"] == 0 and j["cluster"] is False
-        assert j["data"] == {"node-0": {"matched_tokens": 256, "L2": 256, "L3": 0}}
+        # All in DRAM: cpu and disk (cumulative, as upstream) both the whole match; keys are the bare node id.
+        assert j["data"] == {"0": {"matched_tokens": 256, "L2": 256, "L3": 256}}
+        assert j["instances"] == {"0": {"longest_matched": 256, "gpu": 0, "cpu": 256, "disk": 256, "dp": {"0": 0},
+                                        "rank_matches": {"0": {"gpu": 0, "cpu": 256, "disk": 256}}}}, j
+        assert j["scores"] == {"0": {"0": 256}} and j["tree_sizes"] == {"0": {"0": 256 // BLOCK}}, j
+        assert j["frequencies"] == [1] * (256 // BLOCK) and j["unanswered"] == [], j
+        check_upstream_shape(j)
         st, body = post(node, "/query", json.dumps({"model": "q", "token_ids": [1, 2, 3, 4, 5]}).encode())
         assert st == 200 and json.loads(body)["data"] == {}, body
+        miss = json.loads(body)
+        assert miss["instances"] == {"0": {"longest_matched": 0, "gpu": 0, "cpu": 0, "disk": 0, "dp": {"0": 0},
+                                           "rank_matches": {"0": {"gpu": 0, "cpu": 0, "disk": 0}}}}, miss
+        assert miss["scores"] == {} and miss["frequencies"] == [], miss
+        check_upstream_shape(miss)
+
+        # Mooncake's conductor client: msgpack, token_ids as an int array or a bin of LE int32
+        # (event_manager.cpp L378-383, L400-601); the answer is msgpack and the same.
+        import struct
+        for ids in (prompt, struct.pack(f"<{len(prompt)}i", *prompt)):
+            st, m = post_msgpack(node, "/query", {"model": "q", "token_ids": ids, "block_size": BLOCK,
+                                                  "tenant_id": "default", "lora_name": "", "cache_salt": None})
+            assert st == 200 and m == j, m
+            check_upstream_shape(m)
+        st, m = post_msgpack(node, "/query", {"model": "nope", "token_ids": prompt, "block_size": BLOCK})
+        assert (st, m) == (200, {"instances": {}}), "Mooncake: an unknown context has no instances"
+        st, m = post_msgpack(node, "/query", {"model": "q", "token_ids": prompt, "lora_id": 3.5})
+        assert st == 400 and m["reason"] == "invalid_type" and m["field"] == "lora_id" and m["error"], m
+        # Dynamo's current request: model_name, routing_group, tenant_id (server.rs@47022ee4 QueryRequest).
+        st, body = post(node, "/query", json.dumps({"model_name": "q", "token_ids": prompt, "routing_group": "g",
+                                                    "tenant_id": "t", "instance_id": "0"}).encode())
+        d = json.loads(body)
+        assert st == 200 and d["routing_group"] == "g" and d["tenant_id"] == "t", body
+        assert d["instances"] == j["instances"] and d["scores"] == j["scores"], body
         for bad, code in ((b"not json", 400), (b"[]", 400), (b'{"token_ids": [1]}', 400),
                           (b'{"model": "q", "token_ids": [-1]}', 400), (b'{"model": "q", "token_ids": "1 2"}', 400),
+                          (b'{"model": "q", "block_hashes": [1], "cache_salt": "s"}', 400),
                           (b'{"model": "nope", "token_ids": [1, 2, 3, 4]}', 404)):
-            st, body = post(node, "/query", bad)
+            st, body = post(node, "/query_by_hash" if b"block_hashes" in bad else "/query", bad)
             assert st == code and "error" in json.loads(body), (bad, st, body)
+            assert json.loads(body)["reason"], (bad, body)  # Mooncake's 400 body: error, reason, field
         after = {n.key: (n.hits, n.atime_ns) for n in c.list_tree("q", recursive=True)}
         assert after == before, "a query changes nothing"
 
