@@ -558,6 +558,34 @@ TEST_F(FsTest, WithoutChangePollsAListingPushesTheRemovalsItNotices) {
   EXPECT_EQ(slow.Unmount(), 0);
 }
 
+// A test that gives up on a hung mount (the soak, past its deadline) ends
+// it with Mount::Abort: the calls blocked on it return, and neither
+// ptstore-fuse nor the mount is left behind. The store is frozen (SIGSTOP),
+// so a statfs (always an RPC: Client::Stats) waits on it.
+TEST_F(FsTest, AbortEndsAHungMountAndTheCallsWaitingOnIt) {
+  const pid_t fuse = mount_.pid();
+  ASSERT_GT(fuse, 0);
+  ASSERT_OK(daemon_.Freeze());
+  std::atomic<bool> returned{false};
+  int err = 0;
+  std::thread caller([&] {
+    struct statvfs st {};
+    if (statvfs(mount_.path().c_str(), &st) != 0) err = errno;
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(returned.load()) << "the statfs did not wait for the frozen store";
+  EXPECT_TRUE(mount_.Abort());
+  const bool freed = SeenWithin([&] { return returned.load(); }, std::chrono::milliseconds(5000));
+  EXPECT_TRUE(freed) << "the call still waits on the aborted mount";
+  ASSERT_OK(daemon_.Thaw());  // (lets the call end in any case)
+  caller.join();
+  EXPECT_NE(err, 0);
+  EXPECT_FALSE(testing::IsMountPoint(mount_.path()));
+  EXPECT_EQ(mount_.pid(), -1);   // reaped
+  EXPECT_NE(kill(fuse, 0), 0);  // and gone
+}
+
 TEST_F(FsTest, MountHelperTakesMountStyleArguments) {
   testing::TempDir dir;
   const std::string mnt = dir.Join("mnt");

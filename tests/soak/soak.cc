@@ -92,6 +92,9 @@ class Soak {
   void FinalChecks();
   void CheckLeasesAndStats();
   void StopAll();
+  // Before the soak gives up (std::abort runs no destructor): kills what
+  // it started and keeps their logs.
+  void KillAll();
   void Fsck();
   void KeepLog(size_t i, const std::string& why);
   void KeepMountLog(const std::string& why);
@@ -465,6 +468,26 @@ void Soak::StopAll() {
   }
 }
 
+// The mount first: aborting its connection ends the calls hung on it and
+// lets ptstore-fuse die even when it is blocked in the kernel (a plain
+// SIGKILL would wait for that). Then every node, frozen ones too (SIGKILL
+// ends a stopped process). The logs stay in the work directory.
+void Soak::KillAll() {
+  if (mount_) {
+    const bool ended = mount_->Abort();
+    KeepMountLog(ended ? "aborted" : "aborted, but ptstore-fuse did not exit");
+    if (ended) {
+      mount_.reset();  // its temporary directory too
+    } else {
+      std::fprintf(stderr, "soak: ptstore-fuse (pid %d) did not exit on SIGKILL\n", mount_->pid());
+    }
+  }
+  for (size_t i = 0; i < o_.nodes; ++i) {
+    cluster_->Kill(i);
+    KeepLog(i, "killed: the soak gave up");
+  }
+}
+
 // The SSD directories after the last clean stop: only what the soak damaged
 // or tore (a SIGKILL mid-write, one record per writer) may be corrupt.
 void Soak::Fsck() {
@@ -533,6 +556,7 @@ Result<SoakReport> Soak::Run() {
       for (const std::string& v : violations_.Take()) std::fprintf(stderr, "soak: %s\n", v.c_str());
       std::fprintf(stderr, "soak: calls still running %d s after the end; logs in %s\n",
                    (o_.op_deadline_ms + 30000) / 1000, work_dir_.c_str());
+      KillAll();
       std::abort();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
