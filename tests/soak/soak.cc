@@ -576,6 +576,7 @@ Result<SoakReport> Soak::Run() {
     report_.bytes_verified += t.bytes_verified;
     report_.refused += t.refused;
     report_.skipped_down += t.skipped_down;
+    for (const auto& [k, v] : t.max_ms_by_op) report_.max_ms_by_op[k] = std::max(report_.max_ms_by_op[k], v);
     if (t.max_op_ms >= report_.max_op_ms) {
       report_.max_op_ms = t.max_op_ms;
       report_.slowest_op = t.slowest_op;
@@ -633,6 +634,9 @@ std::string SoakReport::Summary() const {
   for (const auto& [k, v] : allowed_errors) s << " [" << k << "]=" << v;
   s << "\n  refused (arena full of pins): " << refused << "; skipped (node down): " << skipped_down
     << "; slowest call: " << max_op_ms << " ms (" << slowest_op << ")\n";
+  s << "  slowest by operation (ms):";
+  for (const auto& [k, v] : max_ms_by_op) s << " " << k << "=" << v;
+  s << "\n";
   s << "  final check: " << final_prompts_checked << " (prompt, node) loads, " << final_misses.size()
     << " missed until that node saved the prompt itself; fsck corrupt records: " << fsck_corrupt_records << "\n";
   for (const std::string& m : final_misses) s << "    miss: " << m << "\n";
@@ -662,6 +666,7 @@ std::string SoakReport::Json() const {
   j["bytes_damaged"] = bytes_damaged;
   j["max_op_ms"] = max_op_ms;
   j["slowest_op"] = slowest_op;
+  j["max_ms_by_op"] = max_ms_by_op;
   j["final_prompts_checked"] = final_prompts_checked;
   j["final_misses"] = final_misses;
   j["fsck_corrupt_records"] = fsck_corrupt_records;
