@@ -1,6 +1,8 @@
 // The FUSE low-level filesystem of a PTStore mount: the operation table
 // and the state it works on (inode table, tree view, open handles,
 // invalidation thread). ptstore-fuse (main.cc) creates one per mount.
+// The handlers live by concept in fs/*_ops.cc (fs/ops.h); each computes
+// its result first and replies once, at its end (fs/request.h).
 //
 // Errnos (ptstore(7), "ERRORS"): writing data is EROFS (open for write,
 // O_TRUNC, truncate, create, mknod, write); changing structure the store

@@ -1,6 +1,6 @@
 // Listings of directories read without an open handle.
 //
-// The mount answers opendir with ENOSYS (fs/filesystem.cc: a walk then
+// The mount answers opendir with ENOSYS (fs/dir_ops.cc: a walk then
 // costs no opendir and releasedir round trip per directory), so readdir
 // comes with no handle to keep a listing in from one call to the next. A
 // big directory is read in several calls (as many entries as fit the

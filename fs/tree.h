@@ -19,7 +19,7 @@
 // increments); unlink of kv, tokens or .layout hides the file from this
 // mount (a "whiteout", so that `rm -r` works) without touching the store.
 // touch(1) of an increment sets its times (SetTimes). Everything else that
-// would change the tree is refused (filesystem.cc).
+// would change the tree is refused (fs/change_ops.cc).
 //
 // Answers come from the mount's MetaCache (fs/meta_cache.h) when it has
 // them, else from the store (one RPC, whose answer is put there): a listing

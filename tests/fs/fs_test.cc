@@ -558,6 +558,82 @@ TEST_F(FsTest, WithoutChangePollsAListingPushesTheRemovalsItNotices) {
   EXPECT_EQ(slow.Unmount(), 0);
 }
 
+// Opens, reads and closes racing each other on many threads. A read's
+// reply lets its caller close the file, and the kernel's release of it
+// (on another worker) frees the open file while the read's handler may
+// still be returning. A read that held the file's lock across its reply
+// unlocked it in freed memory, a later open's mutex, and that open never
+// returned (the soak's hung fs_read, docs/soak.md).
+TEST_F(FsTest, ReadsRacingTheCloseOfTheirFileNeverHangTheMount) {
+  SaveTree();
+  std::vector<std::string> files;
+  for (auto& [path, n] : Paths("ns")) {
+    files.push_back(M(path + "/kv"));
+    files.push_back(M(path + "/tokens"));
+  }
+  ASSERT_FALSE(files.empty());
+  constexpr int kThreads = 8;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  std::atomic<int> done{0};
+  std::atomic<uint64_t> reads{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; std::chrono::steady_clock::now() < until; ++i) {
+        const int fd = open(files[i % files.size()].c_str(), O_RDONLY);
+        if (fd < 0) {
+          ++errors;
+          continue;
+        }
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        }
+        if (n < 0) ++errors;
+        // Without its pages the next open reads from the mount again.
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+        ++reads;
+      }
+      ++done;
+    });
+  }
+  const bool finished = SeenWithin([&] { return done.load() == kThreads; }, std::chrono::seconds(30));
+  if (!finished) mount_.Abort();  // frees the threads waiting on it
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(finished) << "an open or a read on the mount never returned";
+  EXPECT_EQ(errors.load(), 0u);
+  EXPECT_GT(reads.load(), 100u);
+}
+
+// A test that gives up on a hung mount (the soak, past its deadline) ends
+// it with Mount::Abort: the calls blocked on it return, and neither
+// ptstore-fuse nor the mount is left behind. The store is frozen (SIGSTOP),
+// so a statfs (always an RPC: Client::Stats) waits on it.
+TEST_F(FsTest, AbortEndsAHungMountAndTheCallsWaitingOnIt) {
+  const pid_t fuse = mount_.pid();
+  ASSERT_GT(fuse, 0);
+  ASSERT_OK(daemon_.Freeze());
+  std::atomic<bool> returned{false};
+  int err = 0;
+  std::thread caller([&] {
+    struct statvfs st {};
+    if (statvfs(mount_.path().c_str(), &st) != 0) err = errno;
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(returned.load()) << "the statfs did not wait for the frozen store";
+  EXPECT_TRUE(mount_.Abort());
+  const bool freed = SeenWithin([&] { return returned.load(); }, std::chrono::milliseconds(5000));
+  EXPECT_TRUE(freed) << "the call still waits on the aborted mount";
+  ASSERT_OK(daemon_.Thaw());  // (lets the call end in any case)
+  caller.join();
+  EXPECT_NE(err, 0);
+  EXPECT_FALSE(testing::IsMountPoint(mount_.path()));
+  EXPECT_EQ(mount_.pid(), -1);   // reaped
+  EXPECT_NE(kill(fuse, 0), 0);  // and gone
+}
+
 TEST_F(FsTest, MountHelperTakesMountStyleArguments) {
   testing::TempDir dir;
   const std::string mnt = dir.Join("mnt");

@@ -92,6 +92,9 @@ class Soak {
   void FinalChecks();
   void CheckLeasesAndStats();
   void StopAll();
+  // Before the soak gives up (std::abort runs no destructor): kills what
+  // it started and keeps their logs.
+  void KillAll();
   void Fsck();
   void KeepLog(size_t i, const std::string& why);
   void KeepMountLog(const std::string& why);
@@ -465,6 +468,26 @@ void Soak::StopAll() {
   }
 }
 
+// The mount first: aborting its connection ends the calls hung on it and
+// lets ptstore-fuse die even when it is blocked in the kernel (a plain
+// SIGKILL would wait for that). Then every node, frozen ones too (SIGKILL
+// ends a stopped process). The logs stay in the work directory.
+void Soak::KillAll() {
+  if (mount_) {
+    const bool ended = mount_->Abort();
+    KeepMountLog(ended ? "aborted" : "aborted, but ptstore-fuse did not exit");
+    if (ended) {
+      mount_.reset();  // its temporary directory too
+    } else {
+      std::fprintf(stderr, "soak: ptstore-fuse (pid %d) did not exit on SIGKILL\n", mount_->pid());
+    }
+  }
+  for (size_t i = 0; i < o_.nodes; ++i) {
+    cluster_->Kill(i);
+    KeepLog(i, "killed: the soak gave up");
+  }
+}
+
 // The SSD directories after the last clean stop: only what the soak damaged
 // or tore (a SIGKILL mid-write, one record per writer) may be corrupt.
 void Soak::Fsck() {
@@ -533,6 +556,7 @@ Result<SoakReport> Soak::Run() {
       for (const std::string& v : violations_.Take()) std::fprintf(stderr, "soak: %s\n", v.c_str());
       std::fprintf(stderr, "soak: calls still running %d s after the end; logs in %s\n",
                    (o_.op_deadline_ms + 30000) / 1000, work_dir_.c_str());
+      KillAll();
       std::abort();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -552,6 +576,7 @@ Result<SoakReport> Soak::Run() {
     report_.bytes_verified += t.bytes_verified;
     report_.refused += t.refused;
     report_.skipped_down += t.skipped_down;
+    for (const auto& [k, v] : t.max_ms_by_op) report_.max_ms_by_op[k] = std::max(report_.max_ms_by_op[k], v);
     if (t.max_op_ms >= report_.max_op_ms) {
       report_.max_op_ms = t.max_op_ms;
       report_.slowest_op = t.slowest_op;
@@ -609,6 +634,9 @@ std::string SoakReport::Summary() const {
   for (const auto& [k, v] : allowed_errors) s << " [" << k << "]=" << v;
   s << "\n  refused (arena full of pins): " << refused << "; skipped (node down): " << skipped_down
     << "; slowest call: " << max_op_ms << " ms (" << slowest_op << ")\n";
+  s << "  slowest by operation (ms):";
+  for (const auto& [k, v] : max_ms_by_op) s << " " << k << "=" << v;
+  s << "\n";
   s << "  final check: " << final_prompts_checked << " (prompt, node) loads, " << final_misses.size()
     << " missed until that node saved the prompt itself; fsck corrupt records: " << fsck_corrupt_records << "\n";
   for (const std::string& m : final_misses) s << "    miss: " << m << "\n";
@@ -638,6 +666,7 @@ std::string SoakReport::Json() const {
   j["bytes_damaged"] = bytes_damaged;
   j["max_op_ms"] = max_op_ms;
   j["slowest_op"] = slowest_op;
+  j["max_ms_by_op"] = max_ms_by_op;
   j["final_prompts_checked"] = final_prompts_checked;
   j["final_misses"] = final_misses;
   j["fsck_corrupt_records"] = fsck_corrupt_records;

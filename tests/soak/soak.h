@@ -74,6 +74,7 @@ struct SoakReport {
   uint64_t bytes_damaged = 0;                   // bytes flipped in segment files
   uint64_t max_op_ms = 0;
   std::string slowest_op;                        // what that call was
+  std::map<std::string, uint64_t> max_ms_by_op;  // the slowest call of each operation
   uint64_t final_prompts_checked = 0;           // (prompt, node) pairs of the final check
   // Final-check loads that missed part of a prompt another node had saved
   // (then that node saved it itself, and it loaded): a miss is allowed, but

@@ -96,6 +96,7 @@ struct WorkerTally {
   uint64_t skipped_down = 0;
   uint64_t max_op_ms = 0;
   std::string slowest_op;  // what the slowest call was ("load of ...")
+  std::map<std::string, uint64_t> max_ms_by_op;  // the slowest call of each operation
 
   // A load, pin or kv read whose `tokens` tokens were checked byte for byte.
   void Verified(uint64_t tokens, uint64_t bytes_per_token) {
@@ -121,12 +122,15 @@ class CallClock {
       what_ = op + " of " + what;
     }
     ++tally.ops[op];
+    op_ = op;
     began_ms_ = SteadyMs();
     busy_since_ms_.store(began_ms_, std::memory_order_relaxed);
   }
   void End(WorkerTally& tally) {
     busy_since_ms_.store(0, std::memory_order_relaxed);
     const auto ms = static_cast<uint64_t>(SteadyMs() - began_ms_);
+    uint64_t& op_max = tally.max_ms_by_op[op_];
+    op_max = std::max(op_max, ms);
     if (ms >= tally.max_op_ms) {
       tally.max_op_ms = ms;
       tally.slowest_op = what();
@@ -143,6 +147,7 @@ class CallClock {
   std::atomic<int64_t> busy_since_ms_{0};
   mutable std::mutex mu_;
   std::string what_;
+  std::string op_;  // of the call in progress (the calling worker's only)
   int64_t began_ms_ = 0;
 };
 

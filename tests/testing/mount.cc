@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,14 +85,27 @@ int Mount::Unmount() {
   }
   if (pid_ <= 0) return 0;
   int rc = Wait(10000);
-  if (rc == -1000) {  // stuck: never leave it behind
-    kill(pid_, SIGKILL);
-    int status;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    UnmountLazy();
-  }
+  if (rc == -1000) Abort();  // stuck: never leave it behind
   return rc;
+}
+
+bool Mount::Abort() {
+  if (!mountpoint_.empty()) {
+    // The path is not looked into (no request reaches ptstore-fuse): the
+    // FUSE superblock's umount_begin aborts the connection even when the
+    // unmount itself then fails as busy, and MNT_DETACH takes it away.
+    (void)umount2(mountpoint_.c_str(), MNT_FORCE);
+    (void)umount2(mountpoint_.c_str(), MNT_DETACH);
+  }
+  bool ended = true;
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    ended = Wait(10000) != -1000;
+  }
+  // Without CAP_SYS_ADMIN the umount2 calls fail; the connection ended
+  // with ptstore-fuse, and fusermount3 takes the dead mount away.
+  UnmountLazy();
+  return ended;
 }
 
 std::string Mount::ReadLog() const { return ReadFile(log_); }

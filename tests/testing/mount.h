@@ -43,6 +43,14 @@ class Mount {
   // Waits for ptstore-fuse to exit (after a lazy unmount) for up to
   // `timeout_ms`; returns its exit status, or -1000 on timeout.
   int Wait(int timeout_ms);
+  // Ends the mount at once, whatever ptstore-fuse is doing, for a caller
+  // that gives up on it (a hung call): the kernel's connection is aborted
+  // (umount2 MNT_FORCE: every call waiting on the mount fails with
+  // ENOTCONN, and so does a notification ptstore-fuse is blocked in, which
+  // SIGKILL alone could not end), ptstore-fuse is killed and reaped (for up
+  // to 10 s), and the mountpoint is detached. False when ptstore-fuse
+  // still did not exit (then nothing more can be done to it).
+  bool Abort();
 
   const std::string& path() const { return mountpoint_; }
   std::string Join(const std::string& rel) const { return mountpoint_ + "/" + rel; }
