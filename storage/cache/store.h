@@ -212,18 +212,6 @@ class Store {
   // AllBlocksCleared and everything held again, into the current sink
   // (after the sink dropped events).
   void AnnounceEvents() EXCLUDES(mu_);
-  // A prompt's longest match on this node by tier, in tokens from its start
-  // (the KV query API, storage/server/kv_query.h): what the index matches, what
-  // this node holds (DRAM or SSD, own data or kept replicas), what of that
-  // is in DRAM, what is on SSD. No hit, no use, no times changed.
-  struct TierMatch {
-    uint64_t matched_tokens = 0;
-    uint64_t held_tokens = 0;
-    uint64_t dram_tokens = 0;
-    uint64_t ssd_tokens = 0;
-    uint32_t block_tokens = 0;
-  };
-  Result<TierMatch> MatchTiers(const std::string& ns, std::span<const uint32_t> tokens) EXCLUDES(mu_);
   // The media (KvMedium bits) in which this node holds every block of
   // `tokens` from block `from_block` on: 0 when it does not hold them all
   // (the KV query's PeerTiers; as Holds, per medium).

@@ -97,30 +97,6 @@ void Store::AnnounceEvents() {
   AnnounceLocked(true);
 }
 
-Result<Store::TierMatch> Store::MatchTiers(const std::string& ns_name, std::span<const uint32_t> tokens) {
-  PTS_ASSIGN_OR_RETURN(PromptKeys k, HashPrompt(ns_name, tokens));
-  core::MutexLock lk(mu_);
-  PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
-  const uint32_t bt = ns->info.layout.block_tokens;
-  Match m = MatchLocked(*ns, tokens, &k);
-  TierMatch r;
-  r.block_tokens = bt;
-  r.matched_tokens = m.blocks * bt;
-  bool held = true, dram = true, ssd = true;
-  uint64_t at = 0;
-  for (const MatchStep& s : m.path) {
-    const uint8_t media = HeldMediaLocked(*s.node->tensor);
-    at += s.blocks * bt;
-    held = held && media != 0;
-    dram = dram && (media & kCpuBit);
-    ssd = ssd && (media & kStorageBit);
-    if (held) r.held_tokens = at;
-    if (dram) r.dram_tokens = at;
-    if (ssd) r.ssd_tokens = at;
-  }
-  return r;
-}
-
 Result<uint8_t> Store::HeldMedia(const std::string& ns_name, std::span<const uint32_t> tokens, uint64_t from_block) {
   core::MutexLock lk(mu_);
   PTS_ASSIGN_OR_RETURN(Namespace * ns, FindLocked(ns_name));
