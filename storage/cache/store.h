@@ -104,8 +104,8 @@
 
 namespace ptstore::storage {
 
-class TensorHold;
-class TensorPin;
+using TensorHold = TensorRef<TensorRefKind::kHold>;
+using TensorPin = TensorRef<TensorRefKind::kPin>;
 
 class Store {
  public:
@@ -303,8 +303,8 @@ class Store {
   const StoreOptions& options() const { return options_; }
 
  private:
-  friend class TensorHold;  // they take and release under mu_ (tensor_refs.h)
-  friend class TensorPin;
+  template <TensorRefKind K>
+  friend class TensorRef;  // holds and pins take and release under mu_ (tensor_refs.h)
   friend class TensorRefsTest;  // tests/storage/tensor_state_test.cc
   struct Lease {
     uint64_t session;

@@ -35,12 +35,21 @@
 
 namespace ptstore::storage {
 
-class TensorHold {
+// One typed reference of kind K (TensorHold or TensorPin, store.h): taken
+// at construction, released by Release or the destructor; moves hand it on.
+template <TensorRefKind K>
+class TensorRef {
  public:
-  TensorHold() = default;
-  TensorHold(Store& store, Tensor* t) REQUIRES(store.mu_) : store_(&store), t_(t) { t_->AddHold(); }
-  TensorHold(TensorHold&& o) noexcept : store_(o.store_), t_(std::exchange(o.t_, nullptr)) {}
-  TensorHold& operator=(TensorHold&& o) noexcept {
+  TensorRef() = default;
+  TensorRef(Store& store, Tensor* t) REQUIRES(store.mu_) : store_(&store), t_(t) {
+    if constexpr (K == TensorRefKind::kHold) {
+      t_->AddHold();
+    } else {
+      store.PinLocked(t);
+    }
+  }
+  TensorRef(TensorRef&& o) noexcept : store_(o.store_), t_(std::exchange(o.t_, nullptr)) {}
+  TensorRef& operator=(TensorRef&& o) noexcept {
     if (this != &o) {
       Release();
       store_ = o.store_;
@@ -48,53 +57,25 @@ class TensorHold {
     }
     return *this;
   }
-  TensorHold(const TensorHold&) = delete;
-  TensorHold& operator=(const TensorHold&) = delete;
-  ~TensorHold() { Release(); }
+  TensorRef(const TensorRef&) = delete;
+  TensorRef& operator=(const TensorRef&) = delete;
+  ~TensorRef() { Release(); }
 
-  // Drops the hold now (a no-op when there is none); frees the tensor if
-  // that was its last reference and it is out of the index.
+  // Drops the reference now (a no-op when there is none). A hold's last
+  // reference frees a tensor that is out of the index
+  // (Store::MaybeDestroyLocked); a pin's goes through Store::UnpinLocked,
+  // which frees a transient replica's bytes at its last pin and the tensor
+  // if nothing else refers to it.
   void Release() {
     if (t_ == nullptr) return;
     store_->mu_.AssertHeld();
     Tensor* t = std::exchange(t_, nullptr);
-    t->DropHold();
-    store_->MaybeDestroyLocked(t);
-  }
-
-  Tensor* get() const { return t_; }
-  Tensor* operator->() const { return t_; }
-  explicit operator bool() const { return t_ != nullptr; }
-
- private:
-  Store* store_ = nullptr;
-  Tensor* t_ = nullptr;
-};
-
-class TensorPin {
- public:
-  TensorPin() = default;
-  TensorPin(Store& store, Tensor* t) REQUIRES(store.mu_) : store_(&store), t_(t) { store.PinLocked(t); }
-  TensorPin(TensorPin&& o) noexcept : store_(o.store_), t_(std::exchange(o.t_, nullptr)) {}
-  TensorPin& operator=(TensorPin&& o) noexcept {
-    if (this != &o) {
-      Release();
-      store_ = o.store_;
-      t_ = std::exchange(o.t_, nullptr);
+    if constexpr (K == TensorRefKind::kHold) {
+      t->DropHold();
+      store_->MaybeDestroyLocked(t);
+    } else {
+      store_->UnpinLocked(t);
     }
-    return *this;
-  }
-  TensorPin(const TensorPin&) = delete;
-  TensorPin& operator=(const TensorPin&) = delete;
-  ~TensorPin() { Release(); }
-
-  // Unpins now (a no-op when not pinned): Store::UnpinLocked, which frees
-  // a transient replica's bytes at its last pin and the tensor if nothing
-  // else refers to it.
-  void Release() {
-    if (t_ == nullptr) return;
-    store_->mu_.AssertHeld();
-    store_->UnpinLocked(std::exchange(t_, nullptr));
   }
 
   Tensor* get() const { return t_; }

@@ -43,6 +43,26 @@ std::vector<uint8_t> LocalMedia(Store* store, const core::PeerTiers& q) {
   }
   return media;
 }
+// This node's answer (always the first member), and the question to ask the
+// others: the increments of the prompt's match, as this node's index knows
+// them, and the token each ends at.
+struct LocalTiers {
+  Cluster::ClusterTiers tiers;
+  std::vector<uint64_t> ends;
+  core::PeerTiers question;
+};
+Result<LocalTiers> AnswerLocally(Store* store, const std::string& ns, std::span<const uint32_t> tokens) {
+  core::PeerHolds holds;
+  PTS_ASSIGN_OR_RETURN(PrefixLocation loc, LocatePrefixLocal(store, ns, tokens, &holds));
+  LocalTiers local;
+  local.tiers.matched_tokens = loc.matched_tokens;
+  for (const PrefixSpan& s : loc.spans) local.ends.push_back(s.end_token);
+  local.question.ns = ns;
+  local.question.entries = std::move(holds.entries);
+  local.tiers.members.push_back(
+      Fold(store->options().node_id, local.ends, LocalMedia(store, local.question)));
+  return local;
+}
 }  // namespace
 
 std::vector<std::pair<uint32_t, std::optional<core::PeerTiersReply>>> Cluster::AskTiers(const core::PeerTiers& q) {
@@ -70,17 +90,9 @@ std::vector<std::pair<uint32_t, std::optional<core::PeerTiersReply>>> Cluster::A
 
 Result<Cluster::ClusterTiers> Cluster::QueryTiers(const std::string& ns, std::span<const uint32_t> tokens) {
   Refresh(ns, tokens);
-  core::PeerHolds holds;
-  PTS_ASSIGN_OR_RETURN(PrefixLocation loc, LocatePrefixLocal(store_, ns, tokens, &holds));
-  ClusterTiers out;
-  out.matched_tokens = loc.matched_tokens;
-  std::vector<uint64_t> ends;
-  for (const PrefixSpan& s : loc.spans) ends.push_back(s.end_token);
-
-  core::PeerTiers q;
-  q.ns = ns;
-  q.entries = std::move(holds.entries);
-  out.members.push_back(Fold(self_.node_id, ends, LocalMedia(store_, q)));
+  PTS_ASSIGN_OR_RETURN(LocalTiers local, AnswerLocally(store_, ns, tokens));
+  ClusterTiers& out = local.tiers;
+  const core::PeerTiers& q = local.question;
   if (q.entries.empty()) {
     // Nothing matched anywhere this node knows of: every live member holds nothing.
     for (const auto& p : *Peers()) {
@@ -89,28 +101,19 @@ Result<Cluster::ClusterTiers> Cluster::QueryTiers(const std::string& ns, std::sp
     }
   } else {
     for (auto& [id, answer] : AskTiers(q)) {
-      if (answer) out.members.push_back(Fold(id, ends, answer->media));
+      if (answer) out.members.push_back(Fold(id, local.ends, answer->media));
       else out.unanswered.push_back(id);
     }
   }
   std::sort(out.members.begin() + 1, out.members.end(),
             [](const MemberTiers& a, const MemberTiers& b) { return a.node < b.node; });
   std::sort(out.unanswered.begin(), out.unanswered.end());
-  return out;
+  return std::move(local.tiers);
 }
 
 Result<Cluster::ClusterTiers> QueryTiersLocal(Store* store, const std::string& ns, std::span<const uint32_t> tokens) {
-  core::PeerHolds holds;
-  PTS_ASSIGN_OR_RETURN(PrefixLocation loc, LocatePrefixLocal(store, ns, tokens, &holds));
-  Cluster::ClusterTiers out;
-  out.matched_tokens = loc.matched_tokens;
-  std::vector<uint64_t> ends;
-  for (const PrefixSpan& s : loc.spans) ends.push_back(s.end_token);
-  core::PeerTiers q;
-  q.ns = ns;
-  q.entries = std::move(holds.entries);
-  out.members.push_back(Fold(store->options().node_id, ends, LocalMedia(store, q)));
-  return out;
+  PTS_ASSIGN_OR_RETURN(LocalTiers local, AnswerLocally(store, ns, tokens));
+  return std::move(local.tiers);
 }
 
 Result<std::vector<uint32_t>> Cluster::TokensOfHashes(const std::string& ns, std::span<const ChainKey> hashes,

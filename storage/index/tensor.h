@@ -35,7 +35,10 @@ namespace ptstore::storage {
 
 struct Namespace;
 struct RadixNode;
-class TensorHold;
+// The Store's typed references to a tensor (storage/cache/tensor_refs.h).
+enum class TensorRefKind { kHold, kPin };
+template <TensorRefKind K>
+class TensorRef;
 
 struct Tensor {
  public:
@@ -137,7 +140,7 @@ struct Tensor {
   bool DropPin();
 
  private:
-  friend class TensorHold;  // the only way to hold one (storage/cache/tensor_refs.h)
+  friend class TensorRef<TensorRefKind::kHold>;  // the only way to hold one (TensorHold)
   void AddHold();
   void DropHold();
   // What a failed transition says before it stops the process.
