@@ -140,7 +140,11 @@ struct Tensor {
   bool DropPin();
 
  private:
-  friend class TensorRef<TensorRefKind::kHold>;  // the only way to hold one (TensorHold)
+  // The only way to hold one: TensorRef<kHold> (TensorHold). The template
+  // as a whole is the friend, since clang checks access in both branches of
+  // its `if constexpr` (kPin never calls these).
+  template <TensorRefKind K>
+  friend class TensorRef;
   void AddHold();
   void DropHold();
   // What a failed transition says before it stops the process.
