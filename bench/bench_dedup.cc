@@ -58,7 +58,8 @@ Status Run(const Options& o) {
                 o.base.min_doc_tokens, o.base.max_doc_tokens, o.base.min_question_tokens, o.base.max_question_tokens,
                 static_cast<unsigned long long>(o.base.seed));
   }
-  PTS_ASSIGN_OR_RETURN(ServerHandle server, ConnectOrStart(o.socket, o.arena_size, o.ptstored, o.json));
+  PTS_ASSIGN_OR_RETURN(testing::ServerHandle server,
+                       testing::ConnectOrStart(o.socket, ServerOptions(o.arena_size, o.ptstored), o.json));
   ClientOptions co;
   co.socket_path = server.socket_path;
   co.client_name = "bench_dedup";

@@ -42,6 +42,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/workload.h"
+#include "tests/testing/mount.h"
 #include "ptstore/client.h"
 
 using namespace ptstore;
@@ -89,11 +90,11 @@ uint64_t RequestCount(const std::string& mountpoint) {
 }
 
 // Phases 1 and 2: kv reads through the mount vs tmpfs, and the ioctl.
-Status ReadPhases(const Options& o, LocalServer& server, Client& client_ref, const std::string& mnt,
-                  const std::string& fuse, const std::vector<std::string>& rel, HostBuffer& src, HostBuffer& dst,
-                  uint64_t file_bytes, uint64_t file_tokens, uint64_t total) {
+Status ReadPhases(const Options& o, testing::Daemon& server, Client& client_ref, const std::string& mnt,
+                  const testing::Mount::Options& mount, const std::vector<std::string>& rel, HostBuffer& src,
+                  HostBuffer& dst, uint64_t file_bytes, uint64_t file_tokens, uint64_t total) {
   Client* client = &client_ref;
-  LocalServer* srv = &server;
+  testing::Daemon* srv = &server;
   const std::string shm = Format("/dev/shm/ptstore-bench-fs-kv-%d", static_cast<int>(getpid()));
   std::filesystem::create_directories(shm);
   struct Cleanup {
@@ -130,7 +131,8 @@ Status ReadPhases(const Options& o, LocalServer& server, Client& client_ref, con
   // (steady state). tmpfs is read twice the same way.
   std::vector<double> tmpfs1_s, tmpfs_s, cold_s, warm1_s, warm_s, ioctl_s;
   for (int rep = 0; rep < o.reps; ++rep) {
-    PTS_ASSIGN_OR_RETURN(auto m, LocalMount::Start(fuse, srv->socket_path(), mnt));
+    testing::Mount m;  // a fresh mount each repetition: cold reads
+    PTS_RETURN_IF_ERROR(m.Start(srv->socket_path(), mount));
     auto kv_path = [&](int i) { return mnt + "/bench/" + rel[i] + "/kv"; };
     PTS_ASSIGN_OR_RETURN(double cold, read_all(kv_path));
     PTS_RETURN_IF_ERROR(check("mount, cold"));
@@ -253,10 +255,8 @@ Status Run(const Options& o) {
   std::printf("bench_fs: %d chained increments of %s (%s in all), Mistral-7B geometry\nmachine: %s\n", o.files,
               HumanBytes(file_bytes).c_str(), HumanBytes(total).c_str(), MachineDescription().c_str());
 
-  LocalServer::Options so;
-  so.binary = o.ptstored;
-  so.arena_size = std::to_string((total + (512ull << 20)) >> 20) + "MiB";
-  PTS_ASSIGN_OR_RETURN(auto server, LocalServer::Start(so));
+  PTS_ASSIGN_OR_RETURN(auto server, testing::StartDaemon(ServerOptions(
+                                         std::to_string((total + (512ull << 20)) >> 20) + "MiB", o.ptstored)));
   ClientOptions co;
   co.socket_path = server->socket_path();
   PTS_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
@@ -292,8 +292,12 @@ Status Run(const Options& o) {
   } cleanup{shm};
   const std::string mnt = Format("/tmp/ptstore-bench-fs-mnt-%d", static_cast<int>(getpid()));
   std::filesystem::create_directories(mnt);
-  const std::string fuse = o.fuse_binary.empty() ? DefaultFuseBinary() : o.fuse_binary;
-  if (!o.tree_only) PTS_RETURN_IF_ERROR(ReadPhases(o, *server, *client, mnt, fuse, rel, src, dst, file_bytes,
+  // Every mount: on `mnt`, with no -o option but the socket (as a user mounts it).
+  testing::Mount::Options mount;
+  mount.binary = o.fuse_binary;  // empty: this build's
+  mount.options = "";
+  mount.mountpoint = mnt;
+  if (!o.tree_only) PTS_RETURN_IF_ERROR(ReadPhases(o, *server, *client, mnt, mount, rel, src, dst, file_bytes,
                                                     file_tokens, total));
   // Phase 3: trees of many small increments, and the same shapes on tmpfs.
   Layout small;
@@ -352,7 +356,8 @@ Status Run(const Options& o) {
       DropCaches();
       PTS_ASSIGN_OR_RETURN(double tmpfs_cold, run(shm_tree));
       PTS_ASSIGN_OR_RETURN(double tmpfs_warm, run(shm_tree));
-      PTS_ASSIGN_OR_RETURN(auto m, LocalMount::Start(fuse, server->socket_path(), mnt));
+      testing::Mount m;
+      PTS_RETURN_IF_ERROR(m.Start(server->socket_path(), mount));
       DropCaches();
       const uint64_t r0 = RequestCount(mnt);
       PTS_ASSIGN_OR_RETURN(double cold, run(mnt + "/" + ns));
@@ -376,7 +381,8 @@ Status Run(const Options& o) {
     }
     // du must agree with the store.
     {
-      PTS_ASSIGN_OR_RETURN(auto m, LocalMount::Start(fuse, server->socket_path(), mnt));
+      testing::Mount m;
+      PTS_RETURN_IF_ERROR(m.Start(server->socket_path(), mount));
       FILE* p = popen(("du -sb '" + mnt + "/" + ns + "' | cut -f1").c_str(), "r");
       unsigned long long du = 0;
       if (p == nullptr || std::fscanf(p, "%llu", &du) != 1) du = 0;

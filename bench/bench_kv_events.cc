@@ -193,14 +193,13 @@ int main(int argc, char** argv) {
     return Summarize(r);
   };
   for (int pair = 0; pair < o.pairs; pair++) {
-    LocalServer::Options so;
-    so.arena_size = "1GiB";
-    auto off = LocalServer::Start(so);
+    testing::Daemon::Options so = ServerOptions("1GiB");
+    auto off = testing::StartDaemon(so);
     if (!off.ok()) return Fail(off.status());
     so.extra_args = {"--events"};
     if (!o.events_config.empty()) so.extra_args.insert(so.extra_args.end(), {"--config", o.events_config});
     so.log_level = "info";
-    auto on = LocalServer::Start(so);
+    auto on = testing::StartDaemon(so);
     if (!on.ok()) return Fail(on.status());
     std::string pub, replay;
     if (!Endpoints((*on)->LogTail(1 << 16), &pub, &replay)) return Fail(Internal("no 'kv events on' in the log"));

@@ -114,7 +114,8 @@ Status Run(const Options& o) {
                 HumanBytes(bytes).c_str(), static_cast<unsigned long long>(tokens_n), layout.ToString().c_str());
     std::printf("machine: %s\n", MachineDescription().c_str());
   }
-  PTS_ASSIGN_OR_RETURN(ServerHandle server, ConnectOrStart(o.socket, o.arena_size, o.ptstored, o.json));
+  PTS_ASSIGN_OR_RETURN(testing::ServerHandle server,
+                       testing::ConnectOrStart(o.socket, ServerOptions(o.arena_size, o.ptstored), o.json));
 
   // Host buffers first: pre-faulted, 4 KiB aligned.
   auto t_setup = Clock::now();

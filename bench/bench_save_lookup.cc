@@ -344,7 +344,8 @@ Status Run(const Options& o) {
   if (!o.json) {
     std::printf("bench_save_lookup\nmachine: %s\n", MachineDescription().c_str());
   }
-  PTS_ASSIGN_OR_RETURN(ServerHandle server, ConnectOrStart(o.socket, o.arena_size, o.ptstored, o.json));
+  PTS_ASSIGN_OR_RETURN(testing::ServerHandle server,
+                       testing::ConnectOrStart(o.socket, ServerOptions(o.arena_size, o.ptstored), o.json));
   ClientOptions co;
   co.socket_path = server.socket_path;
   co.client_name = "bench_save_lookup";

@@ -110,15 +110,14 @@ Result<double> ReadBaseline(const std::string& path, uint8_t* dst, uint64_t byte
   return s;
 }
 
-Result<std::unique_ptr<LocalServer>> StartServer(const Options& o, uint64_t bytes, const std::string& ssd_dir) {
-  LocalServer::Options so;
-  so.binary = o.ptstored;
-  if (o.verbose) so.log_level = "debug";
+Result<std::unique_ptr<testing::Daemon>> StartServer(const Options& o, uint64_t bytes, const std::string& ssd_dir) {
   // Room for the prefix plus slack; the SSD tier for it twice over.
-  so.arena_size = std::to_string((bytes + (256ull << 20)) >> 20) + "MiB";
-  so.extra_args = {"--ssd-dir", ssd_dir, "--ssd-capacity", std::to_string((2 * bytes + (256ull << 20)) >> 20) + "MiB"};
+  testing::Daemon::Options so = ServerOptions(
+      std::to_string((bytes + (256ull << 20)) >> 20) + "MiB", o.ptstored,
+      {"--ssd-dir", ssd_dir, "--ssd-capacity", std::to_string((2 * bytes + (256ull << 20)) >> 20) + "MiB"});
+  if (o.verbose) so.log_level = "debug";
   if (o.compress) so.extra_args.push_back("--ssd-compress");
-  return LocalServer::Start(so);
+  return testing::StartDaemon(so);
 }
 
 // Latency of loads of a DRAM-resident prefix, alone and under SSD traffic.
@@ -129,11 +128,10 @@ Status RunInterference(const Options& o, const std::string& run_dir) {
   const int loads = o.quick ? 30 : 300;
   const uint64_t hot_bytes = hot_tokens * layout.BytesPerToken();
   const uint64_t cold_bytes = cold_tokens * layout.BytesPerToken();
-  LocalServer::Options so;
-  so.binary = o.ptstored;
-  so.arena_size = o.quick ? "128MiB" : "512MiB";
-  so.extra_args = {"--ssd-dir", run_dir + "/ssd-interference", "--ssd-capacity", o.quick ? "1GiB" : "4GiB"};
-  PTS_ASSIGN_OR_RETURN(auto server, LocalServer::Start(so));
+  PTS_ASSIGN_OR_RETURN(auto server, testing::StartDaemon(ServerOptions(
+                                         o.quick ? "128MiB" : "512MiB", o.ptstored,
+                                         {"--ssd-dir", run_dir + "/ssd-interference", "--ssd-capacity",
+                                          o.quick ? "1GiB" : "4GiB"})));
   ClientOptions co;
   co.socket_path = server->socket_path();
   PTS_ASSIGN_OR_RETURN(auto client, Client::Connect(co));

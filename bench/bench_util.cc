@@ -1,26 +1,16 @@
 #include "bench/bench_util.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -210,207 +200,16 @@ std::string MachineDescription() {
 
 // ------------------------------------------------------------- the server
 
-std::string DefaultPtstoredPath() {
-#ifdef PTSTORE_BENCH_PTSTORED_PATH
-  if (access(PTSTORE_BENCH_PTSTORED_PATH, X_OK) == 0) return PTSTORE_BENCH_PTSTORED_PATH;
-#endif
-  return "ptstored";
-}
-
-namespace {
-
-bool CanConnect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
-std::string MakeTempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ptstore-bench-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) return "";
-  return buf.data();
-}
-
-}  // namespace
-
-Result<std::unique_ptr<LocalServer>> LocalServer::Start(const Options& options) {
-  std::unique_ptr<LocalServer> s(new LocalServer());
-  s->dir_ = MakeTempDir();
-  if (s->dir_.empty()) return ErrnoError("mkdtemp", errno);
-  s->socket_ = s->dir_ + "/ptstored.sock";
-  s->log_ = s->dir_ + "/ptstored.log";
-  const std::string binary = options.binary.empty() ? DefaultPtstoredPath() : options.binary;
-  std::vector<std::string> args = {binary,        "--socket",    s->socket_, "--arena-size",
-                                   options.arena_size, "--log-level", options.log_level};
-  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
-  const pid_t parent = getpid();
-  const auto t0 = Clock::now();
-  s->pid_ = fork();
-  if (s->pid_ < 0) return ErrnoError("fork", errno);
-  if (s->pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(126);  // the parent died before prctl
-    int fd = open(s->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  const auto deadline = t0 + std::chrono::seconds(120);
-  while (Clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(s->pid_, &status, WNOHANG) == s->pid_) {
-      s->pid_ = -1;
-      return Unavailable("ptstored (" + binary + ") exited during start: " + s->LogTail());
-    }
-    if (CanConnect(s->socket_)) {
-      s->startup_seconds_ = SecondsSince(t0);
-      return s;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::string log = s->LogTail();
-  s->Stop();
-  return DeadlineExceeded("ptstored did not accept connections within 120 s: " + log);
-}
-
-LocalServer::~LocalServer() {
-  Stop();
-  if (!dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-}
-
-int LocalServer::Stop() {
-  if (pid_ <= 0) return 0;
-  kill(pid_, SIGTERM);
-  int status = 0;
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (waitpid(pid_, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  pid_ = -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-}
-
-std::string LocalServer::LogTail(size_t max_bytes) const {
-  std::ifstream in(log_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
-  return s;
-}
-
-Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string& arena_size,
-                                    const std::string& ptstored_binary, bool quiet,
-                                    const std::vector<std::string>& extra_args) {
-  ServerHandle h;
-  if (!socket.empty()) {
-    h.socket_path = socket;
-    return h;
-  }
-  LocalServer::Options o;
-  o.binary = ptstored_binary;
+testing::Daemon::Options ServerOptions(const std::string& arena_size, const std::string& binary,
+                                       std::vector<std::string> extra_args) {
+  testing::Daemon::Options o;
+  o.binary = binary;
   o.arena_size = arena_size;
-  o.extra_args = extra_args;
-  PTS_ASSIGN_OR_RETURN(h.owned, LocalServer::Start(o));
-  h.socket_path = h.owned->socket_path();
-  if (!quiet) {
-    std::printf("started ptstored (pid %d, arena %s, pre-faulted in %.1f s) on %s\n",
-                 static_cast<int>(h.owned->pid()), arena_size.c_str(), h.owned->startup_seconds(),
-                 h.socket_path.c_str());
-  }
-  return h;
-}
-
-// ---------------------------------------------------------------- the mount
-
-namespace {
-bool IsMounted(const std::string& mountpoint) {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, mnt, rest;
-  while (in >> dev >> mnt && std::getline(in, rest)) {
-    if (mnt == mountpoint) return true;
-  }
-  return false;
-}
-}  // namespace
-
-std::string DefaultFuseBinary() {
-#ifdef PTSTORE_BENCH_FUSE_PATH
-  if (access(PTSTORE_BENCH_FUSE_PATH, X_OK) == 0) return PTSTORE_BENCH_FUSE_PATH;
-#endif
-  return "ptstore-fuse";
-}
-
-std::string WhyNoMount(const std::string& binary) {
-  if (access("/dev/fuse", R_OK | W_OK) != 0) return "no usable /dev/fuse";
-  if (geteuid() != 0) return "not root (ptstore-fuse needs the arena mapping and a mount)";
-  if (binary.find('/') != std::string::npos && access(binary.c_str(), X_OK) != 0) return binary + " is missing";
-  return "";
-}
-
-Result<std::unique_ptr<LocalMount>> LocalMount::Start(const std::string& binary, const std::string& socket,
-                                                      const std::string& mountpoint) {
-  std::unique_ptr<LocalMount> m(new LocalMount());
-  m->mountpoint_ = mountpoint;
-  const pid_t parent = getpid();
-  m->pid_ = fork();
-  if (m->pid_ < 0) return ErrnoError("fork", errno);
-  if (m->pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(126);
-    const std::string opts = "socket=" + socket;
-    execl(binary.c_str(), binary.c_str(), "-f", "-o", opts.c_str(), mountpoint.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int i = 0; i < 1000; ++i) {
-    if (IsMounted(mountpoint)) return m;
-    int st;
-    if (waitpid(m->pid_, &st, WNOHANG) == m->pid_) {
-      m->pid_ = -1;
-      return Unavailable(binary + " exited before mounting " + mountpoint);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return DeadlineExceeded(mountpoint + " was not mounted within 10 s");
-}
-
-LocalMount::~LocalMount() {
-  if (IsMounted(mountpoint_)) {
-    std::string cmd = "fusermount3 -u -z '" + mountpoint_ + "' 2>/dev/null || umount -l '" + mountpoint_ + "'";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not unmount %s\n", mountpoint_.c_str());
-  }
-  if (pid_ > 0) {
-    int st;
-    for (int i = 0; i < 500 && waitpid(pid_, &st, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &st, 0);
-  }
+  o.log_level = "warn";
+  o.extra_args = std::move(extra_args);
+  o.start_timeout_seconds = 120;  // the arena is pre-faulted at start
+  o.dir_prefix = "ptstore-bench";
+  return o;
 }
 
 }  // namespace ptstore::bench

@@ -1,21 +1,20 @@
 // Shared pieces of the benchmarks: pre-faulted host buffers, timing
-// summaries, a text table, and a ptstored child process owned by the
-// benchmark (so that a run needs nobody else's server).
+// summaries, a text table, and the options of a ptstored owned by the
+// benchmark (started with the test kit's harness, so that a run needs
+// nobody else's server).
 //
 // Thread safety: none of these types are shared between threads.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "ptstore/status.h"
 #include "ptstore/types.h"
+#include "tests/testing/daemon.h"
 
 namespace ptstore::bench {
 
@@ -96,82 +95,13 @@ std::string MachineDescription();
 
 // ------------------------------------------------------------- the server
 
-// Path of the ptstored of this build tree (set by CMake), else "ptstored".
-std::string DefaultPtstoredPath();
-
-// A ptstored child process on a private socket in a fresh temporary
-// directory. Destroying it stops the server (SIGTERM, then SIGKILL after
-// 20 s) and removes the directory. The child also gets SIGTERM if this
-// process dies first (PR_SET_PDEATHSIG), so a killed benchmark leaves no
-// server behind.
-class LocalServer {
- public:
-  struct Options {
-    std::string binary;            // empty: DefaultPtstoredPath()
-    std::string arena_size = "1GiB";
-    std::string log_level = "warn";
-    std::vector<std::string> extra_args;
-  };
-  // Starts the server and waits (up to 120 s: the arena is pre-faulted at
-  // start) until its socket accepts connections.
-  static Result<std::unique_ptr<LocalServer>> Start(const Options& options);
-  ~LocalServer();
-  LocalServer(const LocalServer&) = delete;
-  LocalServer& operator=(const LocalServer&) = delete;
-
-  const std::string& socket_path() const { return socket_; }
-  pid_t pid() const { return pid_; }
-  // Seconds from fork to the first accepted connection.
-  double startup_seconds() const { return startup_seconds_; }
-  // SIGTERM and wait; the exit status, or -signal. Idempotent.
-  int Stop();
-  // The last `max_bytes` of the server's log.
-  std::string LogTail(size_t max_bytes = 4096) const;
-
- private:
-  LocalServer() = default;
-  pid_t pid_ = -1;
-  std::string dir_, socket_, log_;
-  double startup_seconds_ = 0;
-};
-
-// Where a benchmark's server is: the socket given by the user, or a child
-// server started for this run (kept alive by `owned`).
-struct ServerHandle {
-  std::string socket_path;
-  std::unique_ptr<LocalServer> owned;
-};
-// socket non-empty: use it as is. Else start a LocalServer with the arena
-// size (and binary, when non-empty, and more ptstored flags), saying so on
-// stdout unless quiet.
-Result<ServerHandle> ConnectOrStart(const std::string& socket, const std::string& arena_size,
-                                    const std::string& ptstored_binary, bool quiet,
-                                    const std::vector<std::string>& extra_args = {});
-
-// ---------------------------------------------------------------- the mount
-
-// Path of the ptstore-fuse of this build tree (set by CMake), else
-// "ptstore-fuse".
-std::string DefaultFuseBinary();
-// Why a mount cannot be made here ("" when it can): no /dev/fuse, not
-// root, no ptstore-fuse binary.
-std::string WhyNoMount(const std::string& binary);
-
-// A ptstore-fuse mount (a foreground child) for the length of a phase;
-// unmounted (lazily if busy) on destruction.
-class LocalMount {
- public:
-  static Result<std::unique_ptr<LocalMount>> Start(const std::string& binary, const std::string& socket,
-                                                   const std::string& mountpoint);
-  ~LocalMount();
-  LocalMount(const LocalMount&) = delete;
-  LocalMount& operator=(const LocalMount&) = delete;
-  const std::string& path() const { return mountpoint_; }
-
- private:
-  LocalMount() = default;
-  std::string mountpoint_;
-  pid_t pid_ = -1;
-};
+// A benchmark's own ptstored runs under the test kit's harness
+// (tests/testing/daemon.h: testing::Daemon, StartDaemon, ConnectOrStart;
+// its mounts: tests/testing/mount.h). These are the options of such a
+// server: `arena_size`, `binary` (empty: testing::PtstoredPath()) and more
+// ptstored flags; warnings and errors only in its log, and up to 120 s for
+// the arena's pre-faulting at start.
+testing::Daemon::Options ServerOptions(const std::string& arena_size = "1GiB", const std::string& binary = "",
+                                       std::vector<std::string> extra_args = {});
 
 }  // namespace ptstore::bench

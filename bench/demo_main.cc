@@ -161,8 +161,8 @@ Status Run(DemoOptions& o) {
       if (!dir.empty()) std::filesystem::remove_all(dir);
     }
   } remove_ssd{ssd_dir};
-  PTS_ASSIGN_OR_RETURN(ServerHandle server,
-                       ConnectOrStart(o.socket, o.arena_size, o.ptstored, o.json, server_args));
+  PTS_ASSIGN_OR_RETURN(testing::ServerHandle server,
+                       testing::ConnectOrStart(o.socket, ServerOptions(o.arena_size, o.ptstored, server_args), o.json));
   ClientOptions co;
   co.socket_path = server.socket_path;
   co.client_name = "ptstore-demo";

@@ -9,6 +9,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/workload.h"
+#include "tests/testing/mount.h"
 
 namespace ptstore::bench {
 
@@ -17,8 +18,9 @@ namespace fsys = std::filesystem;
 Result<MountTour> TourTheMount(Client& client, const std::string& socket, const std::string& ns,
                                uint64_t bytes_per_token) {
   MountTour t;
-  const std::string binary = DefaultFuseBinary();
-  t.skipped_because = WhyNoMount(binary);
+  testing::Mount::Options mo;  // this build's ptstore-fuse, no -o option but the socket
+  mo.options = "";
+  t.skipped_because = testing::WhyNoMount(testing::PtstoreFusePath());
   if (!t.skipped_because.empty()) return t;
   t.mountpoint = Format("/tmp/ptstore-demo-mnt-%d", static_cast<int>(getpid()));
   std::error_code ec;
@@ -31,7 +33,9 @@ Result<MountTour> TourTheMount(Client& client, const std::string& socket, const 
       fsys::remove(dir, e);
     }
   } remove{t.mountpoint};
-  PTS_ASSIGN_OR_RETURN(auto mount, LocalMount::Start(binary, socket, t.mountpoint));
+  mo.mountpoint = t.mountpoint;
+  testing::Mount mount;  // unmounted before `remove` goes
+  PTS_RETURN_IF_ERROR(mount.Start(socket, mo));
   t.mounted = true;
 
   // Walk it as any shell tool would, and find the deepest increment.

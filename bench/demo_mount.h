@@ -20,8 +20,9 @@ struct MountTour {
   double load_seconds = 0;
 };
 
-// Mounts the store behind `socket` (this build's ptstore-fuse) under a
-// temporary directory, tours namespace `ns`, unmounts. A machine without
+// Mounts the store behind `socket` (this build's ptstore-fuse, with the test
+// kit's harness: tests/testing/mount.h) on /tmp/ptstore-demo-mnt-<pid>,
+// tours namespace `ns`, unmounts. A machine without
 // FUSE (or a non-root user) gets `skipped_because`, not an error; wrong
 // bytes are an error.
 Result<MountTour> TourTheMount(Client& client, const std::string& socket, const std::string& ns,

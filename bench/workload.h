@@ -1,4 +1,4 @@
-// Workload and KV generators of the benchmarks and of ptstore-demo.
+// The workload of the benchmarks and of ptstore-demo.
 //
 // QaWorkload: a long-document question-answering workload (WikiQA-like):
 // D documents of min_doc..max_doc tokens, Q questions on each. A request is
@@ -7,36 +7,28 @@
 // is a pure function of the options (seed included): two processes that make
 // a workload with the same options get the same token ids, in the same order.
 //
-// KV generator: the "KV cache" of token i of a prompt is bytes_per_token
-// pseudo-random bytes that depend only on (token id, position). A prefix
-// shared by two prompts therefore has the same KV bytes in both (as a real
-// model's would), and any load can be checked byte-exactly without keeping
-// the saved bytes around. The generator is counter-based (any token can be
-// made on its own) and runs at several GB/s per core.
+// Token ids and KV bytes come from the test kit's generators
+// (tests/testing/generators.h: RandomTokens, and FillKv / VerifyKv, whose
+// bytes depend only on (token id, position), so a shared prefix has the
+// same KV bytes in every prompt and any load is checked byte-exactly).
 //
 // Thread safety: everything here is a value or a pure function.
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <span>
-#include <string>
 #include <vector>
+
+#include "tests/testing/generators.h"
 
 namespace ptstore::bench {
 
-// splitmix64: a fast, well-mixed 64-bit PRNG (Steele et al.).
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next();
-  // Uniform in [lo, hi] (inclusive); lo <= hi. Deterministic on every
-  // platform (unlike std::uniform_int_distribution).
-  uint64_t Range(uint64_t lo, uint64_t hi);
-
- private:
-  uint64_t state_;
-};
+// The kit's generators (tests/testing/generators.h), by the names the
+// benchmarks use.
+using testing::FillKv;
+using testing::KvMismatch;
+using testing::RandomTokens;
+using testing::SplitMix64;
+using testing::VerifyKv;
 
 struct QaWorkloadOptions {
   uint32_t docs = 5;
@@ -78,25 +70,5 @@ class QaWorkload {
   std::vector<uint32_t> doc_lengths_;
   std::vector<QaRequest> requests_;
 };
-
-// `n` token ids in [0, vocab), deterministic from seed.
-std::vector<uint32_t> RandomTokens(uint64_t seed, size_t n, uint32_t vocab = 32000);
-
-// Fills out[0, tokens.size() * bytes_per_token) with the KV bytes of
-// `tokens`, token k sitting at position first_position + k of its prompt.
-void FillKv(std::span<const uint32_t> tokens, uint64_t first_position, uint64_t bytes_per_token, uint8_t* out);
-
-struct KvMismatch {
-  uint64_t token_index = 0;  // index into the checked span
-  uint64_t byte_offset = 0;  // offset into `data` of the first wrong byte
-  uint8_t expected = 0;
-  uint8_t actual = 0;
-  std::string ToString() const;
-};
-
-// Checks data[0, tokens.size() * bytes_per_token) against FillKv's bytes;
-// the first mismatch, or nullopt when every byte is right.
-std::optional<KvMismatch> VerifyKv(std::span<const uint32_t> tokens, uint64_t first_position,
-                                   uint64_t bytes_per_token, const uint8_t* data);
 
 }  // namespace ptstore::bench

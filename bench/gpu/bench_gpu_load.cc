@@ -118,7 +118,8 @@ Status Run(const Options& o) {
   const std::string arena = o.arena_size.empty() ? Format("%lluMiB", static_cast<unsigned long long>(
                                                                           bytes / (1 << 20) + 512))
                                                  : o.arena_size;
-  PTS_ASSIGN_OR_RETURN(ServerHandle server, ConnectOrStart(o.socket, arena, o.ptstored, false));
+  PTS_ASSIGN_OR_RETURN(testing::ServerHandle server,
+                       testing::ConnectOrStart(o.socket, ServerOptions(arena, o.ptstored), false));
 
   // The prefix, saved as `increments` increments (prefixes of each other).
   PTS_ASSIGN_OR_RETURN(HostBuffer want, HostBuffer::Allocate(bytes));

@@ -20,7 +20,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
-#include "tests/testing/kv_bytes.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -35,7 +35,7 @@ using storage::testkv::SmallLayout;
 // KV bytes of a prompt from position 0 (tests/testing/kv_bytes.h).
 std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, const Layout& l) { return testing::KvOf(tokens, 0, l); }
 
-using testing::Tokens;
+using testing::RandomTokens;
 
 class ClientTest : public ::testing::Test {
  protected:
@@ -62,7 +62,7 @@ class ClientTest : public ::testing::Test {
 
 TEST_F(ClientTest, SaveLookupLoadRoundTripIsByteExact) {
   const Layout l = SmallLayout();
-  auto toks = Tokens(64, 1);
+  auto toks = RandomTokens(1, 64);
   auto kv = Kv(toks, l);
   EXPECT_TRUE(client_->mapped());
   auto s = client_->Save("ns", toks, kv.data(), kv.size());
@@ -84,7 +84,7 @@ TEST_F(ClientTest, SaveLookupLoadRoundTripIsByteExact) {
 
 TEST_F(ClientTest, BranchingPrefixesShareTheirCommonPart) {
   const Layout l = SmallLayout();
-  auto a = Tokens(40, 2);
+  auto a = RandomTokens(2, 40);
   auto b = a;
   for (size_t i = 20; i < b.size(); ++i) b[i] = 31999 - b[i];  // branch at token 20 (block 5)
   auto kva = Kv(a, l), kvb = Kv(b, l);
@@ -109,19 +109,19 @@ TEST_F(ClientTest, BranchingPrefixesShareTheirCommonPart) {
 
 TEST_F(ClientTest, PartialBlockIsIgnoredAndMissIsNotAnError) {
   const Layout l = SmallLayout();
-  auto toks = Tokens(10, 3);  // 2 whole blocks + 2 tokens
+  auto toks = RandomTokens(3, 10);  // 2 whole blocks + 2 tokens
   auto kv = Kv(std::span<const uint32_t>(toks).first(8), l);
   auto s = client_->Save("ns", toks, kv.data(), kv.size());
   ASSERT_OK(s);
   EXPECT_EQ(s->stored_tokens, 8u);
   std::vector<uint8_t> out(10 * l.BytesPerToken());
-  auto got = client_->Load("ns", Tokens(12, 99), out.data(), out.size());
+  auto got = client_->Load("ns", RandomTokens(99, 12), out.data(), out.size());
   ASSERT_OK(got);
   EXPECT_EQ(*got, 0u);
 }
 
 TEST_F(ClientTest, BadInputGetsClearErrors) {
-  auto toks = Tokens(16, 4);
+  auto toks = RandomTokens(4, 16);
   std::vector<uint8_t> kv(100);
   auto s = client_->Save("ns", toks, kv.data(), kv.size());
   EXPECT_ERROR(s, Code::kInvalidArgument);
@@ -144,7 +144,7 @@ TEST_F(ClientTest, BadInputGetsClearErrors) {
 
 TEST_F(ClientTest, PinsAreRaiiAndReleasedWhenDropped) {
   const Layout l = SmallLayout();
-  auto toks = Tokens(32, 5);
+  auto toks = RandomTokens(5, 32);
   auto kv = Kv(toks, l);
   ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   {
@@ -162,7 +162,7 @@ TEST_F(ClientTest, PinsAreRaiiAndReleasedWhenDropped) {
 
 TEST_F(ClientTest, CopyFromArenaReadsRangesOfAnotherClientsPin) {
   const Layout l = SmallLayout();
-  auto toks = Tokens(32, 6);
+  auto toks = RandomTokens(6, 32);
   auto kv = Kv(toks, l);
   ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   auto other = Client::Connect(Options());
@@ -205,7 +205,7 @@ TEST_F(ClientTest, CopyFromArenaReadsRangesOfAnotherClientsPin) {
 
 TEST_F(ClientTest, RegisteredBufferSaveAndLoad) {
   const Layout l = SmallLayout();
-  auto toks = Tokens(24, 6);
+  auto toks = RandomTokens(6, 24);
   auto kv = Kv(toks, l);
   auto buf = client_->AllocateBuffer(2 * kv.size());
   ASSERT_OK(buf);
@@ -231,7 +231,7 @@ TEST_F(ClientTest, DroppedBuffersAreUnregistered) {
   // Staging buffers that grow replace their predecessor the same way.
   const Layout l = SmallLayout();
   for (size_t n = 64; n <= 64 * 1024; n *= 4) {
-    auto toks = Tokens(n, static_cast<uint32_t>(n));
+    auto toks = RandomTokens(static_cast<uint32_t>(n), n);
     auto kv = Kv(toks, l);
     ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   }
@@ -239,7 +239,7 @@ TEST_F(ClientTest, DroppedBuffersAreUnregistered) {
 
 TEST_F(ClientTest, RemoveSubtreeThenLookupMisses) {
   const Layout l = SmallLayout();
-  auto a = Tokens(32, 7);
+  auto a = RandomTokens(7, 32);
   auto kv = Kv(a, l);
   ASSERT_OK(client_->Save("ns", a, kv.data(), kv.size()));
   auto r = client_->Remove("ns", a);
@@ -256,7 +256,7 @@ TEST_F(ClientTest, ManyThreadsShareOneClient) {
   for (int t = 0; t < 6; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 40; ++i) {
-        auto toks = Tokens(16 + 4 * (i % 8), 1000 + (i % 10));  // shared prefixes across threads
+        auto toks = RandomTokens(1000 + (i % 10), 16 + 4 * (i % 8));  // shared prefixes across threads
         auto kv = Kv(toks, l);
         if (!client_->Save("ns", toks, kv.data(), kv.size()).ok()) failures++;
         std::vector<uint8_t> out(kv.size());
@@ -276,7 +276,7 @@ TEST_F(ClientTest, ManyThreadsShareOneClient) {
 // session ends.
 TEST_F(ClientTest, ClientDeathReleasesItsPins) {
   const Layout l = SmallLayout();
-  auto toks = Tokens(32, 8);
+  auto toks = RandomTokens(8, 32);
   auto kv = Kv(toks, l);
   ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));
   pid_t pid = fork();
@@ -314,7 +314,7 @@ int RunAsNobody(const std::function<int()>& fn) {
 TEST_F(ClientTest, UntrustedClientsLoadByCopyAndRespectModes) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to another uid";
   const Layout l = SmallLayout();
-  auto toks = Tokens(32, 9);
+  auto toks = RandomTokens(9, 32);
   auto kv = Kv(toks, l);
   ASSERT_OK(client_->Save("ns", toks, kv.data(), kv.size()));  // ns is 0755
   ASSERT_OK(client_->CreateNamespace("private", l, "", 0700));
@@ -352,10 +352,10 @@ TEST_F(ClientTest, UntrustedClientsLoadByCopyAndRespectModes) {
 
 TEST_F(ClientTest, IncrementsByKeyWithTheirTokensAndPinnedBytes) {
   const Layout l = SmallLayout();
-  auto a = Tokens(64, 21);
+  auto a = RandomTokens(21, 64);
   auto b = a;
   b.resize(32);
-  auto tail = Tokens(16, 22);
+  auto tail = RandomTokens(22, 16);
   b.insert(b.end(), tail.begin(), tail.end());  // branches off a at 32
   auto kva = Kv(a, l), kvb = Kv(b, l);
   ASSERT_OK(client_->Save("ns", a, kva.data(), kva.size()));
@@ -442,7 +442,7 @@ TEST(ServerTest, ServerKilledDuringLoadsGivesErrorsNotHangsOrWrongBytes) {
   Layout l = SmallLayout();
   l.head_dim = 1024;  // 16 KiB per token
   ASSERT_OK((*c)->CreateNamespace("big", l));
-  auto toks = Tokens(4096, 10);  // 64 MiB
+  auto toks = RandomTokens(10, 4096);  // 64 MiB
   auto kv = Kv(toks, l);
   ASSERT_OK((*c)->Save("big", toks, kv.data(), kv.size()));
   std::atomic<bool> stop{false};
@@ -486,7 +486,7 @@ TEST(ServerTest, ExpiredLeasesAreDropped) {
   auto c = Client::Connect(o);
   ASSERT_OK(c);
   ASSERT_OK((*c)->CreateNamespace("ns", SmallLayout()));
-  auto toks = Tokens(16, 11);
+  auto toks = RandomTokens(11, 16);
   auto kv = Kv(toks, SmallLayout());
   ASSERT_OK((*c)->Save("ns", toks, kv.data(), kv.size()));
   auto pin = (*c)->Pin("ns", toks);

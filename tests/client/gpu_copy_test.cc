@@ -24,6 +24,7 @@
 #include "tests/client/gpu_reference.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore {
@@ -40,7 +41,7 @@ using testing::RandomBlockIds;
 using testing::RandomBytes;
 using testing::ReferenceGather;
 using testing::LayerBytes;
-using testing::Tokens;
+using testing::RandomTokens;
 
 bool GpuRequired() {
   const char* v = std::getenv("PTSTORE_GPU_REQUIRED");
@@ -322,7 +323,7 @@ class GpuDaemonTest : public ::testing::Test {
   std::vector<uint32_t> ThreeIncrements(const std::string& ns, const Layout& l, uint64_t blocks_each) {
     auto info = client_->CreateNamespace(ns, l);
     EXPECT_OK(info);
-    std::vector<uint32_t> t = Tokens(3 * blocks_each * l.block_tokens, 7);
+    std::vector<uint32_t> t = RandomTokens(7, 3 * blocks_each * l.block_tokens);
     std::vector<uint32_t> a(t.begin(), t.begin() + blocks_each * l.block_tokens);
     std::vector<uint32_t> b(t.begin(), t.begin() + 2 * blocks_each * l.block_tokens);
     std::vector<uint32_t> branch = b;

@@ -29,7 +29,7 @@ namespace ptstore {
 namespace {
 
 using namespace std::chrono_literals;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::Kv;
 using storage::testkv::SmallLayout;
 using testing::Daemon;
@@ -82,7 +82,7 @@ TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
   ASSERT_OK(client);
   Client& c = **client;
   ASSERT_OK(c.CreateNamespace("m", SmallLayout()));
-  const auto tokens = Gen(1, 64);
+  const auto tokens = RandomTokens(1, 64);
   const auto kv = Kv(tokens, 0, tokens.size());
   auto saved = c.Save("m", tokens, kv.data(), kv.size());
   ASSERT_OK(saved);
@@ -90,7 +90,7 @@ TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
   auto hit = c.Lookup("m", tokens);
   ASSERT_OK(hit);
   EXPECT_EQ(hit->matched_tokens, tokens.size());
-  auto miss = c.Lookup("m", Gen(2, 64));
+  auto miss = c.Lookup("m", RandomTokens(2, 64));
   ASSERT_OK(miss);
   EXPECT_EQ(miss->matched_tokens, 0u);
   std::vector<uint8_t> out(kv.size());

@@ -144,7 +144,7 @@ class NotifyDaemonTest : public ::testing::Test {
 TEST_F(NotifyDaemonTest, ReadyOnlyOnceTheSocketAcceptsAndTheStoreIsRecovered) {
   const std::string ssd = dir_ + "/ssd";
   const std::vector<std::string> ssd_args = {"--ssd-dir", ssd, "--ssd-capacity", "64MiB"};
-  const Tokens t = Gen(7, 256);
+  const Tokens t = RandomTokens(7, 256);
   const std::vector<uint8_t> kv = Kv(t, 0, t.size());
   {
     // A first run (no notify socket: nothing is sent and nothing fails)

@@ -30,7 +30,7 @@
 namespace ptstore {
 namespace {
 
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::kKiB;
 using storage::testkv::kMiB;
 using storage::testkv::Kv;
@@ -64,7 +64,7 @@ std::unique_ptr<Client> Connect(const Daemon& d) {
 }
 
 // A prompt of `n` tokens of tenant `tenant`.
-Tokens Prompt(int tenant, int i, size_t n = 1024) { return Gen(uint64_t(tenant) * 1000000 + i, n); }
+Tokens Prompt(int tenant, int i, size_t n = 1024) { return RandomTokens(uint64_t(tenant) * 1000000 + i, n); }
 
 void Save(Client& c, const std::string& ns, const Tokens& t) {
   const auto kv = Kv(t, 0, t.size());

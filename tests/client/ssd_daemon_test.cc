@@ -79,7 +79,7 @@ class SsdDaemonTest : public ::testing::Test {
 
   // Prompt i of a family: groups of 8 share a 128-token head.
   static Tokens Prompt(int i, size_t tokens = 1024) {
-    return Cat(Gen(100000 + i / 8, 128), Gen(200000 + i, tokens - 128));
+    return Cat(RandomTokens(100000 + i / 8, 128), RandomTokens(200000 + i, tokens - 128));
   }
 
   void SaveAll(Client* c, int from, int to) {

@@ -27,7 +27,7 @@ namespace ptstore::testing {
 namespace {
 
 using storage::testkv::Cat;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::Kv;
 using storage::testkv::kBpt;
 using storage::testkv::SmallLayout;
@@ -35,7 +35,7 @@ using storage::testkv::SmallLayout;
 // A prompt of `n` tokens whose root's shard (all of `nodes` alive) is `shard`.
 std::vector<uint32_t> PromptShardedTo(uint32_t shard, std::vector<uint32_t> nodes, size_t n, uint64_t seed) {
   for (;; ++seed) {
-    auto p = Gen(seed, n);
+    auto p = RandomTokens(seed, n);
     const ChainKey root = NextKey(RootKey(kNs, ""), std::span(p).first(SmallLayout().block_tokens));
     if (core::ShardOf(root, nodes) == shard) return p;
   }
@@ -80,7 +80,7 @@ class ClusterTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(ClusterTest, SaveOnOneNodeLoadsByteExactOnTheOthers) {
   StartCluster(3);
-  const auto prompt = Gen(1, 64);
+  const auto prompt = RandomTokens(1, 64);
   Save(client(0), prompt);
   for (size_t i : {1, 2}) {
     auto look = client(i).Lookup(kNs, prompt);
@@ -110,7 +110,7 @@ TEST_P(ClusterTest, SaveOnOneNodeLoadsByteExactOnTheOthers) {
 // so an owner's `find -amin` does not take what other nodes load.
 TEST_P(ClusterTest, ALoadOnAnotherNodeIsAUseAtTheOwner) {
   StartCluster(2, /*replicate_after=*/0);  // never a replica: every load fetches from the owner
-  const auto prompt = Gen(3, 64);
+  const auto prompt = RandomTokens(3, 64);
   Save(client(0), prompt);
   auto owned = client(0).ListTree(kNs, {}, true);
   ASSERT_TRUE(owned.ok());
@@ -142,7 +142,7 @@ TEST_P(ClusterTest, GroupedNamespaceLoadsByteExactOnTheOtherNodes) {
       SmallLayout().block_tokens);
   ASSERT_TRUE(grouped.Validate().ok());
   for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(client(i).CreateNamespace("hybrid", grouped).ok()) << i;
-  const auto prompt = Gen(7, 64);
+  const auto prompt = RandomTokens(7, 64);
   std::vector<uint8_t> kv(prompt.size() * grouped.BytesPerToken());
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<uint8_t>(storage::testkv::Mix(i ^ prompt[i % 64]));
   ASSERT_TRUE(client(0).Save("hybrid", prompt, kv.data(), kv.size()).ok());
@@ -160,7 +160,7 @@ TEST_P(ClusterTest, GroupedNamespaceLoadsByteExactOnTheOtherNodes) {
 TEST_P(ClusterTest, ManyPromptsFromManyNodesAllLoadEverywhere) {
   StartCluster(3);
   std::vector<std::vector<uint32_t>> prompts;
-  for (int i = 0; i < 24; ++i) prompts.push_back(Gen(100 + i, 32 + 4 * (i % 5)));
+  for (int i = 0; i < 24; ++i) prompts.push_back(RandomTokens(100 + i, 32 + 4 * (i % 5)));
   for (size_t i = 0; i < prompts.size(); ++i) Save(client(i % 3), prompts[i]);
   for (size_t i = 0; i < prompts.size(); ++i) {
     for (size_t n = 0; n < 3; ++n) {
@@ -171,10 +171,10 @@ TEST_P(ClusterTest, ManyPromptsFromManyNodesAllLoadEverywhere) {
 
 TEST_P(ClusterTest, ASharedPrefixIsStoredOnceAcrossNodes) {
   StartCluster(3);
-  const auto doc = Gen(7, 256);
+  const auto doc = RandomTokens(7, 256);
   Save(client(0), doc);
   // Node 1 saves the document plus a question: only the question is new.
-  const auto q1 = Cat(doc, Gen(8, 16));
+  const auto q1 = Cat(doc, RandomTokens(8, 16));
   auto kv = Kv(q1, 0, q1.size());
   auto r = client(1).Save(kNs, q1, kv.data(), kv.size());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -190,7 +190,7 @@ TEST_P(ClusterTest, ASharedPrefixIsStoredOnceAcrossNodes) {
 
 TEST_P(ClusterTest, ReplicasAfterEnoughLoadsServeLocally) {
   StartCluster(2, /*replicate_after=*/2);
-  const auto prompt = Gen(11, 128);
+  const auto prompt = RandomTokens(11, 128);
   Save(client(0), prompt);
   EXPECT_EQ(LoadAndCheck(client(1), prompt), 128u);  // transient
   EXPECT_EQ(client(1).Stats()->replica_bytes, 0u);
@@ -224,7 +224,7 @@ TEST_P(ClusterTest, AReplicaOfARestartedOwnersDataStaysLoadableEverywhere) {
   ASSERT_TRUE(c1.ok());
   ASSERT_TRUE((*c1)->CreateNamespace(kNs, SmallLayout()).ok());
 
-  const auto question = Cat(doc, Gen(3001, 16));
+  const auto question = Cat(doc, RandomTokens(3001, 16));
   Save(client(0), question);
   EXPECT_EQ(LoadAndCheck(client(0), question), question.size());
   EXPECT_EQ(LoadAndCheck(client(2), question), question.size());
@@ -249,7 +249,7 @@ TEST_P(ClusterTest, ASaveOverDataItsOwnerLostStoresItAgain) {
   ASSERT_TRUE(c1.ok());
   ASSERT_TRUE((*c1)->CreateNamespace(kNs, SmallLayout()).ok());
 
-  const auto question = Cat(doc, Gen(6001, 16));
+  const auto question = Cat(doc, RandomTokens(6001, 16));
   auto kv = Kv(question, 0, question.size());
   auto r = client(0).Save(kNs, question, kv.data(), kv.size());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -282,7 +282,7 @@ TEST_P(ClusterTest, ARunWhoseBranchItsRestartedOwnerLostStillLoads) {
   ASSERT_TRUE(cluster_->WaitConverged().ok());
   auto c0 = cluster_->Connect(0);
   ASSERT_TRUE(c0.ok());
-  const auto q1 = Cat(doc, Gen(9001, 32));
+  const auto q1 = Cat(doc, RandomTokens(9001, 32));
   Save(**c0, q1);  // the question in DRAM only
   ASSERT_EQ(client(1).Lookup(kNs, q1)->matched_tokens, q1.size());
   ASSERT_EQ(client(1).Stats()->remote_tensors, 1u);  // the document and the question as one
@@ -295,7 +295,7 @@ TEST_P(ClusterTest, ARunWhoseBranchItsRestartedOwnerLostStillLoads) {
   ASSERT_TRUE(c0.ok());
   ASSERT_EQ((*c0)->Lookup(kNs, q1)->matched_tokens, doc.size());  // the question is gone
 
-  const auto q2 = Cat(doc, Gen(9002, 32));
+  const auto q2 = Cat(doc, RandomTokens(9002, 32));
   Save(**c0, q2);
   EXPECT_EQ(LoadAndCheck(client(1), q2), q2.size());
   auto kv = Kv(q2, 0, q2.size());
@@ -312,7 +312,7 @@ TEST_P(ClusterTest, ARunWhoseBranchItsRestartedOwnerLostStillLoads) {
 // still running answers the load.)
 TEST_P(ClusterTest, LoadsFromAnOwnerThatWasFrozenWorkAgain) {
   StartCluster(2, /*replicate_after=*/0);
-  const auto doc = Gen(7000, 256);
+  const auto doc = RandomTokens(7000, 256);
   Save(client(0), doc);
   ASSERT_EQ(LoadAndCheck(client(1), doc), 256u);
   ASSERT_TRUE(cluster_->node(0).Freeze().ok());
@@ -347,8 +347,8 @@ TEST_P(ClusterTest, AMissOnOnePromptDoesNotHideAnotherThatSharesItsStart) {
   ConnectEach(*cluster_, &clients_);
   const auto system = PromptShardedTo(1, {0, 1, 2}, 32, 4000);  // indexed by node 1
   Save(client(0), system);                                       // node 0 holds it
-  const auto unknown = Cat(system, Gen(4001, 64));
-  const auto known = Cat(system, Gen(4002, 64));
+  const auto unknown = Cat(system, RandomTokens(4001, 64));
+  const auto known = Cat(system, RandomTokens(4002, 64));
   Save(client(2), known);
   EXPECT_EQ(LoadAndCheck(client(0), unknown), 32u);  // the shard knows another document, not this one
   EXPECT_EQ(LoadAndCheck(client(0), known), known.size());
@@ -369,13 +369,13 @@ TEST_P(ClusterTest, AMissOnOnePromptDoesNotHideAnotherThatSharesItsStart) {
   const auto doc = PromptShardedTo(1, {0, 1, 2}, 64, 5000);
   Save(client(0), doc);
   const uint64_t before = shard_lookups();
-  for (uint64_t q = 0; q < 5; ++q) EXPECT_EQ(LoadAndCheck(client(0), Cat(doc, Gen(5001 + q, 16))), 64u);
+  for (uint64_t q = 0; q < 5; ++q) EXPECT_EQ(LoadAndCheck(client(0), Cat(doc, RandomTokens(5001 + q, 16))), 64u);
   EXPECT_EQ(shard_lookups(), before + 1);
 }
 
 TEST_P(ClusterTest, LocateNamesTheOwnerAndEveryReplica) {
   StartCluster(3, /*replicate_after=*/1);
-  const auto p = Gen(71, 64);
+  const auto p = RandomTokens(71, 64);
   Save(client(0), p);
   EXPECT_EQ(LoadAndCheck(client(2), p), 64u);  // node 2 keeps a replica
   for (size_t asker : {0, 1, 2}) {
@@ -412,8 +412,8 @@ TEST_P(ClusterTest, LocateNamesTheOwnerAndEveryReplica) {
 
 TEST_P(ClusterTest, RemovalReachesEveryNode) {
   StartCluster(3, /*replicate_after=*/1);
-  const auto doc = Gen(21, 128);
-  const auto longer = Cat(doc, Gen(22, 32));
+  const auto doc = RandomTokens(21, 128);
+  const auto longer = Cat(doc, RandomTokens(22, 32));
   Save(client(0), doc);
   Save(client(1), longer);
   EXPECT_EQ(LoadAndCheck(client(2), longer), longer.size());  // replicas on node 2
@@ -439,7 +439,7 @@ TEST_P(ClusterTest, RemovalReachesEveryNode) {
 TEST_P(ClusterTest, ARemovalOnAnotherNodeReachesAMountsKernelCacheWithinThePollBound) {
   if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse";
   StartCluster(2, /*replicate_after=*/1);
-  const auto doc = Gen(81, 64);
+  const auto doc = RandomTokens(81, 64);
   Save(client(0), doc);
   EXPECT_EQ(LoadAndCheck(client(1), doc), 64u);  // node 1 keeps a replica: it is in its tree
   Mount mount;
@@ -467,8 +467,8 @@ TEST_P(ClusterTest, ARemovalOnAnotherNodeReachesAMountsKernelCacheWithinThePollB
 
 TEST_P(ClusterTest, ADeadOwnerIsAMissNeverAnErrorOrAHang) {
   StartCluster(3);
-  const auto a = Gen(31, 64);
-  const auto b = Cat(a, Gen(32, 64));
+  const auto a = RandomTokens(31, 64);
+  const auto b = Cat(a, RandomTokens(32, 64));
   Save(client(0), a);
   Save(client(1), b);
   ASSERT_EQ(client(2).Lookup(kNs, b)->matched_tokens, 128u);
@@ -494,7 +494,7 @@ TEST_P(ClusterTest, ANodeKilledMidLoadCostsAMiss) {
   StartCluster(2);
   // Big enough that the load takes a while (16 MiB).
   TestCluster::Options big;
-  const auto prompt = Gen(41, 16 * 1024 * 1024 / kBpt);
+  const auto prompt = RandomTokens(41, 16 * 1024 * 1024 / kBpt);
   Save(client(0), prompt);
   std::thread killer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -558,8 +558,8 @@ TEST_P(ClusterTest, OwnedDataBelowAnotherNodesPrefixSurvivesARestart) {
   StartTwoWithSsdOnNode0();
   if (HasFatalFailure()) return;
   // Node 1 owns the document; node 0 owns only the question below it.
-  const auto doc = Gen(81, 128);
-  const auto q = Cat(doc, Gen(82, 32));
+  const auto doc = RandomTokens(81, 128);
+  const auto q = Cat(doc, RandomTokens(82, 32));
   Save(client(1), doc);
   auto kv = Kv(q, 0, q.size());
   auto r = client(0).Save(kNs, q, kv.data(), kv.size());
@@ -582,7 +582,7 @@ TEST_P(ClusterTest, OwnedDataBelowAnotherNodesPrefixSurvivesARestart) {
 
 TEST_P(ClusterTest, ANodeWithTheWrongSecretIsRefused) {
   StartCluster(3);
-  const auto prompt = Gen(51, 64);
+  const auto prompt = RandomTokens(51, 64);
   Save(client(0), prompt);
   cluster_->Stop(2);
   ASSERT_TRUE(cluster_->StartNode(2, cluster_->WriteOtherSecret()).ok());
@@ -605,7 +605,7 @@ TEST_P(ClusterTest, ANodeWithTheWrongSecretIsRefused) {
 
 TEST_P(ClusterTest, ClusterStatusListsMembersAndBytes) {
   StartCluster(3);
-  Save(client(1), Gen(61, 64));
+  Save(client(1), RandomTokens(61, 64));
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   auto st = client(0).GetClusterStatus();
   ASSERT_TRUE(st.ok());

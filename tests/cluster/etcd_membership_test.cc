@@ -30,7 +30,7 @@
 namespace ptstore::testing {
 namespace {
 
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using Prompt = std::vector<uint32_t>;
 using Clock = std::chrono::steady_clock;
 
@@ -158,7 +158,7 @@ TEST_F(EtcdMembershipTest, NodesRegisterServeAndFollowAJoinUnderLoadALeaveAndADe
   std::vector<Prompt> prompts;
   for (size_t i = 0; i < 3; ++i) {
     for (uint64_t k = 0; k < 4; ++k) {
-      prompts.push_back(Gen(100 * i + k + 1, kTokens));
+      prompts.push_back(RandomTokens(100 * i + k + 1, kTokens));
       SaveKv(client(i), prompts.back());
     }
   }
@@ -185,7 +185,7 @@ TEST_F(EtcdMembershipTest, NodesRegisterServeAndFollowAJoinUnderLoadALeaveAndADe
   for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(cluster_->WaitMembers(i, {0, 1, 2, 3}).ok()) << "node " << i;
   Connect(3);
   for (const Prompt& p : prompts) EXPECT_EQ(LoadWhole(client(3), p), p.size());
-  const Prompt own = Gen(999, kTokens);
+  const Prompt own = RandomTokens(999, kTokens);
   SaveKv(client(3), own);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(LoadWhole(client(i), own), own.size()) << "node " << i;
 
@@ -221,7 +221,7 @@ TEST_F(EtcdMembershipTest, NodesRegisterServeAndFollowAJoinUnderLoadALeaveAndADe
 TEST_F(EtcdMembershipTest, EtcdDownKeepsTheMembersAndAfterItComesBackNodesJoinAgain) {
   ASSERT_NO_FATAL_FAILURE(StartEtcd(1));
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2, "ptstore-test", {"--metrics-port", "auto"}));
-  const Prompt p0 = Gen(11, kTokens), p1 = Gen(12, kTokens);
+  const Prompt p0 = RandomTokens(11, kTokens), p1 = RandomTokens(12, kTokens);
   SaveKv(client(0), p0);
   SaveKv(client(1), p1);
   EXPECT_EQ(Metric(*cluster_, 0, "ptstore_etcd_reachable"), 1);
@@ -269,7 +269,7 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheMembersAndAfterItComesBackNodesJoinAg
 TEST_F(EtcdMembershipTest, OneOfThreeEtcdMembersDiesAndMembershipGoesOn) {
   ASSERT_NO_FATAL_FAILURE(StartEtcd(3));
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2));
-  const Prompt p = Gen(21, kTokens);
+  const Prompt p = RandomTokens(21, kTokens);
   SaveKv(client(0), p);
   // The member the nodes ask first.
   etcd_->Kill(0);
@@ -309,7 +309,7 @@ TEST_F(EtcdMembershipTest, APartitionedNodeIsDroppedAtLeaseExpiryAndRegistersAga
   for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster_->WaitMembers(i, {0, 1, 2}).ok()) << "node " << i;
   clients_.resize(3);
   for (size_t i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(Connect(i));
-  const Prompt p0 = Gen(31, kTokens), p2 = Gen(32, kTokens);
+  const Prompt p0 = RandomTokens(31, kTokens), p2 = RandomTokens(32, kTokens);
   SaveKv(client(0), p0);
   SaveKv(client(2), p2);
   EXPECT_EQ(LoadWhole(client(1), p2), p2.size());

@@ -22,7 +22,7 @@
 namespace ptstore::testing {
 namespace {
 
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::kBt;
 using storage::testkv::Tokens;
 using Link = InProcessCluster::Link;
@@ -33,7 +33,7 @@ constexpr size_t kPrompt = 16 * kBt;  // 16 blocks, 16 KiB
 // A prompt whose root's shard (all of `alive` alive) is `shard`.
 Tokens PromptShardedTo(uint32_t shard, const std::vector<uint32_t>& alive, uint64_t seed) {
   for (;; ++seed) {
-    Tokens p = Gen(seed, kPrompt);
+    Tokens p = RandomTokens(seed, kPrompt);
     const ChainKey root = NextKey(RootKey(InProcessCluster::kNs, ""), std::span(p).first(kBt));
     if (core::ShardOf(root, alive) == shard) return p;
   }
@@ -72,7 +72,7 @@ class InProcessClusterTest : public ::testing::TestWithParam<Link> {
 
 TEST_P(InProcessClusterTest, ASaveOnOneNodeLoadsByteExactOnTheOthers) {
   InProcessCluster& c = StartCluster();
-  const Tokens p = Gen(1, kPrompt);
+  const Tokens p = RandomTokens(1, kPrompt);
   ASSERT_TRUE(c.Save(0, p).ok());
   EXPECT_EQ(LoadOk(c, 1, p), kPrompt);
   EXPECT_EQ(LoadOk(c, 2, p), kPrompt);
@@ -91,7 +91,7 @@ TEST_P(InProcessClusterTest, ASaveOnOneNodeLoadsByteExactOnTheOthers) {
 
 TEST_P(InProcessClusterTest, RemovalReachesEveryNode) {
   InProcessCluster& c = StartCluster();
-  const Tokens p = Gen(2, kPrompt);
+  const Tokens p = RandomTokens(2, kPrompt);
   ASSERT_TRUE(c.Save(0, p).ok());
   ASSERT_EQ(LoadOk(c, 1, p), kPrompt);
   // On a node that knows the prompt (it loaded it), as in cluster_test.cc.
@@ -140,7 +140,7 @@ TEST_P(InProcessClusterTest, AReplicaOfARestartedOwnersDataIsAdoptedAndLoadsEver
   ASSERT_TRUE(c.WaitConverged().ok());  // node 1 dead everywhere
   ASSERT_TRUE(c.Restart(1).ok());       // empty: the document is gone there
   ASSERT_TRUE(c.WaitConverged().ok());
-  const Tokens question = storage::testkv::Cat(doc, Gen(5, 4 * kBt));
+  const Tokens question = storage::testkv::Cat(doc, RandomTokens(5, 4 * kBt));
   ASSERT_TRUE(c.Save(0, question).ok());
   EXPECT_EQ(LoadOk(c, 0, question), question.size());
   EXPECT_EQ(LoadOk(c, 2, question), question.size());

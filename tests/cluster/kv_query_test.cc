@@ -24,7 +24,7 @@ namespace ptstore::testing {
 namespace {
 
 using Json = nlohmann::json;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::kBt;
 
 // A member's counts as upstream's walk gives them (Mooncake
@@ -187,7 +187,7 @@ TEST_F(KvQueryClusterTest, EveryMemberByTierDeadMemberAndBadBodies) {
   // spills some to SSD), node 1 loads one of those (keeps a replica).
   std::vector<std::vector<uint32_t>> prompts;
   for (int i = 0; i < 12; ++i) {
-    prompts.push_back(Gen(9000 + i, 1024));
+    prompts.push_back(RandomTokens(9000 + i, 1024));
     SaveKv(*clients_[0], prompts.back());
   }
   // The document asked about: one the arena spilled (GDSF chooses which).
@@ -199,7 +199,7 @@ TEST_F(KvQueryClusterTest, EveryMemberByTierDeadMemberAndBadBodies) {
   const std::vector<uint32_t>& doc = prompts[pick];
   ASSERT_EQ(LoadAndCheck(*clients_[1], doc), doc.size());
   std::vector<uint32_t> asked = doc;
-  for (uint32_t t : Gen(77, 4 * kBt + 3)) asked.push_back(t);  // a longer prompt: its match is the doc
+  for (uint32_t t : RandomTokens(77, 4 * kBt + 3)) asked.push_back(t);  // a longer prompt: its match is the doc
 
   const Listed listed0 = ListedTiers(*clients_[0], doc), listed1 = ListedTiers(*clients_[1], doc);
   const Tiers want0 = listed0.tiers, want1 = listed1.tiers;

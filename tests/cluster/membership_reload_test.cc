@@ -27,7 +27,7 @@
 namespace ptstore::testing {
 namespace {
 
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::SmallLayout;
 using Prompt = std::vector<uint32_t>;
 
@@ -36,7 +36,7 @@ constexpr size_t kTokens = 64;
 // A prompt whose root's shard, with all of `nodes` alive, is `shard`.
 Prompt PromptShardedTo(uint32_t shard, std::vector<uint32_t> nodes, uint64_t seed) {
   for (;; ++seed) {
-    Prompt p = Gen(seed, kTokens);
+    Prompt p = RandomTokens(seed, kTokens);
     const ChainKey root = NextKey(RootKey(kNs, ""), std::span(p).first(SmallLayout().block_tokens));
     if (core::ShardOf(root, nodes) == shard) return p;
   }
@@ -115,8 +115,8 @@ TEST_F(MembershipReloadTest, AJoinerIsRefusedUntilSighupThenServesAndFetches) {
   // for such a root walks up from its seed, and two prompts must differ).
   std::vector<Prompt> from0, from1;
   for (uint64_t i = 0; i < 6; ++i) {
-    from0.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 1) : Gen(1000 * i + 250, kTokens));
-    from1.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 500) : Gen(1000 * i + 750, kTokens));
+    from0.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 1) : RandomTokens(1000 * i + 250, kTokens));
+    from1.push_back(i % 2 ? PromptShardedTo(2, {0, 1, 2}, 1000 * i + 500) : RandomTokens(1000 * i + 750, kTokens));
     SaveKv(client(0), from0.back());
     SaveKv(client(1), from1.back());
   }
@@ -186,7 +186,8 @@ TEST_F(MembershipReloadTest, LoadsWhileNodesJoinLeaveAndComeBackAreRightBytesOrA
   StartCluster(3, 2);
   std::vector<Prompt> prompts;
   for (uint64_t i = 0; i < 12; ++i) {
-    prompts.push_back(i % 3 == 2 ? PromptShardedTo(2, {0, 1, 2}, 90000 + 1000 * i) : Gen(90000 + 1000 * i + 500, kTokens));
+    prompts.push_back(i % 3 == 2 ? PromptShardedTo(2, {0, 1, 2}, 90000 + 1000 * i)
+                                 : RandomTokens(90000 + 1000 * i + 500, kTokens));
     SaveKv(client(i % 2), prompts.back());
   }
   // Readers on nodes 0 and 1, each with its own connection, load every
@@ -254,7 +255,7 @@ TEST_F(MembershipReloadTest, ABadClusterFileIsRefusedAndChangesNothing) {
   StartCluster(2, 2, {"--metrics-port", "auto"});
   std::vector<Prompt> from1;
   for (uint64_t i = 0; i < 4; ++i) {
-    from1.push_back(Gen(7000 + i, kTokens));
+    from1.push_back(RandomTokens(7000 + i, kTokens));
     SaveKv(client(1), from1.back());
   }
   for (const Prompt& p : from1) EXPECT_EQ(LoadWhole(client(0), p), p.size());
@@ -300,7 +301,7 @@ TEST_F(MembershipReloadTest, ABadClusterFileIsRefusedAndChangesNothing) {
   EXPECT_TRUE(WaitLog(*cluster_, 0, "reloaded: 2 members; joined none; left none; moved none"));
   EXPECT_EQ(Count(cluster_->node(0).ReadLog(), "refused, membership unchanged"), refusals);
   for (const Prompt& p : from1) EXPECT_EQ(LoadAndCheck(client(0), p), p.size());
-  Prompt q = Gen(9999, kTokens);
+  Prompt q = RandomTokens(9999, kTokens);
   SaveKv(client(0), q);
   EXPECT_EQ(LoadWhole(client(1), q), q.size());
   // The metrics count both kinds.
@@ -317,7 +318,7 @@ TEST_F(MembershipReloadTest, ABadClusterFileIsRefusedAndChangesNothing) {
 
 TEST_F(MembershipReloadTest, ANodeAtANewAddressIsReachedThere) {
   StartCluster(2, 2);
-  Prompt p0 = Gen(31, kTokens);
+  Prompt p0 = RandomTokens(31, kTokens);
   SaveKv(client(0), p0);
   // Node 1 restarts on another port; node 0 learns of it by SIGHUP.
   clients_[1].reset();
@@ -338,7 +339,7 @@ TEST_F(MembershipReloadTest, ANodeAtANewAddressIsReachedThere) {
   }
   Connect(1);
   EXPECT_EQ(LoadWhole(client(1), p0), p0.size());
-  Prompt p1 = Gen(32, kTokens);
+  Prompt p1 = RandomTokens(32, kTokens);
   SaveKv(client(1), p1);
   EXPECT_EQ(LoadWhole(client(0), p1), p1.size());
 }

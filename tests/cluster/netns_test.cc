@@ -18,7 +18,7 @@ namespace ptstore::testing {
 namespace {
 
 using storage::testkv::Cat;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::Kv;
 using storage::testkv::kBpt;
 using storage::testkv::SmallLayout;
@@ -52,8 +52,8 @@ class NetnsClusterTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(NetnsClusterTest, PartitionAndRecovery) {
-  const auto doc = Gen(1, 128);
-  const auto other = Gen(2, 96);
+  const auto doc = RandomTokens(1, 128);
+  const auto other = RandomTokens(2, 96);
   Save(0, doc);
   Save(1, other);
   // Across hosts, byte-exact; host 2 keeps replicas of both.
@@ -64,7 +64,7 @@ TEST_P(NetnsClusterTest, PartitionAndRecovery) {
   // Cut host 2 off. Nothing hangs: it serves what it holds (its replicas)
   // and misses the rest; the others carry on without it.
   ASSERT_TRUE(lab_.Cut(2).ok());
-  const auto fresh = Gen(3, 64);
+  const auto fresh = RandomTokens(3, 64);
   Save(0, fresh);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(LoadAndCheck(*clients_[2], fresh), 0u);

@@ -30,14 +30,14 @@
 namespace ptstore::testing {
 namespace {
 
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::SmallLayout;
 
 constexpr const char* kOldPtstored = PTSTORE_PTSTORED_PEER_V1_PATH;
 
 std::vector<uint32_t> PromptShardedTo(uint32_t shard, std::vector<uint32_t> nodes, size_t n, uint64_t seed) {
   for (;; ++seed) {
-    auto p = Gen(seed, n);
+    auto p = RandomTokens(seed, n);
     const ChainKey root = NextKey(RootKey(kNs, ""), std::span(p).first(SmallLayout().block_tokens));
     if (core::ShardOf(root, nodes) == shard) return p;
   }
@@ -136,7 +136,7 @@ TEST(RequireIntegrityTest, RefusesTheOldNodeWithBothRangesNamed) {
   ConnectEach(cluster, &clients);
   // Between the upgraded nodes everything works; the old node's data is a
   // miss for them and theirs for it, never an error.
-  const auto p02 = Gen(7, 64), p1 = Gen(8, 64);
+  const auto p02 = RandomTokens(7, 64), p1 = RandomTokens(8, 64);
   SaveKv(*clients[0], p02);
   SaveKv(*clients[1], p1);
   EXPECT_EQ(LoadAndCheck(*clients[2], p02), 64u);

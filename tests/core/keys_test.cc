@@ -1,6 +1,7 @@
 // Tests of chain keys (include/ptstore/keys.h): hex form, the exact hash
 // recipe, and the chain properties the radix tree relies on.
 #include "ptstore/keys.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
@@ -20,12 +21,10 @@ void PrintTo(const ChainKey& k, std::ostream* os) { *os << k.ToHex(); }
 
 namespace {
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed = 1) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (auto& x : t) x = rng() % 128000;
-  return t;
-}
+using testing::RandomTokens;
+
+// Ids of a 128k vocabulary: above 2^16 too.
+constexpr uint32_t kVocab = 128000;
 
 TEST(ChainKeyTest, HexFormat) {
   ChainKey k{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
@@ -133,7 +132,7 @@ TEST(ChainKeyTest, RootSeparatesNamespaceAndSalt) {
 
 TEST(ChainKeyTest, ChainKeysCountsWholeBlocksOnly) {
   ChainKey root = RootKey("ns", "");
-  auto t = Tokens(100);
+  auto t = RandomTokens(1, 100, kVocab);
   EXPECT_EQ(ChainKeys(root, t, 16).size(), 6u);
   EXPECT_EQ(ChainKeys(root, std::span(t).first(15), 16).size(), 0u);
   EXPECT_EQ(ChainKeys(root, std::span(t).first(16), 16).size(), 1u);
@@ -146,7 +145,7 @@ TEST(ChainKeyTest, ChainKeysCountsWholeBlocksOnly) {
 
 TEST(ChainKeyTest, ChainKeysIsIteratedNextKey) {
   ChainKey root = RootKey("ns", "salt");
-  auto t = Tokens(64);
+  auto t = RandomTokens(1, 64, kVocab);
   auto keys = ChainKeys(root, t, 16);
   ASSERT_EQ(keys.size(), 4u);
   ChainKey prev = root;
@@ -158,7 +157,7 @@ TEST(ChainKeyTest, ChainKeysIsIteratedNextKey) {
 
 TEST(ChainKeyTest, KeysOfAPrefixAreAPrefixOfTheKeys) {
   ChainKey root = RootKey("ns", "");
-  auto t = Tokens(16 * 10 + 5);
+  auto t = RandomTokens(1, 16 * 10 + 5, kVocab);
   auto all = ChainKeys(root, t, 16);
   ASSERT_EQ(all.size(), 10u);
   for (size_t n = 0; n <= t.size(); ++n) {
@@ -170,7 +169,7 @@ TEST(ChainKeyTest, KeysOfAPrefixAreAPrefixOfTheKeys) {
 
 TEST(ChainKeyTest, PartialLastBlockProducesNoKeyAndDoesNotAffectOthers) {
   ChainKey root = RootKey("ns", "");
-  auto t = Tokens(48);
+  auto t = RandomTokens(1, 48, kVocab);
   auto whole = ChainKeys(root, t, 16);
   auto t2 = t;
   t2.insert(t2.end(), {7, 8, 9});  // 3 extra tokens: a partial block
@@ -179,7 +178,7 @@ TEST(ChainKeyTest, PartialLastBlockProducesNoKeyAndDoesNotAffectOthers) {
 }
 
 TEST(ChainKeyTest, SaltAndNamespaceChangeEveryKey) {
-  auto t = Tokens(16 * 8);
+  auto t = RandomTokens(1, 16 * 8, kVocab);
   auto base = ChainKeys(RootKey("ns", ""), t, 16);
   auto salted = ChainKeys(RootKey("ns", "tenant"), t, 16);
   auto other_salt = ChainKeys(RootKey("ns", "tenant2"), t, 16);
@@ -195,7 +194,7 @@ TEST(ChainKeyTest, ChangingOneTokenChangesKeysFromItsBlockOn) {
   ChainKey root = RootKey("ns", "");
   const uint32_t bt = 16;
   const size_t blocks = 8;
-  auto t = Tokens(bt * blocks);
+  auto t = RandomTokens(1, bt * blocks, kVocab);
   auto base = ChainKeys(root, t, bt);
   for (size_t pos = 0; pos < t.size(); pos += 5) {
     auto m = t;
@@ -216,7 +215,7 @@ TEST(ChainKeyTest, BlockBoundariesMatter) {
   // The same 32 tokens cut into 2x16 or 1x32 give different last keys, and
   // a block's key depends on the order of its tokens.
   ChainKey root = RootKey("ns", "");
-  auto t = Tokens(32);
+  auto t = RandomTokens(1, 32, kVocab);
   EXPECT_NE(ChainKeys(root, t, 16).back(), ChainKeys(root, t, 32).back());
   auto r = t;
   std::swap(r[0], r[1]);
@@ -227,7 +226,7 @@ TEST(ChainKeyTest, NoCollisionsOverManyPrefixes) {
   ChainKey root = RootKey("ns", "");
   std::unordered_set<ChainKey, ChainKeyHash> seen;
   for (uint32_t s = 0; s < 200; ++s) {
-    auto t = Tokens(16 * 16, s + 100);
+    auto t = RandomTokens(s + 100, 16 * 16, kVocab);
     for (const auto& k : ChainKeys(root, t, 16)) ASSERT_TRUE(seen.insert(k).second);
   }
   EXPECT_EQ(seen.size(), 200u * 16);

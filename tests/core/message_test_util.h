@@ -14,6 +14,7 @@
 #include "core/wire.h"
 #include "ptstore/layout.h"
 #include "ptstore/types.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore::core::testmsg {
@@ -40,11 +41,8 @@ inline Layout GroupedLayout() {
                             16);
 }
 
-inline std::vector<uint32_t> SampleTokens(size_t n, uint32_t seed = 0) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>((i + seed) * 2654435761u);
-  return t;
-}
+// Sample token ids over the whole 32-bit range (the kit's WideTokens).
+using ptstore::testing::WideTokens;
 
 inline void ExpectSameLayout(const Layout& a, const Layout& b) {
   EXPECT_EQ(a.layers, b.layers);

@@ -261,7 +261,7 @@ TEST(MessagesTest, ListNamespacesReply) {
 TEST(MessagesTest, Save) {
   SaveRequest m;
   m.ns = "ns-1";
-  m.tokens = SampleTokens(16 * 5 + 3);
+  m.tokens = WideTokens(0, 16 * 5 + 3);
   m.buffer_id = 17;
   m.buffer_offset = uint64_t{3} << 32;
   m.length = 131072ull * 48;
@@ -287,7 +287,7 @@ TEST(MessagesTest, Save) {
 TEST(MessagesTest, PrefixRequestsAndReplies) {
   PrefixRequest m;
   m.ns = "ns-2";
-  m.tokens = SampleTokens(100);
+  m.tokens = WideTokens(0, 100);
   m.buffer_id = 3;
   m.buffer_offset = 4096;
   m.capacity = ~uint64_t{0} >> 1;
@@ -327,7 +327,7 @@ TEST(MessagesTest, Remove) {
   m.ns = "ns-3";
   m.by_key = true;
   m.key = ChainKey{0x0123456789abcdefULL, 0x0fedcba987654321ULL};
-  m.tokens = SampleTokens(7);
+  m.tokens = WideTokens(0, 7);
   RemoveRequest out = RoundTrip(T(MsgType::kRemove), m);
   EXPECT_EQ(out.ns, m.ns);
   EXPECT_TRUE(out.by_key);
@@ -389,7 +389,7 @@ TEST(MessagesTest, Increment) {
   r.node.children = 3;
   r.node.pins = 1;
   r.node.tier = kTierDram | kTierSsd;
-  r.tokens = SampleTokens(16);
+  r.tokens = WideTokens(0, 16);
   r.lease_id = 44;
   r.extents = {Extent{TensorId{9}, 4096, 8192, 1 << 20}, Extent{TensorId{10}, 0, 4096, 3 << 20}};
   IncrementReply ro = RoundTrip(T(MsgType::kIncrementReply), r);

@@ -155,7 +155,7 @@ TEST(PeerMessagesTest, ShardLookupCarriesTheNamespaceDefinition) {
   for (int i : {0, 1, 2}) {
     ShardLookup m;
     m.ns = SampleDef(i);
-    m.tokens = SampleTokens(37, i);
+    m.tokens = WideTokens(i, 37);
     ShardLookup o = RoundTrip(T(MsgType::kShardLookup), m);
     ExpectSameDef(o.ns, m.ns);
     EXPECT_EQ(o.tokens, m.tokens);
@@ -184,9 +184,9 @@ TEST(PeerMessagesTest, ShardLookupReply) {
 TEST(PeerMessagesTest, ShardAnnounceWithSeveralEntries) {
   ShardAnnounce m;
   m.ns = SampleDef(3);
-  m.entries.push_back({SampleTokens(64, 1), {{4, 1}, {16, 2}}});
+  m.entries.push_back({WideTokens(1, 64), {{4, 1}, {16, 2}}});
   m.entries.push_back({{}, {}});  // empty entry
-  m.entries.push_back({SampleTokens(5, 9), {{1, 0}}});
+  m.entries.push_back({WideTokens(9, 5), {{1, 0}}});
   ShardAnnounce o = RoundTrip(T(MsgType::kShardAnnounce), m);
   ExpectSameDef(o.ns, m.ns);
   ASSERT_EQ(o.entries.size(), m.entries.size());
@@ -202,7 +202,7 @@ TEST(PeerMessagesTest, PeerFetchOnBothDataPaths) {
     SCOPED_TRACE(DataPathName(path));
     PeerFetch m;
     m.ns = SampleDef(4);
-    m.tokens = SampleTokens(96, 4);
+    m.tokens = WideTokens(4, 96);
     m.segments = {{0, 2}, {4, 6}, {6, 24}, {uint64_t{1} << 40, (uint64_t{1} << 40) + 1}};
     m.path = path;
     PeerFetch o = RoundTrip(T(MsgType::kPeerFetch), m);
@@ -260,7 +260,7 @@ TEST(PeerMessagesTest, PeerReleaseAndRemove) {
 
   PeerRemove m;
   m.ns = "llama-3-70b";
-  m.tokens = SampleTokens(33, 5);
+  m.tokens = WideTokens(5, 33);
   m.from_block = 7;
   PeerRemove o = RoundTrip(T(MsgType::kPeerRemove), m);
   EXPECT_EQ(o.ns, m.ns);
@@ -277,8 +277,8 @@ TEST(PeerMessagesTest, PeerReleaseAndRemove) {
 TEST(PeerMessagesTest, PeerTiersAndReply) {
   PeerTiers m;
   m.ns = "llama-3-70b";
-  m.entries.push_back({SampleTokens(32, 3), 0});
-  m.entries.push_back({SampleTokens(64, 4), 2});
+  m.entries.push_back({WideTokens(3, 32), 0});
+  m.entries.push_back({WideTokens(4, 64), 2});
   m.hashes = {ChainKey{1, 2}, ChainKey{0xfedcba9876543210ULL, 0x0123456789abcdefULL}};
   m.low64 = true;
   PeerTiers o = RoundTrip(T(MsgType::kPeerTiers), m);
@@ -290,7 +290,7 @@ TEST(PeerMessagesTest, PeerTiersAndReply) {
   EXPECT_TRUE(o.low64);
   PeerTiersReply r;
   r.media = {3, 0, 1, 2};
-  r.tokens = SampleTokens(16, 9);
+  r.tokens = WideTokens(9, 16);
   PeerTiersReply orr = RoundTrip(T(MsgType::kPeerTiersReply), r);
   EXPECT_EQ(orr.media, r.media);
   EXPECT_EQ(orr.tokens, r.tokens);
@@ -391,7 +391,7 @@ size_t FirstSegmentOffset(const PeerFetch& m) {
 TEST(PeerMessagesTest, PeerFetchRefusesASegmentThatDoesNotEndAfterItsStart) {
   PeerFetch m;
   m.ns = SampleDef(1);
-  m.tokens = SampleTokens(8);
+  m.tokens = WideTokens(0, 8);
   m.segments = {{0, 1}, {3, 5}};
   const size_t at = FirstSegmentOffset(m);
   ASSERT_OK(DecodeAny(T(MsgType::kPeerFetch), EncodeBody(m)));
@@ -422,7 +422,7 @@ TEST(PeerMessagesTest, PeerFetchRefusesASegmentThatDoesNotEndAfterItsStart) {
 TEST(PeerMessagesTest, PeerFetchRefusesAnUnknownDataPath) {
   PeerFetch m;
   m.ns = SampleDef(0);
-  m.tokens = SampleTokens(4);
+  m.tokens = WideTokens(0, 4);
   m.segments = {{0, 1}};
   m.path = DataPath::kRma;
   std::vector<uint8_t> body = EncodeBody(m);
@@ -440,7 +440,7 @@ TEST(PeerMessagesTest, PeerFetchRefusesAnUnknownDataPath) {
 TEST(PeerMessagesTest, LocatePrefixRoundTrips) {
   LocatePrefixRequest q;
   q.ns = "mistral-7b";
-  q.tokens = SampleTokens(48, 3);
+  q.tokens = WideTokens(3, 48);
   LocatePrefixRequest oq = RoundTrip(T(MsgType::kLocatePrefix), q);
   EXPECT_EQ(oq.ns, q.ns);
   EXPECT_EQ(oq.tokens, q.tokens);

@@ -12,13 +12,14 @@
 #include <thread>
 
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
 
 using namespace fstest;  // NOLINT: the shared mount fixture
-using testing::Tokens;
+using testing::RandomTokens;
 
 uint64_t Ns(const timespec& t) { return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + t.tv_nsec; }
 
@@ -57,7 +58,7 @@ class FsCacheTest : public FsTest {
 TEST_F(FsCacheTest, AWalkIsAnsweredByListingsThenByTheKernelAlone) {
   // 20 documents of 4 levels: 80 increments, 81 directories with kv and tokens.
   for (int d = 0; d < 20; ++d) {
-    auto t = Tokens(64, 500 + d);
+    auto t = RandomTokens(500 + d, 64);
     for (size_t n = 16; n <= t.size(); n += 16) Save("ns", std::vector<uint32_t>(t.begin(), t.begin() + n));
   }
   const uint64_t dirs = Dirs();
@@ -119,7 +120,7 @@ TEST_F(FsCacheTest, ARemovalByAnotherClientReachesTheKernelWithinThePollBound) {
 }
 
 TEST_F(FsCacheTest, AnEvictionReachesTheKernelWithinThePollBound) {
-  const auto first = Tokens(64, 1);
+  const auto first = RandomTokens(1, 64);
   Save("ns", first);
   const std::string path = PathOf(0, 64);
   ASSERT_EQ(Sh("ls -lR " + M("ns")).rc, 0);
@@ -130,7 +131,7 @@ TEST_F(FsCacheTest, AnEvictionReachesTheKernelWithinThePollBound) {
   ASSERT_NE(other, nullptr);
   bool evicted = false;
   for (int i = 0; i < 200 && !evicted; ++i) {
-    auto t = Tokens(4096, 10000 + i);
+    auto t = RandomTokens(10000 + i, 4096);
     auto kv = KvOf(t, 0, layout_);
     ASSERT_OK(other->Save("ns", t, kv.data(), kv.size()));
     evicted = other->GetIncrement("ns", key).status().code() == Code::kNotFound;
@@ -141,7 +142,7 @@ TEST_F(FsCacheTest, AnEvictionReachesTheKernelWithinThePollBound) {
 }
 
 TEST_F(FsCacheTest, ASplitByALaterSaveReachesTheKernelWithinThePollBound) {
-  const auto a = Tokens(64, 3);
+  const auto a = RandomTokens(3, 64);
   Save("ns", a);
   const std::string whole = PathOf(0, 64);
   struct stat st {};
@@ -157,7 +158,13 @@ TEST_F(FsCacheTest, ASplitByALaterSaveReachesTheKernelWithinThePollBound) {
   ASSERT_NE(other, nullptr);
   auto kv = KvOf(b, 0, layout_);
   ASSERT_OK(other->Save("ns", b, kv.data(), kv.size()));
-  const std::string tail = PathOf(32, 64);
+  // Two increments are [32, 64) now, a's tail and b's (which comes first in
+  // a listing depends on their keys): a's is the one with whole's key.
+  std::string tail;
+  for (const auto& [p, n] : Paths("ns")) {
+    if (n.start_token == 32 && n.tokens == 32 && whole.ends_with("/" + n.key.ToHex())) tail = p;
+  }
+  ASSERT_FALSE(tail.empty()) << "no increment [32, 64) with the key of " << whole;
   ASSERT_NE(tail, whole);
   EXPECT_TRUE(SeenWithin([&] { return Gone(M(whole)); })) << whole << " is still at the top";
   ASSERT_EQ(stat(M(tail + "/kv").c_str(), &st), 0) << tail;
@@ -209,7 +216,7 @@ TEST_F(FsCacheTest, ARestartOfPtstoredReachesTheKernelWithinThePollBound) {
   client_ = Connect();
   ASSERT_NE(client_, nullptr);
   ASSERT_OK(client_->CreateNamespace("ns", layout_));
-  const auto d = Tokens(48, 9);
+  const auto d = RandomTokens(9, 48);
   Save("ns", d);
   const std::string dpath = PathOf(0, 48);
   EXPECT_TRUE(SeenWithin([&] { return Gone(M(c)) && Gone(M(a)) && Gone(M(c + "/kv")) && Gone(M(a + "/kv")); }))

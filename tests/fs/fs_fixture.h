@@ -29,7 +29,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
-#include "tests/testing/kv_bytes.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
@@ -40,9 +40,8 @@ using storage::testkv::SmallLayout;
 using testing::Daemon;
 using testing::Mount;
 
-using testing::FillKvAt;
 using testing::KvOf;
-using testing::Tokens;
+using testing::RandomTokens;
 
 // The mounts of these tests poll the store's changes every kChangePoll (the
 // default change_poll_ms) and keep names and attributes in the kernel for an
@@ -152,10 +151,10 @@ class FsTest : public ::testing::Test {
   // Three prompts: a and b share 20 tokens (a split common increment and
   // two branches); c is unrelated.
   void SaveTree() {
-    a_ = Tokens(64, 1);
+    a_ = RandomTokens(1, 64);
     b_ = a_;
     for (size_t i = 20; i < b_.size(); ++i) b_[i] = 31999 - b_[i];
-    c_ = Tokens(32, 7);
+    c_ = RandomTokens(7, 32);
     Save("ns", a_);
     Save("ns", b_);
     Save("ns", c_);

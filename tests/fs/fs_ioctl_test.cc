@@ -19,13 +19,14 @@
 #include "ptstore/client.h"
 #include "ptstore/ioctl.h"
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
 
 using namespace fstest;  // NOLINT: the shared mount fixture
-using testing::Tokens;
+using testing::RandomTokens;
 
 // ------------------------------------------------------------------ ioctl
 
@@ -64,7 +65,7 @@ TEST_F(FsIoctlTest, InfoOfAGroupedNamespaceHasZeroDenseFieldsAndItsBytesPerToken
   // The groups are in .layout.
   EXPECT_EQ(Layout::Parse(ReadAll(M("hybrid/.layout"))).value(), grouped);
   // LoadPath copies the grouped bytes like any others.
-  const std::vector<uint32_t> t = Tokens(8, 9);
+  const std::vector<uint32_t> t = RandomTokens(9, 8);
   std::vector<uint8_t> kv(2 * grouped.BytesPerBlock());
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<uint8_t>(i * 13 + 1);
   ASSERT_OK(client_->Save("hybrid", t, kv.data(), kv.size()));
@@ -152,7 +153,7 @@ TEST_F(FsIoctlTest, InfoDescribesRootNamespaceAndIncrement) {
 TEST_F(FsIoctlTest, PinPagesALongPrefixUnpinsAndCopiesByteExact) {
   // 600 one-block increments in a chain: the whole prefix has 600 extents.
   constexpr size_t kBlocks = 600;
-  auto toks = Tokens(kBlocks * layout_.block_tokens, 42);
+  auto toks = RandomTokens(42, kBlocks * layout_.block_tokens);
   auto kv = KvOf(toks, 0, layout_);
   const uint64_t bb = layout_.BytesPerBlock();
   for (size_t b = 1; b <= kBlocks; ++b) {
@@ -278,7 +279,7 @@ TEST_F(FsIoctlTest, PinsOfAKilledProcessAreReleased) {
 // Client::LoadPath: a load by path through the ioctl, paged, byte-exact.
 TEST_F(FsIoctlTest, LoadPathLoadsTheWholePrefixByteExact) {
   constexpr size_t kBlocks = 600;  // more extents than one ioctl page holds
-  auto toks = Tokens(kBlocks * layout_.block_tokens, 43);
+  auto toks = RandomTokens(43, kBlocks * layout_.block_tokens);
   auto kv = KvOf(toks, 0, layout_);
   const uint64_t bb = layout_.BytesPerBlock();
   for (size_t b = 1; b <= kBlocks; ++b) {

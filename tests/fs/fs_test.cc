@@ -33,6 +33,7 @@
 #include "tests/storage/kv_fixture.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/mount.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/fs/fs_fixture.h"
@@ -45,7 +46,7 @@ using namespace fstest;  // NOLINT: the shared mount fixture
 using storage::testkv::SmallLayout;
 using testing::Daemon;
 using testing::Mount;
-using testing::Tokens;
+using testing::RandomTokens;
 
 TEST_F(FsTest, LsAndFindShowTheTree) {
   SaveTree();
@@ -147,7 +148,7 @@ TEST_F(FsTest, KvAndTokensAreByteExact) {
 // parent. Files read (and cached by the kernel) before the split must show
 // the new contents after it, not the pages cached from the old ones.
 TEST_F(FsTest, AnIncrementSplitByALaterSaveShowsItsNewBytesNotCachedOnes) {
-  const auto a = Tokens(64, 21);
+  const auto a = RandomTokens(21, 64);
   Save("ns", a);
   auto before = Paths("ns");
   ASSERT_EQ(before.size(), 1u);
@@ -271,7 +272,7 @@ TEST_F(FsTest, MkdirCreatesANamespaceAndRmdirDropsIt) {
   EXPECT_EQ(ReadAll(M("fresh/.layout")), SmallLayout(8).ToString() + "\n");
   EXPECT_EQ(ErrnoOf([&] { return setxattr(M("fresh").c_str(), "user.ptstore.layout", "bogus", 5, 0); }), EINVAL);
   // Once something is stored the layout is fixed.
-  Save("ns", Tokens(8, 3));
+  Save("ns", RandomTokens(3, 8));
   EXPECT_EQ(ErrnoOf([&] {
               std::string l = MistralLayout().ToString();
               return setxattr(M("ns").c_str(), "user.ptstore.layout", l.data(), l.size(), 0);
@@ -299,7 +300,7 @@ TEST_F(FsTest, NamesLongerThanNameMaxAreENameTooLong) {
   EXPECT_EQ(ErrnoOf([&] { return rmdir(M(too_long).c_str()); }), ENAMETOOLONG);
   struct stat st {};
   EXPECT_EQ(ErrnoOf([&] { return stat(M(too_long).c_str(), &st); }), ENAMETOOLONG);
-  Save("ns", Tokens(8, 3));
+  Save("ns", RandomTokens(3, 8));
   EXPECT_EQ(ErrnoOf([&] { return open(M("ns/" + too_long).c_str(), O_RDONLY); }), ENAMETOOLONG);
   EXPECT_EQ(ErrnoOf([&] { return unlink(M("ns/" + too_long).c_str()); }), ENAMETOOLONG);
 }
@@ -363,7 +364,7 @@ TEST_F(FsTest, GroupedLayoutsInDotLayoutAndTheLayoutXattr) {
   EXPECT_EQ(client_->GetNamespace("fresh")->layout, grouped);
 
   // Once something is stored the layout is fixed, written or set.
-  const std::vector<uint32_t> t = Tokens(8, 5);
+  const std::vector<uint32_t> t = RandomTokens(5, 8);
   std::vector<uint8_t> kv(2 * grouped.BytesPerBlock(), 7);
   ASSERT_OK(client_->Save("fresh", t, kv.data(), kv.size()));
   EXPECT_EQ(WriteFile(M("fresh/.layout"), SmallLayout().ToString()), EBUSY);
@@ -480,7 +481,7 @@ TEST_F(FsTest, ConcurrentReadersWhileAnotherClientSavesAndRemoves) {
   auto writer = Connect();
   ASSERT_NE(writer, nullptr);
   for (int round = 0; round < 30; ++round) {
-    auto t = Tokens(16 + 4 * (round % 5), 1000 + round);
+    auto t = RandomTokens(1000 + round, 16 + 4 * (round % 5));
     auto kv = KvOf(t, 0, layout_);
     ASSERT_OK(writer->Save("ns", t, kv.data(), kv.size()));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -10,13 +10,14 @@
 #include <thread>
 
 #include "tests/fs/fs_fixture.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ptstore {
 namespace {
 
 using namespace fstest;  // NOLINT: the shared mount fixture
-using testing::Tokens;
+using testing::RandomTokens;
 
 uint64_t Ns(const timespec& t) { return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + t.tv_nsec; }
 
@@ -161,7 +162,7 @@ TEST_F(FsTimesTest, TouchSetsAnIncrementsTimes) {
 // The recipe of ptstore(7): evict what no one used for an hour.
 TEST_F(FsTimesTest, TheFindAminRecipeEvictsExactlyThePrefixesUnusedForAnHour) {
   SaveTree();  // a and b share a common part; c alone
-  std::vector<uint32_t> d = Tokens(48, 11);
+  std::vector<uint32_t> d = RandomTokens(11, 48);
   Save("ns", d);
   // Everything was last used two hours ago (deepest first, so that no
   // ancestor is younger than what hangs below it)...

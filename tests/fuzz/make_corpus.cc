@@ -15,6 +15,7 @@
 #include "core/messages.h"
 #include "core/peer_messages.h"
 #include "core/wire.h"
+#include "tests/testing/generators.h"
 
 namespace ptstore::fuzz {
 
@@ -34,11 +35,8 @@ std::pair<uint16_t, std::vector<uint8_t>> Frame(MsgType type, const M& m) {
   return {static_cast<uint16_t>(type), std::move(frame)};
 }
 
-std::vector<uint32_t> Tokens(size_t n) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(1000 + 37 * i);
-  return t;
-}
+// 1000, 1037, 1074, ...: the ids the seed frames have always had.
+std::vector<uint32_t> Tokens(size_t n) { return ptstore::testing::SequentialTokens(1000, n, 37); }
 
 NamespaceInfo Info(const std::string& name) {
   NamespaceInfo n;

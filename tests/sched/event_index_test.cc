@@ -25,7 +25,7 @@ namespace ptstore::sched {
 namespace {
 
 using storage::testkv::Cat;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using testing::kNs;
 
 EventIndex::Source SourceOf(uint32_t node, const testing::Daemon& d) {
@@ -102,13 +102,13 @@ bool Same(const Result<PrefixLocation>& a, const Result<PrefixLocation>& b) {
 }
 
 TEST_F(EventIndexTest, AnswersAsLocatePrefixDoesAndFollowsRestartsAndRemovals) {
-  const auto doc = Gen(5, 64);
+  const auto doc = RandomTokens(5, 64);
   testing::SaveKv(*nodes_[0].client, doc);
-  testing::SaveKv(*nodes_[1].client, Cat(doc, Gen(6, 32)));
+  testing::SaveKv(*nodes_[1].client, Cat(doc, RandomTokens(6, 32)));
   StoreIndex store_index(nodes_, /*cluster=*/false);
   EventIndex events({SourceOf(0, *daemons_[0]), SourceOf(1, *daemons_[1])}, &store_index);
   ASSERT_TRUE(WaitFor([&] { return events.AllKnown(); }));
-  const auto q1 = Cat(doc, Gen(6, 48)), q2 = Cat(doc, Gen(8, 48)), q3 = Gen(99, 64);
+  const auto q1 = Cat(doc, RandomTokens(6, 48)), q2 = Cat(doc, RandomTokens(8, 48)), q3 = RandomTokens(99, 64);
   for (const auto& q : {q1, q2, q3}) {
     ASSERT_TRUE(WaitFor([&] { return Same(events.Locate(kNs, q), store_index.Locate(kNs, q)); }));
   }
@@ -117,7 +117,7 @@ TEST_F(EventIndexTest, AnswersAsLocatePrefixDoesAndFollowsRestartsAndRemovals) {
   EXPECT_EQ(loc->HeldBy(1), 96u);
   EXPECT_GT(events.stats().from_events, 0u);
   // A removal on node 1, a restart of node 0 (SSD: what it persisted comes back as a new incarnation).
-  ASSERT_OK(nodes_[1].client->Remove(kNs, Cat(doc, Gen(6, 32))));
+  ASSERT_OK(nodes_[1].client->Remove(kNs, Cat(doc, RandomTokens(6, 32))));
   const uint64_t restarts = events.stats().restarts;
   daemons_[0]->Stop();
   StartNode(0);
@@ -133,13 +133,13 @@ TEST_F(EventIndexTest, AnswersAsLocatePrefixDoesAndFollowsRestartsAndRemovals) {
 }
 
 TEST_F(EventIndexTest, AnUnknownStreamFallsBackToLocatePrefix) {
-  testing::SaveKv(*nodes_[0].client, Gen(5, 64));
+  testing::SaveKv(*nodes_[0].client, RandomTokens(5, 64));
   StoreIndex store_index(nodes_, /*cluster=*/false);
   EventIndex::Source dead{1, "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
   EventIndex events({SourceOf(0, *daemons_[0]), dead}, &store_index);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(events.AllKnown());
-  auto loc = events.Locate(kNs, Gen(5, 64));
+  auto loc = events.Locate(kNs, RandomTokens(5, 64));
   ASSERT_OK(loc);
   EXPECT_EQ(loc->HeldBy(0), 64u);
   EXPECT_GT(events.stats().from_fallback, 0u);

@@ -24,7 +24,7 @@ namespace ptstore::sched {
 namespace {
 
 using storage::testkv::Cat;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using storage::testkv::Kv;
 using storage::testkv::kBpt;
 using testing::kNs;
@@ -66,12 +66,12 @@ class SchedulerTest : public ::testing::Test {
 
 TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
   StartCluster(3);
-  const auto doc = Gen(1, 64);
-  const auto longer = Cat(doc, Gen(2, 32));
+  const auto doc = RandomTokens(1, 64);
+  const auto longer = Cat(doc, RandomTokens(2, 32));
   testing::SaveKv(client(0), doc);
   testing::SaveKv(client(1), longer);  // node 1 owns only the 32 new tokens
   for (size_t asker = 0; asker < 3; ++asker) {
-    auto loc = client(asker).LocatePrefix(kNs, Cat(longer, Gen(3, 16)));
+    auto loc = client(asker).LocatePrefix(kNs, Cat(longer, RandomTokens(3, 16)));
     ASSERT_OK(loc);
     EXPECT_EQ(loc->matched_tokens, 96u) << asker;
     ASSERT_EQ(loc->spans.size(), 2u) << asker;
@@ -100,7 +100,7 @@ TEST_F(SchedulerTest, LocatePrefixNamesOwnersAndHolders) {
   EXPECT_EQ(loc->HeldBy(2), 96u);
   EXPECT_EQ(loc->spans[0].nodes, (std::vector<uint32_t>{0, 2}));
   // A miss, and an unknown namespace.
-  auto miss = client(1).LocatePrefix(kNs, Gen(99, 64));
+  auto miss = client(1).LocatePrefix(kNs, RandomTokens(99, 64));
   ASSERT_OK(miss);
   EXPECT_EQ(miss->matched_tokens, 0u);
   EXPECT_TRUE(miss->spans.empty());
@@ -111,10 +111,10 @@ TEST_F(SchedulerTest, PrefixLocalityRoutesToTheNodeThatHoldsTheLongestPrefix) {
   StartCluster(3);
   StoreIndex index(nodes_, /*cluster=*/true);
   auto s = MakeScheduler(Policy::kPrefixLocality, &index);
-  const auto doc = Gen(7, 128);
+  const auto doc = RandomTokens(7, 128);
   testing::SaveKv(client(2), doc);
   for (int k = 0; k < 4; ++k) {
-    auto d = s->Route({kNs, Cat(doc, Gen(100 + k, 20)), ""});
+    auto d = s->Route({kNs, Cat(doc, RandomTokens(100 + k, 20)), ""});
     ASSERT_OK(d);
     EXPECT_EQ(d->instance, "i2");
     EXPECT_EQ(d->local_tokens, 128u);
@@ -127,7 +127,7 @@ TEST_F(SchedulerTest, PrefixLocalityRoutesToTheNodeThatHoldsTheLongestPrefix) {
   std::set<std::string> used;
   std::vector<uint64_t> tickets;
   for (int k = 0; k < 3; ++k) {
-    auto d = s->Route({kNs, Gen(200 + k, 64), ""});
+    auto d = s->Route({kNs, RandomTokens(200 + k, 64), ""});
     ASSERT_OK(d);
     EXPECT_EQ(d->local_tokens, 0u);
     EXPECT_NE(d->reason.find("least-load"), std::string::npos) << d->reason;
@@ -147,14 +147,14 @@ TEST_F(SchedulerTest, PrefixLocalityFollowsTheDocumentNotTheSharedSystemPrompt) 
   StartCluster(3);
   StoreIndex index(nodes_, true);
   auto s = MakeScheduler(Policy::kPrefixLocality, &index);
-  const auto system = Gen(40, 16);
+  const auto system = RandomTokens(40, 16);
   testing::SaveKv(client(0), system);
-  const auto doc1 = Cat(system, Gen(41, 128)), doc2 = Cat(system, Gen(42, 128));
+  const auto doc1 = Cat(system, RandomTokens(41, 128)), doc2 = Cat(system, RandomTokens(42, 128));
   testing::SaveKv(client(1), doc1);
   testing::SaveKv(client(2), doc2);
   for (int k = 0; k < 3; ++k) {
-    auto d1 = s->Route({kNs, Cat(doc1, Gen(50 + k, 16)), ""});
-    auto d2 = s->Route({kNs, Cat(doc2, Gen(60 + k, 16)), ""});
+    auto d1 = s->Route({kNs, Cat(doc1, RandomTokens(50 + k, 16)), ""});
+    auto d2 = s->Route({kNs, Cat(doc2, RandomTokens(60 + k, 16)), ""});
     ASSERT_TRUE(d1.ok() && d2.ok());
     EXPECT_EQ(d1->instance, "i1");
     EXPECT_EQ(d2->instance, "i2");
@@ -171,13 +171,13 @@ TEST_F(SchedulerTest, PrefixLocalityGivesUpAnOverloadedNode) {
   StoreIndex index(nodes_, true);
   // A bound of 0.2 s of queued prefill: a few 4k-token requests exceed it.
   auto s = MakeScheduler(Policy::kPrefixLocality, &index, 0.2);
-  const auto doc = Gen(9, 64);
+  const auto doc = RandomTokens(9, 64);
   testing::SaveKv(client(1), doc);
   // Long prompts on the same document (the suffix is computed: queued work).
   std::map<std::string, int> where;
   std::vector<uint64_t> tickets;
   for (int k = 0; k < 12; ++k) {
-    auto d = s->Route({kNs, Cat(doc, Gen(300 + k, 4096)), ""});
+    auto d = s->Route({kNs, Cat(doc, RandomTokens(300 + k, 4096)), ""});
     ASSERT_OK(d);
     where[d->instance]++;
     tickets.push_back(d->ticket);
@@ -195,7 +195,7 @@ TEST_F(SchedulerTest, PrefixLocalityGivesUpAnOverloadedNode) {
   EXPECT_ERROR(s->Finished(tickets[0]), Code::kNotFound);
   EXPECT_ERROR(s->PrefillDone(987654), Code::kNotFound);
   // Back under the bound: the holder again.
-  auto d = s->Route({kNs, Cat(doc, Gen(400, 16)), ""});
+  auto d = s->Route({kNs, Cat(doc, RandomTokens(400, 16)), ""});
   ASSERT_OK(d);
   EXPECT_EQ(d->instance, "i1");
 }
@@ -204,17 +204,17 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
   StartCluster(3);
   auto rr = MakeScheduler(Policy::kRoundRobin, nullptr);
   std::vector<std::string> order;
-  for (int k = 0; k < 6; ++k) order.push_back(rr->Route({kNs, Gen(k, 32), ""})->instance);
+  for (int k = 0; k < 6; ++k) order.push_back(rr->Route({kNs, RandomTokens(k, 32), ""})->instance);
   EXPECT_EQ(order, (std::vector<std::string>{"i0", "i1", "i2", "i0", "i1", "i2"}));
 
   auto ll = MakeScheduler(Policy::kLeastLoad, nullptr);
-  auto a = ll->Route({kNs, Gen(1, 4096), ""});
-  auto b = ll->Route({kNs, Gen(2, 4096), ""});
-  auto c = ll->Route({kNs, Gen(3, 4096), ""});
+  auto a = ll->Route({kNs, RandomTokens(1, 4096), ""});
+  auto b = ll->Route({kNs, RandomTokens(2, 4096), ""});
+  auto c = ll->Route({kNs, RandomTokens(3, 4096), ""});
   std::set<std::string> three = {a->instance, b->instance, c->instance};
   EXPECT_EQ(three.size(), 3u);
   ASSERT_OK(ll->PrefillDone(b->ticket));
-  EXPECT_EQ(ll->Route({kNs, Gen(4, 4096), ""})->instance, b->instance);  // the one whose queue emptied
+  EXPECT_EQ(ll->Route({kNs, RandomTokens(4, 4096), ""})->instance, b->instance);  // the one whose queue emptied
 
   auto sa = MakeScheduler(Policy::kSessionAffinity, nullptr);
   std::map<std::string, std::string> first;
@@ -222,7 +222,7 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
   for (int round = 0; round < 3; ++round) {
     for (int u = 0; u < 30; ++u) {
       const std::string session = "user-" + std::to_string(u);
-      auto d = sa->Route({kNs, Gen(u * 10 + round, 32), session});
+      auto d = sa->Route({kNs, RandomTokens(u * 10 + round, 32), session});
       ASSERT_OK(d);
       EXPECT_EQ(d->reason, "session");
       if (round == 0) first[session] = d->instance;
@@ -236,7 +236,7 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
   int moved = 0;
   for (int u = 0; u < 30; ++u) {
     const std::string session = "user-" + std::to_string(u);
-    const std::string now = sa->Route({kNs, Gen(u, 32), session})->instance;
+    const std::string now = sa->Route({kNs, RandomTokens(u, 32), session})->instance;
     if (now != first[session]) {
       ++moved;
       EXPECT_EQ(now, "i9");
@@ -248,7 +248,7 @@ TEST_F(SchedulerTest, RoundRobinLeastLoadAndSessionAffinity) {
 
 TEST_F(SchedulerTest, RegistrationErrors) {
   Scheduler s({}, nullptr);
-  EXPECT_ERROR(s.Route({kNs, Gen(1, 16), ""}), Code::kUnavailable);
+  EXPECT_ERROR(s.Route({kNs, RandomTokens(1, 16), ""}), Code::kUnavailable);
   EXPECT_ERROR(s.Register({"", 0, "x"}), Code::kInvalidArgument);
   ASSERT_OK(s.Register({"a", 0, "x"}));
   EXPECT_OK(s.Register({"a", 0, "x"}));  // the same again: a no-op
@@ -256,7 +256,7 @@ TEST_F(SchedulerTest, RegistrationErrors) {
   EXPECT_ERROR(dup, Code::kAlreadyExists);
   EXPECT_NE(dup.message().find("instance a"), std::string::npos) << dup.message();
   EXPECT_ERROR(s.Unregister("b"), Code::kNotFound);
-  auto d = s.Route({kNs, Gen(1, 16), ""});
+  auto d = s.Route({kNs, RandomTokens(1, 16), ""});
   ASSERT_OK(d);
   ASSERT_OK(s.Unregister("a"));
   EXPECT_ERROR(s.Finished(d->ticket), Code::kNotFound);  // forgotten with its instance
@@ -272,12 +272,12 @@ TEST_F(SchedulerTest, ForgottenRequestsExpire) {
   o.ticket_ttl_s = 0.05;
   Scheduler s(o, nullptr);
   ASSERT_OK(s.Register({"a", 0, "x"}));
-  auto first = s.Route({kNs, Gen(1, 4096), ""});
+  auto first = s.Route({kNs, RandomTokens(1, 4096), ""});
   ASSERT_OK(first);
   EXPECT_EQ(s.Instances()[0].running, 1u);
   EXPECT_GT(s.Instances()[0].queued_s, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto second = s.Route({kNs, Gen(2, 16), ""});
+  auto second = s.Route({kNs, RandomTokens(2, 16), ""});
   ASSERT_OK(second);
   EXPECT_EQ(s.Instances()[0].running, 1u);  // the second only
   EXPECT_ERROR(s.Finished(first->ticket), Code::kNotFound);
@@ -301,18 +301,18 @@ TEST_F(SchedulerTest, IndependentStoresAreMergedByHeldLength) {
     ASSERT_OK((*c)->CreateNamespace(kNs, storage::testkv::SmallLayout()));
     nodes_.push_back({i, std::move(*c)});
   }
-  const auto doc = Gen(5, 64);
+  const auto doc = RandomTokens(5, 64);
   testing::SaveKv(client(0), doc);
-  testing::SaveKv(client(1), Cat(doc, Gen(6, 32)));  // independent: node 1 stores all 96
+  testing::SaveKv(client(1), Cat(doc, RandomTokens(6, 32)));  // independent: node 1 stores all 96
   StoreIndex index(nodes_, /*cluster=*/false);
-  auto loc = index.Locate(kNs, Cat(doc, Gen(6, 48)));
+  auto loc = index.Locate(kNs, Cat(doc, RandomTokens(6, 48)));
   ASSERT_OK(loc);
   EXPECT_EQ(loc->matched_tokens, 96u);
   EXPECT_EQ(loc->HeldBy(0), 64u);
   EXPECT_EQ(loc->HeldBy(1), 96u);
   auto s = MakeScheduler(Policy::kPrefixLocality, &index);
-  EXPECT_EQ(s->Route({kNs, Cat(doc, Gen(6, 48)), ""})->instance, "i1");
-  EXPECT_EQ(s->Route({kNs, Cat(doc, Gen(8, 48)), ""})->instance, "i0");  // 64 on both; i1 is busier
+  EXPECT_EQ(s->Route({kNs, Cat(doc, RandomTokens(6, 48)), ""})->instance, "i1");
+  EXPECT_EQ(s->Route({kNs, Cat(doc, RandomTokens(8, 48)), ""})->instance, "i0");  // 64 on both; i1 is busier
   // Merge rules on their own.
   PrefixLocation m = MergeIndependent({{0, 32}, {1, 0}, {2, 64}, {3, 32}});
   EXPECT_EQ(m.matched_tokens, 64u);
@@ -325,7 +325,7 @@ TEST_F(SchedulerTest, IndependentStoresAreMergedByHeldLength) {
 TEST_F(SchedulerTest, ElasticPoolOperations) {
   StartCluster(2, /*replicate_after=*/1);
   ElasticPool pool(nodes_);
-  const auto prompt = Gen(11, 96);
+  const auto prompt = RandomTokens(11, 96);
   const auto kv = Kv(prompt, 0, prompt.size());
   // allocate + insert from the shared buffer on node 0
   auto buf = pool.Allocate(0, kv.size());
@@ -352,7 +352,7 @@ TEST_F(SchedulerTest, ElasticPoolOperations) {
   ASSERT_OK(m);
   EXPECT_EQ(m->HeldBy(1), 96u);
   // prefill on node 0 -> decode on node 1
-  const auto p2 = Cat(prompt, Gen(12, 64));
+  const auto p2 = Cat(prompt, RandomTokens(12, 64));
   const auto kv2 = Kv(p2, 0, p2.size());
   std::vector<uint8_t> dst(kv2.size());
   auto h = pool.PrefillToDecode(kNs, p2, kv2.data(), kv2.size(), 0, 1, dst.data(), dst.size());
@@ -370,9 +370,9 @@ TEST_F(SchedulerTest, ElasticPoolOperations) {
 
 TEST_F(SchedulerTest, LoadAdvisorPlansFromWhereThePrefixIs) {
   StartCluster(2);
-  const auto doc = Gen(21, 256);
+  const auto doc = RandomTokens(21, 256);
   testing::SaveKv(client(0), doc);
-  const auto prompt = Cat(doc, Gen(22, 16));
+  const auto prompt = Cat(doc, RandomTokens(22, 16));
   LoadAdvisor local(&client(0), TestModel(), LoadPath::kTcp);
   auto p = local.Advise(kNs, prompt);
   ASSERT_OK(p);

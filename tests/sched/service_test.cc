@@ -32,7 +32,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using storage::testkv::Cat;
-using storage::testkv::Gen;
+using storage::testkv::RandomTokens;
 using testing::kNs;
 using testing::TestCluster;
 
@@ -103,10 +103,10 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
   // Registering the same spec again is a no-op (an instance re-registering).
   ASSERT_OK(client_->Register({"i1", 1, "http://node1:8000"}));
 
-  const auto doc = Gen(7, 128);
+  const auto doc = RandomTokens(7, 128);
   testing::SaveKv(store(1), doc);
   for (int k = 0; k < 3; ++k) {
-    auto d = client_->Route({kNs, Cat(doc, Gen(100 + k, 20)), "s" + std::to_string(k)});
+    auto d = client_->Route({kNs, Cat(doc, RandomTokens(100 + k, 20)), "s" + std::to_string(k)});
     ASSERT_OK(d);
     EXPECT_EQ(d->instance, "i1");
     EXPECT_EQ(d->node, 1u);
@@ -121,7 +121,7 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
     EXPECT_ERROR(client_->Finished(d->ticket), Code::kNotFound);
   }
   // A prompt nobody holds goes to the least loaded instance.
-  auto miss = client_->Route({kNs, Gen(55, 64), ""});
+  auto miss = client_->Route({kNs, RandomTokens(55, 64), ""});
   ASSERT_OK(miss);
   EXPECT_EQ(miss->local_tokens, 0u);
   EXPECT_NE(miss->reason.find("least-load"), std::string::npos) << miss->reason;
@@ -159,7 +159,7 @@ TEST_F(SchedServiceTest, PrefixRoutesToTheNodeHoldingThePrompt) {
 
   EXPECT_OK(client_->Unregister("i1"));
   EXPECT_ERROR(client_->Unregister("i1"), Code::kNotFound);
-  auto after = client_->Route({kNs, Cat(doc, Gen(9, 4)), ""});
+  auto after = client_->Route({kNs, Cat(doc, RandomTokens(9, 4)), ""});
   ASSERT_OK(after);
   EXPECT_EQ(after->instance, "i0");
 }
@@ -170,7 +170,7 @@ TEST_F(SchedServiceTest, RoundRobinAlternates) {
   ASSERT_OK(client_->Register({"b", 1, ""}));
   std::vector<std::string> got;
   for (int k = 0; k < 6; ++k) {
-    auto d = client_->Route({kNs, Gen(k, 16), ""});
+    auto d = client_->Route({kNs, RandomTokens(k, 16), ""});
     ASSERT_OK(d);
     EXPECT_EQ(d->reason, "round-robin");
     got.push_back(d->instance);
@@ -335,9 +335,9 @@ TEST_F(SchedServiceTest, TheBinaryServesAndStops) {
   SchedClient c({"127.0.0.1:" + std::to_string(p), 5000});
   ASSERT_OK(c.Register({"i0", 0, ""}));
   ASSERT_OK(c.Register({"i1", 1, ""}));
-  const auto doc = Gen(77, 64);
+  const auto doc = RandomTokens(77, 64);
   testing::SaveKv(store(0), doc);
-  auto d = c.Route({kNs, Cat(doc, Gen(78, 8)), ""});
+  auto d = c.Route({kNs, Cat(doc, RandomTokens(78, 8)), ""});
   ASSERT_OK(d);
   EXPECT_EQ(d->instance, "i0");
   EXPECT_EQ(d->local_tokens, 64u);

@@ -26,16 +26,17 @@ class Corpus {
   // The system prompt and document `d`.
   std::vector<uint32_t> Doc(uint32_t d) const {
     const uint32_t n = kMinDocTokens + static_cast<uint32_t>(Draw(d, 0, 0, 1) % (kMaxDocTokens - kMinDocTokens + 1));
-    return storage::testkv::Cat(storage::testkv::Gen(seed_, kSystemTokens), storage::testkv::Gen(Draw(d, 0, 0, 2), n));
+    return storage::testkv::Cat(storage::testkv::RandomTokens(seed_, kSystemTokens),
+                                storage::testkv::RandomTokens(Draw(d, 0, 0, 2), n));
   }
 
   // Question q on document d, then `follow_ups` turns of answer + question.
   std::vector<uint32_t> Prompt(uint32_t d, uint32_t q, uint32_t follow_ups) const {
     std::vector<uint32_t> p = Doc(d);
     const uint32_t question = 8 + static_cast<uint32_t>(Draw(d, q, 0, 3) % 57);
-    p = storage::testkv::Cat(std::move(p), storage::testkv::Gen(Draw(d, q, 0, 4), question));
+    p = storage::testkv::Cat(std::move(p), storage::testkv::RandomTokens(Draw(d, q, 0, 4), question));
     for (uint32_t f = 1; f <= follow_ups; ++f) {
-      p = storage::testkv::Cat(std::move(p), storage::testkv::Gen(Draw(d, q, f, 5), 32));
+      p = storage::testkv::Cat(std::move(p), storage::testkv::RandomTokens(Draw(d, q, f, 5), 32));
     }
     return p;
   }

@@ -1,5 +1,6 @@
 // Shared by the storage tests: a small layout and deterministic prompts and
-// KV bytes, so that every load can be checked byte for byte.
+// KV bytes (the kit's generators, tests/testing/generators.h), so that every
+// load can be checked byte for byte.
 //
 // Layout: 2 layers, 2 KV heads, head_dim 16, bf16 = 256 B/token; blocks of 4.
 // KV of token i of a prompt depends on its position and on every token id up
@@ -9,11 +10,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <span>
 #include <vector>
 
 #include "ptstore/layout.h"
+#include "tests/testing/generators.h"
 
 namespace ptstore::storage::testkv {
 
@@ -33,21 +34,12 @@ inline Layout SmallLayout(uint32_t block_tokens = kBt) {
   return l;
 }
 
-inline uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// The kit's generators (tests/testing/generators.h), by the names these
+// tests use: Mix (a 64-bit hash), RandomTokens(seed, n) prompts.
+using ptstore::testing::Mix;
+using ptstore::testing::RandomTokens;
 
 using Tokens = std::vector<uint32_t>;
-
-inline Tokens Gen(uint64_t seed, size_t n) {
-  std::mt19937_64 rng(seed * 104729 + 3);
-  Tokens t(n);
-  for (auto& x : t) x = static_cast<uint32_t>(rng() % 32000);
-  return t;
-}
 
 inline Tokens Cat(Tokens a, const Tokens& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -56,23 +48,10 @@ inline Tokens Cat(Tokens a, const Tokens& b) {
 
 inline Tokens Head(const Tokens& a, size_t n) { return {a.begin(), a.begin() + std::min(n, a.size())}; }
 
-// KV bytes of tokens [from, to) of `tokens`.
+// KV bytes of tokens [from, to) of `tokens`: the kit's chained bytes
+// (testing::ChainedKv) at this layout's kBpt bytes per token.
 inline std::vector<uint8_t> Kv(std::span<const uint32_t> tokens, size_t from, size_t to) {
-  std::vector<uint8_t> out;
-  out.reserve((to - from) * kBpt);
-  uint64_t h = 0x5eed;
-  for (size_t i = 0; i < to; ++i) {
-    h = Mix(h ^ (uint64_t{tokens[i]} << 20) ^ i);
-    if (i < from) continue;
-    uint64_t s = h;
-    for (uint64_t b = 0; b < kBpt; b += 8) {
-      s = Mix(s + b);
-      uint8_t w[8];
-      std::memcpy(w, &s, 8);
-      out.insert(out.end(), w, w + 8);
-    }
-  }
-  return out;
+  return ptstore::testing::ChainedKv(tokens, from, to, kBpt);
 }
 
 }  // namespace ptstore::storage::testkv

@@ -32,23 +32,6 @@ namespace {
 
 using namespace testkv;  // NOLINT: the shared test fixture
 
-
-
-std::vector<uint32_t> Tokens(uint64_t seed, size_t n) {
-  std::mt19937_64 rng(seed * 7919 + 17);
-  std::vector<uint32_t> t(n);
-  for (auto& x : t) x = static_cast<uint32_t>(rng() % 50000);
-  return t;
-}
-
-std::vector<uint32_t> Cat(std::vector<uint32_t> a, const std::vector<uint32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-std::vector<uint32_t> Head(const std::vector<uint32_t>& a, size_t n) { return {a.begin(), a.begin() + n}; }
-
-
 class RadixTreeTest : public ::testing::Test {
  protected:
   RadixTreeTest() : tree_(kBt, kBb), root_key_(RootKey("radix-test", "")) {}
@@ -192,7 +175,7 @@ class RadixTreeTest : public ::testing::Test {
 };
 
 TEST_F(RadixTreeTest, EmptyTreeMatchesNothing) {
-  auto a = Tokens(1, 40);
+  auto a = RandomTokens(1, 40);
   Match m = Longest(a);
   EXPECT_EQ(m.blocks, 0u);
   EXPECT_TRUE(m.path.empty());
@@ -204,7 +187,7 @@ TEST_F(RadixTreeTest, EmptyTreeMatchesNothing) {
 }
 
 TEST_F(RadixTreeTest, InsertThenMatchExactShorterAndLonger) {
-  auto a = Tokens(1, 8 * kBt);
+  auto a = RandomTokens(1, 8 * kBt);
   RadixNode* n = Save(a);
   ASSERT_NE(n, nullptr);
   const auto keys = Keys(a);
@@ -234,17 +217,17 @@ TEST_F(RadixTreeTest, InsertThenMatchExactShorterAndLonger) {
   EXPECT_TRUE(s.partial_last);
   EXPECT_EQ(Gather(s), Expected(a, 3));
 
-  auto longer = Cat(a, Tokens(2, 5 * kBt));
+  auto longer = Cat(a, RandomTokens(2, 5 * kBt));
   Match l = Longest(longer);
   EXPECT_EQ(l.blocks, 8u);
   EXPECT_FALSE(l.partial_last);
   EXPECT_EQ(Gather(l), Expected(longer, 8));
 
   // Same length, different tokens: a miss (the first block differs).
-  auto other = Tokens(3, 8 * kBt);
+  auto other = RandomTokens(3, 8 * kBt);
   EXPECT_EQ(Longest(other).blocks, 0u);
   // Same first block, different second block.
-  auto fork = Cat(Head(a, kBt), Tokens(4, 7 * kBt));
+  auto fork = Cat(Head(a, kBt), RandomTokens(4, 7 * kBt));
   Match f = Longest(fork);
   EXPECT_EQ(f.blocks, 1u);
   EXPECT_TRUE(f.partial_last);
@@ -252,14 +235,14 @@ TEST_F(RadixTreeTest, InsertThenMatchExactShorterAndLonger) {
 }
 
 TEST_F(RadixTreeTest, BranchInsideNodeSplitsMetadataOnly) {
-  auto a = Tokens(1, 8 * kBt);
+  auto a = RandomTokens(1, 8 * kBt);
   RadixNode* lower = Save(a);
   ASSERT_NE(lower, nullptr);
   Tensor* t = lower->tensor;
   const std::vector<uint8_t> t_bytes = bytes_.at(t);
   lower->hits = 7;
 
-  auto b = Cat(Head(a, 3 * kBt), Tokens(2, 5 * kBt));
+  auto b = Cat(Head(a, 3 * kBt), RandomTokens(2, 5 * kBt));
   RadixNode* nb = Save(b);
   ASSERT_NE(nb, nullptr);
   const auto ka = Keys(a), kb = Keys(b);
@@ -318,10 +301,10 @@ TEST_F(RadixTreeTest, BranchInsideNodeSplitsMetadataOnly) {
 }
 
 TEST_F(RadixTreeTest, ASplitKeepsTheTimesOfBothHalvesAndStampsTheirCtime) {
-  auto a = Tokens(1, 8 * kBt);
+  auto a = RandomTokens(1, 8 * kBt);
   RadixNode* lower = Save(a, Times{100, 150, 100});
   ASSERT_NE(lower, nullptr);
-  auto b = Cat(Head(a, 3 * kBt), Tokens(2, 5 * kBt));
+  auto b = Cat(Head(a, 3 * kBt), RandomTokens(2, 5 * kBt));
   RadixNode* nb = Save(b, Times{200, 200, 200});
   ASSERT_NE(nb, nullptr);
   RadixNode* upper = lower->parent;
@@ -338,10 +321,10 @@ TEST_F(RadixTreeTest, ASplitKeepsTheTimesOfBothHalvesAndStampsTheirCtime) {
 }
 
 TEST_F(RadixTreeTest, BranchAtNodeBoundaryHangsBelowWithoutSplit) {
-  auto a = Tokens(1, 4 * kBt);
+  auto a = RandomTokens(1, 4 * kBt);
   RadixNode* na = Save(a);
-  auto b = Cat(a, Tokens(2, 4 * kBt));
-  auto c = Cat(a, Tokens(3, 2 * kBt));
+  auto b = Cat(a, RandomTokens(2, 4 * kBt));
+  auto c = Cat(a, RandomTokens(3, 2 * kBt));
   RadixNode* nb = Save(b);
   RadixNode* nc = Save(c);
   ASSERT_TRUE(na && nb && nc);
@@ -357,12 +340,12 @@ TEST_F(RadixTreeTest, BranchAtNodeBoundaryHangsBelowWithoutSplit) {
 }
 
 TEST_F(RadixTreeTest, RepeatedSplitsKeepTheChainInPrefixOrder) {
-  auto a = Tokens(1, 12 * kBt);
+  auto a = RandomTokens(1, 12 * kBt);
   RadixNode* last = Save(a);
   Tensor* t = last->tensor;
   std::vector<std::vector<uint32_t>> branches;
   for (uint64_t at : {8u, 3u, 5u, 1u, 11u}) {
-    branches.push_back(Cat(Head(a, at * kBt), Tokens(100 + at, 3 * kBt)));
+    branches.push_back(Cat(Head(a, at * kBt), RandomTokens(100 + at, 3 * kBt)));
     ASSERT_NE(Save(branches.back()), nullptr);
     CheckInvariants();
   }
@@ -390,13 +373,13 @@ TEST_F(RadixTreeTest, RepeatedSplitsKeepTheChainInPrefixOrder) {
 
 TEST_F(RadixTreeTest, SplitOfASplitNodeBelowAnotherTensor) {
   // root -> A (T1) -> B (T2, 6 blocks); branch inside B twice.
-  auto a = Tokens(1, 2 * kBt);
-  auto ab = Cat(a, Tokens(2, 6 * kBt));
+  auto a = RandomTokens(1, 2 * kBt);
+  auto ab = Cat(a, RandomTokens(2, 6 * kBt));
   Save(a);
   RadixNode* nb = Save(ab);
   Tensor* t2 = nb->tensor;
-  auto x = Cat(Head(ab, 5 * kBt), Tokens(3, kBt));  // branch at block 5 of the prefix (3 inside B)
-  auto y = Cat(Head(ab, 3 * kBt), Tokens(4, kBt));  // branch at block 3 (1 inside B)
+  auto x = Cat(Head(ab, 5 * kBt), RandomTokens(3, kBt));  // branch at block 5 of the prefix (3 inside B)
+  auto y = Cat(Head(ab, 3 * kBt), RandomTokens(4, kBt));  // branch at block 3 (1 inside B)
   Save(x);
   Save(y);
   CheckInvariants();
@@ -416,9 +399,9 @@ TEST_F(RadixTreeTest, SplitOfASplitNodeBelowAnotherTensor) {
 // different prompt claims the stored prompt's keys: it must never match more
 // than its tokens share.
 TEST_F(RadixTreeTest, ForgedFirstBlockKeyCollisionIsAMiss) {
-  auto a = Tokens(1, 6 * kBt);
+  auto a = RandomTokens(1, 6 * kBt);
   Save(a);
-  auto b = Tokens(2, 6 * kBt);  // same length, different tokens
+  auto b = RandomTokens(2, 6 * kBt);  // same length, different tokens
   ASSERT_NE(Head(a, kBt), Head(b, kBt));
   Match m = tree_.Longest(b, Keys(a));  // b's tokens, a's keys: every key collides
   EXPECT_EQ(m.blocks, 0u);
@@ -427,7 +410,7 @@ TEST_F(RadixTreeTest, ForgedFirstBlockKeyCollisionIsAMiss) {
 }
 
 TEST_F(RadixTreeTest, ForgedKeysInsideANodeOnlyShortenTheMatch) {
-  auto a = Tokens(1, 6 * kBt);
+  auto a = RandomTokens(1, 6 * kBt);
   Save(a);
   // Differs from `a` only in block 2 (one token), with all of a's keys.
   auto q = a;
@@ -446,13 +429,13 @@ TEST_F(RadixTreeTest, ForgedKeysInsideANodeOnlyShortenTheMatch) {
 
 TEST_F(RadixTreeTest, ForgedChildKeyCollisionStopsAtTheParent) {
   // root -> X (2 blocks) -> {Y, Z}
-  auto x = Tokens(1, 2 * kBt);
-  auto xy = Cat(x, Tokens(2, 2 * kBt));
-  auto xz = Cat(x, Tokens(3, 2 * kBt));
+  auto x = RandomTokens(1, 2 * kBt);
+  auto xy = Cat(x, RandomTokens(2, 2 * kBt));
+  auto xz = Cat(x, RandomTokens(3, 2 * kBt));
   Save(xy);
   Save(xz);
   ASSERT_EQ(tree_.node_count(), 3u);
-  auto xw = Cat(x, Tokens(4, 2 * kBt));
+  auto xw = Cat(x, RandomTokens(4, 2 * kBt));
   Match m = tree_.Longest(xw, Keys(xy));  // w's first key collides with y's
   EXPECT_EQ(m.blocks, 2u);
   EXPECT_FALSE(m.partial_last);
@@ -465,9 +448,9 @@ TEST_F(RadixTreeTest, ForgedChildKeyCollisionStopsAtTheParent) {
 // for its first key is taken by a node with other tokens, so there is nowhere
 // to put it. Insert must refuse (nullptr) and leave the index as it was.
 TEST_F(RadixTreeTest, InsertAfterForgedCollisionLeavesTheTreeIntact) {
-  auto a = Tokens(1, 4 * kBt);
+  auto a = RandomTokens(1, 4 * kBt);
   Save(a);
-  auto b = Tokens(2, 4 * kBt);
+  auto b = RandomTokens(2, 4 * kBt);
   const auto forged = Keys(a);
   Match m = tree_.Longest(b, forged);
   ASSERT_EQ(m.blocks, 0u);
@@ -483,10 +466,10 @@ TEST_F(RadixTreeTest, InsertAfterForgedCollisionLeavesTheTreeIntact) {
 }
 
 TEST_F(RadixTreeTest, InsertAfterForgedCollisionInsideANodeLeavesTheDataIntact) {
-  auto a = Tokens(1, 4 * kBt);
+  auto a = RandomTokens(1, 4 * kBt);
   Save(a);
   // Shares 2 blocks with `a`; its block 2 differs but is given a's key.
-  auto b = Cat(Head(a, 2 * kBt), Tokens(2, 2 * kBt));
+  auto b = Cat(Head(a, 2 * kBt), RandomTokens(2, 2 * kBt));
   auto forged = Keys(b);
   forged[2] = Keys(a)[2];
   Match m = tree_.Longest(b, forged);
@@ -509,7 +492,7 @@ TEST_F(RadixTreeTest, InsertAfterForgedCollisionInsideANodeLeavesTheDataIntact) 
 TEST_F(RadixTreeTest, WalkMatchesWhatLongestMatchesWithoutHashingEveryBlock) {
   std::mt19937_64 rng(4242);
   std::vector<std::vector<uint32_t>> prompts;
-  const auto base = Tokens(1, 40 * kBt);
+  const auto base = RandomTokens(1, 40 * kBt);
   for (int i = 0; i < 200; ++i) {
     std::vector<uint32_t> p;
     if (!prompts.empty() && rng() % 4 != 0) {
@@ -519,7 +502,7 @@ TEST_F(RadixTreeTest, WalkMatchesWhatLongestMatchesWithoutHashingEveryBlock) {
       p = Head(base, (rng() % 8 + 1) * kBt);
     }
     const size_t more = rng() % 6;
-    for (size_t b = 0; b < more; ++b) p = Cat(p, Tokens(1000 + i * 10 + b, kBt));
+    for (size_t b = 0; b < more; ++b) p = Cat(p, RandomTokens(1000 + i * 10 + b, kBt));
     if (rng() % 3 == 0) p.resize(p.size() + rng() % kBt, 7);  // a partial block at the end
     if (rng() % 2 == 0) Save(p);
     prompts.push_back(p);
@@ -535,7 +518,7 @@ TEST_F(RadixTreeTest, WalkMatchesWhatLongestMatchesWithoutHashingEveryBlock) {
     switch (rng() % 4) {
       case 0: break;
       case 1: q = Head(q, std::min(q.size(), (rng() % 12) * kBt)); break;
-      case 2: q = Cat(q, Tokens(50000 + i, (rng() % 3 + 1) * kBt)); break;
+      case 2: q = Cat(q, RandomTokens(50000 + i, (rng() % 3 + 1) * kBt)); break;
       case 3:
         if (!q.empty()) q[rng() % q.size()] ^= 1;  // branches somewhere
         break;
@@ -563,12 +546,12 @@ TEST_F(RadixTreeTest, WalkMatchesWhatLongestMatchesWithoutHashingEveryBlock) {
 }
 
 TEST_F(RadixTreeTest, RemoveSubtreeRemovesDescendantsChildrenFirst) {
-  auto a = Tokens(1, 2 * kBt);
-  auto ab = Cat(a, Tokens(2, 4 * kBt));
-  auto abc = Cat(ab, Tokens(3, 2 * kBt));
-  auto abd = Cat(ab, Tokens(4, 3 * kBt));
-  auto ae = Cat(a, Tokens(5, 2 * kBt));
-  auto abf = Cat(Head(ab, 3 * kBt), Tokens(6, 2 * kBt));  // splits B after its first block
+  auto a = RandomTokens(1, 2 * kBt);
+  auto ab = Cat(a, RandomTokens(2, 4 * kBt));
+  auto abc = Cat(ab, RandomTokens(3, 2 * kBt));
+  auto abd = Cat(ab, RandomTokens(4, 3 * kBt));
+  auto ae = Cat(a, RandomTokens(5, 2 * kBt));
+  auto abf = Cat(Head(ab, 3 * kBt), RandomTokens(6, 2 * kBt));  // splits B after its first block
   for (const auto* p : {&a, &ab, &abc, &abd, &ae, &abf}) ASSERT_NE(Save(*p), nullptr);
   CheckInvariants();
   ASSERT_EQ(tree_.node_count(), 7u);  // A, B-upper, B-lower, C, D, E, F
@@ -617,11 +600,11 @@ TEST_F(RadixTreeTest, RemoveSubtreeRemovesDescendantsChildrenFirst) {
 }
 
 TEST_F(RadixTreeTest, RemoveLowerPartOfATensorKeepsTheUpperPart) {
-  auto a = Tokens(1, 8 * kBt);
+  auto a = RandomTokens(1, 8 * kBt);
   RadixNode* lower = Save(a);
   Tensor* t = lower->tensor;
-  auto below = Cat(a, Tokens(2, 2 * kBt));  // a foreign child of the lower part
-  auto branch = Cat(Head(a, 3 * kBt), Tokens(3, 2 * kBt));
+  auto below = Cat(a, RandomTokens(2, 2 * kBt));  // a foreign child of the lower part
+  auto branch = Cat(Head(a, 3 * kBt), RandomTokens(3, 2 * kBt));
   Save(below);
   Save(branch);
   EXPECT_EQ(t->foreign_children, 2u);
@@ -644,10 +627,10 @@ TEST_F(RadixTreeTest, RemoveLowerPartOfATensorKeepsTheUpperPart) {
 }
 
 TEST_F(RadixTreeTest, RemoveTopLevelNodeEmptiesTheTree) {
-  auto a = Tokens(1, 3 * kBt);
-  auto b = Tokens(2, 3 * kBt);
+  auto a = RandomTokens(1, 3 * kBt);
+  auto b = RandomTokens(2, 3 * kBt);
   RadixNode* na = Save(a);
-  Save(Cat(a, Tokens(3, kBt)));
+  Save(Cat(a, RandomTokens(3, kBt)));
   Save(b);
   Remove(na);
   EXPECT_EQ(tree_.node_count(), 1u);
@@ -678,7 +661,7 @@ void RunOnSmallStack(size_t stack_bytes, std::function<void()> fn) {
 // teardown needs ~35 B a level, so a per-level recursion overflows it).
 TEST_F(RadixTreeTest, RemovingAVeryDeepChainDoesNotRecursePerLevel) {
   constexpr size_t kDepth = 60000;
-  std::vector<uint32_t> tokens = Tokens(9, kDepth * kBt);
+  std::vector<uint32_t> tokens = RandomTokens(9, kDepth * kBt);
   const std::vector<ChainKey> keys = Keys(tokens);
   // Append one block at a time below the previous node (built directly:
   // Longest over the whole chain on every step would be quadratic).

@@ -73,12 +73,12 @@ TEST_F(StoreChangesTest, AFirstCallIsLostAndSaysWhereTheLogIs) {
 
 TEST_F(StoreChangesTest, SavesSplitsUsesRemovalsAndDropsAreLoggedInOrder) {
   Take();
-  Tokens a = Gen(5, 64);
+  Tokens a = RandomTokens(5, 64);
   Save(a);
   const ChainKey ka = At(64).key;
   EXPECT_EQ(Take(), (std::vector<TreeChange>{{ChangeKind::kAdded, "m", ka, {}}}));
   // A branch inside `a` splits it: a moves below its new upper half.
-  Save(Cat(Head(a, 32), Gen(6, 16)));
+  Save(Cat(Head(a, 32), RandomTokens(6, 16)));
   const ChainKey up = At(32).key, kb = At(48).key;
   std::vector<TreeChange> split = Take();
   ASSERT_GE(split.size(), 4u);
@@ -104,7 +104,7 @@ TEST_F(StoreChangesTest, SavesSplitsUsesRemovalsAndDropsAreLoggedInOrder) {
     EXPECT_EQ(removed[i].parent, up);
   }
   // Dropping a namespace is one change, whatever it held.
-  Save(Gen(7, 64));
+  Save(RandomTokens(7, 64));
   Take();
   ASSERT_OK(store_->DropNamespace("m"));
   EXPECT_EQ(Take(), (std::vector<TreeChange>{{ChangeKind::kNamespace, "m", {}, {}}}));
@@ -114,7 +114,7 @@ TEST_F(StoreChangesTest, EvictionsAreRemovals) {
   Take();
   // 1 MiB of arena and 64 KiB prompts: the 17th save evicts the oldest.
   std::vector<ChainKey> saved;
-  for (int i = 0; i < 40; ++i) Save(Gen(100 + i, 64 * kKiB / SmallLayout().BytesPerToken()));
+  for (int i = 0; i < 40; ++i) Save(RandomTokens(100 + i, 64 * kKiB / SmallLayout().BytesPerToken()));
   size_t added = 0, removed = 0;
   for (const TreeChange& c : Take()) {
     added += c.kind == ChangeKind::kAdded;

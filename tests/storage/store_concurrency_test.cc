@@ -88,7 +88,7 @@ TEST(StoreConcurrencyTest, SamePrefixSavedByManyThreadsIsStoredOnce) {
   constexpr int kThreads = 8, kRounds = 25;
   constexpr uint64_t kBlocks = 48;
   for (int round = 0; round < kRounds; ++round) {
-    const Tokens t = Gen(round, kBlocks * kBt + 2);
+    const Tokens t = RandomTokens(round, kBlocks * kBt + 2);
     std::vector<SaveResult> results(kThreads);
     std::vector<Status> errors(kThreads);
     std::barrier start(kThreads);
@@ -142,7 +142,7 @@ TEST(StoreConcurrencyTest, RacingSavesOfNestedPrefixesWriteEachBlockOnce) {
   constexpr int kThreads = 8, kRounds = 20;
   uint64_t new_bytes_total = 0;
   for (int round = 0; round < kRounds; ++round) {
-    const Tokens full = Gen(100 + round, kThreads * 6 * kBt);
+    const Tokens full = RandomTokens(100 + round, kThreads * 6 * kBt);
     std::vector<SaveResult> results(kThreads);
     std::barrier start(kThreads);
     std::vector<std::thread> threads;
@@ -184,13 +184,13 @@ TEST(StoreConcurrencyTest, BranchingSavesShareTheirBase) {
   constexpr int kThreads = 8, kRounds = 20;
   constexpr uint64_t kBase = 20, kSuffix = 8;
   for (int round = 0; round < kRounds; ++round) {
-    const Tokens base = Gen(1000 + round, kBase * kBt);
+    const Tokens base = RandomTokens(1000 + round, kBase * kBt);
     std::barrier start(kThreads);
     std::vector<std::thread> threads;
     std::atomic<uint64_t> written{0};
     for (int i = 0; i < kThreads; ++i) {
       threads.emplace_back([&, i] {
-        const Tokens mine = Cat(base, Gen(5000 + round * 100 + i, kSuffix * kBt + 1));
+        const Tokens mine = Cat(base, RandomTokens(5000 + round * 100 + i, kSuffix * kBt + 1));
         start.arrive_and_wait();
         auto r = SaveKv(store.get(), "ns", mine);
         ASSERT_OK(r);
@@ -230,9 +230,9 @@ TEST(StoreConcurrencyTest, LoadCopyIsNotCutShortByLeaseExpiry) {
   const core::LogLevel level = core::GetLogLevel();
   core::SetLogLevel(core::LogLevel::kError);
   ASSERT_OK(store->CreateNamespace("ns", SmallLayout(), "", 0, 0, 0755, false));
-  const Tokens p = Gen(1, kBlocks * kBt);
-  const Tokens q1 = Gen(2, kBlocks * kBt);
-  const Tokens q2 = Gen(3, kBlocks * kBt);
+  const Tokens p = RandomTokens(1, kBlocks * kBt);
+  const Tokens q1 = RandomTokens(2, kBlocks * kBt);
+  const Tokens q2 = RandomTokens(3, kBlocks * kBt);
   const std::vector<uint8_t> p_kv = Kv(p, 0, p.size());
   const std::vector<uint8_t> q1_kv = Kv(q1, 0, q1.size());
   const std::vector<uint8_t> q2_kv = Kv(q2, 0, q2.size());
@@ -281,9 +281,9 @@ struct PromptSpace {
     const uint64_t f = rng() % kFamilies;
     const uint64_t b = rng() % 4;
     const uint64_t c = rng() % 3;
-    Tokens t = Gen(f, (2 + f % 8) * kBt);
-    t = Cat(t, Gen(10000 + f * 10 + b, (1 + (f + b) % 6) * kBt + b));
-    t = Cat(t, Gen(20000 + f * 100 + b * 10 + c, (1 + c * 5) * kBt));
+    Tokens t = RandomTokens(f, (2 + f % 8) * kBt);
+    t = Cat(t, RandomTokens(10000 + f * 10 + b, (1 + (f + b) % 6) * kBt + b));
+    t = Cat(t, RandomTokens(20000 + f * 100 + b * 10 + c, (1 + c * 5) * kBt));
     return Head(t, kBt + rng() % t.size());
   }
 };

@@ -28,7 +28,7 @@ class StoreEvictionTest : public StoreTest {
     o.replica_share = replica_share_;
     return o;
   }
-  static Tokens Prompt(uint64_t id, uint64_t blocks = kPromptBlocks) { return Gen(1000 + id, blocks * kBt); }
+  static Tokens Prompt(uint64_t id, uint64_t blocks = kPromptBlocks) { return RandomTokens(1000 + id, blocks * kBt); }
   // Counts a hit on every tensor of the prefix (as a load does).
   void Hit(const Tokens& t, int times) {
     for (int i = 0; i < times; ++i) {
@@ -227,7 +227,9 @@ TEST_F(StoreEvictionTest, EachEvictionTakesExactlyOneLeafTensor) {
   constexpr uint64_t kFamilies = 48, kDepth = 8;
   auto chain = [](uint64_t f, uint64_t depth, uint64_t variant) {
     Tokens t;
-    for (uint64_t d = 0; d < depth; ++d) t = Cat(t, Gen(f * 1000 + d * 10 + (d + 1 == depth ? variant : 0), 4 * kBt));
+    for (uint64_t d = 0; d < depth; ++d) {
+      t = Cat(t, RandomTokens(f * 1000 + d * 10 + (d + 1 == depth ? variant : 0), 4 * kBt));
+    }
     return t;
   };
   for (int step = 0; step < 1500; ++step) {

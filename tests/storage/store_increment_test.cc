@@ -67,8 +67,8 @@ class StoreIncrementTest : public ::testing::Test {
 
 TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
   Open(false);
-  Tokens a = Gen(1, 64);
-  Tokens b = Cat(Head(a, 32), Gen(2, 16));  // splits a's increment at 32
+  Tokens a = RandomTokens(1, 64);
+  Tokens b = Cat(Head(a, 32), RandomTokens(2, 16));  // splits a's increment at 32
   Save(a);
   Save(b);
   const PrefixNodeInfo lower = NodeEndingAt(64);  // a's tokens 32..64
@@ -102,7 +102,7 @@ TEST_F(StoreIncrementTest, InfoTokensAndPinsOfOwnBytesAndWholePrefix) {
 
 TEST_F(StoreIncrementTest, UnknownKeyOrNamespaceIsNotFound) {
   Open(false);
-  Save(Gen(3, 16));
+  Save(RandomTokens(3, 16));
   auto r = store_->Increment("m", ChainKey{1, 2}, true, false, kSession);
   EXPECT_ERROR(r, Code::kNotFound);
   EXPECT_NE(r.status().message().find("00000000000000010000000000000002"), std::string::npos) << r.status().message();
@@ -112,7 +112,7 @@ TEST_F(StoreIncrementTest, UnknownKeyOrNamespaceIsNotFound) {
 TEST_F(StoreIncrementTest, PinReadsSsdOnlyIncrementsBack) {
   Open(true);
   std::vector<Tokens> prompts;
-  for (int i = 0; i < 24; ++i) prompts.push_back(Gen(100 + i, 256));  // 64 KiB each: 1.5 MiB
+  for (int i = 0; i < 24; ++i) prompts.push_back(RandomTokens(100 + i, 256));  // 64 KiB each: 1.5 MiB
   for (const auto& p : prompts) Save(p);
   auto tree = store_->ListTree("m", ChainKey{}, true);
   ASSERT_OK(tree);

@@ -14,7 +14,7 @@ using namespace store_testing;  // NOLINT: the shared fixture (StoreTest)
 // ----------------------------------------------------------- pins and leases
 
 TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
-  Tokens t = Gen(1, 4 * kBt);
+  Tokens t = RandomTokens(1, 4 * kBt);
   Save(t);
   Result<PrefixResult> p = store_->Pin("ns", t, kSession);
   ASSERT_OK(p);
@@ -45,7 +45,7 @@ TEST_F(StoreTest, PinHoldsUntilReleaseAndOnlyItsSessionMayRelease) {
 }
 
 TEST_F(StoreTest, PinOfAMissHoldsNothing) {
-  Result<PrefixResult> p = store_->Pin("ns", Gen(1, 8 * kBt), kSession);
+  Result<PrefixResult> p = store_->Pin("ns", RandomTokens(1, 8 * kBt), kSession);
   ASSERT_OK(p) << "a miss is not an error";
   EXPECT_EQ(p->matched_tokens, 0u);
   EXPECT_EQ(p->lease_id, 0u);
@@ -55,7 +55,7 @@ TEST_F(StoreTest, PinOfAMissHoldsNothing) {
 }
 
 TEST_F(StoreTest, ReleaseSessionDropsOnlyThatSessionsLeases) {
-  Tokens a = Gen(1, 4 * kBt), b = Gen(2, 4 * kBt);
+  Tokens a = RandomTokens(1, 4 * kBt), b = RandomTokens(2, 4 * kBt);
   Save(a);
   Save(b);
   auto a1 = store_->Pin("ns", a, 1);
@@ -75,7 +75,7 @@ TEST_F(StoreTest, ReleaseSessionDropsOnlyThatSessionsLeases) {
 }
 
 TEST_F(StoreTest, ExpireLeasesDropsOnlyLeasesPastTheirTime) {
-  Tokens a = Gen(1, 4 * kBt), b = Gen(2, 4 * kBt);
+  Tokens a = RandomTokens(1, 4 * kBt), b = RandomTokens(2, 4 * kBt);
   Save(a);
   Save(b);
   auto short_lease = store_->Pin("ns", a, 1, /*lease_ms=*/1);
@@ -99,7 +99,7 @@ TEST_F(StoreTest, ExpireLeasesDropsOnlyLeasesPastTheirTime) {
 }
 
 TEST_F(StoreTest, AVeryLongLeaseDoesNotWrapIntoThePast) {
-  Tokens t = Gen(1, 4 * kBt);
+  Tokens t = RandomTokens(1, 4 * kBt);
   Save(t);
   auto p = store_->Pin("ns", t, kSession, UINT64_MAX);
   ASSERT_OK(p);
@@ -115,14 +115,14 @@ TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
   StoreOptions o = SmallOptions();
   o.max_leases = 2;
   Reopen(o);
-  Tokens t = Gen(1, 4 * kBt);
+  Tokens t = RandomTokens(1, 4 * kBt);
   Save(t);
   auto p1 = store_->Pin("ns", t, 1);
   auto p2 = store_->Pin("ns", t, 1);
   ASSERT_TRUE(p1.ok() && p2.ok());
   auto p3 = store_->Pin("ns", t, 1);
   EXPECT_ERROR(p3, Code::kResourceExhausted);
-  EXPECT_OK(store_->Pin("ns", Gen(2, 4 * kBt), 1)) << "a miss takes no lease";
+  EXPECT_OK(store_->Pin("ns", RandomTokens(2, 4 * kBt), 1)) << "a miss takes no lease";
   std::vector<uint8_t> buf(4 * kBb);
   EXPECT_ERROR(store_->LoadCopy("ns", t, buf.data(), buf.size()), Code::kResourceExhausted);
   EXPECT_EQ(store_->Stats().pinned_bytes, 4096u);
@@ -137,12 +137,12 @@ TEST_F(StoreTest, MaxLeasesIsEnforcedAndAMissNeedsNoLease) {
 // ------------------------------------------------------------------ LoadCopy
 
 TEST_F(StoreTest, LoadCopyIsByteExactAndCopiesOnlyWholeBlocksThatFit) {
-  Tokens a = Gen(1, 5 * kBt);
-  Tokens ab = Cat(a, Gen(2, 6 * kBt));
+  Tokens a = RandomTokens(1, 5 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 6 * kBt));
   Save(a);
   Save(ab);
-  Save(Cat(Head(ab, 7 * kBt), Gen(3, kBt)));  // splits the second tensor's node
-  const Tokens query = Cat(ab, Gen(4, 9));     // longer than stored, partial tail
+  Save(Cat(Head(ab, 7 * kBt), RandomTokens(3, kBt)));  // splits the second tensor's node
+  const Tokens query = Cat(ab, RandomTokens(4, 9));     // longer than stored, partial tail
   const std::vector<uint8_t> expect = Kv(query, 0, 11 * kBt);
   for (uint64_t capacity : {11 * kBb, 11 * kBb + 100, 20 * kBb, 10 * kBb + kBb - 1, 5 * kBb, 5 * kBb + 1,
                             3 * kBb + kBb / 2, kBb, kBb - 1, uint64_t{0}}) {
@@ -158,7 +158,7 @@ TEST_F(StoreTest, LoadCopyIsByteExactAndCopiesOnlyWholeBlocksThatFit) {
   }
   // A miss copies nothing.
   std::vector<uint8_t> buf(4 * kBb, 0xCD);
-  Result<uint64_t> miss = store_->LoadCopy("ns", Gen(9, 4 * kBt), buf.data(), buf.size());
+  Result<uint64_t> miss = store_->LoadCopy("ns", RandomTokens(9, 4 * kBt), buf.data(), buf.size());
   ASSERT_OK(miss);
   EXPECT_EQ(*miss, 0u);
   EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t c) { return c == 0xCD; }));

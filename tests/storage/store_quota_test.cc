@@ -62,7 +62,7 @@ class StoreQuotaTest : public ::testing::Test {
   }
 
   static Tokens Prompt(const std::string& ns, int i, size_t tokens = kPromptTokens) {
-    return Gen((ns == "a" ? 100000 : 200000) + i, tokens);
+    return RandomTokens((ns == "a" ? 100000 : 200000) + i, tokens);
   }
 
   Result<SaveResult> Save(const std::string& ns, const Tokens& t) {
@@ -102,7 +102,7 @@ TEST_F(StoreQuotaTest, UseIsCountedExactlyPerNamespace) {
   for (int i = 0; i < 10; ++i) ASSERT_OK(Save("a", Prompt("a", i)));
   for (int i = 0; i < 3; ++i) ASSERT_OK(Save("b", Prompt("b", i)));
   // A continuation of a stored prompt is one more tensor of its own blocks.
-  ASSERT_OK(Save("a", Cat(Prompt("a", 0), Gen(7, 8))));
+  ASSERT_OK(Save("a", Cat(Prompt("a", 0), RandomTokens(7, 8))));
   EXPECT_EQ(Quota("a").dram_bytes, 10 * kPromptBytes + 4 * kKiB);
   EXPECT_EQ(Quota("b").dram_bytes, 3 * kPromptBytes);
   EXPECT_EQ(Quota("a").dram_bytes + Quota("b").dram_bytes, store_->Stats().used_bytes);
@@ -144,16 +144,16 @@ TEST_F(StoreQuotaTest, AFloodEvictsOnlyItsOwnIncrements) {
 TEST_F(StoreQuotaTest, AncestorsStayWhileTheirDescendantsDo) {
   Open(Options(false));
   Set("a", 32 * kKiB);
-  const Tokens head = Gen(5, 16);
+  const Tokens head = RandomTokens(5, 16);
   ASSERT_OK(Save("a", head));
   for (int i = 0; i < 40; ++i) {
-    ASSERT_OK(Save("a", Cat(head, Gen(1000 + i, 16))));
+    ASSERT_OK(Save("a", Cat(head, RandomTokens(1000 + i, 16))));
     EXPECT_LE(Quota("a").dram_bytes, 32 * kKiB);
   }
   // Every continuation still stored loads whole, head included.
   int whole = 0;
   for (int i = 0; i < 40; ++i) {
-    const uint64_t got = Load("a", Cat(head, Gen(1000 + i, 16)));
+    const uint64_t got = Load("a", Cat(head, RandomTokens(1000 + i, 16)));
     EXPECT_TRUE(got == 16 || got == 32) << got;
     whole += got == 32;
   }
@@ -163,7 +163,7 @@ TEST_F(StoreQuotaTest, AncestorsStayWhileTheirDescendantsDo) {
 TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   Open(Options(false));
   Set("a", 8 * kKiB);
-  const Tokens big = Gen(9, 64);  // 16 KiB
+  const Tokens big = RandomTokens(9, 64);  // 16 KiB
   auto r = Save("a", big);
   ASSERT_OK(r);
   EXPECT_EQ(r->matched_tokens, 0u);
@@ -180,10 +180,10 @@ TEST_F(StoreQuotaTest, ASaveLargerThanTheQuotaStoresThePrefixThatFits) {
   // ...and a quota smaller than one allocation stores nothing, no error.
   Set("a", 2 * kKiB);
   EXPECT_EQ(Quota("a").dram_bytes, 0u) << "lowering the quota evicts at once";
-  r = Save("a", Gen(10, 16));
+  r = Save("a", RandomTokens(10, 16));
   ASSERT_OK(r);
   EXPECT_EQ(r->stored_tokens, 0u);
-  EXPECT_EQ(Load("a", Gen(10, 16)), 0u);
+  EXPECT_EQ(Load("a", RandomTokens(10, 16)), 0u);
 }
 
 TEST_F(StoreQuotaTest, PinnedOwnDataIsNeverEvictedAndAFullQuotaOfItIsTheArenaFullError) {
@@ -306,7 +306,8 @@ TEST_F(StoreQuotaTest, ConcurrentSavesNeverPassTheQuotaAndUseStaysExact) {
       writers.emplace_back([&, w] {
         for (int i = 0; i < 60; ++i) {
           // Every fourth prompt continues an earlier one of the same writer.
-          Tokens t = i % 4 == 3 ? Cat(Prompt("a", w * 1000 + i - 1), Gen(w * 1000 + i, 8)) : Prompt("a", w * 1000 + i);
+          Tokens t = i % 4 == 3 ? Cat(Prompt("a", w * 1000 + i - 1), RandomTokens(w * 1000 + i, 8))
+                                : Prompt("a", w * 1000 + i);
           auto r = Save("a", t);
           EXPECT_OK(r);
           Load("a", t);

@@ -12,7 +12,7 @@ using namespace store_remote_testing;  // NOLINT: the shared fixture (StoreRemot
 // ----------------------------------------------------------------- failures
 
 TEST_F(StoreRemoteTest, FailingFetchCutsThePinAtTheFirstRemoteBlock) {
-  const Tokens p = Gen(40, 6 * kBt);
+  const Tokens p = RandomTokens(40, 6 * kBt);
   SaveOn(0, p);
   SaveOn(1, Head(p, 2 * kBt));  // node 1 holds blocks [0,2) itself
   EXPECT_EQ(Share(0, 1, p), 6u);
@@ -43,7 +43,7 @@ TEST_F(StoreRemoteTest, FailingFetchCutsThePinAtTheFirstRemoteBlock) {
 }
 
 TEST_F(StoreRemoteTest, FailingFetchOfAFullyRemotePromptIsAMiss) {
-  const Tokens p = Gen(41, 3 * kBt);
+  const Tokens p = RandomTokens(41, 3 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   F(1).FailAll(true);
@@ -62,7 +62,7 @@ TEST_F(StoreRemoteTest, FailingFetchOfAFullyRemotePromptIsAMiss) {
 }
 
 TEST_F(StoreRemoteTest, WithoutAFetcherRemoteBlocksAreMisses) {
-  const Tokens p = Gen(42, 3 * kBt);
+  const Tokens p = RandomTokens(42, 3 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   N(1).SetFetcher(nullptr);
@@ -73,8 +73,8 @@ TEST_F(StoreRemoteTest, WithoutAFetcherRemoteBlocksAreMisses) {
 }
 
 TEST_F(StoreRemoteTest, GoneDropsTheIncrementAndWhatHangsBelowIt) {
-  const Tokens p = Gen(43, 6 * kBt);
-  const Tokens q = Cat(p, Gen(44, 2 * kBt));  // node 1's own blocks [6,8) below
+  const Tokens p = RandomTokens(43, 6 * kBt);
+  const Tokens q = Cat(p, RandomTokens(44, 2 * kBt));  // node 1's own blocks [6,8) below
   SaveOn(0, p);
   SaveOn(1, Head(p, 2 * kBt));
   EXPECT_EQ(Share(0, 1, p), 6u);
@@ -109,7 +109,7 @@ TEST_F(StoreRemoteTest, GoneDropsTheIncrementAndWhatHangsBelowIt) {
 TEST_F(StoreRemoteTest, GoneOfTheFirstOwnerSegmentDropsLaterSegmentsToo) {
   // Node 2 asks node 0 for [0,2) and [4,6) and node 1 for [2,4) in one load;
   // node 0 no longer has any of it: everything from block 0 goes.
-  const Tokens p = Gen(45, 6 * kBt);
+  const Tokens p = RandomTokens(45, 6 * kBt);
   SaveOn(0, Head(p, 2 * kBt));
   Share(0, 1, Head(p, 2 * kBt));
   SaveOn(1, Head(p, 4 * kBt));
@@ -131,7 +131,7 @@ TEST_F(StoreRemoteTest, AShortFetchServesTheHeadAndDropsWhatTheOwnerNoLongerHold
   // a removal reaching the requester, as when a node is killed): it sends
   // the head and says the rest is gone; the requester serves the head and
   // drops the rest from its index.
-  const Tokens p = Gen(46, 8 * kBt);
+  const Tokens p = RandomTokens(46, 8 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   ASSERT_OK(N(0).RemoveFrom(kNs, p, 5));
@@ -163,9 +163,9 @@ TEST_F(StoreRemoteTest, ARunWhoseOtherBranchItsOwnerLostStillLoadsTheBranchItHol
       o.replicate_after = replicate_after;
       Reopen(i, o);
     }
-    const Tokens doc = Gen(80 + replicate_after, 3 * kBt);
-    const Tokens q1 = Cat(doc, Gen(83 + replicate_after, 3 * kBt));
-    const Tokens q2 = Cat(doc, Gen(86 + replicate_after, 2 * kBt));
+    const Tokens doc = RandomTokens(80 + replicate_after, 3 * kBt);
+    const Tokens q1 = Cat(doc, RandomTokens(83 + replicate_after, 3 * kBt));
+    const Tokens q2 = Cat(doc, RandomTokens(86 + replicate_after, 2 * kBt));
     SaveOn(0, doc);
     SaveOn(0, q1, 3);
     ASSERT_EQ(Share(0, 1, q1), Blocks(q1));

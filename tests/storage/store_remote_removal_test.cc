@@ -23,9 +23,9 @@ using namespace store_remote_testing;  // NOLINT: the shared fixture (StoreRemot
 // ---------------------------------------------------------------- RemoveFrom
 
 TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
-  const Tokens p = Gen(70, 8 * kBt);
-  const Tokens q = Cat(p, Gen(71, 4 * kBt));
-  const Tokens other = Cat(Head(p, 2 * kBt), Gen(72, 3 * kBt));  // branches at block 2
+  const Tokens p = RandomTokens(70, 8 * kBt);
+  const Tokens q = Cat(p, RandomTokens(71, 4 * kBt));
+  const Tokens other = Cat(Head(p, 2 * kBt), RandomTokens(72, 3 * kBt));  // branches at block 2
   SaveOn(0, p);
   SaveOn(0, q);
   SaveOn(0, other);
@@ -56,7 +56,7 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
   r = N(0).RemoveFrom(kNs, q, 5);
   ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
-  r = N(0).RemoveFrom(kNs, Gen(73, 16), 0);
+  r = N(0).RemoveFrom(kNs, RandomTokens(73, 16), 0);
   ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 0u);
   r = N(0).RemoveFrom(kNs, Head(p, 2 * kBt), 3);  // tokens shorter than from_block
@@ -84,7 +84,7 @@ TEST_F(StoreRemoteTest, RemoveFromSplitsAnIncrement) {
 }
 
 TEST_F(StoreRemoteTest, RemoveFromARemoteIncrementFetchesOnlyTheHead) {
-  const Tokens p = Gen(74, 8 * kBt);
+  const Tokens p = RandomTokens(74, 8 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   Result<RemoveResult> r = N(1).RemoveFrom(kNs, p, 3);
@@ -109,14 +109,14 @@ TEST_F(StoreRemoteTest, EvictedOwnedIncrementIsReportedLost) {
   StoreOptions o = NodeOptions(0, 1 * kMiB);
   o.track_lost = true;
   Reopen(0, o);
-  const Tokens z = Gen(90, 300 * kBt);                // 300 KiB, kept hot
-  const Tokens x = Gen(91, 4 * kBt);                  // 4 KiB
-  const Tokens y = Cat(x, Gen(92, 300 * kBt));        // + 300 KiB below x
+  const Tokens z = RandomTokens(90, 300 * kBt);                // 300 KiB, kept hot
+  const Tokens x = RandomTokens(91, 4 * kBt);                  // 4 KiB
+  const Tokens y = Cat(x, RandomTokens(92, 300 * kBt));        // + 300 KiB below x
   SaveOn(0, z);
   SaveOn(0, x);
   SaveOn(0, y);
   // A remote increment (node 1's) is not owned: never listed nor lost.
-  const Tokens r = Gen(93, 3 * kBt);
+  const Tokens r = RandomTokens(93, 3 * kBt);
   SaveOn(1, r);
   Share(1, 0, r);
 
@@ -138,7 +138,7 @@ TEST_F(StoreRemoteTest, EvictedOwnedIncrementIsReportedLost) {
 
   for (int i = 0; i < 3; ++i) EXPECT_EQ(PinCheck(0, z), z.size());  // hits: z outranks y
   // 500 KiB more do not fit: y (the cheapest leaf) is evicted, with no SSD.
-  const Tokens w = Gen(94, 500 * kBt);
+  const Tokens w = RandomTokens(94, 500 * kBt);
   SaveOn(0, w);
   EXPECT_EQ(Matched(0, y), x.size());
   EXPECT_EQ(Matched(0, z), z.size());
@@ -163,7 +163,7 @@ TEST_F(StoreRemoteTest, EvictedOwnedIncrementIsReportedLost) {
 TEST_F(StoreRemoteTest, WithoutTrackLostNothingIsRecorded) {
   StoreOptions o = NodeOptions(0, 1 * kMiB);
   Reopen(0, o);
-  for (int i = 0; i < 6; ++i) SaveOn(0, Gen(95 + i, 300 * kBt));
+  for (int i = 0; i < 6; ++i) SaveOn(0, RandomTokens(95 + i, 300 * kBt));
   EXPECT_GE(N(0).Stats().evictions, 1u);
   EXPECT_TRUE(N(0).TakeLostIncrements().empty());
 }
@@ -174,14 +174,14 @@ TEST_F(StoreRemoteTest, RemovalsAndReplicaEvictionsAreNotLost) {
   o.replicate_after = 1;
   o.replica_share = 0.25;
   Reopen(1, o);
-  const Tokens a = Gen(110, 160 * kBt), b = Gen(111, 160 * kBt);
+  const Tokens a = RandomTokens(110, 160 * kBt), b = RandomTokens(111, 160 * kBt);
   SaveOn(0, a);
   SaveOn(0, b);
   Share(0, 1, a);
   Share(0, 1, b);
   EXPECT_EQ(PinCheck(1, a), a.size());
   EXPECT_EQ(PinCheck(1, b), b.size());  // evicts a's replica bytes
-  const Tokens own = Gen(112, 8 * kBt);
+  const Tokens own = RandomTokens(112, 8 * kBt);
   SaveOn(1, own);
   ASSERT_OK(N(1).RemoveFrom(kNs, own, 0));
   EXPECT_TRUE(N(1).TakeLostIncrements().empty());
@@ -213,8 +213,8 @@ TEST_F(StoreRemoteTest, ANamespaceDroppedWhileAPinFillsIsNotFetchedFor) {
   o.ssd.background_compaction = false;  // no reads but the fill's
   o.env = &env;
   Reopen(0, o);
-  const Tokens head = Gen(120, 16 * kBt);
-  const Tokens whole = Cat(head, Gen(121, 16 * kBt));
+  const Tokens head = RandomTokens(120, 16 * kBt);
+  const Tokens whole = Cat(head, RandomTokens(121, 16 * kBt));
   SaveOn(0, head);
   SaveOn(1, whole);
   Share(1, 0, whole);  // node 0: its own head, node 1's tail below it
@@ -225,7 +225,7 @@ TEST_F(StoreRemoteTest, ANamespaceDroppedWhileAPinFillsIsNotFetchedFor) {
     std::optional<PrefixNodeInfo> h = NodeAt(0, 0);
     return h ? h->tier : uint8_t{0};
   };
-  for (int i = 0; i < 400 && head_tier() != kTierSsd; ++i) SaveOn(0, Gen(130 + i, 64 * kBt));
+  for (int i = 0; i < 400 && head_tier() != kTierSsd; ++i) SaveOn(0, RandomTokens(130 + i, 64 * kBt));
   ASSERT_EQ(head_tier(), kTierSsd) << "the head did not spill";
   const uint64_t calls = F(0).calls();
 

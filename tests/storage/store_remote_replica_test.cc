@@ -13,7 +13,7 @@ using namespace store_remote_testing;  // NOLINT: the shared fixture (StoreRemot
 // ---------------------------------------------------------- replicate_after
 
 TEST_F(StoreRemoteTest, SecondLoadKeepsAReplicaAndTheThirdDoesNotFetch) {
-  const Tokens p = Gen(30, 10 * kBt);
+  const Tokens p = RandomTokens(30, 10 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   ASSERT_EQ(N(1).options().replicate_after, 2u);
@@ -50,7 +50,7 @@ TEST_F(StoreRemoteTest, ReplicateAfterZeroNeverKeeps) {
   StoreOptions o = NodeOptions(1);
   o.replicate_after = 0;
   Reopen(1, o);
-  const Tokens p = Gen(31, 5 * kBt);
+  const Tokens p = RandomTokens(31, 5 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   for (int i = 1; i <= 4; ++i) {
@@ -67,7 +67,7 @@ TEST_F(StoreRemoteTest, ReplicateAfterOneKeepsTheFirstLoad) {
   StoreOptions o = NodeOptions(1);
   o.replicate_after = 1;
   Reopen(1, o);
-  const Tokens p = Gen(32, 5 * kBt);
+  const Tokens p = RandomTokens(32, 5 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   EXPECT_EQ(PinCheck(1, p), p.size());
@@ -80,8 +80,8 @@ TEST_F(StoreRemoteTest, AKeptReplicaOfARestartedOwnerBecomesOwnedAndListed) {
   StoreOptions o = NodeOptions(1);
   o.replicate_after = 1;
   Reopen(1, o);
-  const Tokens p = Gen(33, 5 * kBt);
-  const Tokens q = Gen(34, 3 * kBt);
+  const Tokens p = RandomTokens(33, 5 * kBt);
+  const Tokens q = RandomTokens(34, 3 * kBt);
   SaveOn(0, p);
   SaveOn(0, q);
   Share(0, 1, p);
@@ -112,7 +112,7 @@ TEST_F(StoreRemoteTest, AKeptReplicaOfARestartedOwnerBecomesOwnedAndListed) {
 }
 
 TEST_F(StoreRemoteTest, TwoPinsOfATransientFetchShareItUntilTheLastRelease) {
-  const Tokens p = Gen(33, 4 * kBt);
+  const Tokens p = RandomTokens(33, 4 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   Result<PrefixResult> a = N(1).Pin(kNs, p, kSession);
@@ -138,7 +138,7 @@ TEST_F(StoreRemoteTest, ReplicaShareEvictsBytesButKeepsTheRemoteEntry) {
   o.replica_share = 0.25;  // 256 KiB
   o.replicate_after = 1;   // every fetch is kept
   Reopen(1, o);
-  const Tokens a = Gen(50, 160 * kBt), b = Gen(51, 160 * kBt);  // 160 KiB each
+  const Tokens a = RandomTokens(50, 160 * kBt), b = RandomTokens(51, 160 * kBt);  // 160 KiB each
   SaveOn(0, a);
   SaveOn(0, b);
   Share(0, 1, a);
@@ -174,7 +174,7 @@ TEST_F(StoreRemoteTest, HotIncrementLargerThanTheReplicaShareStillLoads) {
   StoreOptions o = NodeOptions(1, 1 * kMiB);
   o.replica_share = 0.1;  // ~102 KiB
   Reopen(1, o);           // replicate_after = 2
-  const Tokens a = Gen(52, 200 * kBt);  // 200 KiB
+  const Tokens a = RandomTokens(52, 200 * kBt);  // 200 KiB
   SaveOn(0, a);
   Share(0, 1, a);
   EXPECT_EQ(PinCheck(1, a), a.size());  // first load: transient
@@ -192,7 +192,7 @@ TEST_F(StoreRemoteTest, ReplicaShareFullOfPinnedReplicasStillLoads) {
   o.replica_share = 0.25;  // 256 KiB
   o.replicate_after = 1;
   Reopen(1, o);
-  const Tokens a = Gen(54, 160 * kBt), b = Gen(55, 160 * kBt);
+  const Tokens a = RandomTokens(54, 160 * kBt), b = RandomTokens(55, 160 * kBt);
   SaveOn(0, a);
   SaveOn(0, b);
   Share(0, 1, a);
@@ -212,13 +212,13 @@ TEST_F(StoreRemoteTest, OwnedSavesPushAReplicaOutButNotItsIndexEntry) {
   StoreOptions o = NodeOptions(1, 1 * kMiB);
   o.replicate_after = 1;
   Reopen(1, o);
-  const Tokens r = Gen(53, 160 * kBt);  // 160 KiB replica
+  const Tokens r = RandomTokens(53, 160 * kBt);  // 160 KiB replica
   SaveOn(0, r);
   Share(0, 1, r);
   // 4 x 200 KiB of owned data, then the replica after them, then a fifth
   // 200 KiB save that fits only where the replica is.
   std::vector<Tokens> owned;
-  for (int i = 0; i < 5; ++i) owned.push_back(Gen(60 + i, 200 * kBt));
+  for (int i = 0; i < 5; ++i) owned.push_back(RandomTokens(60 + i, 200 * kBt));
   for (int i = 0; i < 4; ++i) SaveOn(1, owned[i]);
   EXPECT_EQ(PinCheck(1, r), r.size());
   ASSERT_GE(N(1).Stats().replica_bytes, 160 * kKiB);
@@ -244,7 +244,7 @@ TEST_F(StoreRemoteTest, KeptReplicasCountAgainstTheNamespaceQuotaAndEvictOnlyIts
   std::vector<uint8_t> kv;
   std::vector<Tokens> others;
   for (int i = 0; i < 4; ++i) {
-    others.push_back(Gen(900 + i, 16 * kBt));
+    others.push_back(RandomTokens(900 + i, 16 * kBt));
     kv = Kv(others.back(), 0, others.back().size());
     ASSERT_OK(N(1).Save("other", others.back(), kv.data(), kv.size(), 0));
   }
@@ -252,7 +252,7 @@ TEST_F(StoreRemoteTest, KeptReplicasCountAgainstTheNamespaceQuotaAndEvictOnlyIts
   ASSERT_OK(N(1).SetQuota(kNs, QuotaChange{48 * kKiB, {}}));
   std::vector<Tokens> prompts;
   for (int i = 0; i < 8; ++i) {
-    prompts.push_back(Gen(800 + i, 16 * kBt));
+    prompts.push_back(RandomTokens(800 + i, 16 * kBt));
     SaveOn(0, prompts.back());
     Share(0, 1, prompts.back());
     EXPECT_EQ(PinCheck(1, prompts.back()), prompts.back().size());

@@ -40,7 +40,7 @@ using namespace store_remote_testing;  // NOLINT: the shared fixture (StoreRemot
 // ---------------------------------------------------------------- basics
 
 TEST_F(StoreRemoteTest, ResolveOnTheOwnerNamesItself) {
-  const Tokens p = Gen(1, 12 * kBt + 3);
+  const Tokens p = RandomTokens(1, 12 * kBt + 3);
   SaveOn(0, p);
   Ownership o = ResolveOn(0, p);
   EXPECT_EQ(o.blocks, 12u);
@@ -54,16 +54,16 @@ TEST_F(StoreRemoteTest, ResolveOnTheOwnerNamesItself) {
   EXPECT_EQ(there.ranges[0], (OwnedRange{12, 0}));
   EXPECT_EQ(there.held, std::vector<bool>{false});
   // A longer prompt resolves to the stored part; an unknown one to nothing.
-  o = ResolveOn(0, Cat(p, Gen(2, 16)));
+  o = ResolveOn(0, Cat(p, RandomTokens(2, 16)));
   EXPECT_EQ(o.blocks, 12u);
-  o = ResolveOn(0, Gen(3, 32));
+  o = ResolveOn(0, RandomTokens(3, 32));
   EXPECT_EQ(o.blocks, 0u);
   EXPECT_TRUE(o.ranges.empty());
   EXPECT_ERROR(N(0).Resolve("nope", p), Code::kNotFound);
 }
 
 TEST_F(StoreRemoteTest, RemoteIncrementIsMatchedListedAndFetchedByteExact) {
-  const Tokens p = Gen(10, 12 * kBt);
+  const Tokens p = RandomTokens(10, 12 * kBt);
   SaveOn(0, p);
   EXPECT_EQ(Share(0, 1, p), 12u);
   EXPECT_EQ(N(1).Stats().remote_tensors, 1u);
@@ -71,7 +71,7 @@ TEST_F(StoreRemoteTest, RemoteIncrementIsMatchedListedAndFetchedByteExact) {
 
   // Lookup matches the whole prompt without fetching anything.
   EXPECT_EQ(Matched(1, p), p.size());
-  EXPECT_EQ(Matched(1, Cat(p, Gen(11, 9))), p.size());
+  EXPECT_EQ(Matched(1, Cat(p, RandomTokens(11, 9))), p.size());
   EXPECT_EQ(F(1).calls(), 0u);
 
   // Listed as a remote increment owned by node 0, before the load.
@@ -92,7 +92,7 @@ TEST_F(StoreRemoteTest, RemoteIncrementIsMatchedListedAndFetchedByteExact) {
 
   // Pin: fetched from node 0, byte-exact.
   const uint64_t hits_before = N(1).Stats().hits;  // (lookups count too)
-  EXPECT_EQ(PinCheck(1, Cat(p, Gen(12, 2))), p.size());
+  EXPECT_EQ(PinCheck(1, Cat(p, RandomTokens(12, 2))), p.size());
   EXPECT_EQ(F(1).calls(), 1u);
   EXPECT_EQ(F(1).segments(), 1u);
   std::vector<SeenCall> log = F(1).log();
@@ -119,7 +119,7 @@ TEST_F(StoreRemoteTest, RemoteIncrementIsMatchedListedAndFetchedByteExact) {
 }
 
 TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
-  const Tokens p = Gen(15, 6 * kBt);
+  const Tokens p = RandomTokens(15, 6 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   Result<PrefixResult> pin = N(1).Pin(kNs, p, kSession);
@@ -145,7 +145,7 @@ TEST_F(StoreRemoteTest, TreeShowsTheFetchedBytesWhilePinned) {
 }
 
 TEST_F(StoreRemoteTest, InsertRemoteValidatesAndSkipsWhatIsHeld) {
-  const Tokens p = Gen(16, 8 * kBt);
+  const Tokens p = RandomTokens(16, 8 * kBt);
   // Ranges must grow within the prompt.
   EXPECT_ERROR(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{0, 0}}), Code::kInvalidArgument);
   EXPECT_ERROR(N(1).InsertRemote(kNs, p, std::vector<OwnedRange>{{9, 0}}), Code::kInvalidArgument);
@@ -193,7 +193,7 @@ TEST_F(StoreRemoteTest, InsertRemoteValidatesAndSkipsWhatIsHeld) {
 
 TEST_F(StoreRemoteTest, OneRequestPerOwnerCarriesAllItsSegments) {
   // Blocks [0,2) and [4,6) are node 0's, [2,4) node 1's, [6,8) node 2's own.
-  const Tokens p = Gen(20, 8 * kBt);
+  const Tokens p = RandomTokens(20, 8 * kBt);
   const Tokens p2 = Head(p, 2 * kBt), p4 = Head(p, 4 * kBt), p6 = Head(p, 6 * kBt);
   SaveOn(0, p2);
   EXPECT_EQ(Share(0, 1, p2), 2u);
@@ -238,7 +238,7 @@ TEST_F(StoreRemoteTest, OneRequestPerOwnerCarriesAllItsSegments) {
 // A prompt that ends inside a remote increment loads the part it matches:
 // a local increment serves any prefix of itself, and so must a remote one.
 TEST_F(StoreRemoteTest, PrefixEndingInsideARemoteIncrementLoads) {
-  const Tokens p = Gen(25, 8 * kBt);
+  const Tokens p = RandomTokens(25, 8 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   const Tokens head = Head(p, 5 * kBt);
@@ -246,7 +246,7 @@ TEST_F(StoreRemoteTest, PrefixEndingInsideARemoteIncrementLoads) {
   EXPECT_EQ(PinCheck(1, head), head.size());
   EXPECT_EQ(N(1).Stats().remote_fetch_failures, 0u);
   // The same prompt with other tokens after block 5 (it branches there).
-  const Tokens branch = Cat(head, Gen(26, 3 * kBt));
+  const Tokens branch = Cat(head, RandomTokens(26, 3 * kBt));
   EXPECT_EQ(Matched(1, branch), head.size());
   EXPECT_EQ(PinCheck(1, branch), head.size());
   EXPECT_EQ(N(1).Stats().remote_fetch_failures, 0u);
@@ -261,9 +261,9 @@ TEST_F(StoreRemoteTest, BranchInsideARemoteIncrementNeverFillsItWithTheOtherBran
   StoreOptions o = NodeOptions(1);
   o.replicate_after = 1;  // the first fetch is kept
   Reopen(1, o);
-  const Tokens base = Gen(27, 3 * kBt);
-  const Tokens p = Cat(base, Gen(28, 5 * kBt));
-  const Tokens q = Cat(base, Gen(29, 5 * kBt));
+  const Tokens base = RandomTokens(27, 3 * kBt);
+  const Tokens p = Cat(base, RandomTokens(28, 5 * kBt));
+  const Tokens q = Cat(base, RandomTokens(29, 5 * kBt));
   SaveOn(0, p);
   SaveOn(0, q);
   Share(0, 1, p);
@@ -275,9 +275,9 @@ TEST_F(StoreRemoteTest, BranchInsideARemoteIncrementNeverFillsItWithTheOtherBran
 TEST_F(StoreRemoteTest, BranchInsideARemoteIncrementThenSecondLoadKeepsTheRightBytes) {
   // The same with the default replicate_after = 2: p loaded once, then q
   // (its load is the increment's second, which keeps it), then p again.
-  const Tokens base = Gen(35, 3 * kBt);
-  const Tokens p = Cat(base, Gen(36, 5 * kBt));
-  const Tokens q = Cat(base, Gen(37, 7 * kBt));
+  const Tokens base = RandomTokens(35, 3 * kBt);
+  const Tokens p = Cat(base, RandomTokens(36, 5 * kBt));
+  const Tokens q = Cat(base, RandomTokens(37, 7 * kBt));
   SaveOn(0, p);
   SaveOn(0, q);
   Share(0, 1, p);
@@ -297,9 +297,9 @@ TEST_F(StoreRemoteTest, BothBranchesOfARemoteIncrementFetchEachWithItsOwnBytes) 
     StoreOptions o = NodeOptions(1);
     o.replicate_after = replicate_after;
     Reopen(1, o);
-    const Tokens base = Gen(50 + replicate_after, 2 * kBt);
-    const Tokens p = Cat(base, Gen(60 + replicate_after, 6 * kBt));
-    const Tokens q = Cat(base, Gen(70 + replicate_after, 6 * kBt));
+    const Tokens base = RandomTokens(50 + replicate_after, 2 * kBt);
+    const Tokens p = Cat(base, RandomTokens(60 + replicate_after, 6 * kBt));
+    const Tokens q = Cat(base, RandomTokens(70 + replicate_after, 6 * kBt));
     SaveOn(0, p);
     SaveOn(0, q);
     Share(0, 1, p);
@@ -314,7 +314,7 @@ TEST_F(StoreRemoteTest, BothBranchesOfARemoteIncrementFetchEachWithItsOwnBytes) 
 // ------------------------------------------------------------------ PinHeld
 
 TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
-  const Tokens p = Gen(80, 8 * kBt);
+  const Tokens p = RandomTokens(80, 8 * kBt);
   SaveOn(1, Head(p, 4 * kBt));
   EXPECT_EQ(Share(1, 0, Head(p, 4 * kBt)), 4u);
   SaveResult s = SaveOn(0, p, 4);  // node 0 holds blocks [4,8)
@@ -360,7 +360,7 @@ TEST_F(StoreRemoteTest, PinHeldPastRemotePlaceholdersPinsOnlyHeldBlocks) {
 TEST_F(StoreRemoteTest, PinHeldAcrossTwoOwnIncrementsAfterAPlaceholder) {
   // [0,2) remote (node 1), [2,5) and [5,7) node 0's own: from_block 3 starts
   // inside the first own increment.
-  const Tokens p = Gen(81, 7 * kBt);
+  const Tokens p = RandomTokens(81, 7 * kBt);
   SaveOn(1, Head(p, 2 * kBt));
   Share(1, 0, Head(p, 2 * kBt));
   SaveOn(0, Head(p, 5 * kBt), 2);
@@ -379,7 +379,7 @@ TEST_F(StoreRemoteTest, PinHeldAcrossTwoOwnIncrementsAfterAPlaceholder) {
 // ------------------------------------------------- save past a remote prefix
 
 TEST_F(StoreRemoteTest, SaveAfterARemotePrefixStoresOnlyTheNewBlocks) {
-  const Tokens p = Gen(120, 8 * kBt);
+  const Tokens p = RandomTokens(120, 8 * kBt);
   SaveOn(0, Head(p, 5 * kBt));
   Share(0, 1, Head(p, 5 * kBt));
   // The whole KV, from block 0: only blocks [5,8) are stored.
@@ -397,7 +397,7 @@ TEST_F(StoreRemoteTest, SaveAfterARemotePrefixStoresOnlyTheNewBlocks) {
   EXPECT_EQ(s.matched_tokens, p.size());
   EXPECT_EQ(s.new_bytes, 0u);
   // Only the new part, with first_block at the end of the remote prefix.
-  const Tokens q = Cat(Head(p, 5 * kBt), Gen(121, 2 * kBt));
+  const Tokens q = Cat(Head(p, 5 * kBt), RandomTokens(121, 2 * kBt));
   s = SaveOn(1, q, 5);
   EXPECT_EQ(s.matched_tokens, 5 * kBt);
   EXPECT_EQ(s.stored_tokens, 2 * kBt);
@@ -413,7 +413,7 @@ TEST_F(StoreRemoteTest, SaveAfterARemotePrefixStoresOnlyTheNewBlocks) {
 }
 
 TEST_F(StoreRemoteTest, RemoteNodeHitsCountOnTheTreeNodes) {
-  const Tokens p = Gen(122, 4 * kBt);
+  const Tokens p = RandomTokens(122, 4 * kBt);
   SaveOn(0, p);
   Share(0, 1, p);
   EXPECT_EQ(PinCheck(1, p), p.size());
@@ -435,7 +435,7 @@ TEST_F(StoreRemoteTest, ConcurrentRemotePinsWithSavesAndRemovals) {
   constexpr int kPrompts = 12;
   std::vector<Tokens> prompts;
   for (int i = 0; i < kPrompts; ++i) {
-    prompts.push_back(Gen(131 + i, (6 + i) * kBt));
+    prompts.push_back(RandomTokens(131 + i, (6 + i) * kBt));
     SaveOn(0, prompts.back());
   }
   for (const Tokens& t : prompts) Share(0, 1, t);
@@ -502,7 +502,7 @@ TEST_F(StoreRemoteTest, ConcurrentRemotePinsWithSavesAndRemovals) {
       }
       // Node 1's own saves hanging below remote data.
       if (rng() % 4 == 0) {
-        const Tokens own = Cat(p, Gen(rng() % 1000, 2 * kBt));
+        const Tokens own = Cat(p, RandomTokens(rng() % 1000, 2 * kBt));
         std::vector<uint8_t> data = Kv(own, 0, own.size());
         Result<SaveResult> s = N(1).Save(kNs, own, data.data(), data.size(), 0);
         if (!s.ok() && s.status().code() != Code::kResourceExhausted) errors++;

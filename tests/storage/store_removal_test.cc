@@ -12,15 +12,15 @@ using namespace store_testing;  // NOLINT: the shared fixture (StoreTest)
 // ------------------------------------------------------------------- removal
 
 TEST_F(StoreTest, RemoveTakesTheIncrementAndItsDescendantsOnly) {
-  Tokens a = Gen(1, 4 * kBt);
-  Tokens ab = Cat(a, Gen(2, 4 * kBt));
-  Tokens abd = Cat(ab, Gen(3, 2 * kBt));
-  Tokens ac = Cat(a, Gen(4, 3 * kBt));
-  Tokens other = Gen(5, 2 * kBt);
+  Tokens a = RandomTokens(1, 4 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 4 * kBt));
+  Tokens abd = Cat(ab, RandomTokens(3, 2 * kBt));
+  Tokens ac = Cat(a, RandomTokens(4, 3 * kBt));
+  Tokens other = RandomTokens(5, 2 * kBt);
   for (const Tokens* p : {&a, &ab, &abd, &ac, &other}) Save(*p);
   const StoreStats before = store_->Stats();
   ASSERT_EQ(before.tensors, 5u);
-  Result<RemoveResult> r = store_->Remove("ns", Cat(ab, Gen(9, 3)));  // trailing partial block ignored
+  Result<RemoveResult> r = store_->Remove("ns", Cat(ab, RandomTokens(9, 3)));  // trailing partial block ignored
   ASSERT_OK(r);
   EXPECT_EQ(r->nodes, 2u);
   EXPECT_EQ(r->bytes, 6 * kBb);
@@ -41,8 +41,8 @@ TEST_F(StoreTest, RemoveTakesTheIncrementAndItsDescendantsOnly) {
 }
 
 TEST_F(StoreTest, RemoveEndingInsideAnIncrementTakesThatWholeIncrement) {
-  Tokens a = Gen(1, 4 * kBt);
-  Tokens ae = Cat(a, Gen(2, 8 * kBt));
+  Tokens a = RandomTokens(1, 4 * kBt);
+  Tokens ae = Cat(a, RandomTokens(2, 8 * kBt));
   Save(a);
   Save(ae);
   Result<RemoveResult> r = store_->Remove("ns", Head(ae, 7 * kBt));  // ends 3 blocks into E
@@ -58,8 +58,8 @@ TEST_F(StoreTest, RemoveEndingInsideAnIncrementTakesThatWholeIncrement) {
 }
 
 TEST_F(StoreTest, RemovingOneHalfOfASplitKeepsTheOtherHalfAndTheTensor) {
-  Tokens p = Gen(1, 8 * kBt);
-  Tokens q = Cat(Head(p, 3 * kBt), Gen(2, 2 * kBt));
+  Tokens p = RandomTokens(1, 8 * kBt);
+  Tokens q = Cat(Head(p, 3 * kBt), RandomTokens(2, 2 * kBt));
   Save(p);
   Save(q);
   const uint64_t used = store_->Stats().used_bytes;
@@ -83,10 +83,10 @@ TEST_F(StoreTest, RemovingOneHalfOfASplitKeepsTheOtherHalfAndTheTensor) {
 }
 
 TEST_F(StoreTest, RemoveOfWhatIsNotStoredIsAnError) {
-  Tokens a = Gen(1, 4 * kBt);
+  Tokens a = RandomTokens(1, 4 * kBt);
   Save(a);
-  EXPECT_ERROR(store_->Remove("ns", Gen(2, 4 * kBt)), Code::kNotFound);
-  EXPECT_ERROR(store_->Remove("ns", Cat(a, Gen(3, kBt))), Code::kNotFound)
+  EXPECT_ERROR(store_->Remove("ns", RandomTokens(2, 4 * kBt)), Code::kNotFound);
+  EXPECT_ERROR(store_->Remove("ns", Cat(a, RandomTokens(3, kBt))), Code::kNotFound)
       << "a prefix longer than what is stored";
   EXPECT_ERROR(store_->Remove("ns", Head(a, kBt - 1)), Code::kInvalidArgument);
   EXPECT_ERROR(store_->Remove("ns", {}), Code::kInvalidArgument);
@@ -94,10 +94,10 @@ TEST_F(StoreTest, RemoveOfWhatIsNotStoredIsAnError) {
 }
 
 TEST_F(StoreTest, RemoveByKeyTakesTheNamedIncrementAndItsSubtree) {
-  Tokens a = Gen(1, 4 * kBt);
-  Tokens ab = Cat(a, Gen(2, 4 * kBt));
-  Tokens ac = Cat(a, Gen(3, 4 * kBt));
-  Tokens acd = Cat(ac, Gen(4, 4 * kBt));
+  Tokens a = RandomTokens(1, 4 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 4 * kBt));
+  Tokens ac = Cat(a, RandomTokens(3, 4 * kBt));
+  Tokens acd = Cat(ac, RandomTokens(4, 4 * kBt));
   for (const Tokens* p : {&a, &ab, &ac, &acd}) Save(*p);
   EXPECT_ERROR(store_->RemoveByKey("ns", KeyAt(ac, 5)), Code::kNotFound)
       << "a key inside an increment names nothing";
@@ -117,8 +117,8 @@ TEST_F(StoreTest, RemoveByKeyTakesTheNamedIncrementAndItsSubtree) {
 }
 
 TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
-  Tokens a = Gen(1, 6 * kBt);
-  Tokens ab = Cat(a, Gen(2, 6 * kBt));
+  Tokens a = RandomTokens(1, 6 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 6 * kBt));
   Save(a);
   Save(ab);
   Result<PrefixResult> p = store_->Pin("ns", ab, kSession);
@@ -132,7 +132,7 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
   EXPECT_EQ(s.tensors, 2u);
   EXPECT_EQ(s.prefix_nodes, 0u);
   // New saves must not land on the pinned bytes.
-  for (int i = 0; i < 50; ++i) Save(Gen(100 + i, 12 * kBt));
+  for (int i = 0; i < 50; ++i) Save(RandomTokens(100 + i, 12 * kBt));
   EXPECT_TRUE(Read(p->extents) == Kv(ab, 0, 12 * kBt)) << "pinned bytes were overwritten after removal";
   EXPECT_OK(store_->Release(p->lease_id, kSession));
   s = store_->Stats();
@@ -144,9 +144,9 @@ TEST_F(StoreTest, RemovedButPinnedBytesStayIntactUntilRelease) {
 
 TEST_F(StoreTest, DropNamespaceRemovesEverythingInIt) {
   ASSERT_OK(store_->CreateNamespace("keep", SmallLayout(), "", 0, 0, 0755, false));
-  Tokens a = Gen(1, 4 * kBt);
-  Tokens ab = Cat(a, Gen(2, 3 * kBt));
-  Tokens c = Gen(3, 2 * kBt);
+  Tokens a = RandomTokens(1, 4 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 3 * kBt));
+  Tokens c = RandomTokens(3, 2 * kBt);
   Save(a);
   Save(ab);
   Save(c);

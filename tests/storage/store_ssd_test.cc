@@ -102,8 +102,8 @@ class StoreSsdTest : public ::testing::Test {
   std::vector<Tokens> Prompts(int n, size_t tokens = 256, uint64_t seed = 1) {
     std::vector<Tokens> out;
     for (int i = 0; i < n; ++i) {
-      Tokens head = Gen(seed * 1000 + i / 4, 64);
-      out.push_back(Cat(head, Gen(seed * 1000 + 500 + i, tokens - 64)));
+      Tokens head = RandomTokens(seed * 1000 + i / 4, 64);
+      out.push_back(Cat(head, RandomTokens(seed * 1000 + 500 + i, tokens - 64)));
     }
     return out;
   }
@@ -230,9 +230,9 @@ TEST_F(StoreSsdTest, RemovedPrefixesStayRemovedAfterRestart) {
 TEST_F(StoreSsdTest, PartialRemovalOfATensorSurvivesRestart) {
   Open(Options());
   CreateNs();
-  Tokens a = Gen(7, 256);
+  Tokens a = RandomTokens(7, 256);
   Save(a);
-  Tokens b = Cat(Head(a, 128), Gen(8, 64));  // splits a's tensor at 128
+  Tokens b = Cat(Head(a, 128), RandomTokens(8, 64));  // splits a's tensor at 128
   Save(b);
   ASSERT_OK(store_->PersistAll());
   // Remove a's lower half (the node from 128 to 256): a's tensor keeps its
@@ -476,7 +476,7 @@ TEST_F(StoreSsdTest, RestartWithChangedConfig) {
 TEST_F(StoreSsdTest, LoadsOfDramDataGoOnWhileSpillsRun) {
   Open(Options());
   CreateNs();
-  Tokens hot = Gen(99, 128);
+  Tokens hot = RandomTokens(99, 128);
   Save(hot);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> hot_loads{0};
@@ -511,7 +511,7 @@ TEST_F(StoreSsdTest, LoadsOfDramDataGoOnWhileSpillsRun) {
 TEST_F(StoreSsdTest, ALoadWaitingForAnotherLoadsFillGetsThePrefix) {
   FaultEnv env(Env::Default());
   OpenOnlyTimedIo(&env);
-  const Tokens hot = Gen(99, 128);
+  const Tokens hot = RandomTokens(99, 128);
   Save(hot);
   for (const auto& p : Prompts(40)) Save(p);  // 2.5x the arena: `hot`, never loaded, goes to SSD
   auto tree = store_->ListTree("m", ChainKey{}, true);
@@ -551,7 +551,7 @@ TEST_F(StoreSsdTest, AVictimRemovedWhileItsFailingSpillIsWrittenIsFreedOnce) {
   std::atomic<bool> stop{false};
   std::thread saver([&] {
     for (int i = 0; i < 64 && !stop; ++i) {
-      Save(Gen(5000 + i, 256));
+      Save(RandomTokens(5000 + i, 256));
       saved++;
     }
   });
@@ -566,7 +566,7 @@ TEST_F(StoreSsdTest, AVictimRemovedWhileItsFailingSpillIsWrittenIsFreedOnce) {
   // before it, the victim among them. Nothing is on SSD yet, so no removal
   // writes a record (each would wait in the held writes too).
   const int before = saved.load();
-  for (int i = 0; i < before; ++i) EXPECT_OK(store_->Remove("m", Gen(5000 + i, 256)));
+  for (int i = 0; i < before; ++i) EXPECT_OK(store_->Remove("m", RandomTokens(5000 + i, 256)));
   env.FailWritesAfter(0, EIO);
   env.ReleaseWrites();
   saver.join();
@@ -578,14 +578,14 @@ TEST_F(StoreSsdTest, AVictimRemovedWhileItsFailingSpillIsWrittenIsFreedOnce) {
   // What stays is the save that waited, whole; the removed prompts miss.
   EXPECT_EQ(saved.load(), before + 1);
   EXPECT_EQ(st.tensors, 1u);
-  const Tokens waited = Gen(5000 + before, 256);
+  const Tokens waited = RandomTokens(5000 + before, 256);
   EXPECT_EQ(LoadAndCheck(waited), waited.size());
-  for (int i = 0; i < before; ++i) EXPECT_EQ(LoadAndCheck(Gen(5000 + i, 256)), 0u) << "prompt " << i;
+  for (int i = 0; i < before; ++i) EXPECT_EQ(LoadAndCheck(RandomTokens(5000 + i, 256)), 0u) << "prompt " << i;
   // The store goes on: more saves spill (the failed victim is gone, so is
   // its failure mark).
-  for (int i = 0; i < 40; ++i) Save(Gen(6000 + i, 256));
+  for (int i = 0; i < 40; ++i) Save(RandomTokens(6000 + i, 256));
   EXPECT_GT(store_->Stats().ssd_spills, 0u);
-  EXPECT_EQ(LoadAndCheck(Gen(6039, 256)), 256u);
+  EXPECT_EQ(LoadAndCheck(RandomTokens(6039, 256)), 256u);
 }
 
 // The stress test of loads during spills and fills (seconds): loaders load
@@ -605,7 +605,7 @@ TEST_F(StoreSsdTest, EveryLoadOfAStoredPrefixIsWholeWhileSpillsAndFillsRun) {
   Open(Options());
   CreateNs();
   std::vector<Tokens> hot;
-  for (int i = 0; i < 4; ++i) hot.push_back(Gen(700 + i, 128));
+  for (int i = 0; i < 4; ++i) hot.push_back(RandomTokens(700 + i, 128));
   for (const auto& h : hot) ASSERT_EQ(Save(h).stored_tokens, h.size());  // no shared heads
 
   constexpr int kSpillers = 2, kPerSpiller = 128;  // 2 * 128 * 64 KiB = 16x the arena, 1/4 of the SSD

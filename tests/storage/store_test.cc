@@ -118,7 +118,7 @@ TEST_F(StoreTest, CreateNamespaceExistOkAcceptsOnlyTheSameLayoutAndSalt) {
 }
 
 TEST_F(StoreTest, UnknownNamespaceIsNotFoundEverywhere) {
-  Tokens t = Gen(1, 8);
+  Tokens t = RandomTokens(1, 8);
   std::vector<uint8_t> data = Kv(t, 0, 8);
   uint8_t buf[4096];
   EXPECT_ERROR(store_->Save("nope", t, data.data(), data.size(), 0), Code::kNotFound);
@@ -138,7 +138,7 @@ TEST_F(StoreTest, UnknownNamespaceIsNotFoundEverywhere) {
 // ----------------------------------------------------------------------- save
 
 TEST_F(StoreTest, SaveThenLookupAndPinAreByteExact) {
-  Tokens t = Gen(1, 10 * kBt + 3);  // 10 whole blocks and a partial one
+  Tokens t = RandomTokens(1, 10 * kBt + 3);  // 10 whole blocks and a partial one
   SaveResult r = Save(t);
   EXPECT_EQ(r.matched_tokens, 0u);
   EXPECT_EQ(r.stored_tokens, 10 * kBt);
@@ -152,9 +152,9 @@ TEST_F(StoreTest, SaveThenLookupAndPinAreByteExact) {
   EXPECT_EQ(l->extents[0].tensor.owner(), NodeId{0});
   // Shorter and longer queries.
   ExpectStored(Head(t, 7 * kBt + 1), 7 * kBt);
-  ExpectStored(Cat(Head(t, 10 * kBt), Gen(2, 20)), 10 * kBt);
+  ExpectStored(Cat(Head(t, 10 * kBt), RandomTokens(2, 20)), 10 * kBt);
   ExpectStored(Head(t, 3), 0);
-  ExpectStored(Gen(3, 10 * kBt), 0);  // same length, other tokens
+  ExpectStored(RandomTokens(3, 10 * kBt), 0);  // same length, other tokens
   Tokens one_off = t;
   one_off[0] ^= 1;
   ExpectStored(one_off, 0);
@@ -165,9 +165,9 @@ TEST_F(StoreTest, SaveThenLookupAndPinAreByteExact) {
 }
 
 TEST_F(StoreTest, SaveStoresOnlyTheBlocksPastTheLongestCommonPrefix) {
-  Tokens a = Gen(1, 5 * kBt);
-  Tokens ab = Cat(a, Gen(2, 3 * kBt + 1));
-  Tokens abc = Cat(Head(ab, 8 * kBt), Gen(3, 6 * kBt));
+  Tokens a = RandomTokens(1, 5 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 3 * kBt + 1));
+  Tokens abc = Cat(Head(ab, 8 * kBt), RandomTokens(3, 6 * kBt));
   EXPECT_EQ(Save(a).new_bytes, 5 * kBb);
   SaveResult r = Save(ab);
   EXPECT_EQ(r.matched_tokens, 5 * kBt);
@@ -195,7 +195,7 @@ TEST_F(StoreTest, SaveStoresOnlyTheBlocksPastTheLongestCommonPrefix) {
 }
 
 TEST_F(StoreTest, ResavingAStoredPrefixStoresNothingAndCountsDedup) {
-  Tokens t = Gen(1, 6 * kBt);
+  Tokens t = RandomTokens(1, 6 * kBt);
   Save(t);
   StoreStats before = store_->Stats();
   SaveResult r = Save(t);
@@ -215,12 +215,12 @@ TEST_F(StoreTest, ResavingAStoredPrefixStoresNothingAndCountsDedup) {
 }
 
 TEST_F(StoreTest, PartialLastBlockIsIgnoredNotAnError) {
-  Tokens t = Gen(1, 3 * kBt + kBt - 1);
+  Tokens t = RandomTokens(1, 3 * kBt + kBt - 1);
   SaveResult r = Save(t);
   EXPECT_EQ(r.stored_tokens, 3 * kBt);
   EXPECT_EQ(r.new_bytes, 3 * kBb);
   // Fewer tokens than a block: nothing to store, not an error, length 0.
-  Tokens tiny = Gen(2, kBt - 1);
+  Tokens tiny = RandomTokens(2, kBt - 1);
   Result<SaveResult> z = store_->Save("ns", tiny, nullptr, 0, 0);
   ASSERT_OK(z);
   EXPECT_EQ(z->stored_tokens, 0u);
@@ -237,7 +237,7 @@ TEST_F(StoreTest, PartialLastBlockIsIgnoredNotAnError) {
 }
 
 TEST_F(StoreTest, WrongBufferSizeIsInvalidArgumentNamingTheSizes) {
-  Tokens t = Gen(1, 5 * kBt);
+  Tokens t = RandomTokens(1, 5 * kBt);
   std::vector<uint8_t> data = Kv(t, 0, t.size());
   for (uint64_t len : {uint64_t{0}, 5 * kBb - 1, 5 * kBb + 1, 4 * kBb, 6 * kBb}) {
     std::vector<uint8_t> buf(std::max<uint64_t>(len, 1));
@@ -261,8 +261,8 @@ TEST_F(StoreTest, WrongBufferSizeIsInvalidArgumentNamingTheSizes) {
 }
 
 TEST_F(StoreTest, SaveFromFirstBlockUsesTheRightBytesOfTheBuffer) {
-  Tokens a = Gen(1, 6 * kBt);
-  Tokens ab = Cat(a, Gen(2, 4 * kBt));
+  Tokens a = RandomTokens(1, 6 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 4 * kBt));
   Save(a);
   // The client knows 4 blocks are stored (it looked up earlier); 6 are.
   SaveResult r = Save(ab, 4);
@@ -271,7 +271,7 @@ TEST_F(StoreTest, SaveFromFirstBlockUsesTheRightBytesOfTheBuffer) {
   EXPECT_EQ(r.new_bytes, 4 * kBb);
   ExpectStored(ab, 10 * kBt);
   // Exactly at the match.
-  Tokens abc = Cat(ab, Gen(3, 2 * kBt));
+  Tokens abc = Cat(ab, RandomTokens(3, 2 * kBt));
   r = Save(abc, 10);
   EXPECT_EQ(r.stored_tokens, 2 * kBt);
   ExpectStored(abc, 12 * kBt);
@@ -283,8 +283,8 @@ TEST_F(StoreTest, SaveFromFirstBlockUsesTheRightBytesOfTheBuffer) {
 }
 
 TEST_F(StoreTest, SaveFromFirstBlockAbortsWhenTheEarlierBlocksAreGone) {
-  Tokens a = Gen(1, 4 * kBt);
-  Tokens ab = Cat(a, Gen(2, 4 * kBt));
+  Tokens a = RandomTokens(1, 4 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 4 * kBt));
   Save(a);
   ASSERT_OK(store_->Remove("ns", a));
   Result<SaveResult> r = TrySave("ns", ab, 4);
@@ -301,7 +301,7 @@ TEST_F(StoreTest, NamespacesAndSaltsDoNotShare) {
   ASSERT_OK(store_->CreateNamespace("ns2", l, "", 0, 0, 0755, false));
   ASSERT_OK(store_->CreateNamespace("salted", l, "tenant-a", 0, 0, 0755, false));
   ASSERT_OK(store_->CreateNamespace("salted-b", l, "tenant-b", 0, 0, 0755, false));
-  Tokens t = Gen(1, 6 * kBt);
+  Tokens t = RandomTokens(1, 6 * kBt);
   Save(t);
   EXPECT_EQ(Matched(t, "ns2"), 0u);
   EXPECT_EQ(Matched(t, "salted"), 0u);
@@ -330,10 +330,10 @@ TEST_F(StoreTest, NamespacesAndSaltsDoNotShare) {
 }
 
 TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
-  Tokens a = Gen(1, 8 * kBt);
+  Tokens a = RandomTokens(1, 8 * kBt);
   Save(a);
   // Three branches inside `a` split its node into four slices of one tensor.
-  for (uint64_t at : {2u, 5u, 7u}) Save(Cat(Head(a, at * kBt), Gen(10 + at, 2 * kBt)));
+  for (uint64_t at : {2u, 5u, 7u}) Save(Cat(Head(a, at * kBt), RandomTokens(10 + at, 2 * kBt)));
   ASSERT_EQ(store_->Stats().prefix_nodes, 4u + 3u);
   Result<PrefixResult> l = store_->Lookup("ns", a);
   ASSERT_OK(l);
@@ -342,7 +342,7 @@ TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
   EXPECT_EQ(l->extents[0].length, 8 * kBb);
   ExpectStored(a, 8 * kBt);
   // A branch: a slice of a's tensor, then its own tensor.
-  Tokens b = Cat(Head(a, 5 * kBt), Gen(15, 2 * kBt));
+  Tokens b = Cat(Head(a, 5 * kBt), RandomTokens(15, 2 * kBt));
   Result<PrefixResult> lb = store_->Lookup("ns", b);
   ASSERT_OK(lb);
   ASSERT_EQ(lb->extents.size(), 2u);
@@ -358,10 +358,10 @@ TEST_F(StoreTest, LookupMergesAdjacentSlicesOfOneTensor) {
 }
 
 TEST_F(StoreTest, BranchInsideAnIncrementSplitsMetadataOnlyAndNamesByChainKeys) {
-  Tokens a = Gen(1, 8 * kBt);
+  Tokens a = RandomTokens(1, 8 * kBt);
   Save(a);
   const uint64_t used = store_->Stats().used_bytes;
-  Tokens b = Cat(Head(a, 3 * kBt), Gen(2, 5 * kBt));
+  Tokens b = Cat(Head(a, 3 * kBt), RandomTokens(2, 5 * kBt));
   SaveResult r = Save(b);
   EXPECT_EQ(r.matched_tokens, 3 * kBt);
   EXPECT_EQ(r.new_bytes, 5 * kBb);
@@ -421,13 +421,13 @@ TEST_F(StoreTest, BranchInsideAnIncrementSplitsMetadataOnlyAndNamesByChainKeys) 
 
 TEST_F(StoreTest, EveryNodeIsNamedByTheChainKeyOfItsLastBlock) {
   std::vector<Tokens> prompts;
-  Tokens base = Gen(1, 12 * kBt);
+  Tokens base = RandomTokens(1, 12 * kBt);
   prompts.push_back(base);
   std::mt19937_64 rng(5);
   for (int i = 0; i < 30; ++i) {
     const Tokens& from = prompts[rng() % prompts.size()];
     uint64_t at = 1 + rng() % Blocks(from);
-    prompts.push_back(Cat(Head(from, at * kBt), Gen(100 + i, (1 + rng() % 6) * kBt)));
+    prompts.push_back(Cat(Head(from, at * kBt), RandomTokens(100 + i, (1 + rng() % 6) * kBt)));
   }
   for (const Tokens& p : prompts) Save(p);
   std::set<ChainKey> all_keys;
@@ -463,9 +463,9 @@ TEST_F(StoreTest, EveryNodeIsNamedByTheChainKeyOfItsLastBlock) {
 
 TEST_F(StoreTest, CountersAddUp) {
   ASSERT_OK(store_->CreateNamespace("rep", SmallLayout(), "", 0, 0, 0755, false));
-  Tokens a = Gen(1, 4 * kBt);
-  Tokens ab = Cat(a, Gen(2, 2 * kBt));
-  Tokens abc = Cat(ab, Gen(3, 3 * kBt));
+  Tokens a = RandomTokens(1, 4 * kBt);
+  Tokens ab = Cat(a, RandomTokens(2, 2 * kBt));
+  Tokens abc = Cat(ab, RandomTokens(3, 3 * kBt));
   uint64_t offered = 0;
   auto save = [&](const Tokens& t, uint64_t first_block, CacheClass cls = CacheClass::kOwned,
                   const std::string& ns = "ns") {
@@ -480,7 +480,7 @@ TEST_F(StoreTest, CountersAddUp) {
   save(ab, 4);                              // 6 dedup (4 of them not sent)
   save(abc, 6);                             // 6 dedup (not sent), 3 new
   save(Head(a, 2), 0);                      // nothing offered
-  save(Gen(4, 5 * kBt), 0, CacheClass::kReplica, "rep");  // 5 new replica bytes
+  save(RandomTokens(4, 5 * kBt), 0, CacheClass::kReplica, "rep");  // 5 new replica bytes
   StoreStats s = store_->Stats();
   EXPECT_EQ(s.saves, 7u);
   EXPECT_EQ(s.saved_bytes, (4 + 2 + 3 + 5) * kBb);
@@ -513,19 +513,19 @@ TEST_F(StoreTest, CountersAddUp) {
   const StoreStats s0 = store_->Stats();
   EXPECT_EQ(Matched(ab), 6 * kBt);
   count(ab, 6 * kBt);
-  EXPECT_EQ(Matched(Gen(8, 3 * kBt)), 0u);
-  count(Gen(8, 3 * kBt), 0);
+  EXPECT_EQ(Matched(RandomTokens(8, 3 * kBt)), 0u);
+  count(RandomTokens(8, 3 * kBt), 0);
   EXPECT_EQ(Matched(Head(a, 3)), 0u);
   count(Head(a, 3), 0);
-  Tokens longer = Cat(abc, Gen(9, 2 * kBt + 1));
+  Tokens longer = Cat(abc, RandomTokens(9, 2 * kBt + 1));
   auto p = store_->Pin("ns", longer, kSession);
   ASSERT_OK(p);
   count(longer, 9 * kBt);
   EXPECT_EQ(store_->Stats().pinned_bytes, 3 * 4096u);
   EXPECT_EQ(store_->Stats().active_leases, 1u);
-  auto miss = store_->Pin("ns", Gen(10, 4 * kBt), kSession);
+  auto miss = store_->Pin("ns", RandomTokens(10, 4 * kBt), kSession);
   ASSERT_OK(miss);
-  count(Gen(10, 4 * kBt), 0);
+  count(RandomTokens(10, 4 * kBt), 0);
   std::vector<uint8_t> buf(6 * kBb);
   auto n = store_->LoadCopy("ns", ab, buf.data(), buf.size());
   ASSERT_OK(n);

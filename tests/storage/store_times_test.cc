@@ -74,7 +74,7 @@ TEST_F(StoreTimesTest, ASaveStampsAllThreeAndTheNamespaceShowsTheNewest) {
   EXPECT_GT(created.times.mtime_ns, 0u);
   Tick();
   const uint64_t before = WallClockNs();
-  Save(Gen(1, 32));
+  Save(RandomTokens(1, 32));
   const uint64_t after = WallClockNs();
   const Times t = TimesAt(32);
   EXPECT_GE(t.mtime_ns, before);
@@ -88,8 +88,8 @@ TEST_F(StoreTimesTest, ASaveStampsAllThreeAndTheNamespaceShowsTheNewest) {
 
 TEST_F(StoreTimesTest, UsesMoveAtimeAndListingsDoNot) {
   Open(false);
-  Tokens a = Gen(2, 32);
-  Tokens b = Cat(a, Gen(3, 16));  // below a: a is its ancestor
+  Tokens a = RandomTokens(2, 32);
+  Tokens b = Cat(a, RandomTokens(3, 16));  // below a: a is its ancestor
   Save(a);
   Save(b);
   const Times a0 = TimesAt(32), b0 = TimesAt(48);
@@ -99,7 +99,7 @@ TEST_F(StoreTimesTest, UsesMoveAtimeAndListingsDoNot) {
   ASSERT_OK(store_->Increment("m", At(48).key, false, false, kSession));
   ASSERT_OK(store_->Resolve("m", b));
   ASSERT_OK(store_->Holds("m", b, 0));
-  ASSERT_OK(store_->Lookup("m", Gen(4, 32)));
+  ASSERT_OK(store_->Lookup("m", RandomTokens(4, 32)));
   EXPECT_EQ(TimesAt(32), a0);
   EXPECT_EQ(TimesAt(48), b0);
 
@@ -150,11 +150,11 @@ TEST_F(StoreTimesTest, UsesMoveAtimeAndListingsDoNot) {
 
 TEST_F(StoreTimesTest, ASplitMovesCtimeOfBothHalvesAndKeepsMtime) {
   Open(false);
-  Tokens a = Gen(5, 64);
+  Tokens a = RandomTokens(5, 64);
   Save(a);
   const Times a0 = TimesAt(64);
   Tick();
-  Save(Cat(Head(a, 32), Gen(6, 16)));  // branches inside a at token 32
+  Save(Cat(Head(a, 32), RandomTokens(6, 16)));  // branches inside a at token 32
   const Times upper = TimesAt(32), lower = TimesAt(64), branch = TimesAt(48);
   EXPECT_EQ(upper.mtime_ns, a0.mtime_ns);
   EXPECT_EQ(lower.mtime_ns, a0.mtime_ns);
@@ -168,8 +168,8 @@ TEST_F(StoreTimesTest, ASplitMovesCtimeOfBothHalvesAndKeepsMtime) {
 
 TEST_F(StoreTimesTest, SetTimesSetsAtimeAndMtimeAndALaterAtimeReachesTheAncestors) {
   Open(false);
-  Tokens a = Gen(7, 32);
-  Tokens b = Cat(a, Gen(8, 16));
+  Tokens a = RandomTokens(7, 32);
+  Tokens b = Cat(a, RandomTokens(8, 16));
   Save(a);
   Save(b);
   const PrefixNodeInfo an = At(32), bn = At(48);
@@ -192,8 +192,8 @@ TEST_F(StoreTimesTest, SetTimesSetsAtimeAndMtimeAndALaterAtimeReachesTheAncestor
 
 TEST_F(StoreTimesTest, TimesSurviveARestartWithTheSsdTier) {
   Open(true);
-  Tokens a = Gen(9, 32);
-  Tokens b = Cat(a, Gen(10, 16));
+  Tokens a = RandomTokens(9, 32);
+  Tokens b = Cat(a, RandomTokens(10, 16));
   Save(a);
   Save(b);
   ASSERT_OK(store_->PersistAll());

@@ -292,12 +292,12 @@ class TensorRefsTest : public store_testing::StoreTest {
 
 namespace {
 
-using store_testing::Gen;
+using store_testing::RandomTokens;
 using store_testing::kBt;
 using store_testing::Tokens;
 
 TEST_F(TensorRefsTest, AHoldKeepsARemovedTensorUntilItGoes) {
-  const Tokens p = Gen(1, 4 * kBt);
+  const Tokens p = RandomTokens(1, 4 * kBt);
   Save(p);
   Tensor* t = TensorOf(p);
   const TensorId id = t->id;
@@ -320,7 +320,7 @@ TEST_F(TensorRefsTest, AHoldKeepsARemovedTensorUntilItGoes) {
 }
 
 TEST_F(TensorRefsTest, AHoldGoesOnEveryWayOutOfItsScope) {
-  const Tokens p = Gen(2, 2 * kBt);
+  const Tokens p = RandomTokens(2, 2 * kBt);
   Save(p);
   Tensor* t = TensorOf(p);
   const TensorId id = t->id;
@@ -343,7 +343,7 @@ TEST_F(TensorRefsTest, AHoldGoesOnEveryWayOutOfItsScope) {
 }
 
 TEST_F(TensorRefsTest, AMovedHoldIsReleasedOnceByItsNewOwner) {
-  const Tokens a = Gen(3, 2 * kBt), b = Gen(4, 2 * kBt);
+  const Tokens a = RandomTokens(3, 2 * kBt), b = RandomTokens(4, 2 * kBt);
   Save(a);
   Save(b);
   Tensor* ta = TensorOf(a);
@@ -374,7 +374,7 @@ TEST_F(TensorRefsTest, AMovedHoldIsReleasedOnceByItsNewOwner) {
 }
 
 TEST_F(TensorRefsTest, APinKeepsTheBytesOfARemovedTensorUntilItGoes) {
-  const Tokens p = Gen(5, 3 * kBt);
+  const Tokens p = RandomTokens(5, 3 * kBt);
   Save(p);
   Tensor* t = TensorOf(p);
   const TensorId id = t->id;
@@ -401,7 +401,7 @@ TEST_F(TensorRefsTest, APinKeepsTheBytesOfARemovedTensorUntilItGoes) {
 }
 
 TEST_F(TensorRefsTest, PinsAndHoldsTogetherFreeAtTheLastOne) {
-  const Tokens p = Gen(6, 2 * kBt);
+  const Tokens p = RandomTokens(6, 2 * kBt);
   Save(p);
   Tensor* t = TensorOf(p);
   const TensorId id = t->id;

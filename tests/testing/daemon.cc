@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,7 +27,9 @@ std::string PtstoredPath() {
   // $PTSTORE_PTSTORED overrides this build's binary (test binaries run away
   // from their build tree: scripts/gpu-check's bundle).
   const char* env = std::getenv("PTSTORE_PTSTORED");
-  return env != nullptr && *env != '\0' ? env : PTSTORE_PTSTORED_PATH;
+  if (env != nullptr && *env != '\0') return env;
+  // An installed ptstore-demo finds the installed server on $PATH.
+  return access(PTSTORE_PTSTORED_PATH, X_OK) == 0 ? PTSTORE_PTSTORED_PATH : "ptstored";
 }
 
 std::string MakeTempDir(const std::string& prefix) {
@@ -59,11 +63,13 @@ Result<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
+      if (fd > 2) close(fd);
     }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));  // into the log
     _exit(127);
   }
   return pid;
@@ -89,7 +95,7 @@ void Daemon::RemoveDirIfOnlyOurs() {
 
 Status Daemon::Start(const Options& options) {
   RemoveDirIfOnlyOurs();  // a restart gets a fresh directory
-  dir_ = MakeTempDir("ptstored-test");
+  dir_ = MakeTempDir(options.dir_prefix);
   if (dir_.empty()) return ErrnoError("mkdtemp", errno);
   socket_ = dir_ + "/ptstored.sock";
   log_ = dir_ + "/ptstored.log";
@@ -103,17 +109,20 @@ Status Daemon::Restart(const Options& options) {
 }
 
 Status Daemon::Spawn(const Options& options) {
-  std::vector<std::string> args = {PtstoredPath(), "--socket", socket_, "--arena-size", options.arena_size};
+  const std::string binary = options.binary.empty() ? PtstoredPath() : options.binary;
+  std::vector<std::string> args = {binary, "--socket", socket_, "--arena-size", options.arena_size};
+  if (!options.log_level.empty()) args.insert(args.end(), {"--log-level", options.log_level});
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   args.insert(args.begin(), options.wrapper.begin(), options.wrapper.end());
+  const auto t0 = std::chrono::steady_clock::now();
   PTS_ASSIGN_OR_RETURN(pid_, SpawnWithLog(args, log_));
   // Wait until the socket accepts a connection (or the daemon dies).
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = t0 + std::chrono::seconds(options.start_timeout_seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return Unavailable("ptstored exited during start: " + ReadLog());
+      return Unavailable("ptstored exited during start (" + binary + "): " + ReadLog());
     }
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un addr{};
@@ -121,11 +130,15 @@ Status Daemon::Spawn(const Options& options) {
     std::strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
     bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     close(fd);
-    if (ok) return Status::OK();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (ok) {
+      startup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return Status::OK();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   Kill();
-  return DeadlineExceeded("ptstored did not start within 60 s: " + ReadLog());
+  return DeadlineExceeded("ptstored did not start within " + std::to_string(options.start_timeout_seconds) +
+                          " s: " + ReadLog());
 }
 
 int Daemon::Stop() {
@@ -170,5 +183,32 @@ Status Daemon::Thaw() {
 }
 
 std::string Daemon::ReadLog() const { return ReadFile(log_); }
+
+std::string Daemon::LogTail(size_t max_bytes) const {
+  std::string s = ReadLog();
+  return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
+}
+
+Result<std::unique_ptr<Daemon>> StartDaemon(const Daemon::Options& options) {
+  auto d = std::make_unique<Daemon>();
+  PTS_RETURN_IF_ERROR(d->Start(options));
+  return d;
+}
+
+Result<ServerHandle> ConnectOrStart(const std::string& socket, const Daemon::Options& options, bool quiet) {
+  ServerHandle h;
+  if (!socket.empty()) {
+    h.socket_path = socket;
+    return h;
+  }
+  PTS_ASSIGN_OR_RETURN(h.owned, StartDaemon(options));
+  h.socket_path = h.owned->socket_path();
+  if (!quiet) {
+    std::printf("started ptstored (pid %d, arena %s, pre-faulted in %.1f s) on %s\n",
+                static_cast<int>(h.owned->pid()), options.arena_size.c_str(), h.owned->startup_seconds(),
+                h.socket_path.c_str());
+  }
+  return h;
+}
 
 }  // namespace ptstore::testing

@@ -15,7 +15,12 @@
 
 namespace ptstore::testing {
 
-std::string PtstoreFusePath() { return PTSTORE_FUSE_PATH; }
+std::string PtstoreFusePath() {
+#ifdef PTSTORE_FUSE_PATH
+  if (access(PTSTORE_FUSE_PATH, X_OK) == 0) return PTSTORE_FUSE_PATH;
+#endif
+  return "ptstore-fuse";  // an installed ptstore-demo: the installed mount
+}
 
 bool IsMountPoint(const std::string& path) {
   struct stat a {}, b {};
@@ -24,10 +29,17 @@ bool IsMountPoint(const std::string& path) {
   return a.st_dev != b.st_dev;
 }
 
+std::string WhyNoMount(const std::string& binary) {
+  if (access("/dev/fuse", R_OK | W_OK) != 0) return "no usable /dev/fuse";
+  if (geteuid() != 0) return "not root (ptstore-fuse needs the arena mapping and a mount)";
+  if (binary.find('/') != std::string::npos && access(binary.c_str(), X_OK) != 0) return binary + " is missing";
+  return "";
+}
+
 Mount::~Mount() {
   Unmount();
   if (!dir_.empty()) {
-    rmdir(mountpoint_.c_str());
+    if (own_mountpoint_) rmdir(mountpoint_.c_str());
     unlink(log_.c_str());
     rmdir(dir_.c_str());
   }
@@ -36,11 +48,13 @@ Mount::~Mount() {
 Status Mount::Start(const std::string& socket, const Options& options) {
   dir_ = MakeTempDir("ptstore-mount");
   if (dir_.empty()) return ErrnoError("mkdtemp", errno);
-  mountpoint_ = dir_ + "/mnt";
   log_ = dir_ + "/ptstore-fuse.log";
-  if (mkdir(mountpoint_.c_str(), 0755) != 0) return ErrnoError("mkdir " + mountpoint_, errno);
+  own_mountpoint_ = options.mountpoint.empty();
+  mountpoint_ = own_mountpoint_ ? dir_ + "/mnt" : options.mountpoint;
+  if (own_mountpoint_ && mkdir(mountpoint_.c_str(), 0755) != 0) return ErrnoError("mkdir " + mountpoint_, errno);
   std::string opts = "socket=" + socket + (options.options.empty() ? "" : "," + options.options);
-  std::vector<std::string> args = {PtstoreFusePath(), mountpoint_, "-f", "-o", opts};
+  const std::string binary = options.binary.empty() ? PtstoreFusePath() : options.binary;
+  std::vector<std::string> args = {binary, mountpoint_, "-f", "-o", opts};
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   PTS_ASSIGN_OR_RETURN(pid_, SpawnWithLog(args, log_));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -1,6 +1,10 @@
-// A real PTStore mount owned by a test: ptstore-fuse (this build's) run in
-// the foreground on a fresh temporary mountpoint against a test's ptstored,
-// unmounted when destroyed.
+// A real PTStore mount owned by a test or a benchmark: ptstore-fuse (this
+// build's) run in the foreground against a ptstored, on a fresh temporary
+// mountpoint or on one the caller names, unmounted when destroyed. No
+// GoogleTest (the benchmarks and ptstore-demo mount with it too).
+//
+// Thread safety: a Mount belongs to one thread (start it from a thread that
+// outlives it: SpawnWithLog); the free functions are safe from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -12,10 +16,15 @@
 
 namespace ptstore::testing {
 
-// Path of the ptstore-fuse binary of this build (set by CMake).
+// This build's ptstore-fuse (set by CMake) when it is there, else
+// "ptstore-fuse", looked up on $PATH.
 std::string PtstoreFusePath();
 // True when `path` is a mount point (its device differs from its parent's).
 bool IsMountPoint(const std::string& path);
+// Why `binary` cannot mount here ("" when it can): no usable /dev/fuse, not
+// root (ptstore-fuse maps the arena and mounts), or `binary` (a path) is
+// missing. For callers that skip their mount rather than fail.
+std::string WhyNoMount(const std::string& binary);
 
 class Mount {
  public:
@@ -23,6 +32,10 @@ class Mount {
     // Extra -o options (comma-separated), e.g. "allow_other".
     std::string options = "allow_other";
     std::vector<std::string> extra_args;  // e.g. {"-d"}
+    std::string binary;                   // empty: PtstoreFusePath()
+    // An existing, empty directory to mount on, left in place afterwards;
+    // empty: <the temporary directory>/mnt.
+    std::string mountpoint;
   };
   Mount() = default;
   ~Mount();  // Unmount()
@@ -30,8 +43,9 @@ class Mount {
   Mount& operator=(const Mount&) = delete;
 
   // Mounts the ptstored listening on `socket` and waits (up to 20 s) until
-  // the mountpoint is mounted. The mountpoint and the log live in a fresh
-  // temporary directory (mode 0755, so that other users reach it).
+  // the mountpoint is mounted. The log (and the mountpoint, unless
+  // options.mountpoint names one) lives in a fresh temporary directory
+  // (mode 0755, so that other users reach it).
   Status Start(const std::string& socket, const Options& options);
   Status Start(const std::string& socket) { return Start(socket, Options{}); }
   // Unmounts (fusermount3 -u, falling back to a lazy umount -l when busy)
@@ -61,6 +75,7 @@ class Mount {
   pid_t pid_ = -1;
   std::string dir_;
   std::string mountpoint_;
+  bool own_mountpoint_ = false;  // made under dir_: removed with it
   std::string log_;
 };
 

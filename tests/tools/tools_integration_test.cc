@@ -17,6 +17,7 @@
 #include "ptstore/client.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/segment_files.h"
 #include "tools/format.h"
@@ -31,15 +32,10 @@ using testing::RunTool;
 // 2 layers, 2 KV heads, head_dim 64, bf16: 1 KiB per token, 16 KiB per block
 // of 16 tokens.
 using testing::SegmentTestLayout;
+using testing::SequentialTokens;
 using testing::ToolRun;
 using tools::EpochSeconds;
 using tools::LocalTime;
-
-std::vector<uint32_t> Tokens(uint32_t first, size_t n) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = first + static_cast<uint32_t>(i);
-  return t;
-}
 
 constexpr const char* kNs = "tools-test";
 const std::string kLs = PTSTORE_LS_PATH;
@@ -65,13 +61,13 @@ class ToolsTest : public ::testing::Test {
       auto r = client_->Save(kNs, t, kv.data(), kv.size());
       ASSERT_OK(r);
     };
-    a_ = Tokens(1000, 64);
-    b_ = Tokens(1000, 32);
-    auto b_tail = Tokens(5000, 48);
+    a_ = SequentialTokens(1000, 64);
+    b_ = SequentialTokens(1000, 32);
+    auto b_tail = SequentialTokens(5000, 48);
     b_.insert(b_.end(), b_tail.begin(), b_tail.end());
-    c_ = Tokens(9000, 32);
+    c_ = SequentialTokens(9000, 32);
     d_ = a_;
-    auto d_tail = Tokens(7000, 16);
+    auto d_tail = SequentialTokens(7000, 16);
     d_.insert(d_.end(), d_tail.begin(), d_tail.end());
     save(a_);
     save(b_);
@@ -82,7 +78,7 @@ class ToolsTest : public ::testing::Test {
     std::vector<uint8_t> dst(d_.size() * bpt);
     for (int i = 0; i < 3; ++i) ASSERT_OK(client_->Load(kNs, d_, dst.data(), dst.size()));
     ASSERT_OK(client_->Load(kNs, b_, dst.data(), dst.size()));
-    ASSERT_EQ(*client_->Load(kNs, Tokens(123456, 32), dst.data(), dst.size()), 0u);
+    ASSERT_EQ(*client_->Load(kNs, SequentialTokens(123456, 32), dst.data(), dst.size()), 0u);
   }
 
   std::string Socket() const { return daemon_.socket_path(); }
@@ -183,7 +179,7 @@ TEST_F(ToolsTest, GroupedLayoutsInLsAndStat) {
   ASSERT_OK(grouped.Validate());
   ASSERT_OK(client_->CreateNamespace("hybrid", grouped, "", 0700));
   std::vector<uint8_t> kv(2 * grouped.BytesPerBlock(), 0x33);
-  ASSERT_OK(client_->Save("hybrid", Tokens(100, 32), kv.data(), kv.size()));
+  ASSERT_OK(client_->Save("hybrid", SequentialTokens(100, 32), kv.data(), kv.size()));
 
   ToolRun r = Ls({"-l"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -555,7 +551,7 @@ TEST_F(ToolsTest, StatOfAKey) {
   ASSERT_NE(leaf, all.end());
   auto want = client_->GetIncrement(kNs, leaf->key);
   ASSERT_OK(want);
-  ASSERT_EQ(want->tokens, Tokens(7000, 16));
+  ASSERT_EQ(want->tokens, SequentialTokens(7000, 16));
 
   ToolRun r = Stat({"--json", kNs, "--key", leaf->key.ToHex()});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -686,7 +682,7 @@ TEST(ToolsSsdTest, TiersAndSsdCounters) {
   for (uint32_t p = 0; p < 32; ++p) {
     std::vector<uint8_t> kv(64 * SegmentTestLayout().BytesPerToken());
     for (size_t i = 0; i < kv.size(); ++i) kv[i] = (i % 2) ? 0x3f : static_cast<uint8_t>((i * 7 + p) & 0x0f);
-    auto r = client.Save(kNs, Tokens(p * 1000, 64), kv.data(), kv.size());
+    auto r = client.Save(kNs, SequentialTokens(p * 1000, 64), kv.data(), kv.size());
     ASSERT_OK(r);
   }
   auto want = *client.Stats();

@@ -16,6 +16,7 @@
 #include "ptstore/client.h"
 #include "tests/testing/client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/generators.h"
 #include "tests/testing/run_tool.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
@@ -26,6 +27,7 @@ namespace {
 using nlohmann::json;
 using testing::Lines;
 using testing::RunTool;
+using testing::SequentialTokens;
 using testing::ToolRun;
 
 const std::string kPut = PTSTORE_PUT_PATH;
@@ -35,12 +37,6 @@ constexpr const char* kNs = "pg";
 // 2 layers, 2 KV heads, head_dim 64, bf16: 1 KiB per token; blocks of 16.
 Layout TestLayout() { return *Layout::Parse("layers=2 kv_heads=2 head_dim=64 dtype=bf16 block_tokens=16"); }
 constexpr uint64_t kBpt = 1024;
-
-std::vector<uint32_t> Tokens(uint32_t first, size_t n) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = first + static_cast<uint32_t>(i);
-  return t;
-}
 
 std::string RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -113,7 +109,7 @@ class PutGetTest : public ::testing::Test {
 
 TEST_F(PutGetTest, RoundTripRawTokens) {
   // 40 tokens: two whole blocks and 8 tokens of a partial one (ignored).
-  const auto tokens = Tokens(1000, 40);
+  const auto tokens = SequentialTokens(1000, 40);
   const std::string kv = RandomBytes(40 * kBpt, 1);
   WriteFile(F("t.bin"), Raw(tokens));
   WriteFile(F("kv.bin"), kv);
@@ -138,12 +134,12 @@ TEST_F(PutGetTest, RoundTripRawTokens) {
   // --tokens-out: the ids of what was exported (the matched tokens).
   r = Get({kNs, "--tokens", F("t.bin"), "-o", F("out2.kv"), "--tokens-out", F("out.tok")});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(testing::ReadFile(F("out.tok")), Raw(Tokens(1000, 32)));
+  EXPECT_EQ(testing::ReadFile(F("out.tok")), Raw(SequentialTokens(1000, 32)));
 }
 
 TEST_F(PutGetTest, RoundTripTextTokens) {
   // 48 tokens (3 blocks), written with assorted white space.
-  const auto tokens = Tokens(4000000000u, 48);
+  const auto tokens = SequentialTokens(4000000000u, 48);
   std::string text;
   for (size_t i = 0; i < tokens.size(); ++i) text += std::to_string(tokens[i]) + (i % 5 == 4 ? "\n" : i % 3 ? "\t" : "  ");
   const std::string kv = RandomBytes(48 * kBpt, 2);
@@ -189,7 +185,7 @@ TEST_F(PutGetTest, RoundTripTextTokens) {
 
 TEST_F(PutGetTest, KvOfTheWholeBlocksOnlyIsAccepted) {
   // What ptstore-get writes (whole blocks) goes back in with the full ids.
-  const auto tokens = Tokens(77, 40);
+  const auto tokens = SequentialTokens(77, 40);
   const std::string kv = RandomBytes(32 * kBpt, 3);
   WriteFile(F("t.bin"), Raw(tokens));
   WriteFile(F("kv.bin"), kv);
@@ -198,7 +194,7 @@ TEST_F(PutGetTest, KvOfTheWholeBlocksOnlyIsAccepted) {
   EXPECT_EQ(Stored(kNs, tokens), kv);
 
   // Fewer tokens than one block: nothing to store, not an error.
-  WriteFile(F("short.bin"), Raw(Tokens(5, 10)));
+  WriteFile(F("short.bin"), Raw(SequentialTokens(5, 10)));
   WriteFile(F("short.kv"), RandomBytes(10 * kBpt, 4));
   r = Put({kNs, "--tokens", F("short.bin"), "--kv", F("short.kv")});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -208,7 +204,7 @@ TEST_F(PutGetTest, KvOfTheWholeBlocksOnlyIsAccepted) {
 TEST_F(PutGetTest, CreateTheNamespaceFirst) {
   // 1 layer, 1 head, head_dim 8, fp32: 64 bytes per token; blocks of 4.
   const std::string layout = "layers=1 kv_heads=1 head_dim=8 dtype=fp32 block_tokens=4";
-  const auto tokens = Tokens(10, 12);
+  const auto tokens = SequentialTokens(10, 12);
   const std::string kv = RandomBytes(12 * 64, 5);
   WriteFile(F("t.bin"), Raw(tokens));
   WriteFile(F("kv.bin"), kv);
@@ -261,7 +257,7 @@ TEST_F(PutGetTest, CreateANamespaceOfAGroupedLayout) {
   const std::string layout =
       "block_tokens=4 group=full:layers=1:kv_heads=1:head_dim=8:dtype=fp32 group=state:layers=3:bytes=10";
   ASSERT_EQ(Layout::Parse(layout)->BytesPerToken(), 80u);
-  const auto tokens = Tokens(10, 12);
+  const auto tokens = SequentialTokens(10, 12);
   const std::string kv = RandomBytes(12 * 80, 6);
   WriteFile(F("t.bin"), Raw(tokens));
   WriteFile(F("kv.bin"), kv);
@@ -288,7 +284,7 @@ TEST_F(PutGetTest, CreateANamespaceOfAGroupedLayout) {
 }
 
 TEST_F(PutGetTest, FilesThatDoNotFitAreUsageErrors) {
-  const auto tokens = Tokens(1000, 40);
+  const auto tokens = SequentialTokens(1000, 40);
   WriteFile(F("t.bin"), Raw(tokens));
   WriteFile(F("kv.bin"), RandomBytes(1000, 6));
   const uint64_t saves = client_->Stats()->saves;
@@ -359,7 +355,7 @@ TEST_F(PutGetTest, FilesThatDoNotFitAreUsageErrors) {
 }
 
 TEST_F(PutGetTest, UnknownNamespace) {
-  WriteFile(F("t.bin"), Raw(Tokens(1, 16)));
+  WriteFile(F("t.bin"), Raw(SequentialTokens(1, 16)));
   WriteFile(F("kv.bin"), RandomBytes(16 * kBpt, 8));
   ToolRun r = Put({"no-such", "--tokens", F("t.bin"), "--kv", F("kv.bin")});
   EXPECT_EQ(r.rc, 1);
@@ -380,7 +376,7 @@ TEST_F(PutGetTest, UnknownNamespace) {
 }
 
 TEST_F(PutGetTest, AMissWritesAnEmptyFile) {
-  WriteFile(F("t.bin"), Raw(Tokens(123456, 32)));
+  WriteFile(F("t.bin"), Raw(SequentialTokens(123456, 32)));
   WriteFile(F("out.kv"), "old contents");
   ToolRun r = Get({kNs, "--tokens", F("t.bin"), "-o", F("out.kv"), "--tokens-out", F("out.tok")});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -405,12 +401,12 @@ TEST_F(PutGetTest, ExportAnIncrementByKey) {
   // A: 64 tokens. B: A's first 32, then 32 others (splits A at 32).
   // C: A, then 16 more: a third level.   root -- [0,32) -- [32,64) A -- [64,80) C
   //                                                      `- [32,64) B
-  auto a = Tokens(1000, 64);
-  auto b = Tokens(1000, 32);
-  auto b_tail = Tokens(5000, 32);
+  auto a = SequentialTokens(1000, 64);
+  auto b = SequentialTokens(1000, 32);
+  auto b_tail = SequentialTokens(5000, 32);
   b.insert(b.end(), b_tail.begin(), b_tail.end());
   auto c = a;
-  auto c_tail = Tokens(7000, 16);
+  auto c_tail = SequentialTokens(7000, 16);
   c.insert(c.end(), c_tail.begin(), c_tail.end());
   const std::string kv_c = RandomBytes(80 * kBpt, 9);
   std::string kv_b = kv_c.substr(0, 32 * kBpt) + RandomBytes(32 * kBpt, 10);
@@ -507,7 +503,7 @@ TEST_F(PutGetTest, ExportAnIncrementByKey) {
 }
 
 TEST_F(PutGetTest, GetUsageErrors) {
-  WriteFile(F("t.bin"), Raw(Tokens(1, 16)));
+  WriteFile(F("t.bin"), Raw(SequentialTokens(1, 16)));
   const std::string key(32, '0');
   struct Case {
     std::vector<std::string> args;
@@ -532,7 +528,7 @@ TEST_F(PutGetTest, GetUsageErrors) {
 }
 
 TEST_F(PutGetTest, SocketFromTheEnvironment) {
-  WriteFile(F("t.bin"), Raw(Tokens(1, 16)));
+  WriteFile(F("t.bin"), Raw(SequentialTokens(1, 16)));
   WriteFile(F("kv.bin"), RandomBytes(16 * kBpt, 11));
   ToolRun r = RunTool(kPut, {kNs, "--tokens", F("t.bin"), "--kv", F("kv.bin")},
                       {{"PTSTORE_SOCKET", daemon_.socket_path()}});
