@@ -6,9 +6,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
 #include "core/logging.h"
 #include "core/signals.h"
 #include "ptstore/client.h"
@@ -159,12 +161,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ptstore-sched: the PTStore global scheduler (routes requests to serving instances; HTTP + JSON)"};
   Flags flags;
   flags.AddTo(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (std::optional<int> rc = core::ParseCommandLine(app, argc, argv)) return *rc;
 
   core::SetLogProgramName("ptstore-sched");
   auto usage = [](const Status& st) {

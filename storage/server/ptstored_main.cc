@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 
+#include "core/command_line.h"
 #include "core/logging.h"
 #include "core/sd_notify.h"
 #include "core/signals.h"
@@ -225,12 +226,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ptstored: the PTStore node server (DRAM arena of KV prefixes)"};
   Flags flags;
   flags.AddTo(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;  // usage errors exit 2, as documented in ptstored(8)
-  }
+  // Usage errors exit 2, as documented in ptstored(8).
+  if (std::optional<int> rc = core::ParseCommandLine(app, argc, argv)) return *rc;
 
   core::SetLogProgramName("ptstored");
   storage::DaemonConfig cfg;

@@ -18,7 +18,12 @@ from vllm_src.testing import require_vllm_src
 
 require_vllm_src()
 
+from vllm_src import config as C  # noqa: E402
 from vllm_src import engine as E  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: E402
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 
 from vllm_src.testing import engines, finished_ok, no_stand_ins, ns, params, prompt  # noqa: E402,F401
 from ptstore.vllm.paged import backend_dims  # noqa: E402
@@ -95,7 +100,7 @@ def test_cache_salt_isolates(engines, ns):
 
 # ------------------------------------------------------------------------------------------------ failed loads
 def test_vllms_default_policy_is_fail_and_the_connector_makes_it_recompute(engines, ns):
-    cfg = E.vllm_config(socket="/nonexistent", layers=2, kv_heads=2, head_size=16, block_size=16)
+    cfg = C.vllm_config(socket="/nonexistent", layers=2, kv_heads=2, head_size=16, block_size=16)
     assert cfg.kv_transfer_config.kv_load_failure_policy == "fail"  # vLLM's own default
     e = engines(ns)
     assert e.cfg.kv_transfer_config.kv_load_failure_policy == "recompute"
@@ -176,14 +181,14 @@ def test_with_load_failure_policy_fail_vllm_fails_the_request(engines, ns, clien
 
 
 # ------------------------------------------------------------------------------------------------ backends
-@pytest.mark.parametrize("backend", sorted(E.BACKEND_DIMS))
+@pytest.mark.parametrize("backend", sorted(C.BACKEND_DIMS))
 def test_the_connector_reads_each_backends_layout_from_vllm(backend):
-    cls = E.backend_class(backend)
-    assert backend_dims(cls, 16, 64) == E.BACKEND_DIMS[backend]
-    assert backend_dims(cls, 128, 128) == E.BACKEND_DIMS[backend]  # block size == head size
+    cls = C.backend_class(backend)
+    assert backend_dims(cls, 16, 64) == C.BACKEND_DIMS[backend]
+    assert backend_dims(cls, 128, 128) == C.BACKEND_DIMS[backend]  # block size == head size
 
 
-@pytest.mark.parametrize("backend", sorted(E.BACKEND_DIMS))
+@pytest.mark.parametrize("backend", sorted(C.BACKEND_DIMS))
 @pytest.mark.parametrize("kv_heads", [2, 16])  # 16: as many KV heads as tokens per block
 def test_every_dense_backend_saves_and_loads_the_models_bytes(engines, ns, client, backend, kv_heads):
     a = engines(ns, backend=backend, kv_heads=kv_heads)
@@ -218,7 +223,7 @@ def test_every_backend_of_the_snapshot_maps_or_is_refused_by_name():
     """Each AttentionBackendEnum member: a dense layout the connector maps exactly as the test's table says, or
     a refusal naming the backend (MLA, state and other caches)."""
     mapped, refused, unloadable = [], [], []
-    for member in E.AttentionBackendEnum:
+    for member in AttentionBackendEnum:
         try:
             cls = member.get_class()
         except Exception:  # noqa: BLE001 - needs compiled parts this machine lacks
@@ -230,10 +235,10 @@ def test_every_backend_of_the_snapshot_maps_or_is_refused_by_name():
             assert member.name in str(e) or cls.get_name() in str(e)
             refused.append(member.name)
             continue
-        if member.name in E.BACKEND_DIMS:
-            assert dims == E.BACKEND_DIMS[member.name], member.name
+        if member.name in C.BACKEND_DIMS:
+            assert dims == C.BACKEND_DIMS[member.name], member.name
         mapped.append(member.name)
-    assert set(E.BACKEND_DIMS) <= set(mapped)
+    assert set(C.BACKEND_DIMS) <= set(mapped)
     assert any("MLA" in n for n in refused), refused
 
 
@@ -429,7 +434,7 @@ def test_with_layerwise_false_vllm_may_keep_full_cuda_graphs_and_kv_still_moves(
     (the worker runs the layers as a captured graph would: maybe_transfer_kv_layer never runs)."""
     a = engines(ns, extra={"layerwise": False}, graph_replay=True)
     b = engines(ns, extra={"layerwise": False}, graph_replay=True)
-    cls = E.KVConnectorFactory.get_connector_class(a.cfg.kv_transfer_config)
+    cls = KVConnectorFactory.get_connector_class(a.cfg.kv_transfer_config)
     assert cls.requires_piecewise_for_cudagraph(a.cfg.kv_transfer_config.kv_connector_extra_config) is False
     assert cls.requires_piecewise_for_cudagraph({}) is True  # the default: per-layer calls
     doc = prompt(100)
@@ -498,7 +503,7 @@ def assert_store_holds_every_groups_kv(client, engine, ns, tokens):
     blocks = torch.empty((n // bt, layout.bytes_per_block), dtype=torch.uint8)
     assert client.load(ns, np.asarray(tokens[:n], dtype=np.uint32), blocks) == n
     kv = engine.oracle.kv(tokens[:n])  # (n, layers, parts, heads, dim)
-    index = {name: i for i, name in enumerate(E.layer_names(engine.oracle.layers))}
+    index = {name: i for i, name in enumerate(C.layer_names(engine.oracle.layers))}
     for g, group in enumerate(engine.kcc.kv_cache_groups):
         layers = sorted(index[name] for name in group.layer_names)
         off, size = layout.group_offset(g), layout.group_bytes_per_block(g)
@@ -516,7 +521,7 @@ def test_vllm_keeps_its_hybrid_kv_cache_manager_for_ptstore():
     from ptstore.vllm import PTStoreConnector
 
     assert supports_hma(PTStoreConnector)
-    cfg = E.vllm_config(socket="/nonexistent", layers=4, kv_heads=2, head_size=16, block_size=16)
+    cfg = C.vllm_config(socket="/nonexistent", layers=4, kv_heads=2, head_size=16, block_size=16)
     assert cfg.scheduler_config.disable_hybrid_kv_cache_manager is False
 
 
@@ -612,14 +617,14 @@ def test_kv_cache_specs_it_cannot_store_are_refused_at_start_by_name(daemon):
     import torch
     from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, MambaSpec
 
-    cfg = E.vllm_config(socket=daemon.socket, layers=2, kv_heads=2, head_size=16, block_size=16)
+    cfg = C.vllm_config(socket=daemon.socket, layers=2, kv_heads=2, head_size=16, block_size=16)
     for spec, name in [(MambaSpec(block_size=16, shapes=((4, 8),), dtypes=(torch.float16,)), "MambaSpec"),
                        (ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=2, head_size=16, dtype=torch.float16,
                                                   attention_chunk_size=64), "ChunkedLocalAttentionSpec")]:
-        kcc = E.KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
-                              kv_cache_groups=[E.KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)])
+        kcc = KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
+                            kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)])
         with pytest.raises(ValueError, match=name):
-            E.KVConnectorFactory.create_connector(config=cfg, role=E.KVConnectorRole.SCHEDULER, kv_cache_config=kcc)
+            KVConnectorFactory.create_connector(config=cfg, role=KVConnectorRole.SCHEDULER, kv_cache_config=kcc)
 
 
 # ------------------------------------------------------------------------------------------------ logits proof
@@ -675,7 +680,7 @@ def test_the_logits_proof_has_teeth(engines, ns, kinds):
 def test_mla_backends_keep_the_latent_cache_the_connector_maps(backend):
     """vLLM's MLA backends (those that load here) keep [blocks, block_size, latent]: mapped as a latent cache,
     and refused as a dense K/V cache (a layer whose spec is not MLA)."""
-    cls = E.backend_class(backend)
+    cls = C.backend_class(backend)
     assert backend_dims(cls, 16, 576, latent=True) == ("block", "slot", "dim")
     assert backend_dims(cls, 64, 16, latent=True) == ("block", "slot", "dim")  # block size > head size
     with pytest.raises(ValueError, match="not a dense K/V cache"):

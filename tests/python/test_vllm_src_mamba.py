@@ -18,7 +18,11 @@ from vllm_src.testing import require_vllm_src
 
 require_vllm_src()
 
-from vllm_src import engine as E  # noqa: E402
+from vllm_src import config as C  # noqa: E402
+from vllm_src import engine as E  # noqa: E402,F401
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec  # noqa: E402
 from vllm_src.testing import engines, finished_ok, no_stand_ins, ns, params, prompt  # noqa: E402,F401
 
 from ptstore.vllm.groups import STATE_TAG_BYTES, state_tag  # noqa: E402
@@ -62,7 +66,7 @@ def assert_stored_states_are_the_models(client, engine, ns, tokens):
     for i in valid_state_blocks(client, ns, tokens):
         for g, group in enumerate(engine.kcc.kv_cache_groups):
             spec = group.kv_cache_spec
-            if not isinstance(spec, E.MambaSpec):
+            if not isinstance(spec, MambaSpec):
                 continue
             off, sb = layout.group_offset(g), layout.groups[g].state_bytes
             names = sorted(group.layer_names, key=lambda n: w.mamba_layers[n].index)
@@ -225,15 +229,15 @@ def test_mamba_specs_it_cannot_store_are_refused_at_start_by_name(daemon):
     state per request, no block states) are refused when the connector starts, naming the layer."""
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    cfg = E.vllm_config(socket=daemon.socket, layers=2, kv_heads=2, head_size=16, block_size=16)
-    shapes, dtypes = E.state_shapes(2)
+    cfg = C.vllm_config(socket=daemon.socket, layers=2, kv_heads=2, head_size=16, block_size=16)
+    shapes, dtypes = C.state_shapes(2)
     for spec, what in [(MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode="all",
                                   num_speculative_blocks=2), "speculative"),
                        (MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode="none"), "'none'")]:
-        kcc = E.KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
-                              kv_cache_groups=[E.KVCacheGroupSpec(["model.layers.0.mixer"], spec)])
+        kcc = KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
+                            kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.mixer"], spec)])
         with pytest.raises(ValueError, match=what):
-            E.KVConnectorFactory.create_connector(config=cfg, role=E.KVConnectorRole.SCHEDULER, kv_cache_config=kcc)
+            KVConnectorFactory.create_connector(config=cfg, role=KVConnectorRole.SCHEDULER, kv_cache_config=kcc)
 
 
 @pytest.mark.parametrize("mamba_mode", ["all", "align"])

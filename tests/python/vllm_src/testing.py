@@ -1,6 +1,6 @@
 """What the test modules that run PTStoreConnector inside vLLM's code share (test_vllm_src*.py).
 
-``require_vllm_src()`` (at a module's top, before it imports vllm_src.engine): skips the module, naming the
+``require_vllm_src()`` (at a module's top, before it imports vllm_src.config or .engine): skips the module, naming the
 variable, where there is no vLLM snapshot; an error instead under PTSTORE_VLLM_REQUIRED=1 (ctest sets it where
 the snapshot was present at configure time). The fixtures are imported by name into each module:
 ``no_stand_ins`` (autouse: a test fails if anything stood in for is used while it runs), ``ns`` (a namespace
