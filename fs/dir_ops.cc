@@ -184,7 +184,7 @@ void ReplyListing(fuse_req_t req, fuse_ino_t ino, const Listing& listing, size_t
   // Not zero-filled: the kernel asks for as much as the caller's getdents
   // buffer, and only `used` bytes go back.
   std::unique_ptr<char[]> buf(new char[size]);
-  auto lock = fs->lock_reply();
+  core::ReaderLock lock(fs->reply_mu());
   const Filesystem::CacheTimes times = fs->TimesFor(listing.gen);
   const size_t used = FillListing(req, fs, ino, listing, off, plus, times, buf.get(), size);
   fuse_reply_buf(req, buf.get(), used);

@@ -19,7 +19,6 @@
 #include <fuse_lowlevel.h>
 
 #include <memory>
-#include <shared_mutex>
 #include <unordered_map>
 
 #include "core/mutex.h"
@@ -73,7 +72,7 @@ class Filesystem {
 
   // How long the kernel may keep an entry and attributes built from what
   // the store said at cache generation `gen` (read before asking), while
-  // the caller holds lock_reply(): the mount's timeouts while the watcher
+  // the caller holds reply_mu() shared: the mount's timeouts while the watcher
   // keeps the kernel's cache exact; 0 when a change was applied since
   // `gen` (the answer may predate it); at most 1 s while polls fail.
   struct CacheTimes {
@@ -81,10 +80,10 @@ class Filesystem {
     double attr = 0;
     bool fresh = false;  // the answer may be kept (cached listings too)
   };
-  CacheTimes TimesFor(uint64_t gen) const;
-  // Held (shared) from TimesFor to the reply: the watcher moves the
-  // generation under it held exclusively.
-  std::shared_lock<std::shared_mutex> lock_reply() { return std::shared_lock(reply_mu_); }
+  CacheTimes TimesFor(uint64_t gen) const REQUIRES_SHARED(reply_mu_);
+  // Held (shared: core::ReaderLock) from TimesFor to the reply; the
+  // watcher moves the generation under it held exclusively.
+  core::SharedMutex& reply_mu() RETURN_CAPABILITY(reply_mu_) { return reply_mu_; }
   const MountOptions& options() const { return options_; }
   Client* client() const { return client_.get(); }
   // Requests served since the mount (every operation but init).
@@ -102,11 +101,10 @@ class Filesystem {
   Invalidator invalidator_;
   MetaCache cache_;
   ListingCache listings_;
-  // Guards no member: it orders replies against the watcher's generation
-  // moves (lock_reply). A std::shared_mutex, not a core::SharedMutex:
-  // lock_reply hands its lock to the caller, across a return the analysis
-  // cannot follow.
-  std::shared_mutex reply_mu_;
+  // Guards no member of its own: it orders replies against the watcher's
+  // generation moves (ChangeWatcher holds it exclusively; TimesFor and
+  // each reply after it, shared).
+  core::SharedMutex reply_mu_;
   std::unique_ptr<ChangeWatcher> watcher_;
   std::atomic<uint64_t> requests_{0};
   core::Mutex open_mu_;

@@ -29,7 +29,7 @@ void ReplyEntry(fuse_req_t req, fuse_ino_t parent, const char* name, const Found
   if (IsIncrementFile(found.ref)) fs->inodes().NoteSize(e.ino, static_cast<uint64_t>(found.st.st_size));
   e.attr = found.st;
   e.attr.st_ino = e.ino;
-  auto lock = fs->lock_reply();
+  core::ReaderLock lock(fs->reply_mu());
   const Filesystem::CacheTimes t = fs->TimesFor(gen);
   e.attr_timeout = t.attr;
   e.entry_timeout = t.entry;
@@ -38,7 +38,7 @@ void ReplyEntry(fuse_req_t req, fuse_ino_t parent, const char* name, const Found
 
 void ReplyAttr(fuse_req_t req, const struct stat& st, uint64_t gen) {
   Filesystem* fs = Fs(req);
-  auto lock = fs->lock_reply();
+  core::ReaderLock lock(fs->reply_mu());
   fuse_reply_attr(req, &st, fs->TimesFor(gen).attr);
 }
 

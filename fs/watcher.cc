@@ -10,7 +10,7 @@
 namespace ptstore::fs {
 
 ChangeWatcher::ChangeWatcher(Client* client, std::chrono::milliseconds interval, MetaCache* cache, InodeTable* inodes,
-                             Invalidator* invalidator, std::shared_mutex* reply_mu)
+                             Invalidator* invalidator, core::SharedMutex* reply_mu)
     : client_(client),
       interval_(interval),
       cache_(cache),
@@ -52,7 +52,7 @@ void ChangeWatcher::Poll() {
       if (healthy()) {
         // Nothing can be vouched for now: no cache, short kernel timeouts,
         // and a full invalidation once the store answers again.
-        std::unique_lock lock(*reply_mu_);
+        core::WriterLock lock(*reply_mu_);
         healthy_.store(false, std::memory_order_release);
         cache_->SetEnabled(false);
       }
@@ -61,7 +61,7 @@ void ChangeWatcher::Poll() {
     }
     if (r->lost) {
       {
-        std::unique_lock lock(*reply_mu_);
+        core::WriterLock lock(*reply_mu_);
         cache_->SetEnabled(true);  // empty, a new generation
         healthy_.store(true, std::memory_order_release);
       }
@@ -127,7 +127,7 @@ void ChangeWatcher::Apply(const TreeChanges& batch) {
     inode(NodeRef{NodeKind::kLayoutFile, c.ns, {}}, false);
   }
   {
-    std::unique_lock lock(*reply_mu_);
+    core::WriterLock lock(*reply_mu_);
     for (const TreeChange& c : batch.changes) cache_->Apply(c);
   }
   for (const auto& [dir, name] : entries) invalidator_->Entry(dir, name);

@@ -37,7 +37,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <shared_mutex>
 #include <thread>
 
 #include "core/mutex.h"
@@ -51,7 +50,7 @@ namespace ptstore::fs {
 class ChangeWatcher {
  public:
   ChangeWatcher(Client* client, std::chrono::milliseconds interval, MetaCache* cache, InodeTable* inodes,
-                Invalidator* invalidator, std::shared_mutex* reply_mu);
+                Invalidator* invalidator, core::SharedMutex* reply_mu);
   ~ChangeWatcher();  // Stop()
   ChangeWatcher(const ChangeWatcher&) = delete;
   ChangeWatcher& operator=(const ChangeWatcher&) = delete;
@@ -78,7 +77,7 @@ class ChangeWatcher {
   MetaCache* const cache_;
   InodeTable* const inodes_;
   Invalidator* const invalidator_;
-  std::shared_mutex* const reply_mu_;  // Filesystem's (its comment says why not a core::SharedMutex)
+  core::SharedMutex* const reply_mu_;  // Filesystem's
 
   uint64_t epoch_ = 0;  // poll thread only
   uint64_t next_ = 0;

@@ -463,7 +463,14 @@ TEST(ServerTest, ServerKilledDuringLoadsGivesErrorsNotHangsOrWrongBytes) {
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Killed once loads are being served (a fixed 300 ms was too short for
+  // the first 64 MiB load, faulting in its destination, on a loaded
+  // 2-core machine), and a little into the next one.
+  const auto serving_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ok_loads.load() == 0 && errors.load() == 0 && std::chrono::steady_clock::now() < serving_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   d.Kill();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   stop = true;
