@@ -48,18 +48,7 @@ PromExposition Scrape(uint16_t port) {
   return p.ok() ? *p : PromExposition{};
 }
 
-// A TCP port nobody listens on right now (a small race, retried by callers).
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::FreePort;  // a small race, retried by callers
 
 TEST(MetricsDaemonTest, CountersMoveWithClientTraffic) {
   Daemon d;

@@ -13,9 +13,6 @@
 
 namespace ptstore::testing {
 
-// A TCP port nothing listens on right now (bind to port 0, then close).
-uint16_t FreePort();
-
 class TestCluster {
  public:
   struct Options {

@@ -1,6 +1,7 @@
 #include "tests/testing/daemon.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -40,6 +41,19 @@ std::string MakeTempDir(const std::string& prefix) {
   if (mkdtemp(buf.data()) == nullptr) return "";
   chmod(buf.data(), 0755);
   return buf.data();
+}
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 std::string ReadFile(const std::string& path) {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ std::string PtstoredPath();
 std::string MakeTempDir(const std::string& prefix);
 // The contents of a file; empty when it cannot be read.
 std::string ReadFile(const std::string& path);
+// A loopback TCP port nothing listens on right now (bound to port 0, then
+// closed: another process may take it before the caller binds it).
+uint16_t FreePort();
 
 // Starts `args` (args[0]: the binary's path, or a name looked up on $PATH)
 // in a child process with its standard output and error going to `log`. The
