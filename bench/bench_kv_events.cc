@@ -45,7 +45,7 @@ namespace {
 struct Options {
   int rounds = 6, saves = 400, decisions = 4000, pairs = 3;
   uint32_t tokens = 256;
-  bool quick = false;
+  bool quick = false, print_rounds = false;
   int subscriber_nice = 0;
   std::string events_config;  // a config file for the server with events ([events] keys)
 };
@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
                  "nice levels for the in-process subscriber's threads (0: at the saves' priority; 10: a router "
                  "that takes only the cycles saves leave, as on its own cores)");
   app.add_option("--events-config", o.events_config, "ptstored config file for the server with events ([events])");
+  app.add_flag("--print-rounds", o.print_rounds, "print every round's saves/s, server by server (where the noise is)");
   CLI11_PARSE(app, argc, argv);
   if (o.quick) o.rounds = 2, o.saves = 60, o.decisions = 300, o.pairs = 1;
   const Layout layout = SmallLayout();
@@ -253,6 +254,14 @@ int main(int argc, char** argv) {
         lag.push_back(std::chrono::duration<double>(at - x.reply).count());
         lag_start.push_back(std::chrono::duration<double>(at - x.start).count());
       }
+    }
+    if (o.print_rounds) {
+      auto show = [&](const char* what, const std::vector<double>& v) {
+        std::printf("pair %d %s:", pair, what);
+        for (double x : v) std::printf(" %.0f", x);
+        std::printf("\n");
+      };
+      show("nobody, off", off0), show("nobody, on ", on0), show("one sub, off", off1), show("one sub, on ", on1);
     }
     pair_r0.push_back(pair_ratio(on0, off0).p50);
     pair_r1.push_back(pair_ratio(on1, off1).p50);

@@ -63,6 +63,13 @@ class KvEventSink {
  public:
   virtual ~KvEventSink() = default;
   virtual void Publish(KvEvent&& e, bool force) = 0;
+  // Whether the changes of namespace `ns` are published at all (false: the
+  // Store makes no event of it). Asked once per namespace, when the sink is
+  // set or the namespace is made, under the Store's mutex.
+  virtual bool Publishes(const std::string& ns) const {
+    (void)ns;
+    return true;
+  }
 };
 
 }  // namespace ptstore::storage

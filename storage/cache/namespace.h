@@ -24,6 +24,7 @@ struct Namespace {
   ChainKey root_key;
   std::unique_ptr<RadixTree> tree;
   std::optional<SsdLocation> record;  // its namespace record on SSD
+  bool quiet = false;                 // the event sink publishes nothing of it (KvEventSink::Publishes)
   // Quotas (ptstore/quota.h; 0: no limit) and what counts against them:
   // Tensor::charged_dram / charged_ssd of its tensors in the index, and the
   // arena bytes of saves copying into it now (not in the index yet).

@@ -115,6 +115,7 @@ Result<NamespaceInfo> Store::CreateNamespace(const std::string& name, const Layo
   n->salt = salt;
   n->root_key = RootKey(name, salt);
   n->tree = std::make_unique<RadixTree>(layout.block_tokens, layout.BytesPerBlock());
+  n->quiet = events_ != nullptr && !events_->Publishes(name);
   WatchTreeLocked(n.get());
   NamespaceInfo info = n->info;
   namespaces_.emplace(name, std::move(n));

@@ -206,8 +206,9 @@ class Store {
   // ------------------------------------------------------------- KV events
   // (store_events.cc, docs/kv-events.md). Sets where this node's events go
   // (nullptr: nowhere) and announces, into the new sink, AllBlocksCleared
-  // and then every block this node holds, medium by medium. The sink must
-  // outlive its use: set nullptr before destroying it.
+  // and then every block this node holds, medium by medium, in each
+  // namespace the sink Publishes. The sink must outlive its use: set
+  // nullptr before destroying it.
   void SetEventSink(KvEventSink* sink) EXCLUDES(mu_);
   // AllBlocksCleared and everything held again, into the current sink
   // (after the sink dropped events).

@@ -9,7 +9,8 @@
 // is published as removed in every medium it was announced in
 // (OnNodeRemovedLocked); a split hands its bits to the upper half (the same
 // blocks). So a subscriber that applies the events in order holds exactly
-// what this node holds.
+// what this node holds, in every namespace the sink publishes: one it does
+// not (`quiet`, KvEventSink::Publishes) makes no event at all.
 #include "storage/cache/store.h"
 
 namespace ptstore::storage {
@@ -46,6 +47,7 @@ void Store::EmitNodeEventLocked(const RadixNode* n, KvEventKind kind, KvMedium m
 }
 
 void Store::SyncNodeEventsLocked(RadixNode* n, uint8_t held, bool force) {
+  if (n->tensor->ns->quiet) return;  // never announced: `announced` stays 0
   const uint8_t was = n->announced;
   if (was == held) return;
   for (uint8_t bit : {kCpuBit, kStorageBit}) {
@@ -74,6 +76,7 @@ void Store::AnnounceLocked(bool force) {
   cleared.kind = KvEventKind::kCleared;
   events_->Publish(std::move(cleared), true);
   for (auto& [name, ns] : namespaces_) {
+    if (ns->quiet) continue;
     std::vector<RadixNode*> stack;
     for (auto& [k, c] : ns->tree->root()->children) stack.push_back(c.get());
     while (!stack.empty()) {
@@ -89,6 +92,7 @@ void Store::AnnounceLocked(bool force) {
 void Store::SetEventSink(KvEventSink* sink) {
   core::MutexLock lk(mu_);
   events_ = sink;
+  for (auto& [name, ns] : namespaces_) ns->quiet = sink != nullptr && !sink->Publishes(name);
   AnnounceLocked(true);
 }
 

@@ -1,5 +1,8 @@
 #include "storage/events/kv_event_publisher.h"
 
+#include <fnmatch.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -52,6 +55,8 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEvents
     return InvalidArgument("kv events: queue_events, buffer_batches and batch_events must be positive");
   }
   std::unique_ptr<KvEventPublisher> p(new KvEventPublisher(options));
+  p->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (p->wake_fd_ < 0) return ErrnoError("kv events: eventfd", errno);
   p->incarnation_ = options.incarnation != 0
                         ? options.incarnation
                         : static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
@@ -119,8 +124,40 @@ KvEventPublisher::~KvEventPublisher() {
     core::MutexLock lk(mu_);
     stop_ = true;
   }
-  wake_.NotifyAll();
+  Signal();
   if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void KvEventPublisher::Signal() {
+  const uint64_t one = 1;
+  // Never blocks (EFD_NONBLOCK); a full counter is already a wake-up.
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
+
+bool KvEventPublisher::Publishes(const std::string& ns) const {
+  for (const std::string& pattern : options_.exclude) {
+    if (fnmatch(pattern.c_str(), ns.c_str(), 0) == 0) return false;
+  }
+  return true;
+}
+
+void KvEventPublisher::WaitForWork(std::optional<std::chrono::steady_clock::time_point> until) {
+  // The replay socket's ZMQ_FD is readable when its state may have changed;
+  // ServeReplays then takes every request (recv until EAGAIN), as ZMQ asks.
+  const int zfd = sockets_->replay.get(zmq::sockopt::fd);
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {zfd, POLLIN, 0}};
+  timespec ts{}, *tsp = nullptr;
+  if (until) {
+    const auto left = std::max(std::chrono::nanoseconds(0), *until - std::chrono::steady_clock::now());
+    ts.tv_sec = static_cast<time_t>(left.count() / 1000000000);
+    ts.tv_nsec = static_cast<long>(left.count() % 1000000000);
+    tsp = &ts;
+  }
+  if (::ppoll(fds, 2, tsp, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t n;
+    [[maybe_unused]] ssize_t r = ::read(wake_fd_, &n, sizeof n);
+  }
 }
 
 void KvEventPublisher::Publish(KvEvent&& e, bool force) {
@@ -132,13 +169,15 @@ void KvEventPublisher::Publish(KvEvent&& e, bool force) {
       overflowed_ = true;
       return;
     }
-    // Only a thread asleep on an empty queue is woken: in a stream of events
-    // it is busy, and a save costs a lock and a push, never a wake-up.
-    wake = idle_ && queue_.empty();
+    // Only a thread asleep on an empty queue, or gathering a batch that is
+    // now full, is woken: in a stream of events a save costs a lock and a
+    // push, never a wake-up.
     queue_.push_back(std::move(e));
     stats_.queued++;
+    wake = (idle_ && queue_.size() == 1) || (gathering_ && queue_.size() == options_.batch_events);
+    if (wake) idle_ = gathering_ = false;
   }
-  if (wake) wake_.NotifyOne();
+  if (wake) Signal();
 }
 
 void KvEventPublisher::Flush() {
@@ -152,7 +191,7 @@ void KvEventPublisher::SetPausedForTest(bool paused) {
     core::MutexLock lk(mu_);
     paused_ = paused;
   }
-  wake_.NotifyAll();
+  Signal();
 }
 
 KvEventStats KvEventPublisher::Stats() const {
@@ -163,43 +202,55 @@ KvEventStats KvEventPublisher::Stats() const {
 }
 
 void KvEventPublisher::Loop() {
+  using Clock = std::chrono::steady_clock;
+  const auto delay = std::chrono::microseconds(options_.batch_delay_us);
+  Clock::time_point last_send = Clock::now() - delay;
   std::deque<KvEvent> work;
   for (;;) {
     bool resync = false;
+    std::optional<Clock::time_point> until;  // wait for work: none, no limit
     {
-      core::UniqueLock lk(mu_);
-      // Replay requests are served at least every 5 ms while the queue is idle.
-      idle_ = true;
-      wake_.WaitFor(lk, std::chrono::milliseconds(5),
-                    [&]() REQUIRES(mu_) { return stop_ || (!queue_.empty() && !paused_); });
-      idle_ = false;
+      core::MutexLock lk(mu_);
+      idle_ = gathering_ = false;
       if (queue_.empty() && stop_) break;
-      if (!paused_ || stop_) work.swap(queue_);
-      taken_ += work.size();
-      if (work.empty() && overflowed_ && !paused_) {
+      if (!queue_.empty() && (!paused_ || stop_)) {
+        // A batch goes batch_delay_us after the last, or once batch_events
+        // are queued, or at once to shut down.
+        const Clock::time_point due = last_send + delay;
+        if (stop_ || queue_.size() >= options_.batch_events || Clock::now() >= due) {
+          work.swap(queue_);
+          taken_ += work.size();
+        } else {
+          gathering_ = true;
+          until = due;
+        }
+      } else if (overflowed_ && !paused_) {
         overflowed_ = false;
         stats_.resyncs++;
         resync = true;
+      } else {
+        idle_ = true;
       }
     }
-    ServeReplays();
-    if (resync && resync_) {
-      PTS_WARN("events", "the event queue overflowed: announcing everything this node holds again");
-      resync_();
+    if (work.empty() && !resync) {
+      WaitForWork(until);
+      ServeReplays();
       continue;
     }
-    if (!work.empty()) {
-      const uint64_t n = work.size();
-      Send(work);
-      {
-        core::MutexLock lk(mu_);
-        done_ += n;
-        sent_cv_.NotifyAll();
+    ServeReplays();
+    if (resync) {
+      if (resync_) {
+        PTS_WARN("events", "the event queue overflowed: announcing everything this node holds again");
+        resync_();
       }
-      // More are likely on their way: gather them for batch_delay_us (one
-      // batch, one send, no wake-ups) before looking again.
-      if (options_.batch_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(options_.batch_delay_us));
+      continue;
     }
+    const uint64_t n = work.size();
+    Send(work);
+    last_send = Clock::now();
+    core::MutexLock lk(mu_);
+    done_ += n;
+    sent_cv_.NotifyAll();
   }
   core::MutexLock lk(mu_);
   sent_cv_.NotifyAll();

@@ -19,6 +19,14 @@
 // than the stream loses messages at the PUB socket's high-water mark (ZMQ
 // never blocks a PUB) and sees the gap in the sequence numbers.
 //
+// The thread sleeps until there is work: a poll on the replay socket and an
+// eventfd that Publish signals when an event lands in an empty queue while
+// the thread waits for one (one write per burst, none per save). After a
+// send it gathers events for batch_delay_us before the next (fewer, larger
+// batches: one wake-up of it, of ZMQ and of every subscriber per batch), or
+// less once batch_events are queued. A lone event after a quiet spell goes
+// out at once.
+//
 // The publisher's thread, and ZMQ's I/O thread it starts, run kNiceIncrement
 // nice levels below the thread that called Start (best effort): on a busy
 // machine they take the cycles saves leave, not the saves' own.
@@ -28,12 +36,15 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/mutex.h"
 #include "core/prometheus.h"
@@ -53,6 +64,7 @@ struct KvEventsOptions {
   uint64_t hwm = 100000;            // PUB high-water mark, messages per subscriber
   uint64_t batch_events = 256;      // at most this many events in one batch
   uint64_t batch_delay_us = 1000;   // after a send, gather events this long before the next (0: none)
+  std::vector<std::string> exclude; // namespaces (fnmatch patterns of their names) that publish nothing
   KvCodecOptions codec;
   uint32_t node_id = 0;
   uint32_t incarnation = 0;         // 0: seconds since the Unix epoch now
@@ -80,6 +92,8 @@ class KvEventPublisher final : public KvEventSink {
   ~KvEventPublisher() override;  // publishes what is queued, then stops
 
   void Publish(KvEvent&& e, bool force) override EXCLUDES(mu_);
+  // False for a namespace that one of options.exclude matches.
+  bool Publishes(const std::string& ns) const override;
   // Blocks until every event queued so far is sent (tests, shutdown).
   void Flush() EXCLUDES(mu_);
 
@@ -99,6 +113,10 @@ class KvEventPublisher final : public KvEventSink {
   void Lower();   // the calling thread's nice value + kNiceIncrement
   Status Bind();  // makes sockets_ and binds them
   void Loop() EXCLUDES(mu_);
+  void Signal();  // wakes the thread (the eventfd)
+  // Until the eventfd or the replay socket is ready, or `until` (none: no
+  // limit) has passed.
+  void WaitForWork(std::optional<std::chrono::steady_clock::time_point> until);
   void ServeReplays() EXCLUDES(mu_);
   void Send(std::deque<KvEvent>& events) EXCLUDES(mu_);
 
@@ -107,15 +125,16 @@ class KvEventPublisher final : public KvEventSink {
   std::string endpoint_, replay_endpoint_;
   std::unique_ptr<Sockets> sockets_;  // made and used by the thread only
   std::function<void()> resync_;
+  int wake_fd_ = -1;  // eventfd: Publish, pauses and the destructor wake the thread
 
   mutable core::Mutex mu_;
-  core::CondVar wake_;
   core::CondVar sent_cv_;
   std::deque<KvEvent> queue_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   bool overflowed_ GUARDED_BY(mu_) = false;
   bool paused_ GUARDED_BY(mu_) = false;
   bool idle_ GUARDED_BY(mu_) = false;   // the thread waits on an empty queue: Publish wakes it
+  bool gathering_ GUARDED_BY(mu_) = false;  // it gathers a batch: Publish wakes it at batch_events
   uint64_t taken_ GUARDED_BY(mu_) = 0;  // events the thread took from the queue
   uint64_t done_ GUARDED_BY(mu_) = 0;   // of those, sent
   KvEventStats stats_ GUARDED_BY(mu_);

@@ -197,7 +197,7 @@ Status ApplyEventsSection(const toml::table& events, DaemonConfig* config) {
   KvEventsOptions& e = config->events;
   PTS_RETURN_IF_ERROR(CheckKeys(events, "events",
                                 {"enabled", "bind", "port", "replay_port", "queue_events", "buffer_batches",
-                                 "hwm", "batch_events", "batch_delay_us", "salted_tokens", "block_hash"}));
+                                 "hwm", "batch_events", "batch_delay_us", "salted_tokens", "block_hash", "exclude"}));
   PTS_RETURN_IF_ERROR(Field(events, "enabled", &e.enabled));
   PTS_RETURN_IF_ERROR(Field(events, "bind", &e.bind));
   if (e.bind.empty()) return InvalidArgument("config: events.bind must not be empty");
@@ -217,6 +217,17 @@ Status ApplyEventsSection(const toml::table& events, DaemonConfig* config) {
   Result<KvHashFormat> format = ParseBlockHashFormat(hash);
   if (!format.ok()) return format.status().WithContext("config: events.block_hash");
   e.codec.hash = *format;
+  if (const toml::node* n = events.get("exclude")) {
+    const toml::array* patterns = n->as_array();
+    if (patterns == nullptr) return InvalidArgument("config: events.exclude must be an array of namespace patterns");
+    for (const toml::node& p : *patterns) {
+      std::optional<std::string> v = p.value<std::string>();
+      if (!v || v->empty()) {
+        return InvalidArgument("config: events.exclude must hold non-empty strings (fnmatch patterns of namespace names)");
+      }
+      e.exclude.push_back(*v);
+    }
+  }
   return Status::OK();
 }
 

@@ -100,6 +100,7 @@ Status Node::StartEvents(const DaemonConfig& cfg) {
   store_->SetEventSink(events_.get());
   PTS_INFO("events", "kv events on " << events_->endpoint() << " replay " << events_->replay_endpoint()
                                      << " incarnation " << events_->incarnation());
+  for (const std::string& p : options.exclude) PTS_INFO("events", "namespaces matching '" << p << "' publish nothing");
   return Status::OK();
 }
 

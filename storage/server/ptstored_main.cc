@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <vector>
 
 #include "core/command_line.h"
 #include "core/logging.h"
@@ -43,6 +44,7 @@ struct Flags {
   bool events = false;
   std::optional<uint16_t> events_port, events_replay_port;
   std::string events_bind;
+  std::vector<std::string> events_exclude;
 
   // Declares the flags on `app`, each bound to its field.
   void AddTo(CLI::App& app);
@@ -83,6 +85,9 @@ void Flags::AddTo(CLI::App& app) {
   app.add_option("--events-port", events_port, "KV events: the ZMQ PUB port (implies --events)");
   app.add_option("--events-replay-port", events_replay_port, "KV events: the ZMQ ROUTER replay port (implies --events)");
   app.add_option("--events-bind", events_bind, "KV events: the address to bind (default 127.0.0.1)");
+  app.add_option("--events-exclude", events_exclude,
+                 "KV events: namespaces (fnmatch patterns of their names, repeatable) that publish nothing; "
+                 "added to [events] exclude");
 }
 
 Status Flags::ApplyTo(storage::DaemonConfig* cfg) const {
@@ -131,6 +136,10 @@ Status Flags::ApplyTo(storage::DaemonConfig* cfg) const {
   if (events_port) cfg->events.port = *events_port;
   if (events_replay_port) cfg->events.replay_port = *events_replay_port;
   if (!events_bind.empty()) cfg->events.bind = events_bind;
+  for (const std::string& p : events_exclude) {
+    if (p.empty()) return InvalidArgument("--events-exclude: a pattern must not be empty");
+    cfg->events.exclude.push_back(p);
+  }
   if (cfg->events.port != 0 && cfg->events.port == cfg->events.replay_port) {
     return InvalidArgument("the KV events' PUB and replay ports must differ");
   }

@@ -369,6 +369,47 @@ def test_restart_is_a_new_incarnation_that_announces_what_ssd_kept(tmp_path):
         d.stop()
 
 
+def test_excluded_namespaces_publish_nothing_and_stay_out_after_a_restart(tmp_path):
+    """[events] exclude and --events-exclude: a namespace that matches makes no event (saves, removals, a drop,
+    the announcement after a restart); the others are exact as ever."""
+    ssd = tmp_path / "ssd"
+    ssd.mkdir()
+    cfg = tmp_path / "events.toml"
+    cfg.write_text('[events]\nenabled = true\nexclude = ["scratch-*"]\n')
+    args = ["--config", str(cfg), "--events-exclude", "private", "--ssd-dir", str(ssd), "--ssd-capacity", "64MiB",
+            "--no-prefault"]
+    d = ptstore.testing.Daemon(arena_size="16MiB", extra_args=args).start()
+    try:
+        assert "namespaces matching 'scratch-*' publish nothing" in d.log()
+        v = subscribe(d)
+        with ptstore.Client(d.socket) as c:
+            names = ["kept", "scratch-a", "scratch-b", "private", "private2"]
+            layouts = {n: make_ns(c, n) for n in names}
+            for i, n in enumerate(names):
+                for j in range(3):
+                    p = tokens(8 * BLOCK, 600 + 10 * i + j)
+                    c.save(n, p, kv(p, layouts[n]))
+            c.remove("scratch-a", tokens(8 * BLOCK, 610))
+            c.drop_namespace("scratch-b")
+            wait_until(lambda: agrees(v, c, "kept") and agrees(v, c, "private2"), what="kept and private2")
+            assert len(v.held("kept")) == 24 and len(v.held("private2")) == 24
+            published = {e.lora_name for _, b in v.replay_from(0) for e in decode_batch(b, KV).events
+                         if isinstance(e, KV.BlockStored)}
+            assert published == {"kept", "private2"}, published
+        d.stop()  # persists to SSD at shutdown
+        d = ptstore.testing.Daemon(arena_size="16MiB", extra_args=args).start()
+        pub, replay, _ = endpoints(d.log())
+        v.close()
+        v.connect(pub, replay)
+        v.sync()
+        with ptstore.Client(d.socket) as c:
+            assert len(c.list_tree("scratch-a", recursive=True)) == 2, "the quiet namespace is still held"
+            wait_until(lambda: agrees(v, c, "kept"), what="kept after the restart")
+        assert {ns for ns, _ in v.blocks} == {"kept", "private2"}, "the announcement skips excluded namespaces"
+    finally:
+        d.stop()
+
+
 def post_raw(d, path, body: bytes, content_type=None):
     import re
     port = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", d.log())[-1]
@@ -483,6 +524,8 @@ def test_query_api_answers_longest_match_by_tier(node):
     ("[events]\nblock_hash = \"sha\"\n", "is not \"int\" or \"bytes\""),
     ("[events]\nqueue = 5\n", "unknown key 'queue' in [events]"),
     ("[events]\nqueue_events = 0\n", "events.queue_events must be in"),
+    ("[events]\nexclude = \"scratch-*\"\n", "events.exclude must be an array"),
+    ("[events]\nexclude = [\"a\", 3]\n", "events.exclude must hold non-empty strings"),
 ])
 def test_bad_events_config_is_refused_with_a_clear_message(tmp_path, config, message):
     cfg = tmp_path / "bad.toml"
