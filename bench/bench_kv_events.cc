@@ -1,9 +1,10 @@
 // bench_kv_events: the KV-event stream's costs and what routing from it buys
 // (docs/kv-events.md), all as ratios against baselines of the same run.
 //
-//   1. Save throughput of a ptstored with --events against one without (the
-//      same saves, rounds alternating between them, on --pairs fresh pairs of
-//      servers): target >= 0.98.
+//   1. Save throughput with events on against off (target >= 0.98): into a
+//      namespace a --events ptstored publishes against one the same server
+//      excludes, and against a server without --events; rounds rotating
+//      between the three, on --pairs fresh pairs of servers.
 //   2. Events per second one node publishes while saving at full speed (the
 //      events a subscriber of that node received, over the saves' time).
 //   3. Lag from a save's reply to its BlockStored at a subscriber (p50, p99).
@@ -81,12 +82,13 @@ bool Endpoints(const std::string& log, std::string* pub, std::string* replay) {
   return found;
 }
 
-// Receives BlockStored events and stamps the time each last block hash arrived.
+// Receives BlockStored events and stamps the time each last block hash
+// arrived; counts the batches of namespace `quiet` (there must be none).
 class Stamper {
  public:
   // `nice`: the subscriber's thread and ZMQ's I/O thread run that many nice
   // levels below this process (0: beside the saves, at their priority).
-  Stamper(const std::string& pub, int nice) {
+  Stamper(const std::string& pub, int nice, const std::string& quiet) : quiet_topic_end_("@" + quiet) {
     std::promise<void> ready;
     thread_ = std::thread([this, pub, nice, &ready] {
       if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), std::min(19, nice));
@@ -104,6 +106,7 @@ class Stamper {
     thread_.join();
   }
   uint64_t events() const { return events_; }
+  uint64_t quiet_events() const { return quiet_; }
   bool Arrival(uint64_t hash, Clock::time_point* t) EXCLUDES(mu_) {
     core::MutexLock lk(mu_);
     auto it = seen_.find(hash);
@@ -125,6 +128,7 @@ class Stamper {
       } while (f.back().more());
       const auto now = Clock::now();
       if (f.size() != 3) continue;
+      if (f[0].to_string().ends_with(quiet_topic_end_)) quiet_++;
       auto h = msgpack::unpack(static_cast<const char*>(f[2].data()), f[2].size());
       const auto& ev = h.get().via.array.ptr[1].via.array;
       core::MutexLock lk(mu_);
@@ -140,7 +144,8 @@ class Stamper {
   zmq::context_t ctx_;
   zmq::socket_t sub_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> events_{0};
+  std::atomic<uint64_t> events_{0}, quiet_{0};
+  const std::string quiet_topic_end_;
   core::Mutex mu_;
   std::unordered_map<uint64_t, Clock::time_point> seen_ GUARDED_BY(mu_);
   std::thread thread_;
@@ -156,9 +161,9 @@ int Fail(const Status& s) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"bench_kv_events: KV events on vs off, events/s, lag, routing from events vs LocatePrefix"};
-  app.add_option("--rounds", o.rounds, "alternating rounds per server");
+  app.add_option("--rounds", o.rounds, "rounds per server pair (each saves the three ways once, in a rotating order)");
   app.add_option("--pairs", o.pairs, "server pairs (events off, on), each fresh, one after the other")->check(CLI::Range(1, 100));
-  app.add_option("--saves", o.saves, "saves per round");
+  app.add_option("--saves", o.saves, "saves per way and round");
   app.add_option("--tokens", o.tokens, "tokens per saved prompt (16-token blocks, 2 KiB per token)");
   app.add_option("--decisions", o.decisions, "routing decisions per index");
   app.add_flag("--quick", o.quick, "a small configuration (the suite's)");
@@ -175,29 +180,35 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> kv(bytes, 0x5a);
 
   // ------------------------------------------------ 1-3: one node, on vs off
-  // `pairs` times with fresh servers: on this VM a ptstored is now and then
-  // slow for its whole life (2-3x, with events on or off alike: its memory,
-  // not its code), which moves every round of that pair; the figure is the
-  // median over the server pairs of each pair's median of adjacent rounds.
+  // Three ways to save, rounds rotating between them: into a namespace that
+  // a --events server publishes ("on"); into one that the same server
+  // excludes (--events-exclude, "quiet": the same process, nothing
+  // published); into a server without --events ("off"). On this VM a
+  // ptstored is now and then faster or slower than another for its whole
+  // life by 10-35% (its memory and where the scheduler puts its threads, not
+  // its code), so on/quiet, in one process, is the figure; on/off, across
+  // two, is printed beside it. `pairs` times with fresh servers; a figure is
+  // the median over the pairs of each pair's median over rounds of the
+  // ratio within a round.
+  enum Way { kOn = 0, kQuiet = 1, kOff = 2 };
+  const char* const kNs[3] = {"bench", "bench-quiet", "bench"};
   struct Sent {
     uint64_t seed;  // of the prompt
     Clock::time_point start, reply;
   };
-  std::vector<double> rate_on0, rate_off0, rate_on, rate_off, lag, lag_start, pair_r0, pair_r1;
+  struct Phase {  // nobody subscribed, or one subscriber
+    std::vector<double> rate[3];                 // every round's saves/s, pooled over pairs
+    std::vector<double> pair_quiet, pair_off;    // per pair: median over rounds of on/quiet, on/off
+  };
+  Phase phases[2];
+  std::vector<double> lag, lag_start;
   uint64_t seed = 1, missing = 0, events_on = 0;
   double on_seconds = 0;
-  // The ratio of each on round to the off round beside it (they alternate), median over the pairs: a burst
-  // of load from elsewhere on the machine moves one pair, not the figure.
-  auto pair_ratio = [](const std::vector<double>& on_r, const std::vector<double>& off_r) {
-    std::vector<double> r;
-    for (size_t i = 0; i < std::min(on_r.size(), off_r.size()); i++) r.push_back(on_r[i] / off_r[i]);
-    return Summarize(r);
-  };
   for (int pair = 0; pair < o.pairs; pair++) {
     testing::Daemon::Options so = ServerOptions("1GiB");
     auto off = testing::StartDaemon(so);
     if (!off.ok()) return Fail(off.status());
-    so.extra_args = {"--events"};
+    so.extra_args = {"--events", "--events-exclude", kNs[kQuiet]};
     if (!o.events_config.empty()) so.extra_args.insert(so.extra_args.end(), {"--config", o.events_config});
     so.log_level = "info";
     auto on = testing::StartDaemon(so);
@@ -210,43 +221,66 @@ int main(int argc, char** argv) {
     co.socket_path = (*on)->socket_path();
     auto c_on = Client::Connect(co);
     if (!c_off.ok() || !c_on.ok()) return Fail(Unavailable("cannot connect"));
-    for (Client* c : {c_off->get(), c_on->get()}) {
-      if (Status s = c->CreateNamespace("bench", layout).status(); !s.ok()) return Fail(s);
+    Client* client[3] = {c_on->get(), c_on->get(), c_off->get()};
+    for (int w : {kOn, kQuiet, kOff}) {
+      if (Status s = client[w]->CreateNamespace(kNs[w], layout).status(); !s.ok()) return Fail(s);
     }
     std::vector<Sent> replied;
-    // Rounds alternate on, off, off, on, on, off, ...; rounds -2 and -1 warm each server up, uncounted.
-    auto rounds = [&](std::vector<double>* rate_on_p, std::vector<double>* rate_off_p, bool record) -> Status {
-      for (int r = -2; r < o.rounds * 2; r++) {
-        const bool events = r < 0 ? r == -2 : (r % 2 == 0) == (r / 2 % 2 == 0);
-        Client& c = events ? **c_on : **c_off;
-        const auto t0 = Clock::now();
-        for (int i = 0; i < o.saves; i++) {
-          auto p = Prompt(seed++, o.tokens);
-          const auto start = Clock::now();
-          auto res = c.Save("bench", p, kv.data(), kv.size());
-          if (!res.ok()) return res.status();
-          // The prompt's last block hash is computed after the round: hashing here would slow the on rounds only.
-          if (record && events && r >= 0) replied.push_back({seed - 1, start, Clock::now()});
+    // Round r runs the three ways in the order rotated by r (each way comes
+    // first, second and third equally often); round -1 warms up, uncounted.
+    auto rounds = [&](Phase* ph, bool record) -> Status {
+      std::vector<double> rate[3];
+      for (int r = -1; r < o.rounds; r++) {
+        for (int k = 0; k < 3; k++) {
+          const int w = (r + 3 + k) % 3;
+          Client& c = *client[w];
+          const bool stamp = record && w == kOn && r >= 0;
+          const auto t0 = Clock::now();
+          for (int i = 0; i < o.saves; i++) {
+            auto p = Prompt(seed++, o.tokens);
+            const auto start = Clock::now();
+            auto res = c.Save(kNs[w], p, kv.data(), kv.size());
+            if (!res.ok()) return res.status();
+            // The prompt's last block hash is computed after the round: hashing here would slow the on rounds only.
+            if (stamp) replied.push_back({seed - 1, start, Clock::now()});
+          }
+          const double secs = SecondsSince(t0);
+          if (r >= 0) rate[w].push_back(o.saves / secs);
+          if (stamp) on_seconds += secs;
+          // Every store stays the same size: what was saved goes. The removals'
+          // events and the round's last batch go out before the next round.
+          PTS_RETURN_IF_ERROR(c.DropNamespace(kNs[w]).status());
+          PTS_RETURN_IF_ERROR(c.CreateNamespace(kNs[w], layout).status());
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        const double secs = SecondsSince(t0);
-        if (r >= 0) (events ? rate_on_p : rate_off_p)->push_back(o.saves / secs);
-        if (record && events && r >= 0) on_seconds += secs;
-        // Both stores stay the same size: what was saved goes.
-        PTS_RETURN_IF_ERROR(c.DropNamespace("bench").status());
-        PTS_RETURN_IF_ERROR(c.CreateNamespace("bench", layout).status());
+      }
+      std::vector<double> vs_quiet, vs_off;
+      for (int r = 0; r < o.rounds; r++) {
+        vs_quiet.push_back(rate[kOn][r] / rate[kQuiet][r]);
+        vs_off.push_back(rate[kOn][r] / rate[kOff][r]);
+      }
+      ph->pair_quiet.push_back(Summarize(vs_quiet).p50);
+      ph->pair_off.push_back(Summarize(vs_off).p50);
+      for (int w : {kOn, kQuiet, kOff}) {
+        ph->rate[w].insert(ph->rate[w].end(), rate[w].begin(), rate[w].end());
+        if (o.print_rounds) {
+          std::printf("pair %d, %s, %s:", pair, record ? "one subscriber" : "nobody subscribed",
+                      w == kOn ? "on   " : w == kQuiet ? "quiet" : "off  ");
+          for (double x : rate[w]) std::printf(" %.0f", x);
+          std::printf("\n");
+        }
       }
       return Status::OK();
     };
-    std::vector<double> on0, off0, on1, off1;
-    if (Status s = rounds(&on0, &off0, false); !s.ok()) return Fail(s);  // nobody subscribed
+    if (Status s = rounds(&phases[0], false); !s.ok()) return Fail(s);  // nobody subscribed
     {
-      Stamper stamper(pub, o.subscriber_nice);
+      Stamper stamper(pub, o.subscriber_nice, kNs[kQuiet]);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      if (Status s = rounds(&on1, &off1, true); !s.ok()) return Fail(s);  // one subscriber
+      if (Status s = rounds(&phases[1], true); !s.ok()) return Fail(s);  // one subscriber
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       for (const Sent& x : replied) {
         Clock::time_point at;
-        if (!stamper.Arrival(ChainKeys(RootKey("bench", ""), Prompt(x.seed, o.tokens), bt).back().lo, &at)) {
+        if (!stamper.Arrival(ChainKeys(RootKey(kNs[kOn], ""), Prompt(x.seed, o.tokens), bt).back().lo, &at)) {
           missing++;
           continue;
         }
@@ -254,21 +288,12 @@ int main(int argc, char** argv) {
         lag.push_back(std::chrono::duration<double>(at - x.reply).count());
         lag_start.push_back(std::chrono::duration<double>(at - x.start).count());
       }
+      if (stamper.quiet_events() != 0) {
+        std::fprintf(stderr, "bench_kv_events: %llu events of the excluded namespace were published\n",
+                     static_cast<unsigned long long>(stamper.quiet_events()));
+        return 1;
+      }
     }
-    if (o.print_rounds) {
-      auto show = [&](const char* what, const std::vector<double>& v) {
-        std::printf("pair %d %s:", pair, what);
-        for (double x : v) std::printf(" %.0f", x);
-        std::printf("\n");
-      };
-      show("nobody, off", off0), show("nobody, on ", on0), show("one sub, off", off1), show("one sub, on ", on1);
-    }
-    pair_r0.push_back(pair_ratio(on0, off0).p50);
-    pair_r1.push_back(pair_ratio(on1, off1).p50);
-    rate_on0.insert(rate_on0.end(), on0.begin(), on0.end());
-    rate_off0.insert(rate_off0.end(), off0.begin(), off0.end());
-    rate_on.insert(rate_on.end(), on1.begin(), on1.end());
-    rate_off.insert(rate_off.end(), off1.begin(), off1.end());
     (*on)->Stop();
     (*off)->Stop();
   }
@@ -277,22 +302,24 @@ int main(int argc, char** argv) {
     for (double x : v) out += (out.empty() ? "" : " ") + std::to_string(x).substr(0, 5);
     return out;
   };
-  Summary s_on0 = Summarize(rate_on0), s_off0 = Summarize(rate_off0);
-  Summary r0 = Summarize(pair_r0), r1 = Summarize(pair_r1);
-  Summary s_on = Summarize(rate_on), s_off = Summarize(rate_off), s_lag = Summarize(lag),
-          s_lag_start = Summarize(lag_start);
+  Summary s_lag = Summarize(lag), s_lag_start = Summarize(lag_start);
   std::printf("bench_kv_events: %s\n", MachineDescription().c_str());
-  std::printf("saves: %u tokens (%s) per new prompt, %d server pairs x %d rounds x %d saves per server, alternating\n",
+  std::printf("saves: %u tokens (%s) per new prompt, %d server pairs x %d rounds x 3 ways x %d saves, rotating\n",
               o.tokens, HumanBytes(bytes).c_str(), o.pairs, o.rounds, o.saves);
-  std::printf("  no subscriber:  events off median %.0f saves/s (%.1f MB/s; rounds %.0f-%.0f), on %.0f saves/s:"
-              " ratio on/off %.3f; median over server pairs of adjacent rounds %.3f (pairs: %s) (target >= 0.98)\n",
-              s_off0.p50, s_off0.p50 * bytes / 1e6, s_off0.min, s_off0.max, s_on0.p50, s_on0.p50 / s_off0.p50, r0.p50,
-              list(pair_r0).c_str());
-  std::printf("  one subscriber: events off median %.0f saves/s (%.1f MB/s; rounds %.0f-%.0f), on %.0f saves/s:"
-              " ratio on/off %.3f; median over server pairs of adjacent rounds %.3f (pairs: %s) (target >= 0.98;"
-              " the subscriber runs in this process, on the same cores, at nice +%d)\n",
-              s_off.p50, s_off.p50 * bytes / 1e6, s_off.min, s_off.max, s_on.p50, s_on.p50 / s_off.p50, r1.p50,
-              list(pair_r1).c_str(), o.subscriber_nice);
+  for (int i = 0; i < 2; i++) {
+    const Phase& ph = phases[i];
+    const Summary on_s = Summarize(ph.rate[kOn]), quiet_s = Summarize(ph.rate[kQuiet]), off_s = Summarize(ph.rate[kOff]);
+    std::printf("  %s: saves/s median published %.0f (%.1f MB/s), excluded namespace %.0f, events-off server %.0f"
+                " (rounds %.0f-%.0f)\n",
+                i == 0 ? "no subscriber " : "one subscriber", on_s.p50, on_s.p50 * bytes / 1e6, quiet_s.p50,
+                off_s.p50, std::min({on_s.min, quiet_s.min, off_s.min}), std::max({on_s.max, quiet_s.max, off_s.max}));
+    std::printf("    events on / off, same server (published / excluded namespace): %.3f (pairs: %s) (target >= 0.98%s)\n",
+                Summarize(ph.pair_quiet).p50, list(ph.pair_quiet).c_str(),
+                i == 0 ? "" : ("; the subscriber runs in this process, on the same cores, at nice +" +
+                               std::to_string(o.subscriber_nice)).c_str());
+    std::printf("    events on / off, two servers (with / without --events): %.3f (pairs: %s)\n",
+                Summarize(ph.pair_off).p50, list(ph.pair_off).c_str());
+  }
   std::printf("  events published at full save speed: %.0f events/s (%llu events, %llu blocks each)\n",
               events_on / on_seconds, static_cast<unsigned long long>(events_on),
               static_cast<unsigned long long>(o.tokens / bt));

@@ -228,6 +228,11 @@ void KvEventPublisher::Loop() {
         overflowed_ = false;
         stats_.resyncs++;
         resync = true;
+      } else if (!stop_ && !paused_ && Clock::now() < last_send + delay) {
+        // Right after a send the thread is not idle: it looks again at the
+        // due time whatever comes meanwhile, so a stream of saves never
+        // signals it (one wake-up a batch, its timer's).
+        until = last_send + delay;
       } else {
         idle_ = true;
       }
