@@ -70,6 +70,8 @@ class KvEventSink {
     (void)ns;
     return true;
   }
+  // An empty vector, perhaps with capacity, for the next event's tokens.
+  virtual std::vector<uint32_t> RecycledTokens() { return {}; }
 };
 
 }  // namespace ptstore::storage

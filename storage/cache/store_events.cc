@@ -42,7 +42,8 @@ void Store::EmitNodeEventLocked(const RadixNode* n, KvEventKind kind, KvMedium m
   e.salted = !ns->salt.empty();
   e.block_tokens = ns->tree->block_tokens();
   e.spec = KvCacheSpecOf(ns->info.layout);
-  e.tokens = n->tokens;
+  e.tokens = events_->RecycledTokens();
+  e.tokens.assign(n->tokens.begin(), n->tokens.end());
   events_->Publish(std::move(e), force);
 }
 

@@ -116,19 +116,24 @@ void PackEvent(Packer& p, StringSink& out, const KvEvent& e, const KvCodecOption
 
 std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const KvCodecOptions& o) {
   std::string out;
+  EncodeKvEventBatch(ts, events, o, &out);
+  return out;
+}
+
+void EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const KvCodecOptions& o, std::string* out) {
+  out->clear();
   size_t need = 16;
   for (const KvEvent& e : events) {  // at most: 17 bytes a hash, 5 a token, the strings, 64 the rest
     need += 64 + e.ns.size() + 5 * e.tokens.size() + (e.block_tokens ? 17 * (e.tokens.size() / e.block_tokens + 1) : 0);
   }
-  out.reserve(need);
-  StringSink buf{&out};
+  out->reserve(need);
+  StringSink buf{out};
   Packer p(buf);
   p.pack_array(3);
   p.pack_double(ts);
   p.pack_array(static_cast<uint32_t>(events.size()));
   for (const KvEvent& e : events) PackEvent(p, buf, e, o);
   p.pack_int(o.data_parallel_rank);
-  return out;
 }
 
 }  // namespace ptstore::storage

@@ -47,6 +47,9 @@ inline uint64_t KvBlockHashInt(const ChainKey& k) { return k.lo; }
 // One msgpack-encoded batch of `events` (all of one namespace, or one
 // kCleared), stamped `ts` (seconds since the Unix epoch).
 std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const KvCodecOptions& o);
+// The same into *out (its capacity kept: a publisher encodes every batch
+// into one buffer).
+void EncodeKvEventBatch(double ts, std::span<const KvEvent> events, const KvCodecOptions& o, std::string* out);
 
 // ZMQ topic of a batch: "kv@<node id>@<namespace>" (llm-d's
 // "kv@<pod>@<model>"); "kv@<node id>@" for AllBlocksCleared.

@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "core/logging.h"
+#include "storage/events/replay_ring.h"
 
 namespace ptstore::storage {
 
@@ -21,11 +22,8 @@ struct KvEventPublisher::Sockets {
   zmq::context_t ctx{1};
   zmq::socket_t pub{ctx, zmq::socket_type::pub};
   zmq::socket_t replay{ctx, zmq::socket_type::router};
-  struct Buffered {
-    uint64_t seq;
-    std::string payload;
-  };
-  std::deque<Buffered> buffer;  // the last buffer_batches batches, oldest first
+  ReplayRing buffer;     // the last batches sent, for replay
+  std::string payload;   // the batch being encoded (its capacity kept)
 };
 
 namespace {
@@ -51,8 +49,9 @@ KvEventPublisher::KvEventPublisher(const KvEventsOptions& options) : options_(op
 
 Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEventsOptions& options,
                                                                   std::function<void()> resync) {
-  if (options.queue_events == 0 || options.buffer_batches == 0 || options.batch_events == 0) {
-    return InvalidArgument("kv events: queue_events, buffer_batches and batch_events must be positive");
+  if (options.queue_events == 0 || options.buffer_batches == 0 || options.buffer_bytes == 0 ||
+      options.batch_events == 0) {
+    return InvalidArgument("kv events: queue_events, buffer_batches, buffer_bytes and batch_events must be positive");
   }
   std::unique_ptr<KvEventPublisher> p(new KvEventPublisher(options));
   p->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -77,7 +76,9 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEvents
     Status st = raw->Bind();
     const bool ok = st.ok();
     bound.set_value(std::move(st));
-    if (ok) raw->Loop();
+    if (!ok) return;
+    raw->sockets_->buffer.Prefault();  // events meanwhile wait in the queue
+    raw->Loop();
   });
   Status st = bound_f.get();
   if (!st.ok()) {
@@ -100,6 +101,10 @@ void KvEventPublisher::Lower() {
 Status KvEventPublisher::Bind() {
   sockets_ = std::make_unique<Sockets>();
   Sockets& s = *sockets_;
+  if (Status st = s.buffer.Init(options_.buffer_batches, options_.buffer_bytes); !st.ok()) {
+    sockets_.reset();
+    return st;
+  }
   try {
     s.pub.set(zmq::sockopt::sndhwm, static_cast<int>(std::min<uint64_t>(options_.hwm, INT32_MAX)));
     s.pub.set(zmq::sockopt::linger, 0);
@@ -140,6 +145,14 @@ bool KvEventPublisher::Publishes(const std::string& ns) const {
     if (fnmatch(pattern.c_str(), ns.c_str(), 0) == 0) return false;
   }
   return true;
+}
+
+std::vector<uint32_t> KvEventPublisher::RecycledTokens() {
+  core::MutexLock lk(mu_);
+  if (spare_tokens_.empty()) return {};
+  std::vector<uint32_t> v = std::move(spare_tokens_.back());
+  spare_tokens_.pop_back();
+  return v;
 }
 
 void KvEventPublisher::WaitForWork(std::optional<std::chrono::steady_clock::time_point> until) {
@@ -205,7 +218,7 @@ void KvEventPublisher::Loop() {
   using Clock = std::chrono::steady_clock;
   const auto delay = std::chrono::microseconds(options_.batch_delay_us);
   Clock::time_point last_send = Clock::now() - delay;
-  std::deque<KvEvent> work;
+  std::vector<KvEvent> work;
   for (;;) {
     bool resync = false;
     std::optional<Clock::time_point> until;  // wait for work: none, no limit
@@ -256,47 +269,48 @@ void KvEventPublisher::Loop() {
     core::MutexLock lk(mu_);
     done_ += n;
     sent_cv_.NotifyAll();
+    // Their token buffers go back to the Store's next events.
+    for (KvEvent& e : work) {
+      if (spare_tokens_.size() >= kSpareTokenBuffers) break;
+      e.tokens.clear();
+      spare_tokens_.push_back(std::move(e.tokens));
+    }
+    work.clear();
   }
   core::MutexLock lk(mu_);
   sent_cv_.NotifyAll();
 }
 
-void KvEventPublisher::Send(std::deque<KvEvent>& events) {
+void KvEventPublisher::Send(std::vector<KvEvent>& events) {
   Sockets& s = *sockets_;
-  std::vector<KvEvent> batch;
-  uint64_t sent_events = 0, sent_batches = 0;
-  auto flush = [&] {
-    if (batch.empty()) return;
+  uint64_t sent_batches = 0;
+  auto send = [&](std::span<const KvEvent> batch) {
     const uint64_t seq = KvSeq(incarnation_, counter_++);
-    std::string payload = EncodeKvEventBatch(NowSeconds(), batch, options_.codec);
+    EncodeKvEventBatch(NowSeconds(), batch, options_.codec, &s.payload);
     const std::string topic = KvEventTopic(options_.node_id, batch.front().ns);
     const std::string seq_bytes = SeqBytes(static_cast<int64_t>(seq));
     try {
       s.pub.send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
       s.pub.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      s.pub.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+      s.pub.send(zmq::buffer(s.payload), zmq::send_flags::dontwait);
     } catch (const zmq::error_t& e) {
       PTS_WARN("events", "publishing batch " << seq << ": " << e.what());
     }
-    s.buffer.push_back({seq, std::move(payload)});
-    while (s.buffer.size() > options_.buffer_batches) s.buffer.pop_front();
-    sent_events += batch.size();
+    s.buffer.Add(seq, s.payload);
     sent_batches++;
-    batch.clear();
   };
-  while (!events.empty()) {
-    KvEvent e = std::move(events.front());
-    events.pop_front();
-    // One namespace per batch (its topic names it); AllBlocksCleared alone.
-    if (!batch.empty() && (batch.front().ns != e.ns || batch.size() >= options_.batch_events ||
-                           e.kind == KvEventKind::kCleared || batch.front().kind == KvEventKind::kCleared)) {
-      flush();
+  // One namespace per batch (its topic names it); AllBlocksCleared alone.
+  size_t first = 0;
+  for (size_t i = 1; i <= events.size(); i++) {
+    const KvEvent& head = events[first];
+    if (i == events.size() || events[i].ns != head.ns || i - first >= options_.batch_events ||
+        events[i].kind == KvEventKind::kCleared || head.kind == KvEventKind::kCleared) {
+      send(std::span<const KvEvent>(events.data() + first, i - first));
+      first = i;
     }
-    batch.push_back(std::move(e));
   }
-  flush();
   core::MutexLock lk(mu_);
-  stats_.published += sent_events;
+  stats_.published += events.size();
   stats_.batches += sent_batches;
   stats_.next_seq = KvSeq(incarnation_, counter_);
 }
@@ -319,12 +333,12 @@ void KvEventPublisher::ServeReplays() {
       return;
     }
     const std::string id = frames[0].to_string();
-    auto reply = [&](const std::string& seq, const std::string& payload) {
+    auto reply = [&](const std::string& seq, std::string_view payload) {
       try {
         s.replay.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
         s.replay.send(zmq::const_buffer("", 0), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
         s.replay.send(zmq::buffer(seq), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-        s.replay.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+        s.replay.send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::dontwait);
       } catch (const zmq::error_t& e) {
         PTS_WARN("events", "replay reply: " << e.what());
       }
@@ -348,16 +362,16 @@ void KvEventPublisher::ServeReplays() {
     const auto* b = static_cast<const uint8_t*>(frames[2].data());
     uint64_t start = 0;
     for (int i = 0; i < 8; i++) start = (start << 8) | b[i];
-    for (const auto& [seq, payload] : s.buffer) {
-      if (seq >= start) reply(SeqBytes(static_cast<int64_t>(seq)), payload);
-    }
+    s.buffer.ForEachFrom(start, [&](uint64_t seq, std::string_view payload) {
+      reply(SeqBytes(static_cast<int64_t>(seq)), payload);
+    });
     reply(end, "");
     core::MutexLock lk(mu_);
     stats_.replays++;
     // Asked for batches the buffer no longer has (a subscriber joining a
     // long-running node, or one away for too long): the stream announces
     // everything again, AllBlocksCleared first, so that it becomes exact.
-    if (!s.buffer.empty() && start < s.buffer.front().seq && static_cast<uint32_t>(s.buffer.front().seq) != 0) {
+    if (!s.buffer.empty() && start < s.buffer.oldest_seq() && static_cast<uint32_t>(s.buffer.oldest_seq()) != 0) {
       overflowed_ = true;
     }
   }

@@ -38,7 +38,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -61,6 +60,7 @@ struct KvEventsOptions {
   uint16_t replay_port = 0;         // ROUTER; 0: an ephemeral port
   uint64_t queue_events = 65536;    // the bounded queue between the Store and the thread
   uint64_t buffer_batches = 10000;  // batches kept for replay (vLLM's buffer_steps)
+  uint64_t buffer_bytes = uint64_t{64} << 20;  // and at most these bytes of them (mapped and touched at start)
   uint64_t hwm = 100000;            // PUB high-water mark, messages per subscriber
   uint64_t batch_events = 256;      // at most this many events in one batch
   uint64_t batch_delay_us = 1000;   // after a send, gather events this long before the next (0: none)
@@ -94,6 +94,9 @@ class KvEventPublisher final : public KvEventSink {
   void Publish(KvEvent&& e, bool force) override EXCLUDES(mu_);
   // False for a namespace that one of options.exclude matches.
   bool Publishes(const std::string& ns) const override;
+  // A token buffer of an event already sent, for the next (no allocation
+  // per event on the save's path, none freed across threads).
+  std::vector<uint32_t> RecycledTokens() override EXCLUDES(mu_);
   // Blocks until every event queued so far is sent (tests, shutdown).
   void Flush() EXCLUDES(mu_);
 
@@ -109,6 +112,7 @@ class KvEventPublisher final : public KvEventSink {
  private:
   struct Sockets;
   static constexpr int kNiceIncrement = 10;
+  static constexpr size_t kSpareTokenBuffers = 4096;
   explicit KvEventPublisher(const KvEventsOptions& options);
   void Lower();   // the calling thread's nice value + kNiceIncrement
   Status Bind();  // makes sockets_ and binds them
@@ -118,7 +122,7 @@ class KvEventPublisher final : public KvEventSink {
   // limit) has passed.
   void WaitForWork(std::optional<std::chrono::steady_clock::time_point> until);
   void ServeReplays() EXCLUDES(mu_);
-  void Send(std::deque<KvEvent>& events) EXCLUDES(mu_);
+  void Send(std::vector<KvEvent>& events) EXCLUDES(mu_);
 
   const KvEventsOptions options_;
   uint32_t incarnation_ = 0;
@@ -129,7 +133,8 @@ class KvEventPublisher final : public KvEventSink {
 
   mutable core::Mutex mu_;
   core::CondVar sent_cv_;
-  std::deque<KvEvent> queue_ GUARDED_BY(mu_);
+  std::vector<KvEvent> queue_ GUARDED_BY(mu_);  // swapped with the thread's, so both keep their capacity
+  std::vector<std::vector<uint32_t>> spare_tokens_ GUARDED_BY(mu_);  // RecycledTokens
   bool stop_ GUARDED_BY(mu_) = false;
   bool overflowed_ GUARDED_BY(mu_) = false;
   bool paused_ GUARDED_BY(mu_) = false;

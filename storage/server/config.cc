@@ -196,7 +196,7 @@ Status ApplyClusterSection(const toml::table& cluster, DaemonConfig* config) {
 Status ApplyEventsSection(const toml::table& events, DaemonConfig* config) {
   KvEventsOptions& e = config->events;
   PTS_RETURN_IF_ERROR(CheckKeys(events, "events",
-                                {"enabled", "bind", "port", "replay_port", "queue_events", "buffer_batches",
+                                {"enabled", "bind", "port", "replay_port", "queue_events", "buffer_batches", "buffer_bytes",
                                  "hwm", "batch_events", "batch_delay_us", "salted_tokens", "block_hash", "exclude"}));
   PTS_RETURN_IF_ERROR(Field(events, "enabled", &e.enabled));
   PTS_RETURN_IF_ERROR(Field(events, "bind", &e.bind));
@@ -208,6 +208,10 @@ Status ApplyEventsSection(const toml::table& events, DaemonConfig* config) {
   }
   PTS_RETURN_IF_ERROR(RangedField(events, "events", "queue_events", 1, int64_t{1} << 30, &e.queue_events));
   PTS_RETURN_IF_ERROR(RangedField(events, "events", "buffer_batches", 1, int64_t{1} << 24, &e.buffer_batches));
+  PTS_RETURN_IF_ERROR(SizeField(events, "buffer_bytes", &e.buffer_bytes));
+  if (e.buffer_bytes < (uint64_t{1} << 20) || e.buffer_bytes > (uint64_t{16} << 30)) {
+    return InvalidArgument("config: events.buffer_bytes must be in [1MiB, 16GiB]");
+  }
   PTS_RETURN_IF_ERROR(RangedField(events, "events", "hwm", 1, int64_t{1} << 30, &e.hwm));
   PTS_RETURN_IF_ERROR(RangedField(events, "events", "batch_events", 1, 1 << 20, &e.batch_events));
   PTS_RETURN_IF_ERROR(RangedField(events, "events", "batch_delay_us", 0, 1000000, &e.batch_delay_us));

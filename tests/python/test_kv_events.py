@@ -525,6 +525,7 @@ def test_query_api_answers_longest_match_by_tier(node):
     ("[events]\nqueue = 5\n", "unknown key 'queue' in [events]"),
     ("[events]\nqueue_events = 0\n", "events.queue_events must be in"),
     ("[events]\nexclude = \"scratch-*\"\n", "events.exclude must be an array"),
+    ("[events]\nbuffer_bytes = \"4KiB\"\n", "events.buffer_bytes must be in [1MiB, 16GiB]"),
     ("[events]\nexclude = [\"a\", 3]\n", "events.exclude must hold non-empty strings"),
 ])
 def test_bad_events_config_is_refused_with_a_clear_message(tmp_path, config, message):
