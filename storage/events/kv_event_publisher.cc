@@ -22,6 +22,7 @@ struct KvEventPublisher::Sockets {
   zmq::context_t ctx{1};
   zmq::socket_t pub{ctx, zmq::socket_type::pub};
   zmq::socket_t replay{ctx, zmq::socket_type::router};
+  int replay_fd = -1;    // the replay socket's ZMQ_FD, for ppoll
   ReplayRing buffer;     // the last batches sent, for replay
   std::string payload;   // the batch being encoded (its capacity kept)
 };
@@ -117,6 +118,7 @@ Status KvEventPublisher::Bind() {
     s.replay.set(zmq::sockopt::linger, 0);
     s.replay.bind(Endpoint(options_.bind, options_.replay_port));
     replay_endpoint_ = s.replay.get(zmq::sockopt::last_endpoint);
+    s.replay_fd = s.replay.get(zmq::sockopt::fd);
   } catch (const zmq::error_t& e) {
     sockets_.reset();
     return Unavailable(std::string("kv events: cannot bind on ") + options_.bind + ": " + e.what());
@@ -158,8 +160,7 @@ std::vector<uint32_t> KvEventPublisher::RecycledTokens() {
 void KvEventPublisher::WaitForWork(std::optional<std::chrono::steady_clock::time_point> until) {
   // The replay socket's ZMQ_FD is readable when its state may have changed;
   // ServeReplays then takes every request (recv until EAGAIN), as ZMQ asks.
-  const int zfd = sockets_->replay.get(zmq::sockopt::fd);
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {zfd, POLLIN, 0}};
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sockets_->replay_fd, POLLIN, 0}};
   timespec ts{}, *tsp = nullptr;
   if (until) {
     const auto left = std::max(std::chrono::nanoseconds(0), *until - std::chrono::steady_clock::now());
@@ -217,7 +218,7 @@ KvEventStats KvEventPublisher::Stats() const {
 void KvEventPublisher::Loop() {
   using Clock = std::chrono::steady_clock;
   const auto delay = std::chrono::microseconds(options_.batch_delay_us);
-  Clock::time_point last_send = Clock::now() - delay;
+  Clock::time_point due = Clock::now();  // the next batch goes no sooner: batch_delay_us after the last
   std::vector<KvEvent> work;
   for (;;) {
     bool resync = false;
@@ -226,13 +227,12 @@ void KvEventPublisher::Loop() {
       core::MutexLock lk(mu_);
       idle_ = gathering_ = false;
       if (queue_.empty() && stop_) break;
+      const Clock::time_point now = Clock::now();
       if (!queue_.empty() && (!paused_ || stop_)) {
-        // A batch goes batch_delay_us after the last, or once batch_events
-        // are queued, or at once to shut down.
-        const Clock::time_point due = last_send + delay;
-        if (stop_ || queue_.size() >= options_.batch_events || Clock::now() >= due) {
+        // A batch goes when due, or once batch_events are queued, or at once
+        // to shut down.
+        if (stop_ || queue_.size() >= options_.batch_events || now >= due) {
           work.swap(queue_);
-          taken_ += work.size();
         } else {
           gathering_ = true;
           until = due;
@@ -241,11 +241,11 @@ void KvEventPublisher::Loop() {
         overflowed_ = false;
         stats_.resyncs++;
         resync = true;
-      } else if (!stop_ && !paused_ && Clock::now() < last_send + delay) {
+      } else if (!stop_ && !paused_ && now < due) {
         // Right after a send the thread is not idle: it looks again at the
         // due time whatever comes meanwhile, so a stream of saves never
         // signals it (one wake-up a batch, its timer's).
-        until = last_send + delay;
+        until = due;
       } else {
         idle_ = true;
       }
@@ -265,7 +265,7 @@ void KvEventPublisher::Loop() {
     }
     const uint64_t n = work.size();
     Send(work);
-    last_send = Clock::now();
+    due = Clock::now() + delay;
     core::MutexLock lk(mu_);
     done_ += n;
     sent_cv_.NotifyAll();

@@ -140,8 +140,7 @@ class KvEventPublisher final : public KvEventSink {
   bool paused_ GUARDED_BY(mu_) = false;
   bool idle_ GUARDED_BY(mu_) = false;   // the thread waits on an empty queue: Publish wakes it
   bool gathering_ GUARDED_BY(mu_) = false;  // it gathers a batch: Publish wakes it at batch_events
-  uint64_t taken_ GUARDED_BY(mu_) = 0;  // events the thread took from the queue
-  uint64_t done_ GUARDED_BY(mu_) = 0;   // of those, sent
+  uint64_t done_ GUARDED_BY(mu_) = 0;   // events sent
   KvEventStats stats_ GUARDED_BY(mu_);
   uint32_t counter_ = 0;   // thread only: the next seq's low half
   std::thread thread_;
