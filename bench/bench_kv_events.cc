@@ -106,7 +106,7 @@ class Stamper {
     thread_.join();
   }
   uint64_t events() const { return events_; }
-  uint64_t quiet_events() const { return quiet_; }
+  uint64_t quiet_batches() const { return quiet_; }
   bool Arrival(uint64_t hash, Clock::time_point* t) EXCLUDES(mu_) {
     core::MutexLock lk(mu_);
     auto it = seen_.find(hash);
@@ -288,9 +288,9 @@ int main(int argc, char** argv) {
         lag.push_back(std::chrono::duration<double>(at - x.reply).count());
         lag_start.push_back(std::chrono::duration<double>(at - x.start).count());
       }
-      if (stamper.quiet_events() != 0) {
-        std::fprintf(stderr, "bench_kv_events: %llu events of the excluded namespace were published\n",
-                     static_cast<unsigned long long>(stamper.quiet_events()));
+      if (stamper.quiet_batches() != 0) {
+        std::fprintf(stderr, "bench_kv_events: %llu batches of the excluded namespace were published\n",
+                     static_cast<unsigned long long>(stamper.quiet_batches()));
         return 1;
       }
     }
