@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "core/blocking_hint.h"
+
 namespace ptstore::client {
 
 using core::MsgType;
@@ -34,6 +36,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const ClientOptions& option
 
 Result<local::Frame> Connection::RoundTrip(uint16_t type, std::span<const uint8_t> body, uint16_t reply_type,
                                           int pass_fd) {
+  core::WillBlock();  // a round trip: as long as ptstored takes (core/blocking_hint.h)
   if (broken_) return Unavailable("the connection to ptstored was lost");
   const uint64_t id = next_request_++;
   Status st = socket_.Send(type, id, body, pass_fd);
@@ -118,6 +121,7 @@ Result<std::shared_ptr<Connection>> ClientCore::OpenLocked() {
 }
 
 Result<ClientCore::Held> ClientCore::Acquire() {
+  core::WillBlock();  // what follows may wait for a connection, then for ptstored
   core::UniqueLock lk(mu_);
   std::erase_if(conns_, [](const auto& c) { return c->broken(); });
   for (auto& c : conns_) {

@@ -4,8 +4,12 @@
 //   ptstore-fuse MOUNTPOINT [-o socket=PATH,allow_other,layout=...] [-f] [-d] [-s]
 //
 // A thin main over fs/: parse options, check the store is there, mount,
-// daemonize, serve (multithreaded unless -s), unmount.
+// daemonize, serve (fs/session_loop.h: on up to -o max_threads threads, one
+// with -s), unmount.
 #include <fuse_lowlevel.h>
+
+#include <pthread.h>
+#include <signal.h>
 
 #include <cerrno>
 #include <climits>
@@ -16,6 +20,7 @@
 
 #include "fs/filesystem.h"
 #include "fs/options.h"
+#include "fs/session_loop.h"
 
 namespace {
 
@@ -81,20 +86,24 @@ int Run(int argc, char** argv) {
                    ra.ToString().c_str());
     }
   }
-  if (auto started = fs.Start(se); !started.ok()) {
-    std::fprintf(stderr, "ptstore-fuse: %s\n", started.ToString().c_str());
-    goto out_unmount;
+  {
+    // The exit signals go to this thread alone (fs/session_loop.h): the
+    // threads fs.Start makes inherit them blocked.
+    const sigset_t exit_signals = ptstore::fs::ExitSignals();
+    sigset_t before;
+    pthread_sigmask(SIG_BLOCK, &exit_signals, &before);
+    auto started = fs.Start(se);
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (!started.ok()) {
+      std::fprintf(stderr, "ptstore-fuse: %s\n", started.ToString().c_str());
+      goto out_unmount;
+    }
   }
-  if (cmd.singlethread) {
-    rc = fuse_session_loop(se);
-  } else {
-    fuse_loop_config* cfg = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_clone_fd(cfg, cmd.clone_fd);
-    fuse_loop_cfg_set_max_threads(cfg, cmd.max_threads);
-    // fuse_parse_cmdline leaves max_idle_threads at UINT_MAX ("not given").
-    if (cmd.max_idle_threads != UINT_MAX) fuse_loop_cfg_set_idle_threads(cfg, cmd.max_idle_threads);
-    rc = fuse_session_loop_mt(se, cfg);
-    fuse_loop_cfg_destroy(cfg);
+  {
+    ptstore::fs::SessionLoopOptions loop;
+    loop.max_threads = cmd.singlethread ? 1 : cmd.max_threads;
+    loop.spin_us = options->spin_us;
+    rc = ptstore::fs::RunSessionLoop(se, loop);
   }
   // The kernel ends the connection when the mount goes away (umount, or
   // the last open file of a lazy umount closing). A reader then gets

@@ -26,6 +26,7 @@ struct RawOptions {
   int change_poll_ms = 100;
   long long prefetch_limit = 262144;
   int readahead_kb = 4096;
+  int spin_us = 50;
 };
 
 #define PTS_OPT(t, p) {t, offsetof(RawOptions, p), 1}
@@ -37,6 +38,7 @@ const fuse_opt kOptions[] = {
     PTS_OPT("readahead_kb=%d", readahead_kb),
     PTS_OPT("change_poll_ms=%d", change_poll_ms),
     PTS_OPT("prefetch_limit=%lld", prefetch_limit),
+    PTS_OPT("spin_us=%d", spin_us),
     FUSE_OPT_END,
 };
 #undef PTS_OPT
@@ -56,7 +58,9 @@ const char* MountOptionsHelp() {
          "                           (default 100; 0: never, then the timeouts alone bound staleness)\n"
          "    -o prefetch_limit=N    list whole subtrees in one round trip in namespaces of at most N\n"
          "                           increments (default 262144; 0: one directory at a time)\n"
-         "    -o readahead_kb=KIB    kernel readahead of the mount (default 4096; 0: leave the kernel's)\n";
+         "    -o readahead_kb=KIB    kernel readahead of the mount (default 4096; 0: leave the kernel's)\n"
+         "    -o spin_us=US          while requests come in a stream, look for the next this long before\n"
+         "                           sleeping (default 50; 0: sleep at once)\n";
 }
 
 Result<MountOptions> ParseMountOptions(fuse_args* args) {
@@ -100,6 +104,8 @@ Result<MountOptions> ParseMountOptions(fuse_args* args) {
   if (raw.readahead_kb < 0 || raw.readahead_kb > (1 << 20)) {
     return InvalidArgument("readahead_kb must be between 0 and 1048576");
   }
+  if (raw.spin_us < 0 || raw.spin_us > 10000) return InvalidArgument("spin_us must be between 0 and 10000");
+  o.spin_us = static_cast<uint32_t>(raw.spin_us);
   o.entry_timeout = raw.entry_timeout;
   o.attr_timeout = raw.attr_timeout;
   o.readahead_kb = static_cast<uint32_t>(raw.readahead_kb);

@@ -23,6 +23,11 @@
 //                        cannot ask for more than 128 KiB at init; a larger
 //                        window makes cold reads of kv files go in 1 MiB
 //                        requests instead of 128 KiB ones (docs/benchmarks.md).
+//   spin_us=US           while requests come in a stream (the last two at
+//                        most US apart), the reader looks for the next one
+//                        this long before it sleeps (default 50; 0: sleep at
+//                        once): a walk's requests then wake no daemon thread
+//                        (fs/session_loop.h).
 #pragma once
 
 #include <fuse_lowlevel.h>
@@ -42,6 +47,7 @@ struct MountOptions {
   uint32_t change_poll_ms = 100;
   uint64_t prefetch_limit = 262144;
   uint32_t readahead_kb = 4096;
+  uint32_t spin_us = 50;
 };
 
 // Sets the readahead of the mount at `mountpoint` (its backing device in

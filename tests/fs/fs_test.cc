@@ -635,6 +635,46 @@ TEST_F(FsTest, AbortEndsAHungMountAndTheCallsWaitingOnIt) {
   EXPECT_NE(kill(fuse, 0), 0);  // and gone
 }
 
+// The mount answers most requests on the thread that read them
+// (fs/session_loop.h). One that waits for ptstored must hand reading on
+// first: with the store frozen, statfs calls (each an RPC: Client::Stats)
+// wait, and a request the daemon answers alone (the root's fuse_requests
+// attribute) is still answered at once. More waiting calls than that one
+// reader: each hand-off starts or wakes another thread.
+TEST_F(FsTest, RequestsWaitingForTheStoreDoNotHoldUpTheOthers) {
+  ASSERT_OK(daemon_.Freeze());
+  constexpr int kWaiting = 3;
+  std::atomic<int> returned{0}, failed{0};
+  std::vector<std::thread> waiting;
+  for (int i = 0; i < kWaiting; ++i) {
+    waiting.emplace_back([&] {
+      struct statvfs st {};
+      if (statvfs(mount_.path().c_str(), &st) != 0) failed++;
+      returned++;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(returned.load(), 0) << "a statfs did not wait for the frozen store";
+  std::atomic<bool> answered{false};
+  std::string requests;
+  std::thread other([&] {
+    char buf[64] = {};
+    const ssize_t n = getxattr(mount_.path().c_str(), "user.ptstore.fuse_requests", buf, sizeof buf - 1);
+    if (n > 0) requests.assign(buf, static_cast<size_t>(n));
+    answered = true;
+  });
+  const bool in_time = SeenWithin([&] { return answered.load(); }, std::chrono::milliseconds(5000));
+  EXPECT_TRUE(in_time) << "a request the daemon answers alone waited behind requests waiting for the store";
+  EXPECT_EQ(returned.load(), 0);
+  ASSERT_OK(daemon_.Thaw());
+  if (!in_time && !SeenWithin([&] { return answered.load(); }, std::chrono::milliseconds(10000))) mount_.Abort();
+  other.join();
+  for (auto& t : waiting) t.join();
+  EXPECT_FALSE(requests.empty());
+  EXPECT_EQ(returned.load(), kWaiting);
+  EXPECT_EQ(failed.load(), 0) << "a statfs failed once the store answered";
+}
+
 TEST_F(FsTest, MountHelperTakesMountStyleArguments) {
   testing::TempDir dir;
   const std::string mnt = dir.Join("mnt");

@@ -90,6 +90,7 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
   EXPECT_DOUBLE_EQ(o->attr_timeout, 0.5);
   EXPECT_DOUBLE_EQ(o->entry_timeout, 3600.0);  // the change watcher pushes changes
   EXPECT_EQ(o->change_poll_ms, 100u);
+  EXPECT_EQ(o->spin_us, 50u);
   std::string rest;
   for (int i = 0; i < args.argc; ++i) rest += std::string(args.argv[i]) + " ";
   EXPECT_NE(rest.find("allow_other"), std::string::npos);
@@ -103,16 +104,18 @@ TEST(Options, ParsesOurOptionsAndLeavesTheRest) {
 }
 
 TEST(Options, WithoutChangePollsTimeoutsAreShortAndBadValuesAreRefused) {
-  const char* argv[] = {"ptstore-fuse", "/mnt", "-o", "change_poll_ms=0,prefetch_limit=0"};
+  const char* argv[] = {"ptstore-fuse", "/mnt", "-o", "change_poll_ms=0,prefetch_limit=0,spin_us=0"};
   fuse_args args = FUSE_ARGS_INIT(4, const_cast<char**>(argv));
   auto o = ParseMountOptions(&args);
   ASSERT_OK(o);
   EXPECT_EQ(o->change_poll_ms, 0u);
+  EXPECT_EQ(o->spin_us, 0u);
   EXPECT_EQ(o->prefetch_limit, 0u);
   EXPECT_DOUBLE_EQ(o->entry_timeout, 1.0);
   EXPECT_DOUBLE_EQ(o->attr_timeout, 1.0);
   fuse_opt_free_args(&args);
-  for (const char* bad : {"change_poll_ms=-1", "change_poll_ms=60001", "prefetch_limit=-5", "attr_timeout=-2"}) {
+  for (const char* bad :
+       {"change_poll_ms=-1", "change_poll_ms=60001", "prefetch_limit=-5", "attr_timeout=-2", "spin_us=-1", "spin_us=10001"}) {
     const char* bad_argv[] = {"ptstore-fuse", "/mnt", "-o", bad};
     fuse_args bad_args = FUSE_ARGS_INIT(4, const_cast<char**>(bad_argv));
     auto b = ParseMountOptions(&bad_args);
