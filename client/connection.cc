@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/blocking_hint.h"
@@ -23,6 +24,9 @@ Result<std::shared_ptr<Connection>> Connection::Open(const ClientOptions& option
   }
   PTS_ASSIGN_OR_RETURN(int fd, local::ConnectUnix(path));
   std::shared_ptr<Connection> c(new Connection(fd, options.rpc_timeout_ms, options.staging_bytes));
+  int spin_us = options.spin_us;
+  if (const char* env = std::getenv("PTSTORE_SPIN_US"); env != nullptr && *env != '\0') spin_us = std::atoi(env);
+  c->socket_.SetSpin(static_cast<uint32_t>(std::clamp(spin_us, 0, 10000)));
   core::HelloRequest req{options.client_name, options.want_mapping};
   core::Encoder e;
   req.Encode(e);

@@ -1,6 +1,7 @@
 #include "local/framed_socket.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -234,7 +235,40 @@ Status FramedSocket::ReceiveRaw(uint8_t* p, size_t n, int timeout_ms) {
   return Status::OK();
 }
 
+namespace {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void FramedSocket::Spin(int64_t start, int timeout_ms) {
+  if (spin_ns_ == 0 || last_wait_ns_ > spin_ns_) return;
+  // Never past the receive's own deadline.
+  const int64_t until = start + (timeout_ms >= 0 ? std::min(spin_ns_, int64_t{timeout_ms} * 1000000) : spin_ns_);
+  for (;;) {
+    struct pollfd pfd {fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 0) != 0) return;  // readable, closed or failed: the caller's wait says which
+    if (NowNs() >= until) return;
+    sched_yield();
+  }
+}
+
+void FramedSocket::Waited(int64_t start) {
+  if (spin_ns_ != 0) last_wait_ns_ = NowNs() - start;
+}
+
+Result<Frame> FramedSocket::Receive(int timeout_ms) {
+  const int64_t start = spin_ns_ != 0 ? NowNs() : 0;
+  Spin(start, timeout_ms);
+  Result<Frame> f = ReceiveFrame(timeout_ms);
+  Waited(start);
+  return f;
+}
+
 Result<Frame> FramedSocket::ReceiveWithin(int frame_ms) {
+  const int64_t start = spin_ns_ != 0 ? NowNs() : 0;
+  Spin(start, -1);
   for (;;) {
     struct pollfd pfd {fd_, POLLIN, 0};
     const int pr = poll(&pfd, 1, -1);
@@ -242,14 +276,15 @@ Result<Frame> FramedSocket::ReceiveWithin(int frame_ms) {
     if (pr < 0) return ErrnoError("poll", errno);
     break;  // readable, closed or failed: Receive says which
   }
-  Result<Frame> f = Receive(frame_ms);
+  Waited(start);
+  Result<Frame> f = ReceiveFrame(frame_ms);
   if (f.status().code() == Code::kDeadlineExceeded) {
     return DeadlineExceeded("the peer sent part of a frame and nothing more for " + std::to_string(frame_ms) + " ms");
   }
   return f;
 }
 
-Result<Frame> FramedSocket::Receive(int timeout_ms) {
+Result<Frame> FramedSocket::ReceiveFrame(int timeout_ms) {
   Frame f;
   uint8_t header[core::kFrameHeaderBytes];
   PTS_RETURN_IF_ERROR(ReadFull(header, sizeof(header), timeout_ms, &f.fd));

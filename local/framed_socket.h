@@ -82,6 +82,15 @@ class FramedSocket {
   // other end in logs; `counters` (may be null) counts tag failures.
   void EnableIntegrity(std::unique_ptr<FrameIntegrity> mac, std::string peer, WireCounters* counters);
   bool integrity() const { return mac_ != nullptr; }
+  // Before waiting for a frame to begin (Receive, ReceiveWithin), look for it
+  // again for up to `us` microseconds, yielding the CPU between looks
+  // (sched_yield), before sleeping in poll, as long as frames come in a
+  // stream: the last one began within `us` of the wait's start. 0 (the
+  // default): sleep at once. A sleeping receiver is woken by an interrupt
+  // between processors, a hypercall on a VM (5-7 us here): in a run of short
+  // requests and replies that is most of a round trip (docs/benchmarks.md,
+  // bench_save_lookup). Before any other thread uses the socket.
+  void SetSpin(uint32_t us) { spin_ns_ = int64_t{us} * 1000; }
   void Shutdown();
   int fd() const { return fd_; }
 
@@ -94,6 +103,12 @@ class FramedSocket {
 
  private:
   Status ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd);
+  Result<Frame> ReceiveFrame(int timeout_ms);
+  // The spin of SetSpin, from `start` (the wait's start), until the socket
+  // is readable, the spin is over or timeout_ms (< 0: none) has passed;
+  // Waited records how long the frame took to begin.
+  void Spin(int64_t start, int timeout_ms);
+  void Waited(int64_t start);
   Status SendBytes(const uint8_t* p, size_t n);
   // Logs and counts an integrity failure; returns it with the peer named.
   Status IntegrityFailure(Status st);
@@ -102,6 +117,8 @@ class FramedSocket {
   std::unique_ptr<FrameIntegrity> mac_;
   std::string peer_;
   WireCounters* counters_ = nullptr;
+  int64_t spin_ns_ = 0;
+  int64_t last_wait_ns_ = 0;  // how long the last frame took to begin (receiving thread only)
 };
 
 // Decodes a frame body as M, naming M when it fails.

@@ -132,7 +132,7 @@ Status ApplySsdSection(const toml::table& ssd, DaemonConfig* config) {
 Status ApplyServerSection(const toml::table& server, DaemonConfig* config) {
   PTS_RETURN_IF_ERROR(CheckKeys(server, "server",
                                 {"socket", "group", "lease_ms", "max_sessions", "max_sessions_per_uid",
-                                 "frame_timeout_ms"}));
+                                 "frame_timeout_ms", "spin_us"}));
   PTS_RETURN_IF_ERROR(Field(server, "socket", &config->server.socket_path));
   PTS_RETURN_IF_ERROR(Field(server, "group", &config->trusted_group));
   int64_t lease = static_cast<int64_t>(config->store.default_lease_ms);
@@ -147,6 +147,7 @@ Status ApplyServerSection(const toml::table& server, DaemonConfig* config) {
                                   &config->server.max_sessions_per_uid));
   PTS_RETURN_IF_ERROR(RangedField(server, "server", "frame_timeout_ms", 1, 3600000,
                                   &config->server.frame_timeout_ms));
+  PTS_RETURN_IF_ERROR(RangedField(server, "server", "spin_us", 0, 10000, &config->server.spin_us));
   return Status::OK();
 }
 

@@ -38,6 +38,10 @@ struct ServerOptions {
   // A frame that has begun must be complete within this time, or the session
   // is closed: a peer that sends half a frame and stalls holds no thread.
   uint32_t frame_timeout_ms = 10000;
+  // While a client's requests come within this many microseconds of its
+  // last reply, its session waits for the next awake this long before
+  // sleeping (local/framed_socket.h SetSpin); 0: sleep at once.
+  uint32_t spin_us = 50;
 };
 
 class Node;

@@ -30,6 +30,7 @@ void Session::Start() { thread_ = std::thread([this] { Run(); }); }
 void Session::Stop() { socket_.Shutdown(); }
 
 void Session::Run() {
+  socket_.SetSpin(options_->spin_us);
   trusted_ = peer_.uid == 0 || peer_.uid == geteuid() ||
              (options_->trusted_gid >= 0 && peer_.InGroup(static_cast<uint32_t>(options_->trusted_gid)));
   for (;;) {

@@ -517,6 +517,18 @@ TEST(ServerTest, BadConfigIsRefusedWithTheKeyNamed) {
   EXPECT_NE(st.message().find("sizee"), std::string::npos) << st.message();
 }
 
+TEST(ServerTest, ASpinOutOfRangeIsRefusedWithTheKeyNamed) {
+  testing::TempDir dir("ptstore-cfg");
+  for (const char* bad : {"spin_us = 10001", "spin_us = -1"}) {
+    std::string cfg = dir.Join("spin.toml");
+    std::ofstream(cfg) << "[server]\n" << bad << "\n";
+    Daemon d;
+    Status st = d.Start({"64MiB", {"--config", cfg}});
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("spin_us"), std::string::npos) << st.message();
+  }
+}
+
 TEST(ServerTest, SigtermShutsDownCleanly) {
   Daemon d;
   ASSERT_OK(d.Start());
