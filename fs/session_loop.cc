@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -59,9 +60,17 @@ class Loop {
     pthread_sigmask(SIG_BLOCK, &exit_signals, &before);
     sigset_t waiting = before;
     for (int sig : {SIGHUP, SIGINT, SIGTERM, SIGQUIT}) sigdelset(&waiting, sig);
+    bool started = false;
     {
       core::MutexLock lk(mu_);
       SpawnLocked();
+      started = !threads_.empty();
+    }
+    if (!started) {
+      pthread_sigmask(SIG_SETMASK, &before, nullptr);
+      fcntl(fd_, F_SETFL, flags);
+      CloseFds();
+      return -EAGAIN;  // not one thread to read with
     }
     pollfd done{done_fd_, POLLIN, 0};
     while (!fuse_session_exited(se_) && !Finished()) ppoll(&done, 1, nullptr, &waiting);
@@ -113,7 +122,11 @@ class Loop {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    threads_.emplace_back([this] { Work(); });
+    try {
+      threads_.emplace_back([this] { Work(); });
+    } catch (const std::system_error&) {
+      // No thread to be had: the first thread to finish reads next.
+    }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
 
