@@ -9,11 +9,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -36,7 +34,6 @@ bool MayBlock(const fuse_buf& buf) {
   const auto* in = static_cast<const fuse_in_header*>(buf.mem);
   return in->opcode == FUSE_READ || in->opcode == FUSE_WRITE;
 }
-
 
 class Loop {
  public:
@@ -87,9 +84,8 @@ class Loop {
     }
     for (std::thread& t : threads) t.join();
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    if (fcntl(fd_, F_SETFL, flags) != 0) {
-      // Nothing reads the device after this; a failure changes nothing.
-    }
+    // Nothing reads the device after this: a failure to restore changes nothing.
+    [[maybe_unused]] const int restored = fcntl(fd_, F_SETFL, flags);
     CloseFds();
     core::MutexLock lk(mu_);
     return error_;

@@ -261,7 +261,11 @@ void FramedSocket::Waited(int64_t start) {
 Result<Frame> FramedSocket::Receive(int timeout_ms) {
   const int64_t start = spin_ns_ != 0 ? NowNs() : 0;
   Spin(start, timeout_ms);
-  Result<Frame> f = ReceiveFrame(timeout_ms);
+  int left_ms = timeout_ms;  // the spin's time is the receive's
+  if (spin_ns_ != 0 && timeout_ms > 0) {
+    left_ms = std::max(1, timeout_ms - static_cast<int>((NowNs() - start) / 1000000));
+  }
+  Result<Frame> f = ReceiveFrame(left_ms);
   Waited(start);
   return f;
 }
