@@ -255,8 +255,8 @@ void KvEventPublisher::Loop() {
       ServeReplays();
       continue;
     }
-    ServeReplays();
     if (resync) {
+      ServeReplays();
       if (resync_) {
         PTS_WARN("events", "the event queue overflowed: announcing everything this node holds again");
         resync_();
@@ -265,6 +265,10 @@ void KvEventPublisher::Loop() {
     }
     const uint64_t n = work.size();
     Send(work);
+    // Replays after the send: a request that waited meanwhile (one sent
+    // while the ring was being touched at start, right after a restart)
+    // gets the batches already taken from the queue, never an empty answer.
+    ServeReplays();
     due = Clock::now() + delay;
     core::MutexLock lk(mu_);
     done_ += n;
