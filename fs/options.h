@@ -23,8 +23,9 @@
 //                        cannot ask for more than 128 KiB at init; a larger
 //                        window makes cold reads of kv files go in 1 MiB
 //                        requests instead of 128 KiB ones (docs/benchmarks.md).
-//   spin_us=US           while requests come in a stream (the last two at
-//                        most US apart), the reader looks for the next one
+//   spin_us=US           while requests come in a stream (the last came
+//                        within US of the reader starting to look for it,
+//                        core/spin_wait.h), the reader looks for the next one
 //                        this long before it sleeps (default 50; 0: sleep at
 //                        once): a walk's requests then wake no daemon thread
 //                        (fs/session_loop.h).

@@ -4,13 +4,11 @@
 #include <linux/fuse.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <system_error>
 #include <thread>
@@ -18,14 +16,10 @@
 
 #include "core/blocking_hint.h"
 #include "core/mutex.h"
+#include "core/spin_wait.h"
 
 namespace ptstore::fs {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Requests answered off the reader's thread from the start: their work is
 // long whatever the cache holds (a READ copies up to max_read bytes).
@@ -39,7 +33,7 @@ class Loop {
  public:
   Loop(fuse_session* se, const SessionLoopOptions& o)
       : se_(se), fd_(fuse_session_fd(se)), max_threads_(o.max_threads == 0 ? 1 : o.max_threads),
-        spin_ns_(int64_t{o.spin_us} * 1000) {}
+        spin_(o.spin_us, /*first_spins=*/false) {}
 
   int Run() EXCLUDES(mu_) {
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -193,25 +187,20 @@ class Loop {
   // The next request (> 0: its length), or 0 when the session has ended,
   // or a negative errno. Only the reader calls it.
   int Receive(fuse_buf* buf) {
-    // Look again before sleeping only while requests come in a stream: the
-    // last one came at most spin_us after the reader began to look for it.
-    const bool stream = gap_ns_ <= spin_ns_;
-    const int64_t start = NowNs();
-    const int64_t spin_until = stream ? start + spin_ns_ : 0;
+    // Look again before sleeping only while requests come in a stream
+    // (core/spin_wait.h).
+    const core::SpinWait::Window w = spin_.Begin();
     for (;;) {
       if (fuse_session_exited(se_)) return 0;
       const int res = fuse_session_receive_buf(se_, buf);
       if (res > 0) {
-        gap_ns_ = NowNs() - start;
+        spin_.Came(w);
         return res;
       }
       if (res == 0) return 0;  // the kernel ended the connection
       if (res == -EINTR) continue;
       if (res != -EAGAIN) return res;
-      if (stream && NowNs() < spin_until) {
-        sched_yield();
-        continue;
-      }
+      if (spin_.Again(w)) continue;
       pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       if (::poll(fds, 2, -1) < 0 && errno != EINTR) return -errno;
       if (fds[1].revents != 0) return 0;  // the loop is ending
@@ -222,12 +211,11 @@ class Loop {
   fuse_session* const se_;
   const int fd_;
   const size_t max_threads_;
-  const int64_t spin_ns_;
   int wake_fd_ = -1;  // wakes the reader from poll at the end
   int done_fd_ = -1;  // a worker saw the session end: wakes Run
-  // The reader's own (one reader at a time; the role passes under mu_): how
-  // long the last request took to come once the reader looked for it.
-  int64_t gap_ns_ = INT64_MAX;
+  // The reader's own (one reader at a time; the role passes under mu_). The
+  // first wait sleeps: a lone request after a quiet spell makes no stream.
+  core::SpinWait spin_;
 
   core::Mutex mu_;
   core::CondVar idle_cv_;  // idle threads wait for the reader role

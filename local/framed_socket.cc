@@ -1,7 +1,6 @@
 #include "local/framed_socket.h"
 
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -235,44 +234,30 @@ Status FramedSocket::ReceiveRaw(uint8_t* p, size_t n, int timeout_ms) {
   return Status::OK();
 }
 
-namespace {
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
-void FramedSocket::Spin(int64_t start, int timeout_ms) {
-  if (spin_ns_ == 0 || last_wait_ns_ > spin_ns_) return;
-  // Never past the receive's own deadline.
-  const int64_t until = start + (timeout_ms >= 0 ? std::min(spin_ns_, int64_t{timeout_ms} * 1000000) : spin_ns_);
-  for (;;) {
+void FramedSocket::Spin(const core::SpinWait::Window& w) {
+  if (!spin_.Spins(w)) return;
+  do {
     struct pollfd pfd {fd_, POLLIN, 0};
     if (poll(&pfd, 1, 0) != 0) return;  // readable, closed or failed: the caller's wait says which
-    if (NowNs() >= until) return;
-    sched_yield();
-  }
-}
-
-void FramedSocket::Waited(int64_t start) {
-  if (spin_ns_ != 0) last_wait_ns_ = NowNs() - start;
+  } while (spin_.Again(w));
 }
 
 Result<Frame> FramedSocket::Receive(int timeout_ms) {
-  const int64_t start = spin_ns_ != 0 ? NowNs() : 0;
-  Spin(start, timeout_ms);
+  // Never spins past the receive's own deadline.
+  const core::SpinWait::Window w = spin_.Begin(timeout_ms >= 0 ? int64_t{timeout_ms} * 1000000 : -1);
+  Spin(w);
   int left_ms = timeout_ms;  // the spin's time is the receive's
-  if (spin_ns_ != 0 && timeout_ms > 0) {
-    left_ms = std::max(1, timeout_ms - static_cast<int>((NowNs() - start) / 1000000));
+  if (spin_.enabled() && timeout_ms > 0) {
+    left_ms = std::max(1, timeout_ms - static_cast<int>((core::SpinWait::NowNs() - w.start) / 1000000));
   }
   Result<Frame> f = ReceiveFrame(left_ms);
-  Waited(start);
+  spin_.Came(w);
   return f;
 }
 
 Result<Frame> FramedSocket::ReceiveWithin(int frame_ms) {
-  const int64_t start = spin_ns_ != 0 ? NowNs() : 0;
-  Spin(start, -1);
+  const core::SpinWait::Window w = spin_.Begin();
+  Spin(w);
   for (;;) {
     struct pollfd pfd {fd_, POLLIN, 0};
     const int pr = poll(&pfd, 1, -1);
@@ -280,7 +265,7 @@ Result<Frame> FramedSocket::ReceiveWithin(int frame_ms) {
     if (pr < 0) return ErrnoError("poll", errno);
     break;  // readable, closed or failed: Receive says which
   }
-  Waited(start);
+  spin_.Came(w);
   Result<Frame> f = ReceiveFrame(frame_ms);
   if (f.status().code() == Code::kDeadlineExceeded) {
     return DeadlineExceeded("the peer sent part of a frame and nothing more for " + std::to_string(frame_ms) + " ms");

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/messages.h"
+#include "core/spin_wait.h"
 #include "core/wire.h"
 #include "local/frame_integrity.h"
 #include "ptstore/status.h"
@@ -90,7 +91,7 @@ class FramedSocket {
   // between processors, a hypercall on a VM (5-7 us here): in a run of short
   // requests and replies that is most of a round trip (docs/benchmarks.md,
   // bench_save_lookup). Before any other thread uses the socket.
-  void SetSpin(uint32_t us) { spin_ns_ = int64_t{us} * 1000; }
+  void SetSpin(uint32_t us) { spin_.set_spin_us(us); }
   void Shutdown();
   int fd() const { return fd_; }
 
@@ -104,11 +105,9 @@ class FramedSocket {
  private:
   Status ReadFull(uint8_t* p, size_t n, int timeout_ms, int* got_fd);
   Result<Frame> ReceiveFrame(int timeout_ms);
-  // The spin of SetSpin, from `start` (the wait's start), until the socket
-  // is readable, the spin is over or timeout_ms (< 0: none) has passed;
-  // Waited records how long the frame took to begin.
-  void Spin(int64_t start, int timeout_ms);
-  void Waited(int64_t start);
+  // The spin of SetSpin over window `w`: until the socket is readable or
+  // the window closes.
+  void Spin(const core::SpinWait::Window& w);
   Status SendBytes(const uint8_t* p, size_t n);
   // Logs and counts an integrity failure; returns it with the peer named.
   Status IntegrityFailure(Status st);
@@ -117,8 +116,7 @@ class FramedSocket {
   std::unique_ptr<FrameIntegrity> mac_;
   std::string peer_;
   WireCounters* counters_ = nullptr;
-  int64_t spin_ns_ = 0;
-  int64_t last_wait_ns_ = 0;  // how long the last frame took to begin (receiving thread only)
+  core::SpinWait spin_;  // the receiving thread's
 };
 
 // Decodes a frame body as M, naming M when it fails.
